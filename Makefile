@@ -1,0 +1,31 @@
+# `make demo` and `make test` each set up .venv with the core and every plugin under
+# plugins/ (editable installs), then run. Re-running is fast: the install step only
+# runs again when a pyproject, setup.py, C source or this Makefile changes.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGINS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
+STAMP := $(VENV)/.installed
+INSTALL_DEPS := pyproject.toml Makefile $(wildcard plugins/*/pyproject.toml plugins/*/setup.py \
+	plugins/*/csrc/*.c plugins/*/csrc/*.h plugins/*/*/_build.py)
+
+.PHONY: demo test bench clean
+
+$(STAMP): $(INSTALL_DEPS)
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.10"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]" \
+		$(foreach p,$(PLUGINS),-e $(p))
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/legato demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/legalize.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info core/*.egg-info plugins/*/*.egg-info

@@ -1,0 +1,30 @@
+"""legato: a pluggable operator-legalization compiler for tensor programs.
+
+    import legato
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 8), "float32")
+    y = b.call("nn.layer_norm", x, None, None)
+    c = legato.compile(b.build(y), backend="cpu_ref")
+"""
+from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
+                  load_model, plugin_problems, reference, register_backend, unregister_backend)
+from .builder import GraphBuilder
+from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
+                     OpError, ParseError, PluginError, RegistrationError, ShapeError)
+from .hookspecs import hookimpl
+from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value
+from .legalize import decode_custom, encode_custom
+from .printer import parse
+from .verify import structural_equal, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attrs", "Call", "Compiled", "ConfigError", "Const", "ExecutionError", "Function",
+    "GraphBuilder", "IRError", "LegalizationError", "LegatoError", "Module", "OpError",
+    "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
+    "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
+    "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",
+    "plugin_problems", "reference", "register_backend", "structural_equal",
+    "unregister_backend", "verify",
+]

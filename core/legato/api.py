@@ -1,0 +1,133 @@
+"""The public API: legalize, compile, and the registry and backend look-ups."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from .backend import Backend, parse_capability
+from .config import load_config
+from .errors import LegatoError
+from .executor import Interpreter
+from .ir import Module
+from .legalize import LegalizeResult, legalize_module
+from .plugins import get_host
+from .printer import parse
+from .report import Report
+
+
+def _registry():
+    return get_host().registry
+
+
+def list_backends() -> list[str]:
+    """Names of the installed (and in-process registered) backends."""
+    return sorted(get_host().backends)
+
+
+def get_backend(name: str) -> Backend:
+    return get_host().backend(name)
+
+
+def plugin_problems() -> list[tuple[str, str]]:
+    """(plugin, message) for every plugin that failed to load or register."""
+    return list(get_host().problems)
+
+
+def list_ops() -> list[str]:
+    return _registry().names()
+
+
+def get_op(name: str):
+    """The OpDef of `name`: .level, .kind, .inputs, .attr_specs, .decompose, .signature()."""
+    return _registry().get(name)
+
+
+def register_backend(capability, kernels=None, executor=None, emitter=None,
+                     replace: bool = False) -> Backend:
+    """Register a backend in-process from a capability dict or YAML path; errors raise."""
+    backend = parse_capability(capability, _registry(), kernels=kernels, executor=executor,
+                               emitter=emitter, plugin="in-process")
+    return get_host().add_backend(backend, replace=replace)
+
+
+def unregister_backend(name: str) -> None:
+    get_host().backends.pop(name, None)
+
+
+def load_model(model) -> Module:
+    """A Module from a Module, `example:<name>`, a text-form file or an .onnx file."""
+    if isinstance(model, Module):
+        return model
+    if isinstance(model, str) and model.startswith("example:"):
+        from .examples import example
+        return example(model)
+    path = Path(model)
+    if path.suffix == ".onnx":
+        raise LegatoError(f"{path}: the ONNX importer is not available in this version")
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise LegatoError(f"cannot read model {path}: {err.strerror}") from None
+    try:
+        return parse(text, _registry())
+    except LegatoError as err:
+        raise type(err)(f"{path}: {err}") from None
+
+
+def legalize(module, backend: str | Backend | None = None, config=None,
+             max_level: int | None = None, mode: str = "full") -> LegalizeResult:
+    """Rewrite `module` until `backend` runs every call (DESIGN §4); returns
+    (module, report). With no backend, decompose only ops above `max_level`."""
+    host = get_host()
+    module = load_model(module)
+    be = host.backend(backend) if backend is not None else None
+    cfg = load_config(config, be.name if be else None, host.registry, host.backends)
+    fallback = host.fallback_of(be) if be is not None and be.executes else None
+    return legalize_module(module, host.registry, be, fallback, cfg, max_level, mode)
+
+
+class Compiled:
+    """A compiled model: call it to run (executing backends), or read `artifact`."""
+
+    def __init__(self, module: Module, report: Report, backend: Backend, runner=None,
+                 artifact: Any = None, source: Module | None = None):
+        self.module, self.report, self.backend = module, report, backend
+        self.artifact, self.source = artifact, source
+        self._runner = runner
+
+    def __call__(self, *inputs, **named):
+        if self._runner is None:
+            raise LegatoError(f"backend {self.backend.name} emits code and does not execute; "
+                              "read .artifact")
+        return self._runner(*inputs, **named)
+
+    def __repr__(self):
+        return f"Compiled({self.backend.name}: {self.report.summary()})"
+
+
+def compile(model, backend: str | Backend = "cpu_ref", config=None,
+            max_level: int | None = None) -> Compiled:
+    """Legalize `model` for `backend` and build its executor (or emit its artifact)."""
+    host = get_host()
+    source = load_model(model)
+    be = host.backend(backend)
+    result = legalize(source, be, config=config, max_level=max_level, mode="full")
+    fallback = host.fallback_of(be) if be.executes else None
+    if not be.executes:
+        if be.emitter is None:
+            raise LegatoError(f"backend {be.name} neither executes nor emits")
+        return Compiled(result.module, result.report, be, None,
+                        be.emitter(result.module), source)
+    factory = be.executor or Interpreter
+    runner = factory(result.module, be, fallback, result.fallback_calls, host.registry)
+    return Compiled(result.module, result.report, be, runner, None, source)
+
+
+def reference(model) -> Interpreter:
+    """Run a module unlegalized with cpu_ref's kernel for every op (the ground truth)."""
+    host = get_host()
+    return Interpreter(load_model(model), host.backend("cpu_ref"), None, (), host.registry)
+
+
+def run(model, inputs: Sequence, backend: str = "cpu_ref", config=None):
+    return compile(model, backend, config)(*inputs)

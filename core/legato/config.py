@@ -1,0 +1,83 @@
+"""User configs (configs/*.yaml): per backend, which ops stay legal and how far to lower.
+
+    backends:
+      tosa_custom:
+        keep: [nn.layer_norm]      # never decompose; custom op if the backend has no lowering
+      c_kernels:
+        decompose: [nn.gelu]       # decompose even though supported
+        max_level: 1
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from .backend import check_keys, check_op, load_yaml
+from .errors import ConfigError
+from .registry import suggest
+
+BACKEND_KEYS = {"keep", "decompose", "max_level"}
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """One backend's part of a user config."""
+
+    keep: frozenset = frozenset()
+    decompose: frozenset = frozenset()
+    max_level: int | None = None
+    source: str = ""
+
+
+EMPTY_CONFIG = BackendConfig()
+
+
+def load_config(source, backend: str | None, registry, installed=()) -> BackendConfig:
+    """The config for `backend` from a path, dict or BackendConfig (None: empty).
+
+    Every backend section is validated; a section for a backend that is not installed is
+    allowed (configs are shared), unless its name is a near miss of an installed one.
+    """
+    if source is None:
+        return EMPTY_CONFIG
+    if isinstance(source, BackendConfig):
+        return source
+    data, label = load_yaml(source, "config")
+    check_keys(data, {"backends"}, label, "")
+    sections = data.get("backends") or {}
+    if not isinstance(sections, Mapping):
+        raise ConfigError(f"{label}: key 'backends' must map backend names to settings")
+    parsed = {}
+    for name, section in sections.items():
+        if name not in installed and suggest(str(name), installed):
+            raise ConfigError(f"{label}: backends: {name!r} is not an installed backend"
+                              f"{suggest(str(name), installed)}")
+        parsed[name] = _parse_section(section, f"backends.{name}", registry, label)
+    return parsed.get(backend, BackendConfig(source=label))
+
+
+def _parse_section(section, where, registry, label) -> BackendConfig:
+    if section is None:
+        return BackendConfig(source=label)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{label}: {where}: expected a mapping with keep/decompose/max_level")
+    check_keys(section, BACKEND_KEYS, label, f"{where}.")
+    lists = {}
+    for key in ("keep", "decompose"):
+        ops = section.get(key) or []
+        if not isinstance(ops, list):
+            raise ConfigError(f"{label}: {where}.{key}: expected a list of op names, got {ops!r}")
+        for op in ops:
+            check_op(op, registry, label, f"{where}.{key}")
+        lists[key] = frozenset(ops)
+    for op in sorted(lists["decompose"]):
+        if registry.get(op).decompose is None:
+            raise ConfigError(f"{label}: {where}.decompose: {op} is a primitive (level 0) "
+                              "and has no decomposition")
+    both = lists["keep"] & lists["decompose"]
+    if both:
+        raise ConfigError(f"{label}: {where}: {sorted(both)[0]} is in both keep and decompose")
+    level = section.get("max_level")
+    if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 0):
+        raise ConfigError(f"{label}: {where}.max_level: expected an int >= 0, got {level!r}")
+    return BackendConfig(lists["keep"], lists["decompose"], level, label)

@@ -1,0 +1,185 @@
+"""The reference executor: plan once (kernels bound, slots numbered, buffers freed after
+their last use), then a flat loop. Every error names the call that failed."""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+
+from .errors import ExecutionError, LegatoError
+from .ir import Call, Const, Function, Module, Value
+from .legalize import decode_custom
+from .verify import CALL_OP
+
+
+def describe_call(call: Call, where: str) -> str:
+    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
+    text = f"{where}: {call.op}({types}) {json.dumps(call.attrs.to_json())}"
+    if call.origin is not None:
+        text += f" [part of {call.origin.op} at {call.origin.source}]"
+    return text
+
+
+class _Step:
+    __slots__ = ("kernel", "inputs", "attrs", "outputs", "call", "where", "free")
+
+    def __init__(self, kernel, inputs, attrs, outputs, call, where):
+        self.kernel, self.inputs, self.attrs = kernel, inputs, attrs
+        self.outputs, self.call, self.where = outputs, call, where
+        self.free: tuple[int, ...] = ()
+
+
+class Interpreter:
+    """Runs a legalized module with a backend's kernels (and its fallback's)."""
+
+    def __init__(self, module: Module, backend, fallback=None, fallback_calls=(),
+                 registry=None, check_outputs: bool = True):
+        self.module, self.backend, self.fallback = module, backend, fallback
+        self.fallback_calls = set(fallback_calls)
+        self.registry = registry
+        self.check_outputs = check_outputs
+        self._plans: dict[str, tuple] = {}
+        self.main = self._plan("main")
+
+    def _kernel_for(self, call: Call):
+        if call.op == "custom" and not self.backend.has_kernel("custom"):
+            original = decode_custom(call, self.registry)
+            kernel = self._kernel_for(original)
+            return lambda *inputs, **attrs: kernel(
+                *_place(original, inputs), **original.attrs)
+        for backend in ((self.fallback,) if call in self.fallback_calls else
+                        (self.backend, self.fallback)):
+            if backend is not None and backend.has_kernel(call.op):
+                return backend.kernel(call.op)
+        raise ExecutionError(f"no kernel for {call.op} on {self.backend.name}"
+                             + (f" or its fallback {self.fallback.name}" if self.fallback else ""))
+
+    def _plan(self, name: str):
+        if name in self._plans:
+            return self._plans[name]
+        fn: Function = self.module.functions[name]
+        slots: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
+        consts: list[tuple[int, np.ndarray]] = []
+
+        def slot(value):
+            if value is None:
+                return None
+            if value not in slots:
+                if not isinstance(value, Const):
+                    raise ExecutionError(f"@{name}: {value!r} is used before it is defined")
+                slots[value] = len(slots)
+                consts.append((slots[value], value.data))
+            return slots[value]
+
+        steps = []
+        for index, call in enumerate(fn.calls):
+            where = f"@{name} call {index}"
+            try:
+                kernel = self._call_kernel(call) if call.op == CALL_OP else self._kernel_for(call)
+            except LegatoError as err:
+                raise ExecutionError(f"{describe_call(call, where)}: {err}") from None
+            inputs = tuple(slot(v) for v in call.inputs)
+            outputs = tuple(slots.setdefault(o, len(slots)) for o in call.outputs)
+            steps.append(_Step(kernel, inputs, dict(call.attrs), outputs, call, where))
+        results = tuple(slot(r) for r in fn.results)
+        _plan_frees(steps, results, {s for s, _ in consts} | set(range(len(fn.params))))
+        plan = (fn, len(slots), tuple(consts), tuple(steps), results)
+        self._plans[name] = plan
+        return plan
+
+    def _call_kernel(self, call: Call):
+        plan = self._plan(call.attrs["callee"])
+        return lambda *args: self._run(plan, args)
+
+    def __call__(self, *args, **kwargs):
+        fn = self.main[0]
+        arrays = bind_inputs(fn, args, kwargs)
+        results = self._run(self.main, arrays)
+        return results[0] if len(results) == 1 else results
+
+    def _run(self, plan, args: Sequence[np.ndarray]):
+        fn, n_slots, consts, steps, results = plan
+        env: list = [None] * n_slots
+        env[:len(args)] = args
+        for index, data in consts:
+            env[index] = data
+        for step in steps:
+            try:
+                out = step.kernel(*[None if i is None else env[i] for i in step.inputs],
+                                  **step.attrs)
+            except Exception as err:
+                raise ExecutionError(f"{describe_call(step.call, step.where)}: "
+                                     f"{type(err).__name__}: {err}") from err
+            outs = out if isinstance(out, tuple) else (out,)
+            if self.check_outputs:
+                _check_outputs(step, outs)
+            for index, value in zip(step.outputs, outs):
+                env[index] = value
+            for index in step.free:
+                env[index] = None
+        return tuple(env[i] for i in results)
+
+
+def _place(call: Call, inputs):
+    """Put the tensor inputs of a custom call back in their original positions."""
+    tensors = iter(inputs)
+    return [None if v is None else next(tensors) for v in call.inputs]
+
+
+def _plan_frees(steps, results, pinned) -> None:
+    """After each step, drop slots no later step reads (so big intermediates are freed)."""
+    last_use: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        for slot in step.inputs:
+            if slot is not None:
+                last_use[slot] = index
+    keep = set(results) | pinned
+    frees: dict[int, list] = {}
+    for slot, index in last_use.items():
+        if slot not in keep:
+            frees.setdefault(index, []).append(slot)
+    for index, step in enumerate(steps):
+        step.free = tuple(frees.get(index, ()))
+
+
+def _check_outputs(step: _Step, outs) -> None:
+    expected = step.call.outputs
+    if len(outs) != len(expected):
+        raise ExecutionError(f"{describe_call(step.call, step.where)}: kernel returned "
+                             f"{len(outs)} results, expected {len(expected)}")
+    for out, value in zip(outs, expected):
+        if not isinstance(out, np.ndarray) or out.shape != value.shape or \
+                out.dtype.name != value.dtype:
+            got = f"{out.dtype.name}{list(out.shape)}" if isinstance(out, np.ndarray) else \
+                type(out).__name__
+            raise ExecutionError(f"{describe_call(step.call, step.where)}: kernel returned "
+                                 f"{got}, expected {value.type}")
+
+
+_MISSING = object()
+
+
+def bind_inputs(fn: Function, args, kwargs) -> list[np.ndarray]:
+    """Match run-time inputs to parameters by position or name; check shapes and dtypes."""
+    params = fn.params
+    if len(args) + len(kwargs) != len(params):
+        names = ", ".join(f"{p.name}: {p.type}" for p in params)
+        raise ExecutionError(f"expected {len(params)} inputs ({names}), "
+                             f"got {len(args) + len(kwargs)}")
+    by_name = {p.name: i for i, p in enumerate(params)}
+    values = list(args) + [_MISSING] * (len(params) - len(args))
+    for key, value in kwargs.items():
+        if key not in by_name:
+            raise ExecutionError(f"unknown input {key!r}; inputs are {list(by_name)}")
+        if values[by_name[key]] is not _MISSING:
+            raise ExecutionError(f"input {key!r} is given twice")
+        values[by_name[key]] = value
+    arrays = []
+    for param, value in zip(params, values):
+        array = np.asarray(value)
+        if array.shape != param.shape or array.dtype.name != param.dtype:
+            raise ExecutionError(f"input {param.name!r} must be {param.type}, got "
+                                 f"{array.dtype.name}{list(array.shape)}")
+        arrays.append(array)
+    return arrays

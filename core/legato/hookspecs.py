@@ -1,0 +1,16 @@
+"""The hooks a legato plugin implements. Each takes a `register` callback; the core
+validates what is registered and owns the error messages."""
+import pluggy
+
+hookspec = pluggy.HookspecMarker("legato")
+hookimpl = pluggy.HookimplMarker("legato")
+
+
+@hookspec
+def legato_register_ops(register):
+    """Register op definitions: register(name, inputs, infer, kind, level=0, decompose=None, examples=(), attrs=None)."""
+
+
+@hookspec
+def legato_register_backends(register):
+    """Register backends: register(capability_path_or_dict, kernels=None, executor=None, emitter=None)."""

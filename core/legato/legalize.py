@@ -1,0 +1,243 @@
+"""Legalization: rewrite every call until the target runs all of them, in one call.
+
+For each call, in order (DESIGN §4):
+1. kept by the user config: the backend lowers it natively, or tunnels it as a custom op;
+2. level above max_level: decompose;
+3. supported by the backend and not forced to decompose: legal;
+4. has a decomposition: decompose (the new calls go through the same steps);
+5. supported by the fallback backend: legal there;
+6. otherwise: an error naming the op, attributes, types, backend and each failed route.
+
+Decompositions only use lower-level ops (checked at registration), so the recursion ends.
+External functions are never entered.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .builder import Emitter, make_call, run_decomposition
+from .config import EMPTY_CONFIG, BackendConfig
+from .errors import LegalizationError, LegatoError
+from .ir import Call, Function, Module, Origin, Value
+from .report import Decision, Report
+from .verify import CALL_OP
+
+MODES = ("full", "partial", "analysis")
+LEGAL = Decision("legal", "no backend: at or below max_level", "")
+
+
+@dataclass
+class LegalizeResult:
+    """The legalized module, the report, and which calls run on the fallback backend."""
+
+    module: Module
+    report: Report
+    fallback_calls: set = field(default_factory=set)  # calls that run on the fallback
+
+
+class _Legalizer:
+    def __init__(self, registry, backend, fallback, config: BackendConfig, max_level, mode):
+        self.registry, self.backend, self.fallback = registry, backend, fallback
+        self.config, self.mode = config, mode
+        self.max_level = config.max_level if max_level is None else max_level
+        self.report = Report(backend.name if backend else None, mode)
+        self.fallback_calls: set[Call] = set()
+        self._decisions: dict = {}
+
+    # --- deciding ---------------------------------------------------------------------------
+
+    def decide(self, call: Call) -> Decision:
+        key = (call.op, call.attrs, tuple(None if v is None else v.type for v in call.inputs))
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decisions[key] = self._decide(call)
+        return decision
+
+    def _decide(self, call: Call) -> Decision:
+        op, backend = call.op, self.backend
+        if op == CALL_OP:
+            return Decision("legal", "a call of a module function")
+        opdef = self.registry.get(op)
+        if op in self.config.keep:
+            return self._keep(call)
+        if self.max_level is not None and opdef.level > self.max_level:
+            return Decision("decomposed", f"level {opdef.level} is above max_level "
+                                          f"{self.max_level}", "max_level")
+        if backend is None:
+            return LEGAL
+        if op == "custom" and backend.custom_ops:
+            return Decision("custom", f"{backend.name} takes custom ops")
+        why = backend.why_not(call)
+        if why is None and op not in self.config.decompose:
+            return Decision("legal", f"{backend.name} supports it")
+        if why is None:
+            why = f"decompose requested by config {self.config.source or ''}".rstrip()
+        if opdef.decompose is not None:
+            return Decision("decomposed", why, "unsupported")
+        fallback_why = self.fallback.why_not(call) if self.fallback else \
+            f"{backend.name} has no fallback backend"
+        if fallback_why is None:
+            return Decision("fallback", f"{why}; runs on fallback {self.fallback.name}")
+        return Decision("failed", self._routes(call, [
+            f"native: {why}", "decompose: none, it is a primitive (level 0)",
+            f"fallback: {fallback_why}",
+            "custom op: not kept by the config" if backend.custom_ops else
+            f"custom op: {backend.name} does not take custom ops"]))
+
+    def _keep(self, call: Call) -> Decision:
+        backend = self.backend
+        if backend is None:
+            return Decision("kept", "kept by config")
+        why = backend.why_not(call)
+        if why is None or (backend.executes and backend.has_kernel(call.op)):
+            return Decision("kept", f"kept by config; {backend.name} runs it natively")
+        if backend.custom_ops:
+            return Decision("custom", f"kept by config; {backend.name} has no lowering "
+                                      "(" + why + "), tunnelled as a custom op", "custom")
+        return Decision("failed", self._routes(call, [
+            f"kept by config {self.config.source}".rstrip(), f"native: {why}",
+            f"custom op: {backend.name} does not take custom ops"]))
+
+    def _routes(self, call: Call, routes: list[str]) -> str:
+        types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
+        text = (f"cannot legalize {call.op}({types}) {json.dumps(call.attrs.to_json())} for "
+                f"backend {self.backend.name}")
+        if call.origin is not None:
+            text += f" (part of {call.origin.op} at {call.origin.source})"
+        return text + ":\n  - " + "\n  - ".join(routes)
+
+    # --- rewriting --------------------------------------------------------------------------
+
+    def function(self, name: str, fn: Function) -> Function:
+        remap: dict[Value, Value] = {}  # keyed by identity; keeps old values alive
+        out: list[Call] = []
+        for index, call in enumerate(fn.calls):
+            self.report.before[call.op] += 1
+            self.emit(_rewire(call, remap), remap, out, f"{name}#{index}", True)
+        results = tuple(remap.get(r, r) for r in fn.results)
+        if len(out) == len(fn.calls) and all(a is b for a, b in zip(out, fn.calls)):
+            return fn
+        return Function(fn.params, tuple(out), results, fn.kind, fn.attrs)
+
+    def emit(self, call: Call, remap, out: list, source: str, from_input: bool) -> None:
+        decision = self.decide(call)
+        self.report.record(call.op, decision, from_input)
+        action = decision.action
+        if action == "decomposed":
+            self._decompose(call, decision, remap, out, source)
+            return
+        if action == "failed":
+            if self.mode == "full":
+                raise LegalizationError(decision.reason)
+            self.report.failures.append(decision.reason)
+        elif action == "custom" and call.op != "custom":
+            call = self._custom(call, remap, source)
+        elif action == "fallback":
+            self.fallback_calls.add(call)
+        self.report.after[call.op] += 1
+        out.append(call)
+
+    def _decompose(self, call: Call, decision: Decision, remap, out, source) -> None:
+        opdef = self.registry.get(call.op)
+        rule = f"decompose:{call.op}"
+        origin = _child_origin(call, source, rule)
+        emitter = Emitter(self.registry, origin)
+        try:
+            results = run_decomposition(emitter, opdef, call.inputs, call.attrs)
+        except LegatoError as err:
+            raise LegalizationError(f"rule {rule} failed on {call.op} "
+                                    f"{json.dumps(call.attrs.to_json())}: {err}") from err
+        _check_types(call, results, rule)
+        for produced in emitter.calls:
+            if self.registry.get(produced.op).level >= opdef.level:
+                raise LegalizationError(f"rule {rule} produced {produced.op}, which is not of "
+                                        f"a lower level than {call.op}: rewrite loop")
+            self.emit(_rewire(produced, remap), remap, out, source, False)
+        for old, new in zip(call.outputs, results):
+            remap[old] = remap.get(new, new)
+
+    def _custom(self, call: Call, remap, source) -> Call:
+        custom = encode_custom(call, self.backend.domain, self.registry)
+        custom = Call(custom.op, custom.inputs, custom.attrs, custom.outputs,
+                      _child_origin(call, source, "custom"))
+        for old, new in zip(call.outputs, custom.outputs):
+            remap[old] = new
+        return custom
+
+
+def _rewire(call: Call, remap: dict) -> Call:
+    """The call with inputs replaced by what they were rewritten to (same call if none)."""
+    if not remap:
+        return call
+    inputs = tuple(None if v is None else remap.get(v, v) for v in call.inputs)
+    if all(a is b for a, b in zip(inputs, call.inputs)):
+        return call
+    return Call(call.op, inputs, call.attrs, call.outputs, call.origin)
+
+
+def _child_origin(call: Call, source: str, rule: str) -> Origin:
+    if call.origin is None:
+        return Origin(call.op, call.attrs, source, (rule,))
+    parent = call.origin
+    return Origin(parent.op, parent.attrs, parent.source, parent.rules + (rule,))
+
+
+def _check_types(call: Call, results, rule: str) -> None:
+    got = tuple(r.type for r in results)
+    want = tuple(o.type for o in call.outputs)
+    if got != want:
+        raise LegalizationError(
+            f"rule {rule} changed the types of {call.op} {json.dumps(call.attrs.to_json())}: "
+            f"it produced {[str(t) for t in got]} where the call has {[str(t) for t in want]}")
+
+
+# --- custom ops ---------------------------------------------------------------------------
+
+def encode_custom(call: Call, domain: str, registry) -> Call:
+    """A custom call carrying everything needed to rebuild `call` (docs/custom-ops.md)."""
+    opdef = registry.get(call.op)
+    tensors = [v for v in call.inputs if v is not None]
+    present = [v is not None for v in call.inputs]
+    payload = {"attrs": call.attrs.to_json(), "inputs": present}
+    attrs = {"operator_name": call.op, "domain_name": domain,
+             "implementation_attrs": json.dumps(payload, sort_keys=True),
+             "result_types": [[list(o.shape), o.dtype] for o in call.outputs]}
+    if not tensors:
+        raise LegalizationError(f"{opdef.name} has no tensor inputs to tunnel as a custom op")
+    return make_call(registry, "custom", tensors, attrs)
+
+
+def decode_custom(call: Call, registry=None) -> Call:
+    """The original call that a custom call stands for."""
+    if registry is None:
+        from .builder import default_registry
+        registry = default_registry()
+    if call.op != "custom":
+        raise LegatoError(f"decode_custom expects a custom call, got {call.op}")
+    payload = json.loads(call.attrs["implementation_attrs"])
+    tensors = iter(call.inputs)
+    inputs = [next(tensors) if present else None for present in payload["inputs"]]
+    original = make_call(registry, call.attrs["operator_name"], inputs, payload["attrs"],
+                         call.origin)
+    return Call(original.op, original.inputs, original.attrs, call.outputs, call.origin)
+
+
+# --- entry point --------------------------------------------------------------------------
+
+def legalize_module(module: Module, registry, backend=None, fallback=None,
+                    config: BackendConfig = EMPTY_CONFIG, max_level: int | None = None,
+                    mode: str = "full") -> LegalizeResult:
+    if mode not in MODES:
+        raise LegatoError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if backend is None and max_level is None and config.max_level is None:
+        raise LegatoError("legalize needs a backend, a max_level, or both")
+    worker = _Legalizer(registry, backend, fallback, config, max_level, mode)
+    functions = {}
+    for name, fn in module.functions.items():
+        functions[name] = fn if fn.kind == "external" else worker.function(name, fn)
+    changed = any(functions[n] is not module.functions[n] for n in functions)
+    worker.report.changed = changed
+    result = module if mode == "analysis" or not changed else Module(functions)
+    return LegalizeResult(result, worker.report, worker.fallback_calls)
+

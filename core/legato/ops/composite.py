@@ -1,0 +1,163 @@
+"""Level-1 composites: reductions, activations and shape helpers built from primitives."""
+from __future__ import annotations
+
+import math
+
+from ..ir import TensorType
+from .base import (composite, f32, fail, float_unary_infer, norm_axes, norm_axis,
+                   require_float, unary_infer)
+from .primitives import REDUCE_ATTRS, _reduce
+
+X23 = (f32(2, 3),)
+
+
+def count(shape, axes) -> int:
+    return math.prod(shape[a] for a in norm_axes(axes, len(shape)))
+
+
+# --- reductions ---------------------------------------------------------------------------
+
+def _float_reduce(types, attrs):
+    require_float(types[0])
+    return _reduce(types, attrs)
+
+
+@composite("mean", "data", _float_reduce, "reduce", 1, attrs=REDUCE_ATTRS,
+           examples=[(X23, {}), (X23, {"axes": [-1], "keepdims": True})])
+def mean(b, x, axes, keepdims):
+    return b.divide(b.sum(x, axes=axes, keepdims=keepdims), float(count(x.shape, axes)))
+
+
+@composite("variance", "data", _float_reduce, "reduce", 1,
+           attrs={**REDUCE_ATTRS, "unbiased": ("bool", False)},
+           examples=[(X23, {}), (X23, {"axes": [0], "unbiased": True})])
+def variance(b, x, axes, keepdims, unbiased):
+    n = count(x.shape, axes)
+    centered = b.subtract(x, b.divide(b.sum(x, axes=axes, keepdims=True), float(n)))
+    squares = b.sum(b.multiply(centered, centered), axes=axes, keepdims=keepdims)
+    return b.divide(squares, float(n - 1 if unbiased else n))
+
+
+# --- activations --------------------------------------------------------------------------
+
+def _activation(name: str, attrs: dict | None = None, examples=((X23, {}),)):
+    return composite(name, "data", float_unary_infer, "elemwise", 1, examples, attrs)
+
+
+@_activation("nn.relu")
+def relu(b, x):
+    return b.maximum(x, 0.0)
+
+
+@_activation("nn.leaky_relu", {"alpha": ("float", 0.01)})
+def leaky_relu(b, x, alpha):
+    return b.where(b.less(x, 0.0), b.multiply(x, alpha), x)
+
+
+@composite("clip", "data", unary_infer, "elemwise", 1,
+           [(X23, {"min": -1.0, "max": 1.0}), (X23, {"min": 0.0}), (X23, {})],
+           {"min": ("float?", None), "max": ("float?", None)})
+def clip(b, x, min, max):
+    if min is not None:
+        x = b.maximum(x, min)
+    if max is not None:
+        x = b.minimum(x, max)
+    return x
+
+
+@_activation("nn.gelu", {"approximate": ("str:none|tanh", "none")},
+             [(X23, {}), (X23, {"approximate": "tanh"})])
+def gelu(b, x, approximate):
+    if approximate == "tanh":
+        cube = b.multiply(b.multiply(x, x), x)
+        inner = b.multiply(b.add(x, b.multiply(cube, 0.044715)), math.sqrt(2 / math.pi))
+        return b.multiply(b.multiply(x, 0.5), b.add(b.tanh(inner), 1.0))
+    return b.multiply(b.multiply(x, 0.5), b.add(b.erf(b.multiply(x, 1 / math.sqrt(2))), 1.0))
+
+
+@_activation("nn.silu")
+def silu(b, x):
+    return b.multiply(x, b.sigmoid(x))
+
+
+def _axis_infer(types, attrs):
+    require_float(types[0])
+    norm_axis(attrs["axis"], types[0].rank)
+    return types[0]
+
+
+@composite("nn.softmax", "data", _axis_infer, "opaque", 1, [(X23, {}), (X23, {"axis": 0})],
+           {"axis": ("int", -1)})
+def softmax(b, x, axis):
+    exps = b.exp(b.subtract(x, b.max(x, axes=[axis], keepdims=True)))
+    return b.divide(exps, b.sum(exps, axes=[axis], keepdims=True))
+
+
+@composite("nn.log_softmax", "data", _axis_infer, "opaque", 1, [(X23, {})],
+           {"axis": ("int", -1)})
+def log_softmax(b, x, axis):
+    shifted = b.subtract(x, b.max(x, axes=[axis], keepdims=True))
+    return b.subtract(shifted, b.log(b.sum(b.exp(shifted), axes=[axis], keepdims=True)))
+
+
+# --- shape helpers ------------------------------------------------------------------------
+
+def _squeeze_shape(shape, axes):
+    if axes is None:
+        return tuple(d for d in shape if d != 1)
+    axes = norm_axes(axes, len(shape))
+    if any(shape[a] != 1 for a in axes):
+        fail(f"cannot squeeze axes {list(axes)} of shape {list(shape)}: not all are 1")
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _expand_shape(shape, axes):
+    rank = len(shape) + len(axes)
+    axes = norm_axes(axes, rank)
+    dims = iter(shape)
+    return tuple(1 if i in axes else next(dims) for i in range(rank))
+
+
+def _flatten_shape(shape, axis):
+    axis = norm_axis(axis, len(shape) + 1)
+    return (math.prod(shape[:axis]), math.prod(shape[axis:]))
+
+
+def _reshaping(name: str, attrs: dict, new_shape, examples):
+    def infer(types, attrs):
+        return TensorType(new_shape(types[0].shape, *attrs.values()), types[0].dtype)
+
+    @composite(name, "data", infer, "injective", 1, examples, attrs)
+    def decompose(b, x, **attrs):
+        return b.reshape(x, shape=list(new_shape(x.shape, *attrs.values())))
+    return decompose
+
+
+squeeze = _reshaping("squeeze", {"axes": ("ints?", None)}, _squeeze_shape,
+                     [((f32(1, 3, 1),), {}), ((f32(1, 3, 1),), {"axes": [-1]})])
+expand_dims = _reshaping("expand_dims", {"axes": ("ints",)}, _expand_shape,
+                         [(X23, {"axes": [0, -1]})])
+flatten = _reshaping("flatten", {"axis": ("int", 1)}, _flatten_shape,
+                     [((f32(2, 3, 4),), {}), ((f32(2, 3, 4),), {"axis": 0})])
+
+
+# --- linear -------------------------------------------------------------------------------
+
+def _linear(types, attrs):
+    data, weight, bias = types
+    if weight.rank != 2 or data.rank < 1 or data.shape[-1] != weight.shape[1]:
+        fail(f"data {list(data.shape)} and weight {list(weight.shape)} do not match "
+             "(weight is (out_features, in_features))")
+    if bias is not None and bias.shape not in ((weight.shape[0],), ()):
+        fail(f"bias {list(bias.shape)} must be ({weight.shape[0]},)")
+    if len({t.dtype for t in types if t is not None}) != 1:
+        fail("data, weight and bias must share one dtype")
+    return TensorType(data.shape[:-1] + (weight.shape[0],), data.dtype)
+
+
+@composite("nn.linear", "data, weight, bias?", _linear, "out_elemwise_fusable", 1,
+           [((f32(2, 3), f32(4, 3), f32(4)), {}), ((f32(3), f32(4, 3), None), {})])
+def linear(b, x, weight, bias):
+    y = b.matmul(x, b.permute_dims(weight, axes=[1, 0]))
+    return y if bias is None else b.add(y, bias)
+

@@ -1,0 +1,251 @@
+"""Level-0 ops: the primitives every decomposition bottoms out in."""
+from __future__ import annotations
+
+import math
+
+from ..ir import TensorType
+from .base import (broadcast_shapes, fail, float_unary_infer, norm_axes, norm_axis,
+                   primitive, reduced_shape, same_dtype, unary_infer)
+
+INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+
+# --- elementwise --------------------------------------------------------------------------
+
+
+def _binary(types, attrs):
+    a, b = types
+    return TensorType(broadcast_shapes(a.shape, b.shape), same_dtype(types))
+
+
+def _compare(types, attrs):
+    return TensorType(_binary(types, attrs).shape, "bool")
+
+
+def _logical(types, attrs):
+    if any(t.dtype != "bool" for t in types):
+        fail(f"inputs must be bool, got {', '.join(t.dtype for t in types)}")
+    return TensorType(broadcast_shapes(*(t.shape for t in types)), "bool")
+
+
+def _where(types, attrs):
+    cond, x, y = types
+    if cond.dtype != "bool":
+        fail(f"condition must be bool, got {cond.dtype}")
+    return TensorType(broadcast_shapes(cond.shape, x.shape, y.shape), same_dtype([x, y]))
+
+
+for _name in ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum"):
+    primitive(_name, "a, b", _binary, "broadcast")
+for _name in ("equal", "less", "greater"):
+    primitive(_name, "a, b", _compare, "broadcast")
+for _name in ("logical_and", "logical_or"):
+    primitive(_name, "a, b", _logical, "broadcast")
+primitive("logical_not", "a", _logical, "elemwise")
+primitive("where", "cond, x, y", _where, "broadcast")
+for _name in ("negative", "abs"):
+    primitive(_name, "a", unary_infer, "elemwise")
+for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "round", "floor", "ceil"):
+    primitive(_name, "a", float_unary_infer, "elemwise")
+
+
+def _cast(types, attrs):
+    return TensorType(types[0].shape, attrs["dtype"])
+
+
+primitive("cast", "data", _cast, "elemwise", {"dtype": ("dtype", "float32")})
+
+# --- reductions ---------------------------------------------------------------------------
+
+
+def _reduce(types, attrs):
+    (t,) = types
+    axes = norm_axes(attrs["axes"], t.rank)
+    for a in axes:
+        if t.shape[a] == 0:
+            fail(f"cannot reduce over empty axis {a} of shape {list(t.shape)}")
+    return TensorType(reduced_shape(t.shape, axes, attrs["keepdims"]), t.dtype)
+
+
+REDUCE_ATTRS = {"axes": ("ints?", None), "keepdims": ("bool", False)}
+for _name in ("sum", "max", "min"):
+    primitive(_name, "data", _reduce, "reduce", REDUCE_ATTRS)
+
+
+def _argmax(types, attrs):
+    (t,) = types
+    axis = norm_axis(attrs["axis"], t.rank)
+    return TensorType(reduced_shape(t.shape, (axis,), attrs["keepdims"]), "int64")
+
+
+primitive("argmax", "data", _argmax, "reduce",
+          {"axis": ("int", 0), "keepdims": ("bool", True), "select_last_index": ("bool", False)})
+
+# --- matmul -------------------------------------------------------------------------------
+
+
+def _matmul(types, attrs):
+    a, b = types
+    dtype = same_dtype(types)
+    if a.rank == 0 or b.rank == 0:
+        fail("matmul inputs must have rank >= 1")
+    ash = (1,) + a.shape if a.rank == 1 else a.shape
+    bsh = b.shape + (1,) if b.rank == 1 else b.shape
+    if ash[-1] != bsh[-2]:
+        fail(f"inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
+    batch = broadcast_shapes(ash[:-2], bsh[:-2])
+    out = batch + ((ash[-2],) if a.rank > 1 else ()) + ((bsh[-1],) if b.rank > 1 else ())
+    return TensorType(out, dtype)
+
+
+primitive("matmul", "a, b", _matmul, "out_elemwise_fusable")
+
+# --- data movement ------------------------------------------------------------------------
+
+
+def resolve_shape(data: TensorType, shape) -> tuple[int, ...]:
+    """Resolve one -1 in a reshape target; errors on size mismatch."""
+    if sum(1 for d in shape if d == -1) > 1:
+        fail(f"shape {list(shape)} has more than one -1")
+    if any(d < -1 for d in shape) or 0 in shape and data.size != 0:
+        fail(f"shape {list(shape)} has an invalid dimension (0 is not 'copy' in legato)")
+    known = math.prod(d for d in shape if d != -1)
+    if -1 in shape:
+        if known == 0 or data.size % known:
+            fail(f"cannot reshape {list(data.shape)} ({data.size} elements) to {list(shape)}")
+        shape = tuple(data.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != data.size:
+        fail(f"cannot reshape {list(data.shape)} ({data.size} elements) to {list(shape)}")
+    return tuple(shape)
+
+
+def _reshape(types, attrs):
+    return TensorType(resolve_shape(types[0], attrs["shape"]), types[0].dtype)
+
+
+def _permute(types, attrs):
+    (t,) = types
+    axes = attrs["axes"]
+    axes = tuple(reversed(range(t.rank))) if axes is None else tuple(
+        norm_axis(a, t.rank) for a in axes)
+    if sorted(axes) != list(range(t.rank)):
+        fail(f"axes {list(attrs['axes'])} are not a permutation of {t.rank} dims")
+    return TensorType(tuple(t.shape[a] for a in axes), t.dtype)
+
+
+def _broadcast_to(types, attrs):
+    (t,) = types
+    shape = tuple(attrs["shape"])
+    if broadcast_shapes(t.shape, shape) != shape:
+        fail(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+    return TensorType(shape, t.dtype)
+
+
+def _concat(types, attrs):
+    first = types[0]
+    dtype = same_dtype(types)
+    axis = norm_axis(attrs["axis"], first.rank)
+    for t in types[1:]:
+        if t.rank != first.rank or any(d != e for i, (d, e) in
+                                       enumerate(zip(t.shape, first.shape)) if i != axis):
+            fail(f"cannot concatenate {list(first.shape)} and {list(t.shape)} on axis {axis}")
+    total = sum(t.shape[axis] for t in types)
+    return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
+
+
+def split_sizes(dim: int, sections) -> tuple[int, ...]:
+    if isinstance(sections, int):
+        if sections <= 0 or dim % sections:
+            fail(f"cannot split a dimension of {dim} into {sections} equal parts")
+        return (dim // sections,) * sections
+    if any(s < 0 for s in sections) or sum(sections) != dim:
+        fail(f"split sizes {list(sections)} do not sum to the dimension {dim}")
+    return tuple(sections)
+
+
+def _split(types, attrs):
+    (t,) = types
+    axis = norm_axis(attrs["axis"], t.rank)
+    return tuple(TensorType(t.shape[:axis] + (s,) + t.shape[axis + 1:], t.dtype)
+                 for s in split_sizes(t.shape[axis], attrs["sections"]))
+
+
+def slice_params(shape, attrs) -> list[tuple[int, int, int, int]]:
+    """Per axis (start, stop, step, length) after ONNX Slice clamping."""
+    begin, end = attrs["begin"], attrs["end"]
+    axes = attrs["axes"] if attrs["axes"] is not None else tuple(range(len(begin)))
+    steps = attrs["strides"] if attrs["strides"] is not None else (1,) * len(begin)
+    if not len(begin) == len(end) == len(axes) == len(steps):
+        fail("begin, end, axes and strides must have the same length")
+    params = [(0, d, 1, d) for d in shape]
+    seen = set()
+    for b, e, a, s in zip(begin, end, axes, steps):
+        a = norm_axis(a, len(shape))
+        if a in seen:
+            fail(f"axis {a} is sliced twice")
+        seen.add(a)
+        if s == 0:
+            fail("slice step cannot be 0")
+        dim = shape[a]
+        b, e = b + dim if b < 0 else b, e + dim if e < 0 else e
+        if s > 0:
+            b, e = min(max(b, 0), dim), min(max(e, 0), dim)
+        else:
+            b, e = min(max(b, 0), dim - 1), min(max(e, -1), dim - 1)
+        params[a] = (b, e, s, max(0, -(-(e - b) // s)))
+    return params
+
+
+def _strided_slice(types, attrs):
+    (t,) = types
+    return TensorType(tuple(p[3] for p in slice_params(t.shape, attrs)), t.dtype)
+
+
+def _take(types, attrs):
+    data, indices = types
+    if indices.dtype not in INT_DTYPES:
+        fail(f"indices must be integers, got {indices.dtype}")
+    axis = norm_axis(attrs["axis"], data.rank)
+    return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
+
+
+def _pad(types, attrs):
+    (t,) = types
+    pads = attrs["pads"]
+    if len(pads) != 2 * t.rank or any(p < 0 for p in pads):
+        fail(f"pads {list(pads)} must be {2 * t.rank} non-negative ints (begins, then ends)")
+    if attrs["mode"] == "reflect" and any(
+            max(pads[i], pads[i + t.rank]) >= d for i, d in enumerate(t.shape)
+            if pads[i] or pads[i + t.rank]):
+        fail(f"reflect padding {list(pads)} must be smaller than the dims {list(t.shape)}")
+    return TensorType(tuple(d + pads[i] + pads[i + t.rank] for i, d in enumerate(t.shape)),
+                      t.dtype)
+
+
+primitive("reshape", "data", _reshape, "injective", {"shape": ("ints",)})
+primitive("permute_dims", "data", _permute, "injective", {"axes": ("ints?", None)})
+primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("ints",)})
+primitive("concat", "*data", _concat, "injective", {"axis": ("int", 0)})
+primitive("split", "data", _split, "injective",
+          {"sections": ("int|ints", 2), "axis": ("int", 0)})
+primitive("strided_slice", "data", _strided_slice, "injective",
+          {"begin": ("ints",), "end": ("ints",), "strides": ("ints?", None),
+           "axes": ("ints?", None)})
+primitive("take", "data, indices", _take, "injective", {"axis": ("int", 0)})
+primitive("pad", "data", _pad, "injective",
+          {"pads": ("ints",), "value": ("float", 0.0), "mode": ("str:constant|reflect|edge",
+                                                                "constant")})
+
+# --- tunnelled custom ops -----------------------------------------------------------------
+
+
+def _custom(types, attrs):
+    try:
+        return tuple(TensorType(tuple(shape), dtype) for shape, dtype in attrs["result_types"])
+    except (TypeError, ValueError) as err:
+        fail(f"result_types must be a list of [shape, dtype] pairs: {err}")
+
+
+primitive("custom", "*data", _custom, "opaque",
+          {"operator_name": ("str",), "domain_name": ("str", "legato"),
+           "implementation_attrs": ("str", "{}"), "result_types": ("any",)},
+          doc="A kept op tunnelled to a backend that handles it itself (docs/custom-ops.md).")

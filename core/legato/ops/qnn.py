@@ -1,0 +1,148 @@
+"""Quantization (level 1), quantized convolution and attention (level 2)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import T, composite, f32, fail, is_float, require_float, same_dtype
+from .conv import CONV_ATTRS, _conv2d
+
+QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1)}
+
+
+def _check_qparams(data: TensorType, scale: TensorType, zero_point: TensorType, axis: int):
+    if scale.rank > 1 or (zero_point is not None and zero_point.shape != scale.shape):
+        fail(f"scale {list(scale.shape)} and zero_point {list(zero_point.shape)} must be "
+             "scalars or 1-D of one length")
+    if scale.rank == 1 and scale.shape[0] != 1:
+        if not -data.rank <= axis < data.rank or data.shape[axis] != scale.shape[0]:
+            fail(f"per-axis scale of {scale.shape[0]} does not match axis {axis} of "
+                 f"{list(data.shape)}")
+    require_float(scale, "scale")
+
+
+def _quantize(types, attrs):
+    data, scale, zero_point = types
+    require_float(data)
+    _check_qparams(data, scale, zero_point, attrs["axis"])
+    if zero_point.dtype != attrs["dtype"]:
+        fail(f"zero_point dtype {zero_point.dtype} differs from output dtype {attrs['dtype']}")
+    return TensorType(data.shape, attrs["dtype"])
+
+
+def _dequantize(types, attrs):
+    data, scale, zero_point = types
+    if data.dtype not in QUANT_RANGES:
+        fail(f"data must be int8, uint8 or int32, got {data.dtype}")
+    _check_qparams(data, scale, zero_point, attrs["axis"])
+    return TensorType(data.shape, scale.dtype)
+
+
+def along_axis(b, param, data, axis: int):
+    """A scalar or per-axis (C,) parameter, shaped to broadcast against `data`."""
+    if param.rank == 0 or param.shape == (1,):
+        return param
+    shape = [1] * data.rank
+    shape[axis] = param.shape[0]
+    return b.reshape(param, shape=shape)
+
+
+Q_EXAMPLES = [((f32(2, 3), f32(), T("int8")), {}),
+              ((f32(2, 3), f32(3), T("uint8", 3)), {"dtype": "uint8"})]
+
+
+@composite("qnn.quantize", "data, scale, zero_point", _quantize, "elemwise", 1, Q_EXAMPLES,
+           {"axis": ("int", 1), "dtype": ("str:int8|uint8", "int8")})
+def quantize(b, x, scale, zero_point, axis, dtype):
+    lo, hi = QUANT_RANGES[dtype]
+    q = b.round(b.divide(x, along_axis(b, scale, x, axis)))
+    q = b.add(q, along_axis(b, b.cast(zero_point, dtype=x.dtype), x, axis))
+    return b.cast(b.minimum(b.maximum(q, float(lo)), float(hi)), dtype=dtype)
+
+
+@composite("qnn.dequantize", "data, scale, zero_point", _dequantize, "elemwise", 1,
+           [((T("int8", 2, 3), f32(), T("int8")), {}),
+            ((T("uint8", 2, 3), f32(3), T("uint8", 3)), {})],
+           {"axis": ("int", 1)})
+def dequantize(b, x, scale, zero_point, axis):
+    shifted = b.subtract(b.cast(x, dtype=scale.dtype), b.cast(zero_point, dtype=scale.dtype))
+    return b.multiply(shifted, along_axis(b, scale, x, axis))
+
+
+# --- qnn.conv2d ---------------------------------------------------------------------------
+
+def _qconv(types, attrs):
+    x, xs, xz, w, ws, wz, ys, yz, bias = types
+    for t, s, z in ((x, xs, xz), (w, ws, wz)):
+        if t.dtype not in ("int8", "uint8") or z.dtype != t.dtype:
+            fail(f"quantized tensors and their zero points must be int8/uint8, "
+                 f"got {t.dtype} with zero point {z.dtype}")
+    if bias is not None and bias.dtype != "int32":
+        fail(f"bias must be int32, got {bias.dtype}")
+    if yz.dtype not in ("int8", "uint8"):
+        fail(f"out_zero_point must be int8 or uint8, got {yz.dtype}")
+    same_dtype([xs, ws, ys], "scales")
+    out = _conv2d([TensorType(x.shape, xs.dtype), TensorType(w.shape, xs.dtype),
+                   None if bias is None else TensorType(bias.shape, xs.dtype)], attrs)
+    return TensorType(out.shape, yz.dtype)
+
+
+I8, U8 = T("int8"), T("uint8")
+
+
+@composite("qnn.conv2d", "data, data_scale, data_zero_point, weight, weight_scale, "
+           "weight_zero_point, out_scale, out_zero_point, bias?", _qconv,
+           "out_elemwise_fusable", 2,
+           [((T("uint8", 1, 2, 4, 4), f32(), U8, T("int8", 3, 2, 3, 3), f32(3), T("int8", 3),
+              f32(), U8, T("int32", 3)), {"padding": [1, 1, 1, 1]})], CONV_ATTRS)
+def qconv2d(b, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, **conv):
+    o_axis = conv["kernel_layout"].index("O")
+    xf = b.qnn_dequantize(x, x_scale, x_zp)
+    wf = b.qnn_dequantize(w, w_scale, w_zp, axis=o_axis)
+    if bias is not None:
+        bias = b.multiply(b.cast(bias, dtype=x_scale.dtype), b.multiply(x_scale, w_scale))
+    y = b.nn_conv2d(xf, wf, bias, **conv)
+    c_axis = conv["data_layout"].index("C")
+    return b.qnn_quantize(y, y_scale, y_zp, axis=c_axis, dtype=y_zp.dtype)
+
+
+# --- attention ----------------------------------------------------------------------------
+
+def _attention(types, attrs):
+    q, k, v, mask = types
+    if not (q.rank == k.rank == v.rank == 4):
+        fail("q, k and v must be 4-D (batch, heads, seq, head_dim)")
+    same_dtype([q, k, v])
+    require_float(q)
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
+        fail(f"q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} do not match")
+    if mask is not None:
+        if mask.dtype != "bool" and not is_float(mask.dtype):
+            fail(f"mask must be bool or float, got {mask.dtype}")
+        scores = q.shape[:3] + (k.shape[2],)
+        if len(mask.shape) > 4 or any(m not in (1, s) for m, s in
+                                      zip(reversed(mask.shape), reversed(scores))):
+            fail(f"mask {list(mask.shape)} does not broadcast to scores {list(scores)}")
+    return TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
+
+
+QKV = f32(1, 2, 3, 4)
+
+
+@composite("nn.attention", "q, k, v, mask?", _attention, "opaque", 2,
+           [((QKV, QKV, QKV, None), {}), ((QKV, QKV, QKV, T("bool", 3, 3)), {"causal": True}),
+            ((QKV, QKV, QKV, f32(1, 1, 3, 3)), {"scale": 0.5})],
+           {"scale": ("float?", None), "causal": ("bool", False)})
+def attention(b, q, k, v, mask, scale, causal):
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = b.multiply(b.matmul(q, b.permute_dims(k, axes=[0, 1, 3, 2])), scale)
+    if mask is not None and mask.dtype == "bool":
+        scores = b.where(mask, scores, float("-inf"))
+    elif mask is not None:
+        scores = b.add(scores, mask)
+    if causal:
+        keep = np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool))
+        scores = b.where(b.const(keep), scores, float("-inf"))
+    return b.matmul(b.nn_softmax(scores, axis=-1), v)

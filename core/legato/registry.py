@@ -1,0 +1,231 @@
+"""One registry of operator definitions.
+
+An `OpDef` holds everything about an op: its inputs, attribute schema with defaults,
+type inference, pattern kind, composite level and decomposition. Registration refuses
+duplicates and checks that a decomposition only uses ops of lower level (by tracing it
+on the op's examples), which makes legalization terminate by construction.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .errors import OpError, RegistrationError, ShapeError
+from .ir import DTYPES, AttrList, Attrs, TensorType, freeze_attr
+
+PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
+REQUIRED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    name: str
+    optional: bool = False
+    variadic: bool = False
+
+
+def parse_inputs(spec: str) -> tuple[InputSpec, ...]:
+    """'data, gamma?, beta?' -> InputSpecs; '*data' is variadic (one or more tensors)."""
+    specs = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        variadic, optional = part.startswith("*"), part.endswith("?")
+        specs.append(InputSpec(part.strip("*?"), optional, variadic))
+    if any(s.variadic for s in specs[:-1]):
+        raise RegistrationError(f"inputs {spec!r}: only the last input may be variadic")
+    return tuple(specs)
+
+
+_TYPE_CHECKS = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "dtype": lambda v: v in DTYPES,
+    "ints": lambda v: isinstance(v, tuple) and all(_TYPE_CHECKS["int"](x) for x in v),
+    "floats": lambda v: isinstance(v, tuple) and all(_TYPE_CHECKS["float"](x) for x in v),
+    "any": lambda v: True,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AttrSpec:
+    """An attribute: a type ('int', 'ints?', 'int|ints', 'str:none|tanh', ...) and a default.
+
+    A trailing '?' admits None; 'str:a|b' restricts a string to the listed choices.
+    """
+
+    name: str
+    type: str
+    default: Any = REQUIRED
+
+    def check(self, value: Any, op: str) -> Any:
+        spec = self.type
+        if spec.endswith("?"):
+            if value is None:
+                return None
+            spec = spec[:-1]
+        if spec.startswith("str:"):
+            choices = spec[4:].split("|")
+            if value not in choices:
+                raise OpError(f"{op}: attribute {self.name}={value!r} must be one of {choices}")
+            return value
+        if spec.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if spec == "floats" and isinstance(value, tuple):
+            value = AttrList(float(v) for v in value)
+        if not any(_TYPE_CHECKS[t](value) for t in spec.split("|")):
+            raise OpError(f"{op}: attribute {self.name}={_show(value)} must be of type {self.type}")
+        return value
+
+
+def _show(value):
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+
+
+class OpDef:
+    """The definition of one operator."""
+
+    def __init__(self, name: str, inputs: str, attrs: dict, infer: Callable, kind: str,
+                 level: int = 0, decompose: Callable | None = None,
+                 examples: Sequence = (), doc: str = ""):
+        if kind not in PATTERN_KINDS:
+            raise RegistrationError(f"op {name}: pattern kind {kind!r} is not one of "
+                                    f"{', '.join(PATTERN_KINDS)}")
+        if level > 0 and decompose is None:
+            raise RegistrationError(f"op {name} has level {level} but no decomposition")
+        if level == 0 and decompose is not None:
+            raise RegistrationError(f"op {name} is level 0 (primitive) but has a decomposition")
+        self.name, self.kind, self.level = name, kind, level
+        self.inputs = parse_inputs(inputs)
+        self.attr_specs = {k: AttrSpec(k, *v) if isinstance(v, tuple) else AttrSpec(k, v)
+                           for k, v in attrs.items()}
+        self.infer = infer
+        self.decompose = decompose
+        self.examples = tuple(examples)
+        self.doc = doc or (inspect.getdoc(decompose) or "" if decompose else "")
+        self._defaults = {k: freeze_attr(s.default) for k, s in self.attr_specs.items()
+                          if s.default is not REQUIRED}
+
+    def __repr__(self):
+        return f"OpDef({self.name}, level={self.level}, kind={self.kind})"
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.inputs) and self.inputs[-1].variadic
+
+    def signature(self) -> str:
+        ins = [("*" if s.variadic else "") + s.name + ("?" if s.optional else "")
+               for s in self.inputs]
+        attrs = [f"{k}={_show(freeze_attr(s.default))}" if s.default is not REQUIRED else k
+                 for k, s in self.attr_specs.items()]
+        return f"{self.name}({', '.join(ins + attrs)})"
+
+    def normalize_attrs(self, attrs: dict) -> Attrs:
+        """Validate attributes, fill defaults, freeze; errors name the op and attribute."""
+        unknown = [k for k in attrs if k not in self.attr_specs]
+        if unknown:
+            hint = _suggest(unknown[0], self.attr_specs)
+            raise OpError(f"{self.name}: unknown attribute {unknown[0]!r}{hint}; "
+                          f"signature is {self.signature()}")
+        out = {}
+        for key, spec in self.attr_specs.items():
+            if key in attrs:
+                out[key] = spec.check(freeze_attr(attrs[key], f"{self.name}.{key}"), self.name)
+            elif key in self._defaults:
+                out[key] = self._defaults[key]
+            else:
+                raise OpError(f"{self.name}: missing required attribute {key!r}; "
+                              f"signature is {self.signature()}")
+        return Attrs(out, _frozen=True)
+
+    def check_arity(self, n_inputs: int) -> None:
+        fixed = len(self.inputs) - (1 if self.variadic else 0)
+        ok = n_inputs >= fixed + 1 if self.variadic else n_inputs == fixed
+        if not ok:
+            want = f"at least {fixed + 1}" if self.variadic else str(fixed)
+            raise OpError(f"{self.name} takes {want} inputs, got {n_inputs}; "
+                          f"signature is {self.signature()}")
+
+    def input_spec(self, index: int) -> InputSpec:
+        return self.inputs[min(index, len(self.inputs) - 1)]
+
+    def infer_types(self, input_types: Sequence[TensorType | None], attrs: Attrs
+                    ) -> tuple[TensorType, ...]:
+        try:
+            result = self.infer(input_types, attrs)
+        except ShapeError as err:
+            types = ", ".join(str(t) if t is not None else "None" for t in input_types)
+            raise ShapeError(f"{self.name}({types}) {attrs.to_json()}: {err}") from None
+        return result if isinstance(result, tuple) else (result,)
+
+
+class Registry:
+    """Op definitions by name. Refuses duplicates; checks levels at registration."""
+
+    def __init__(self):
+        self._ops: dict[str, OpDef] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._ops
+
+    def names(self) -> list[str]:
+        return sorted(self._ops)
+
+    def get(self, name: str) -> OpDef:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise OpError(f"unknown op {name!r}{_suggest(name, self._ops)}") from None
+
+    def register(self, opdef: OpDef) -> OpDef:
+        if opdef.name in self._ops:
+            raise RegistrationError(f"op {opdef.name!r} is already registered")
+        if opdef.decompose is not None:
+            self._check_decomposition(opdef)
+        self._ops[opdef.name] = opdef
+        return opdef
+
+    def unregister(self, name: str) -> None:
+        self._ops.pop(name, None)
+
+    def _check_decomposition(self, opdef: OpDef) -> None:
+        """Trace the decomposition on each example; every op it emits must be lower level."""
+        from .builder import trace_decomposition  # builder imports registry
+        if not opdef.examples:
+            raise RegistrationError(f"op {opdef.name} has a decomposition but no examples "
+                                    "to check it on (examples=[(input_types, attrs), ...])")
+        for input_types, attrs in opdef.examples:
+            try:
+                norm = opdef.normalize_attrs(attrs)
+                out_types = opdef.infer_types(input_types, norm)
+                calls, results = trace_decomposition(self, opdef, input_types, norm)
+            except RegistrationError:
+                raise
+            except Exception as err:
+                raise RegistrationError(f"op {opdef.name}: decomposition failed on example "
+                                        f"{_example_str(input_types, attrs)}: {err}") from err
+            for call in calls:
+                used = self.get(call.op)
+                if used.level >= opdef.level:
+                    raise RegistrationError(
+                        f"op {opdef.name} (level {opdef.level}) decomposes into {call.op} "
+                        f"(level {used.level}); a decomposition may only use ops of lower level")
+            got = tuple(r.type for r in results)
+            if got != out_types:
+                raise RegistrationError(
+                    f"op {opdef.name}: decomposition on {_example_str(input_types, attrs)} "
+                    f"gives {[str(t) for t in got]}, inference says {[str(t) for t in out_types]}")
+
+
+def _example_str(input_types, attrs) -> str:
+    return f"({', '.join(str(t) for t in input_types)}) {attrs}"
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+suggest = _suggest

@@ -1,0 +1,109 @@
+"""The verifier and structural equality. Both look inside every function, external too."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import IRError, LegatoError
+from .ir import Call, Const, Function, Module, Value
+
+CALL_OP = "call"  # a call of a module-level function: attrs {"callee": name}
+
+
+def verify(module: Module, registry=None) -> Module:
+    """Check SSA form, op existence, attributes and inferred types; raise IRError naming
+    the function and call at fault. Returns the module so it can be chained."""
+    if registry is None:
+        from .builder import default_registry
+        registry = default_registry()
+    for name, fn in module.functions.items():
+        _verify_function(module, name, fn, registry)
+    return module
+
+
+def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
+    defined: set[int] = set()
+    for p in fn.params:
+        if id(p) in defined:
+            raise IRError(f"function @{name}: parameter {p.name} appears twice")
+        defined.add(id(p))
+    for index, call in enumerate(fn.calls):
+        where = f"function @{name}, call {index} ({call.op})"
+        for value in call.inputs:
+            if value is not None and id(value) not in defined and not isinstance(value, Const):
+                raise IRError(f"{where}: input {value!r} is not defined before use")
+        for out in call.outputs:
+            if id(out) in defined:
+                raise IRError(f"{where}: result {out!r} is defined twice")
+            defined.add(id(out))
+        try:
+            expected = _expected_types(module, call, registry)
+        except LegatoError as err:
+            raise IRError(f"{where}: {err}") from None
+        got = tuple(o.type for o in call.outputs)
+        if got != expected:
+            raise IRError(f"{where}: result types {[str(t) for t in got]} differ from the "
+                          f"inferred {[str(t) for t in expected]}")
+    for r in fn.results:
+        if id(r) not in defined and not isinstance(r, Const):
+            raise IRError(f"function @{name}: result {r!r} is not defined")
+
+
+def _expected_types(module: Module, call: Call, registry):
+    if call.op == CALL_OP:
+        callee = call.attrs.get("callee")
+        if callee not in module.functions:
+            raise IRError(f"calls unknown function @{callee}")
+        target = module.functions[callee]
+        got = tuple(None if v is None else v.type for v in call.inputs)
+        if got != target.param_types:
+            raise IRError(f"@{callee} takes {[str(t) for t in target.param_types]}, "
+                          f"got {[str(t) for t in got]}")
+        return target.result_types
+    opdef = registry.get(call.op)
+    opdef.check_arity(len(call.inputs))
+    if opdef.normalize_attrs(dict(call.attrs)) != call.attrs:
+        raise IRError(f"attributes {call.attrs.to_json()} are not in normal form")
+    return opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
+
+
+# --- structural equality ------------------------------------------------------------------
+
+def structural_equal(a: Module, b: Module, compare_origin: bool = True) -> bool:
+    """True when the modules are equal up to the naming of non-parameter values."""
+    if list(a.functions) != list(b.functions):
+        return False
+    return all(_function_equal(a.functions[n], b.functions[n], compare_origin)
+               for n in a.functions)
+
+
+def _function_equal(f: Function, g: Function, compare_origin: bool) -> bool:
+    if (f.kind, f.attrs, len(f.params), len(f.calls), len(f.results)) != \
+            (g.kind, g.attrs, len(g.params), len(g.calls), len(g.results)):
+        return False
+    pairs: dict[int, Value] = {}
+    for p, q in zip(f.params, g.params):
+        if p.type != q.type or p.name != q.name:
+            return False
+        pairs[id(p)] = q
+    for c, d in zip(f.calls, g.calls):
+        if (c.op, c.attrs, len(c.inputs), len(c.outputs)) != (d.op, d.attrs, len(d.inputs),
+                                                               len(d.outputs)):
+            return False
+        if compare_origin and c.origin != d.origin:
+            return False
+        if not all(_same_value(u, v, pairs) for u, v in zip(c.inputs, d.inputs)):
+            return False
+        for u, v in zip(c.outputs, d.outputs):
+            if u.type != v.type:
+                return False
+            pairs[id(u)] = v
+    return all(_same_value(u, v, pairs) for u, v in zip(f.results, g.results))
+
+
+def _same_value(u, v, pairs) -> bool:
+    if u is None or v is None:
+        return u is v
+    if isinstance(u, Const) or isinstance(v, Const):
+        return isinstance(u, Const) and isinstance(v, Const) and u.type == v.type and \
+            np.array_equal(u.data, v.data, equal_nan=u.data.dtype.kind == "f")
+    return pairs.get(id(u)) is v

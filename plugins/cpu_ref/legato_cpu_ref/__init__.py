@@ -1,0 +1,1 @@
+"""legato-cpu-ref: numpy reference kernels for every legato op."""

@@ -1,0 +1,641 @@
+"""numpy reference kernels of the cpu_ref backend: one per operator of docs/ops.md.
+
+A kernel is called as ``kernel(*inputs, **attrs)`` with every attribute present and returns
+a fresh C-contiguous array (a tuple of them for ``split``) in the dtype the op reference
+gives. These kernels are the yardstick other backends and every decomposition are checked
+against, so they favour the plainest correct formulation over speed: floats are computed
+in float64 and cast back once, integers keep their own dtype (wrap-around included).
+
+``KERNELS`` maps every op name except ``custom`` (handled by the core) to its kernel.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from legato.errors import LegatoError
+
+# --- shared helpers -----------------------------------------------------------------------
+
+
+def _fresh(x, dtype=None) -> np.ndarray:
+    """An owned C-contiguous array: the executor may reuse buffers, so never hand out views."""
+    return np.array(x, dtype=dtype, order="C", copy=True)
+
+
+def _acc(x: np.ndarray) -> np.ndarray:
+    """The array in the precision a kernel computes in: float64 for floats, else as is."""
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _axis(axis, ndim: int, what: str = "axis") -> int:
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise LegatoError(f"{what} {axis} is out of range for rank {ndim}")
+    return axis % ndim
+
+
+def _axes(axes, ndim: int) -> tuple[int, ...]:
+    """Normalized axes; None means every axis."""
+    if axes is None:
+        return tuple(range(ndim))
+    normalized = tuple(_axis(a, ndim) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise LegatoError(f"axes {list(axes)} repeat an axis")
+    return normalized
+
+
+def _ints(values, count: int, name: str, minimum: int) -> tuple[int, ...]:
+    values = tuple(int(v) for v in values)
+    if len(values) != count or any(v < minimum for v in values):
+        raise LegatoError(f"{name} must be {count} ints >= {minimum}, got {list(values)}")
+    return values
+
+
+def _choice(table: dict, key, name: str):
+    if key not in table:
+        raise LegatoError(f"unknown {name} {key!r}; expected one of {', '.join(table)}")
+    return table[key]
+
+
+def _along_axis(param, ndim: int, axis: int) -> np.ndarray:
+    """A scalar or 1-D per-channel parameter, shaped to broadcast along `axis`."""
+    param = np.asarray(param)
+    if param.ndim == 0:
+        return param
+    if param.ndim != 1:
+        raise LegatoError(f"parameter must be a scalar or 1-D, got shape {list(param.shape)}")
+    shape = [1] * ndim
+    shape[_axis(axis, ndim)] = param.shape[0]
+    return param.reshape(shape)
+
+
+# --- elementwise --------------------------------------------------------------------------
+
+
+def _truncating_divide(a, b):
+    """Integer division rounding toward zero (C semantics); numpy's floor_divide floors."""
+    with np.errstate(divide="ignore"):  # x/0 is undefined for integers; numpy gives 0
+        quotient = np.floor_divide(a, b)
+        inexact = np.remainder(a, b) != 0
+    return quotient + (inexact & ((a < 0) != (b < 0)))
+
+
+def _divide(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return _truncating_divide(a, b)
+    return np.divide(a, b)
+
+
+def _sigmoid(x):
+    # exp only ever sees -|x|, so it cannot overflow at either tail.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# numpy has no erf; math.erf is accurate to a few ulp of float64.
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+_GELU = {
+    "none": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+    "tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+}
+
+_BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
+    "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "matmul": np.matmul,
+}
+_PREDICATES = {
+    "equal": np.equal, "less": np.less, "greater": np.greater,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
+}
+_UNARY = {
+    "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf,
+    "round": np.rint, "floor": np.floor, "ceil": np.ceil,
+    "nn.relu": lambda x: np.maximum(x, 0), "nn.silu": lambda x: x * _sigmoid(x),
+}
+
+
+def _binary(fn):
+    """Kernel for fn(a, b); the result keeps a's dtype (so `power` does too)."""
+    def kernel(a, b):
+        return _fresh(fn(_acc(a), _acc(b)), a.dtype)
+    return kernel
+
+
+def _predicate(fn):
+    def kernel(*operands):
+        return _fresh(fn(*operands), np.bool_)
+    return kernel
+
+
+def _unary(fn):
+    def kernel(a):
+        return _fresh(fn(_acc(a)), a.dtype)
+    return kernel
+
+
+def where(cond, x, y):
+    return _fresh(np.where(cond, x, y), x.dtype)
+
+
+def cast(data, *, dtype="float32"):
+    try:
+        target = np.dtype(dtype)
+    except TypeError as err:
+        raise LegatoError(f"unknown dtype {dtype!r}") from err
+    if target.kind not in "biuf":
+        raise LegatoError(f"cannot cast to {dtype!r}")
+    # astype already truncates floats toward zero and maps to bool as `!= 0`.
+    return _fresh(data.astype(target), target)
+
+
+def leaky_relu(data, *, alpha=0.01):
+    x = _acc(data)
+    return _fresh(np.where(x >= 0, x, alpha * x), data.dtype)
+
+
+def clip(data, *, min=None, max=None):  # noqa: A002 - the op's attribute names
+    x = _acc(data)
+    if min is not None:
+        x = np.maximum(x, min)
+    if max is not None:
+        x = np.minimum(x, max)
+    return _fresh(x, data.dtype)
+
+
+def gelu(data, *, approximate="none"):
+    return _fresh(_choice(_GELU, approximate, "gelu approximation")(_acc(data)), data.dtype)
+
+
+# --- reductions and softmax ---------------------------------------------------------------
+
+# Integer sums are computed in int64 and cast back, which wraps exactly like the dtype would;
+# an integer mean truncates like the decomposition's integer divide.
+_REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+
+
+def _reduction(fn):
+    def kernel(data, *, axes=None, keepdims=False):
+        return _fresh(fn(_acc(data), axis=_axes(axes, data.ndim), keepdims=keepdims),
+                      data.dtype)
+    return kernel
+
+
+def variance(data, *, axes=None, keepdims=False, unbiased=False):
+    out = np.var(_f64(data), axis=_axes(axes, data.ndim), keepdims=keepdims,
+                 ddof=1 if unbiased else 0)
+    return _fresh(out, data.dtype)
+
+
+def argmax(data, *, axis=0, keepdims=True, select_last_index=False):
+    axis = _axis(axis, data.ndim)
+    if select_last_index:
+        # np.argmax picks the first maximum; on the reversed axis that is the last one.
+        index = data.shape[axis] - 1 - np.argmax(np.flip(data, axis), axis=axis)
+    else:
+        index = np.argmax(data, axis=axis)
+    return _fresh(np.expand_dims(index, axis) if keepdims else index, np.int64)
+
+
+def _shifted(x, axis):
+    # Subtracting the max keeps exp from overflowing and does not change the result.
+    return x - np.max(x, axis=axis, keepdims=True)
+
+
+def _softmax(x, axis):
+    e = np.exp(_shifted(x, axis))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    s = _shifted(x, axis)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+_SOFTMAXES = {"nn.softmax": _softmax, "nn.log_softmax": _log_softmax}
+
+
+def _along_one_axis(fn):
+    def kernel(data, *, axis=-1):
+        return _fresh(fn(_f64(data), _axis(axis, data.ndim)), data.dtype)
+    return kernel
+
+
+# --- data movement ------------------------------------------------------------------------
+
+
+def reshape(data, *, shape):
+    shape = tuple(int(d) for d in shape)
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise LegatoError(f"shape {list(shape)} may hold one -1 and otherwise sizes >= 0")
+    return _fresh(data.reshape(shape))
+
+
+def permute_dims(data, *, axes=None):
+    order = tuple(reversed(range(data.ndim))) if axes is None else _axes(axes, data.ndim)
+    if len(order) != data.ndim:
+        raise LegatoError(f"axes {list(axes)} are not a permutation of {data.ndim} dims")
+    return _fresh(data.transpose(order))
+
+
+def broadcast_to(data, *, shape):
+    return _fresh(np.broadcast_to(data, tuple(int(d) for d in shape)))
+
+
+def concat(*data, axis=0):
+    if not data:
+        raise LegatoError("concat needs at least one input")
+    return _fresh(np.concatenate(data, axis=_axis(axis, data[0].ndim)), data[0].dtype)
+
+
+def _split_sizes(dim: int, sections) -> list[int]:
+    if isinstance(sections, (int, np.integer)):
+        if sections <= 0 or dim % sections:
+            raise LegatoError(f"cannot split a dimension of {dim} into {sections} equal parts")
+        return [dim // sections] * int(sections)
+    sizes = [int(s) for s in sections]
+    if not sizes or any(s < 0 for s in sizes) or sum(sizes) != dim:
+        raise LegatoError(f"split sizes {sizes} must be >= 0 and sum to the dimension {dim}")
+    return sizes
+
+
+def split(data, *, sections=2, axis=0):
+    axis = _axis(axis, data.ndim)
+    bounds = np.cumsum(_split_sizes(data.shape[axis], sections))[:-1]
+    return tuple(_fresh(part) for part in np.split(data, bounds, axis=axis))
+
+
+def _onnx_slice(dim: int, start: int, stop: int, step: int) -> slice:
+    """The Python slice selecting what ONNX Slice selects on an axis of length `dim`."""
+    if step == 0:
+        raise LegatoError("slice step cannot be 0")
+    start = start + dim if start < 0 else start
+    stop = stop + dim if stop < 0 else stop
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(stop, 0), dim), step)
+    start, stop = min(max(start, 0), dim - 1), min(max(stop, -1), dim - 1)
+    # A clamped stop of -1 means "up to and including index 0": a Python slice says None.
+    return slice(start, None if stop < 0 else stop, step)
+
+
+def strided_slice(data, *, begin, end, strides=None, axes=None):
+    count = len(begin)
+    axes = range(count) if axes is None else axes
+    strides = (1,) * count if strides is None else strides
+    if not count == len(end) == len(axes) == len(strides):
+        raise LegatoError("begin, end, strides and axes must have the same length")
+    index = [slice(None)] * data.ndim
+    for axis, start, stop, step in zip(_axes(axes, data.ndim), begin, end, strides):
+        index[axis] = _onnx_slice(data.shape[axis], int(start), int(stop), int(step))
+    return _fresh(data[tuple(index)])
+
+
+def take(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    if indices.dtype.kind not in "iu":
+        raise LegatoError(f"indices must be integers, got {indices.dtype}")
+    dim = data.shape[axis]
+    index = indices.astype(np.int64)
+    if np.any((index < -dim) | (index >= dim)):
+        raise LegatoError(f"indices out of range [{-dim}, {dim - 1}]")
+    return _fresh(np.take(data, np.where(index < 0, index + dim, index), axis=axis))
+
+
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
+def pad(data, *, pads, value=0.0, mode="constant"):
+    if mode not in _PAD_MODES:
+        raise LegatoError(f"unknown pad mode {mode!r}; expected one of {', '.join(_PAD_MODES)}")
+    rank = data.ndim
+    pads = _ints(pads, 2 * rank, "pads", 0)
+    widths = list(zip(pads[:rank], pads[rank:]))
+    # numpy would reflect repeatedly; ONNX runtimes reject a reflection wider than the dim.
+    if mode == "reflect" and any(max(w) >= d for w, d in zip(widths, data.shape) if any(w)):
+        raise LegatoError(f"reflect pads {list(pads)} must be smaller than dims {data.shape}")
+    options = {"constant_values": value} if mode == "constant" else {}
+    return _fresh(np.pad(data, widths, mode=mode, **options), data.dtype)
+
+
+def squeeze(data, *, axes=None):
+    if axes is None:
+        axes = tuple(i for i, d in enumerate(data.shape) if d == 1)
+    else:
+        axes = _axes(axes, data.ndim)
+        if any(data.shape[a] != 1 for a in axes):
+            raise LegatoError(f"cannot squeeze axes {list(axes)} of shape {list(data.shape)}")
+    return _fresh(np.squeeze(data, axis=axes))
+
+
+def expand_dims(data, *, axes):
+    # Unsqueeze axes index the output, whose rank grows by one per axis.
+    return _fresh(np.expand_dims(data, _axes(axes, data.ndim + len(axes))))
+
+
+def flatten(data, *, axis=1):
+    rank = data.ndim
+    if not -rank <= axis <= rank:  # axis == rank is allowed: (prod(shape), 1)
+        raise LegatoError(f"flatten axis {axis} is out of range [{-rank}, {rank}]")
+    axis = axis + rank if axis < 0 else axis
+    return _fresh(data.reshape(math.prod(data.shape[:axis]), math.prod(data.shape[axis:])))
+
+
+# --- normalization and linear -------------------------------------------------------------
+
+
+def _standardize(x, axes, epsilon):
+    """(x - mean) / sqrt(var + eps) over `axes`, with the population variance."""
+    mean = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean(np.square(x - mean), axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon)
+
+
+def _scale_shift(y, gamma, beta, channel_axis=None):
+    """y * gamma + beta, skipping absent params; per channel of `channel_axis` if given,
+    otherwise broadcast against the trailing dims."""
+    def shaped(param):
+        param = _f64(param)
+        return param if channel_axis is None else _along_axis(param, y.ndim, channel_axis)
+    if gamma is not None:
+        y = y * shaped(gamma)
+    if beta is not None:
+        y = y + shaped(beta)
+    return y
+
+
+def _channels(data) -> int:
+    if data.ndim < 2:
+        raise LegatoError(f"data must be (N, C, ...), got shape {list(data.shape)}")
+    return data.shape[1]
+
+
+def layer_norm(data, gamma=None, beta=None, *, axes=(-1,), epsilon=1e-5):
+    y = _standardize(_f64(data), _axes(axes, data.ndim), epsilon)
+    return _fresh(_scale_shift(y, gamma, beta), data.dtype)
+
+
+def rms_norm(data, gamma=None, *, axes=(-1,), epsilon=1e-5):
+    x = _f64(data)
+    mean_square = np.mean(np.square(x), axis=_axes(axes, data.ndim), keepdims=True)
+    return _fresh(_scale_shift(x / np.sqrt(mean_square + epsilon), gamma, None), data.dtype)
+
+
+def batch_norm(data, gamma, beta, moving_mean, moving_var, *, axis=1, epsilon=1e-5):
+    axis = _axis(axis, data.ndim)
+    mean, var = (_along_axis(_f64(p), data.ndim, axis) for p in (moving_mean, moving_var))
+    y = (_f64(data) - mean) / np.sqrt(var + epsilon)
+    return _fresh(_scale_shift(y, gamma, beta, axis), data.dtype)
+
+
+def group_norm(data, gamma, beta, *, num_groups=1, epsilon=1e-5):
+    channels = _channels(data)
+    if num_groups <= 0 or channels % num_groups:
+        raise LegatoError(f"{channels} channels do not split into {num_groups} groups")
+    grouped = _f64(data).reshape(data.shape[0], num_groups, channels // num_groups,
+                                 *data.shape[2:])
+    y = _standardize(grouped, tuple(range(2, grouped.ndim)), epsilon).reshape(data.shape)
+    return _fresh(_scale_shift(y, gamma, beta, 1), data.dtype)
+
+
+def instance_norm(data, gamma, beta, *, epsilon=1e-5):
+    _channels(data)
+    y = _standardize(_f64(data), tuple(range(2, data.ndim)), epsilon)
+    return _fresh(_scale_shift(y, gamma, beta, 1), data.dtype)
+
+
+def linear(data, weight, bias=None):
+    y = _acc(data) @ _acc(weight).T
+    if bias is not None:
+        y = y + _acc(bias)
+    return _fresh(y, data.dtype)
+
+
+# --- convolution and pooling --------------------------------------------------------------
+
+# The axis orders that read each layout as NCHW (data) or OIHW (weight).
+_DATA_LAYOUTS = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}
+_KERNEL_LAYOUTS = {"OIHW": (0, 1, 2, 3), "HWIO": (3, 2, 0, 1), "OHWI": (0, 3, 1, 2)}
+
+
+def _canonical(array, layouts: dict, layout: str, name: str):
+    """`array` transposed to the canonical layout, and the axis order that transposes back."""
+    order = _choice(layouts, layout, name)
+    if array.ndim != 4:
+        raise LegatoError(f"{layout} tensor must be 4-D, got shape {list(array.shape)}")
+    return array.transpose(order), tuple(int(i) for i in np.argsort(order))
+
+
+def _windows(x, kernel, strides, dilation):
+    """Sliding windows (N, C, OH, OW, KH, KW) over the spatial axes of a padded NCHW x."""
+    spans = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation))
+    if any(span > size for span, size in zip(spans, x.shape[2:])):
+        raise LegatoError(f"window {list(spans)} exceeds the padded input {list(x.shape[2:])}")
+    (sh, sw), (dh, dw) = strides, dilation
+    return sliding_window_view(x, spans, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def _conv_nchw(x, w, strides, padding, dilation, groups):
+    """Cross-correlation of NCHW x with OIHW w (no bias), in the dtype of x * w."""
+    strides, dilation = _ints(strides, 2, "strides", 1), _ints(dilation, 2, "dilation", 1)
+    top, left, bottom, right = _ints(padding, 4, "padding", 0)
+    n, channels = x.shape[:2]
+    out_channels, group_channels, kh, kw = w.shape
+    if (groups < 1 or channels % groups or out_channels % groups
+            or channels // groups != group_channels):
+        raise LegatoError(f"groups={groups} does not fit {channels} input channels and weight "
+                          f"{list(w.shape)} (OIHW, I must be C/groups)")
+    x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    patches = _windows(x, (kh, kw), strides, dilation)
+    patches = patches.reshape(n, groups, group_channels, *patches.shape[2:])
+    w = w.reshape(groups, out_channels // groups, group_channels, kh, kw)
+    out = np.einsum("ngcyxij,gocij->ngoyx", patches, w, optimize=True)
+    return out.reshape(n, out_channels, *out.shape[3:])
+
+
+def conv2d(data, weight, bias=None, *, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+           groups=1, data_layout="NCHW", kernel_layout="OIHW"):
+    x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
+    w, _ = _canonical(weight, _KERNEL_LAYOUTS, kernel_layout, "kernel_layout")
+    out = _conv_nchw(_acc(x), _acc(w), strides, padding, dilation, groups)
+    if bias is not None:
+        out = out + _along_axis(_acc(bias), 4, 1)
+    return _fresh(out.transpose(back), data.dtype)
+
+
+@dataclass(frozen=True)
+class _PoolAxis:
+    """One spatial axis of an ONNX MaxPool / AveragePool window sweep."""
+    size: int
+    kernel: int
+    stride: int
+    dilation: int
+    begin: int
+    end: int
+    ceil_mode: bool
+
+    @property
+    def span(self) -> int:
+        return (self.kernel - 1) * self.dilation + 1
+
+    @property
+    def out(self) -> int:
+        room = self.size + self.begin + self.end - self.span
+        if room < 0:
+            raise LegatoError(f"pool window {self.span} exceeds the padded input "
+                              f"{self.size + self.begin + self.end}")
+        out = (room + (self.stride - 1 if self.ceil_mode else 0)) // self.stride + 1
+        if self.ceil_mode and (out - 1) * self.stride >= self.size + self.begin:
+            out -= 1  # ceil mode may add a window, but never one starting in the right padding
+        return out
+
+    @property
+    def overhang(self) -> int:
+        """Cells past the right padding that ceil mode's last window reaches."""
+        reach = (self.out - 1) * self.stride + self.span
+        return max(0, reach - (self.begin + self.size + self.end))
+
+    def counts(self, include_pad: bool) -> np.ndarray:
+        """Per window, the taps inside the input, or inside input + explicit padding
+        (never the ceil-mode overhang, as in onnxruntime and PyTorch)."""
+        low, high = ((0, self.begin + self.size + self.end) if include_pad
+                     else (self.begin, self.begin + self.size))
+        taps = np.arange(self.out)[:, None] * self.stride + np.arange(self.kernel) * self.dilation
+        return np.sum((taps >= low) & (taps < high), axis=1)
+
+
+def _pool_axes(spatial, pool_size, strides, padding, dilation, ceil_mode):
+    kernel = _ints(pool_size, 2, "pool_size", 1)
+    strides = kernel if strides is None else _ints(strides, 2, "strides", 1)
+    top, left, bottom, right = _ints(padding, 4, "padding", 0)
+    dilation = _ints(dilation, 2, "dilation", 1)
+    return tuple(_PoolAxis(*geometry, bool(ceil_mode)) for geometry in
+                 zip(spatial, kernel, strides, dilation, (top, left), (bottom, right)))
+
+
+def _pool_windows(x, axes, fill):
+    """Windows (N, C, OH, OW, KH, KW) of NCHW x padded with `fill`, overhang included."""
+    h, w = axes
+    x = np.pad(x, ((0, 0), (0, 0), (h.begin, h.end + h.overhang), (w.begin, w.end + w.overhang)),
+               constant_values=fill)
+    windows = _windows(x, (h.kernel, w.kernel), (h.stride, w.stride), (h.dilation, w.dilation))
+    return windows[:, :, :h.out, :w.out]
+
+
+def _lowest(dtype):
+    """The padding value max pooling can never pick over a real cell."""
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def max_pool2d(data, *, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1, 1),
+               ceil_mode=False, data_layout="NCHW"):
+    x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
+    axes = _pool_axes(x.shape[2:], pool_size, strides, padding, dilation, ceil_mode)
+    out = np.max(_pool_windows(x, axes, _lowest(x.dtype)), axis=(-2, -1))
+    return _fresh(out.transpose(back), data.dtype)
+
+
+def avg_pool2d(data, *, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1, 1),
+               ceil_mode=False, count_include_pad=False, data_layout="NCHW"):
+    x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
+    axes = _pool_axes(x.shape[2:], pool_size, strides, padding, dilation, ceil_mode)
+    sums = np.sum(_pool_windows(_f64(x), axes, 0.0), axis=(-2, -1))
+    rows, cols = (axis.counts(count_include_pad) for axis in axes)
+    return _fresh((sums / np.multiply.outer(rows, cols)).transpose(back), data.dtype)
+
+
+# --- quantization and attention -----------------------------------------------------------
+
+_QUANTIZED_DTYPES = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8)}
+
+
+def _saturate(values, dtype):
+    info = np.iinfo(dtype)
+    return np.clip(values, info.min, info.max).astype(dtype)
+
+
+def quantize(data, scale, zero_point=None, *, axis=1, dtype="int8"):
+    target = _choice(_QUANTIZED_DTYPES, dtype, "quantized dtype")
+    # Divide in the input's precision, as ONNX runtimes do: a float64 quotient can fall on
+    # the other side of a .5 tie than the float32 one and round differently.
+    scaled = np.divide(data, _along_axis(scale, data.ndim, axis))
+    zero = 0.0 if zero_point is None else _f64(_along_axis(zero_point, data.ndim, axis))
+    return _fresh(_saturate(np.rint(scaled) + zero, target), target)
+
+
+def dequantize(data, scale, zero_point=None, *, axis=1):
+    zero = 0.0 if zero_point is None else _f64(_along_axis(zero_point, data.ndim, axis))
+    out = (_f64(data) - zero) * _f64(_along_axis(scale, data.ndim, axis))
+    return _fresh(out, scale.dtype)
+
+
+def qnn_conv2d(data, data_scale, data_zero_point, weight, weight_scale, weight_zero_point,
+               out_scale, out_zero_point, bias=None, *, strides=(1, 1), padding=(0, 0, 0, 0),
+               dilation=(1, 1), groups=1, data_layout="NCHW", kernel_layout="OIHW"):
+    x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
+    w, _ = _canonical(weight, _KERNEL_LAYOUTS, kernel_layout, "kernel_layout")
+    # Zero points go before the padding, so padded cells hold the real value 0 exactly as
+    # ONNX's padding with x_zero_point does; int64 keeps the accumulation exact.
+    x = x.astype(np.int64) - np.asarray(data_zero_point, np.int64)
+    w = w.astype(np.int64) - _along_axis(np.asarray(weight_zero_point, np.int64), 4, 0)
+    acc = _conv_nchw(x, w, strides, padding, dilation, groups)
+    if bias is not None:  # int32 at scale data_scale * weight_scale: adds to the accumulator
+        acc = acc + _along_axis(bias.astype(np.int64), 4, 1)
+    multiplier = _f64(data_scale) * _along_axis(_f64(weight_scale), 4, 1) / _f64(out_scale)
+    out = _saturate(np.rint(acc * multiplier) + _f64(out_zero_point), out_zero_point.dtype)
+    return _fresh(out.transpose(back), out_zero_point.dtype)
+
+
+def attention(q, k, v, mask=None, *, scale=None, causal=False):
+    if scale is None:
+        scale = 1 / math.sqrt(q.shape[-1])
+    scores = _f64(q) @ np.swapaxes(_f64(k), -1, -2) * scale
+    if mask is not None:
+        # A bool mask says which scores to keep; any other mask is an additive bias.
+        scores = (np.where(mask, scores, -np.inf) if mask.dtype == np.bool_
+                  else scores + _f64(mask))
+    if causal:
+        scores = np.where(np.tri(*scores.shape[-2:], dtype=bool), scores, -np.inf)
+    return _fresh(_softmax(scores, -1) @ _f64(v), q.dtype)
+
+
+# --- registry -----------------------------------------------------------------------------
+
+
+def _reporting(name, kernel):
+    """Let numpy's own shape and value complaints surface as a LegatoError naming the op."""
+    @functools.wraps(kernel)
+    def run(*inputs, **attrs):
+        try:
+            return kernel(*inputs, **attrs)
+        except (ValueError, IndexError) as err:  # numpy's AxisError is both
+            raise LegatoError(f"{name}: {err}") from err
+    return run
+
+
+KERNELS = {name: _reporting(name, kernel) for name, kernel in {
+    **{name: _binary(fn) for name, fn in _BINARY.items()},
+    **{name: _predicate(fn) for name, fn in _PREDICATES.items()},
+    **{name: _unary(fn) for name, fn in _UNARY.items()},
+    **{name: _reduction(fn) for name, fn in _REDUCTIONS.items()},
+    **{name: _along_one_axis(fn) for name, fn in _SOFTMAXES.items()},
+    "where": where, "cast": cast, "argmax": argmax, "variance": variance,
+    "reshape": reshape, "permute_dims": permute_dims, "broadcast_to": broadcast_to,
+    "concat": concat, "split": split, "strided_slice": strided_slice, "take": take,
+    "pad": pad, "squeeze": squeeze, "expand_dims": expand_dims, "flatten": flatten,
+    "clip": clip, "nn.leaky_relu": leaky_relu, "nn.gelu": gelu,
+    "nn.layer_norm": layer_norm, "nn.rms_norm": rms_norm, "nn.batch_norm": batch_norm,
+    "nn.group_norm": group_norm, "nn.instance_norm": instance_norm, "nn.linear": linear,
+    "nn.conv2d": conv2d, "nn.max_pool2d": max_pool2d, "nn.avg_pool2d": avg_pool2d,
+    "qnn.quantize": quantize, "qnn.dequantize": dequantize, "qnn.conv2d": qnn_conv2d,
+    "nn.attention": attention,
+}.items()}
