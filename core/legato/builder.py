@@ -22,6 +22,8 @@ def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
               origin: Origin | None = None) -> Call:
     """Create a call: check arity and optional inputs, normalize attributes, infer types."""
     opdef = registry.get(op)
+    if len(inputs) < len(opdef.inputs) and all(s.optional for s in opdef.inputs[len(inputs):]):
+        inputs = tuple(inputs) + (None,) * (len(opdef.inputs) - len(inputs))  # omitted optionals
     opdef.check_arity(len(inputs))
     for index, value in enumerate(inputs):
         if value is None:
@@ -34,6 +36,20 @@ def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
         attrs = opdef.normalize_attrs(attrs)
     types = opdef.infer_types([None if v is None else v.type for v in inputs], attrs)
     return Call(op, tuple(inputs), attrs, tuple(Value(t) for t in types), origin)
+
+
+_SCALARS: dict = {}
+
+
+def scalar_const(value, dtype: str) -> Const:
+    """A rank-0 constant; shared between uses, as constants are immutable."""
+    key = (type(value), value, dtype)
+    const = _SCALARS.get(key)
+    if const is None:
+        if len(_SCALARS) >= 4096:
+            _SCALARS.clear()
+        const = _SCALARS[key] = Const.of(value, dtype=dtype)
+    return const
 
 
 class _Recorder:
@@ -50,12 +66,14 @@ class _Recorder:
         """A rank-0 constant of the given dtype (or of a value's dtype)."""
         if isinstance(dtype, Value):
             dtype = dtype.dtype
-        return Const.of(value, dtype=dtype)
+        return scalar_const(value, dtype)
 
     def _as_value(self, item, dtype: str | None):
         if item is None or isinstance(item, Value):
             return item
-        if isinstance(item, (bool, int, float, np.ndarray, np.generic, list)):
+        if isinstance(item, (bool, int, float)):
+            return scalar_const(item, dtype)
+        if isinstance(item, (np.ndarray, np.generic, list)):
             return Const.of(item, dtype=dtype if not isinstance(item, np.ndarray) else None)
         raise OpError(f"cannot use {type(item).__name__} as an op input")
 

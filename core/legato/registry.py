@@ -105,6 +105,7 @@ class OpDef:
         self.decompose = decompose
         self.examples = tuple(examples)
         self.doc = doc or (inspect.getdoc(decompose) or "" if decompose else "")
+        self._attr_cache: dict = {}
         self._defaults = {k: freeze_attr(s.default) for k, s in self.attr_specs.items()
                           if s.default is not REQUIRED}
 
@@ -124,6 +125,20 @@ class OpDef:
 
     def normalize_attrs(self, attrs: dict) -> Attrs:
         """Validate attributes, fill defaults, freeze; errors name the op and attribute."""
+        try:  # decompositions emit the same few attribute sets over and over
+            key = tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items())
+            cached = self._attr_cache.get(key)
+        except TypeError:  # unhashable (e.g. nested lists): validate without caching
+            key, cached = None, None
+        if cached is None:
+            cached = self._normalize(attrs)
+            if key is not None:
+                if len(self._attr_cache) >= 1024:
+                    self._attr_cache.clear()
+                self._attr_cache[key] = cached
+        return cached
+
+    def _normalize(self, attrs: dict) -> Attrs:
         unknown = [k for k in attrs if k not in self.attr_specs]
         if unknown:
             hint = _suggest(unknown[0], self.attr_specs)
