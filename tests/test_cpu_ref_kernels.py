@@ -466,8 +466,8 @@ def test_pad_modes(mode, value, expected):
 
 
 def test_pad_orders_begins_then_ends():
-    out = run("pad", np.ones((2, 2), np.float32), pads=(1, 0, 0, 2), value=0.0, mode="constant")
-    assert out.tolist() == [[0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]]
+    out = run("pad", np.ones((2, 2), np.float32), pads=(1, 2, 0, 1), value=0.0, mode="constant")
+    assert out.tolist() == [[0, 0, 0, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 0]]
 
 
 def test_squeeze_expand_dims_flatten():
@@ -666,6 +666,7 @@ POOL_CASES = [  # pool_size, strides, padding, dilation, ceil_mode
     ((2, 2), (1, 2), (0, 1, 1, 0), (2, 2), True),
     ((3, 3), (3, 3), (1, 1, 1, 1), (1, 1), True),  # last ceil window would start in padding
     ((2, 3), (2, 1), (1, 1, 0, 1), (2, 1), False),
+    ((2, 2), (2, 2), (0, 0, 2, 3), (1, 1), True),  # end pads wider than the kernel
 ]
 
 

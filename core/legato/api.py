@@ -13,6 +13,7 @@ from .legalize import LegalizeResult, legalize_module
 from .plugins import get_host
 from .printer import parse
 from .report import Report
+from .verify import verify
 
 
 def _registry():
@@ -109,7 +110,7 @@ def compile(model, backend: str | Backend = "cpu_ref", config=None,
             max_level: int | None = None) -> Compiled:
     """Legalize `model` for `backend` and build its executor (or emit its artifact)."""
     host = get_host()
-    source = load_model(model)
+    source = verify(load_model(model), host.registry)
     be = host.backend(backend)
     result = legalize(source, be, config=config, max_level=max_level, mode="full")
     fallback = host.fallback_of(be) if be.executes else None

@@ -138,6 +138,7 @@ def _demo_one(source, backend, label, config, inputs, expected) -> int:
     ms = (time.perf_counter() - start) * 1e3
     report = compiled.report
     print(f"  {backend:<12} [{label}] legalized in {ms:.1f} ms: {report.summary()}")
+    print(f"  {'':<12} after: " + ", ".join(f"{op} x{n}" for op, n in sorted(report.after.items())))
     if not compiled.backend.executes:
         print(f"  {'':<12} emitted {len(compiled.artifact)} characters of "
               f"{type(compiled.artifact).__name__}")

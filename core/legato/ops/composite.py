@@ -119,7 +119,9 @@ def _expand_shape(shape, axes):
 
 
 def _flatten_shape(shape, axis):
-    axis = norm_axis(axis, len(shape) + 1)
+    if not -len(shape) <= axis <= len(shape):  # ONNX: axis in [-r, r], negative counts from r
+        fail(f"flatten axis {axis} is out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
     return (math.prod(shape[:axis]), math.prod(shape[axis:]))
 
 

@@ -50,7 +50,8 @@ def along_axis(b, param, data, axis: int):
 
 
 Q_EXAMPLES = [((f32(2, 3), f32(), T("int8")), {}),
-              ((f32(2, 3), f32(3), T("uint8", 3)), {"dtype": "uint8"})]
+              ((f32(2, 3), f32(3), T("uint8", 3)), {"dtype": "uint8"}),
+              ((f32(3, 2, 2), f32(3), T("int8", 3)), {"axis": 0})]
 
 
 @composite("qnn.quantize", "data, scale, zero_point", _quantize, "elemwise", 1, Q_EXAMPLES,
@@ -64,10 +65,12 @@ def quantize(b, x, scale, zero_point, axis, dtype):
 
 @composite("qnn.dequantize", "data, scale, zero_point", _dequantize, "elemwise", 1,
            [((T("int8", 2, 3), f32(), T("int8")), {}),
-            ((T("uint8", 2, 3), f32(3), T("uint8", 3)), {})],
+            ((T("uint8", 2, 3), f32(3), T("uint8", 3)), {}),
+            ((T("int8", 3, 2, 2), f32(3), T("int8", 3)), {"axis": 0})],
            {"axis": ("int", 1)})
 def dequantize(b, x, scale, zero_point, axis):
-    shifted = b.subtract(b.cast(x, dtype=scale.dtype), b.cast(zero_point, dtype=scale.dtype))
+    zero = along_axis(b, b.cast(zero_point, dtype=scale.dtype), x, axis)
+    shifted = b.subtract(b.cast(x, dtype=scale.dtype), zero)
     return b.multiply(shifted, along_axis(b, scale, x, axis))
 
 
