@@ -9,6 +9,12 @@ STAMP := $(VENV)/.installed
 INSTALL_DEPS := pyproject.toml Makefile $(wildcard plugins/*/pyproject.toml plugins/*/setup.py \
 	plugins/*/csrc/*.c plugins/*/csrc/*.h plugins/*/*/_build.py)
 
+# Extra set-up steps (e.g. tools in their own venvs) live in mk/*.mk and add their stamp
+# files to TEST_DEPS.
+TEST_DEPS :=
+.DEFAULT_GOAL := demo
+-include mk/*.mk
+
 .PHONY: demo test bench clean
 
 $(STAMP): $(INSTALL_DEPS)
@@ -21,7 +27,7 @@ $(STAMP): $(INSTALL_DEPS)
 demo: $(STAMP)
 	$(BIN)/legato demo
 
-test: $(STAMP)
+test: $(STAMP) $(TEST_DEPS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
