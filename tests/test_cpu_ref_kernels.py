@@ -3,18 +3,15 @@ import math
 import pathlib
 import re
 import statistics
-import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from legato.errors import LegatoError
+from legato_cpu_ref.kernels import KERNELS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "core"))
-sys.path.insert(0, str(ROOT / "plugins" / "cpu_ref"))
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from legato.errors import LegatoError  # noqa: E402
-from legato_cpu_ref.kernels import KERNELS  # noqa: E402
 
 F32 = np.dtype(np.float32)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 
 from ..ir import TensorType
-from .base import (composite, f32, fail, float_unary_infer, norm_axes, norm_axis,
+import numpy as np
+
+from .base import (T, composite, f32, fail, float_unary_infer, is_float, norm_axes, norm_axis,
                    require_float, unary_infer)
 from .primitives import REDUCE_ATTRS, _reduce
 
@@ -55,9 +57,14 @@ def leaky_relu(b, x, alpha):
 
 
 @composite("clip", "data", unary_infer, "elemwise", 1,
-           [(X23, {"min": -1.0, "max": 1.0}), (X23, {"min": 0.0}), (X23, {})],
+           [(X23, {"min": -1.0, "max": 1.0}), (X23, {"min": 0.0}), (X23, {}),
+            ((T("uint8", 2, 3),), {"min": -1.0, "max": 7.5})],
            {"min": ("float?", None), "max": ("float?", None)})
 def clip(b, x, min, max):
+    if not is_float(x.dtype):  # a bound beyond the integer range clips nothing
+        info = np.iinfo(x.dtype)
+        min = None if min is None or min <= info.min else int(math.ceil(min))
+        max = None if max is None or max >= info.max else int(math.floor(max))
     if min is not None:
         x = b.maximum(x, min)
     if max is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import composite, f32, fail, same_dtype
+from .base import composite, f32, fail, is_float, require_float, same_dtype
 
 SPATIAL_AXES = {"NCHW": (2, 3), "NHWC": (1, 2)}
 KERNEL_PERM_TO_OIHW = {"OIHW": None, "HWIO": [3, 2, 0, 1], "OHWI": [0, 3, 1, 2]}
@@ -191,7 +191,8 @@ POOL_EXAMPLES = [((f32(1, 2, 5, 5),), {"pool_size": [2, 2], "ceil_mode": True}),
 
 @composite("nn.max_pool2d", "data", _pool, "opaque", 1, POOL_EXAMPLES, POOL_ATTRS)
 def max_pool2d(b, x, **attrs):
-    return _tree(b, "maximum", _pool_taps(b, x, attrs, float("-inf"))[0])
+    lowest = float("-inf") if is_float(x.dtype) else float(np.iinfo(x.dtype).min)
+    return _tree(b, "maximum", _pool_taps(b, x, attrs, lowest)[0])
 
 
 def _window_counts(hw, attrs, pads, count_include_pad) -> np.ndarray:
@@ -209,7 +210,12 @@ def _window_counts(hw, attrs, pads, count_include_pad) -> np.ndarray:
     return counts
 
 
-@composite("nn.avg_pool2d", "data", _pool, "opaque", 1, POOL_EXAMPLES,
+def _avg_pool(types, attrs):
+    require_float(types[0])  # ONNX AveragePool is float-only; integer sums would wrap
+    return _pool(types, attrs)
+
+
+@composite("nn.avg_pool2d", "data", _avg_pool, "opaque", 1, POOL_EXAMPLES,
            {**POOL_ATTRS, "count_include_pad": ("bool", False)})
 def avg_pool2d(b, x, count_include_pad, **attrs):
     taps, pads, full = _pool_taps(b, x, attrs, 0.0)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir import TensorType
 from .base import (broadcast_shapes, fail, float_unary_infer, norm_axes, norm_axis,
                    primitive, reduced_shape, same_dtype, unary_infer)
@@ -213,6 +215,10 @@ def _pad(types, attrs):
     pads = attrs["pads"]
     if len(pads) != 2 * t.rank or any(p < 0 for p in pads):
         fail(f"pads {list(pads)} must be {2 * t.rank} non-negative ints (begins, then ends)")
+    if t.dtype != "bool" and not t.dtype.startswith("float") and not (
+            float(attrs["value"]).is_integer() and
+            np.iinfo(t.dtype).min <= attrs["value"] <= np.iinfo(t.dtype).max):
+        fail(f"pad value {attrs['value']} is not representable in {t.dtype}")
     if attrs["mode"] == "reflect" and any(
             max(pads[i], pads[i + t.rank]) >= d for i, d in enumerate(t.shape)
             if pads[i] or pads[i + t.rank]):

@@ -27,6 +27,8 @@ def _quantize(types, attrs):
     data, scale, zero_point = types
     require_float(data)
     _check_qparams(data, scale, zero_point, attrs["axis"])
+    if scale.dtype != data.dtype:
+        fail(f"scale dtype {scale.dtype} differs from data dtype {data.dtype}")
     if zero_point.dtype != attrs["dtype"]:
         fail(f"zero_point dtype {zero_point.dtype} differs from output dtype {attrs['dtype']}")
     return TensorType(data.shape, attrs["dtype"])
@@ -122,8 +124,8 @@ def _attention(types, attrs):
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
         fail(f"q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} do not match")
     if mask is not None:
-        if mask.dtype != "bool" and not is_float(mask.dtype):
-            fail(f"mask must be bool or float, got {mask.dtype}")
+        if mask.dtype not in ("bool", q.dtype):
+            fail(f"mask must be bool or {q.dtype} like q, got {mask.dtype}")
         scores = q.shape[:3] + (k.shape[2],)
         if len(mask.shape) > 4 or any(m not in (1, s) for m, s in
                                       zip(reversed(mask.shape), reversed(scores))):

@@ -69,8 +69,8 @@ def _choice(table: dict, key, name: str):
 def _along_axis(param, ndim: int, axis: int) -> np.ndarray:
     """A scalar or 1-D per-channel parameter, shaped to broadcast along `axis`."""
     param = np.asarray(param)
-    if param.ndim == 0:
-        return param
+    if param.ndim == 0 or param.shape == (1,):  # one element: per-tensor, as onnxruntime
+        return param.reshape(())
     if param.ndim != 1:
         raise LegatoError(f"parameter must be a scalar or 1-D, got shape {list(param.shape)}")
     shape = [1] * ndim
