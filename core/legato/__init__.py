@@ -9,6 +9,10 @@
 from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
                   load_model, plugin_problems, reference, register_backend, unregister_backend)
 from .builder import GraphBuilder
+from .fuse import function_pattern, fuse, group_by_origin, op_info
+from .layout import convert_layout, register_layout_rule
+from .partition import partition
+from .passes import FunctionPass, ModulePass, PassManager
 from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
                      OpError, ParseError, PluginError, RegistrationError, ShapeError)
 from .hookspecs import hookimpl
@@ -21,7 +25,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attrs", "Call", "Compiled", "ConfigError", "Const", "ExecutionError", "Function",
-    "GraphBuilder", "IRError", "LegalizationError", "LegatoError", "Module", "OpError",
+    "FunctionPass", "ModulePass", "PassManager", "convert_layout", "register_layout_rule",
+    "partition", "fuse", "op_info", "function_pattern", "group_by_origin", "GraphBuilder", "IRError", "LegalizationError", "LegatoError", "Module", "OpError",
     "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
     "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
     "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",

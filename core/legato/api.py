@@ -1,6 +1,7 @@
 """The public API: legalize, compile, and the registry and backend look-ups."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -8,7 +9,9 @@ from .backend import Backend, parse_capability
 from .config import load_config
 from .errors import LegatoError
 from .executor import Interpreter
-from .ir import Module
+from .ir import Function, Module
+from .layout import convert_layout
+from .partition import partition
 from .legalize import LegalizeResult, legalize_module
 from .plugins import get_host
 from .printer import parse
@@ -106,13 +109,19 @@ class Compiled:
         return f"Compiled({self.backend.name}: {self.report.summary()})"
 
 
-def compile(model, backend: str | Backend = "cpu_ref", config=None,
+def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
             max_level: int | None = None) -> Compiled:
-    """Legalize `model` for `backend` and build its executor (or emit its artifact)."""
+    """Legalize `model` for `backend` and build its executor (or emit its artifact).
+
+    With a list of backends the model is partitioned first (`legato.partition`): each
+    region runs on its backend, and the report counts ops per backend."""
     host = get_host()
     source = verify(load_model(model), host.registry)
+    if isinstance(backend, (list, tuple)):
+        return _compile_multi(source, list(backend), config, max_level)
     be = host.backend(backend)
-    result = legalize(source, be, config=config, max_level=max_level, mode="full")
+    module = convert_layout(source, be.layout, host.registry) if be.layout else source
+    result = legalize(module, be, config=config, max_level=max_level, mode="full")
     fallback = host.fallback_of(be) if be.executes else None
     if not be.executes:
         if be.emitter is None:
@@ -122,6 +131,29 @@ def compile(model, backend: str | Backend = "cpu_ref", config=None,
     factory = be.executor or Interpreter
     runner = factory(result.module, be, fallback, result.fallback_calls, host.registry)
     return Compiled(result.module, result.report, be, runner, None, source)
+
+
+def _compile_multi(source: Module, backends: list, config, max_level) -> Compiled:
+    """Partition, compile each external function on its backend, run main on cpu_ref's
+    interpreter with those as callees."""
+    host = get_host()
+    parted = partition(source, backends, config, host.registry)
+    callees, per_backend = {}, {}
+    for name, fn in parted.functions.items():
+        if fn.kind != "external":
+            continue
+        codegen = fn.attrs["codegen"]
+        region = Module({"main": Function(fn.params, fn.calls, fn.results)})
+        callees[name] = compile(region, codegen, config, max_level)
+        counts = per_backend.setdefault(codegen, Counter())
+        counts.update(c.op for c in callees[name].module.main.calls)
+    main_backend = host.backend(backends[-1])
+    rest = legalize(parted, main_backend, config=config, max_level=max_level)
+    report = rest.report
+    report.per_backend = {name: dict(c) for name, c in per_backend.items()}
+    runner = Interpreter(rest.module, main_backend, host.fallback_of(main_backend),
+                         rest.fallback_calls, host.registry, callees=callees)
+    return Compiled(rest.module, report, main_backend, runner, None, source)
 
 
 def reference(model) -> Interpreter:

@@ -18,17 +18,20 @@ from .ir import DTYPES, Call, freeze_attr
 from .registry import suggest
 
 CAPABILITY_KEYS = {"backend", "description", "executes", "fallback", "custom_ops", "domain",
-                   "legal", "legal_levels", "kernels", "layout"}
-CONDITION_KEYS = {"dtypes", "ranks", "attrs"}
+                   "legal", "legal_levels", "kernels", "layout", "rules"}
+CONDITION_KEYS = {"dtypes", "ranks", "attrs", "check"}
 
 
 @dataclass(frozen=True)
 class Condition:
-    """When an op is legal: allowed input dtypes, input ranks, attribute values."""
+    """When an op is legal: allowed input dtypes, input ranks, attribute values, and an
+    optional `check(call) -> reason | None` for what the declarative keys cannot say
+    (a callable, or 'module:function' imported on first use)."""
 
     dtypes: frozenset | None = None
     ranks: frozenset | None = None
     attrs: Mapping[str, tuple] = field(default_factory=dict)
+    check: Any = None
 
     def why_not(self, call: Call) -> str | None:
         tensors = [v for v in call.inputs if v is not None]
@@ -43,6 +46,10 @@ class Condition:
         for key, allowed in self.attrs.items():
             if call.attrs.get(key) not in allowed:
                 return f"{key}={call.attrs.get(key)!r} not in {[list(a) if isinstance(a, tuple) else a for a in allowed]}"
+        if self.check is not None:
+            if isinstance(self.check, str):  # frozen dataclass: cache the imported function
+                object.__setattr__(self, "check", resolve(self.check, f"check for {call.op}"))
+            return self.check(call)
         return None
 
 
@@ -53,11 +60,13 @@ class Backend:
                  fallback: str | None = None, custom_ops: bool = False,
                  domain: str = "legato", kernels: Mapping[str, Any] | None = None,
                  layout: str | None = None, executor: Callable | None = None,
-                 emitter: Callable | None = None, source: str = "", description: str = ""):
+                 emitter: Callable | None = None, source: str = "", description: str = "",
+                 rules: Mapping[str, Any] | None = None):
         self.name, self.executes, self.fallback = name, executes, fallback
         self.custom_ops, self.domain, self.layout = custom_ops, domain, layout
         self.legal = dict(legal)
         self._kernels = dict(kernels or {})
+        self._rules = dict(rules or {})
         self.executor, self.emitter = executor, emitter
         self.source, self.description = source, description
         self._cache: dict = {}
@@ -67,13 +76,15 @@ class Backend:
 
     def why_not(self, call: Call) -> str | None:
         """None when the backend runs this call natively; otherwise the reason it does not."""
-        key = (call.op, call.attrs, tuple(None if v is None else (v.dtype, v.rank)
+        cond = self.legal.get(call.op)
+        # a check may look at whole shapes; the declarative keys only at dtypes and ranks
+        key = (call.op, call.attrs, tuple(None if v is None else v.type if cond is not None
+                                          and cond.check is not None else (v.dtype, v.rank)
                                           for v in call.inputs))
         try:
             return self._cache[key]
         except KeyError:
             pass
-        cond = self.legal.get(call.op)
         reason = f"{self.name} does not list {call.op} as legal" if cond is None \
             else cond.why_not(call)
         if reason is not None and cond is not None:
@@ -83,6 +94,13 @@ class Backend:
 
     def supports(self, call: Call) -> bool:
         return self.why_not(call) is None
+
+    def rule(self, op: str) -> Callable | None:
+        """The backend's lowering rule for `op` (docs/plugins.md), imported on first use."""
+        rule = self._rules.get(op)
+        if isinstance(rule, str):
+            rule = self._rules[op] = resolve(rule, f"{self.name} rule for {op}")
+        return rule
 
     def has_kernel(self, op: str) -> bool:
         return op in self._kernels
@@ -171,11 +189,13 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
                 legal.setdefault(op, Condition())
     table = _parse_kernels(data.get("kernels"), registry, label)
     table.update(kernels or {})
+    rules = _parse_table(data.get("rules"), registry, label, "rules")
     return Backend(name, legal, executes=data.get("executes", True),
                    fallback=data.get("fallback"), custom_ops=data.get("custom_ops", False),
                    domain=data.get("domain") or "legato", kernels=table,
                    layout=data.get("layout"), executor=executor, emitter=emitter,
-                   source=plugin or label, description=data.get("description", ""))
+                   source=plugin or label, description=data.get("description", ""),
+                   rules=rules)
 
 
 def _parse_legal(legal, registry, label) -> dict[str, Condition]:
@@ -190,7 +210,8 @@ def _parse_legal(legal, registry, label) -> dict[str, Condition]:
                               f"(dtypes, ranks, attrs), got {cond!r}")
         check_keys(cond, CONDITION_KEYS, label, f"legal.{op}.")
         out[op] = Condition(_dtypes(cond, label, op), _ranks(cond, label, op),
-                            _attr_conditions(cond.get("attrs") or {}, registry.get(op), label))
+                            _attr_conditions(cond.get("attrs") or {}, registry.get(op), label),
+                            _callable_ref(cond.get("check"), label, f"legal.{op}.check"))
     return out
 
 
@@ -244,3 +265,24 @@ def _parse_kernels(kernels, registry, label) -> dict:
     for op in kernels:
         check_op(op, registry, label, "kernels")
     return dict(kernels)
+
+
+def _callable_ref(ref, label: str, key: str):
+    """A callable or a 'module:function' string (imported on first use), or None."""
+    if ref is None or callable(ref):
+        return ref
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ConfigError(f"{label}: {key}: expected 'module:function', got {ref!r}")
+    return ref
+
+
+def _parse_table(table, registry, label: str, key: str) -> dict:
+    """A mapping op -> callable or 'module:function' (the `rules` key)."""
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{label}: key {key!r} must map op names to 'module:function'")
+    for op, ref in table.items():
+        check_op(op, registry, label, key)
+        _callable_ref(ref, label, f"{key}.{op}")
+    return dict(table)

@@ -12,6 +12,7 @@ import numpy as np
 from . import api
 from .errors import LegatoError
 from .examples import EXAMPLES, random_inputs
+from .fuse import fuse, op_info
 
 DEMO_CONFIG = Path("configs/demo.yaml")
 
@@ -81,10 +82,17 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def _backends(arg: str):
+    names = [n.strip() for n in arg.split(",") if n.strip()]
+    return names if len(names) > 1 else names[0]
+
+
 def cmd_compile(args) -> int:
-    compiled = api.compile(args.model, args.backend, args.config, args.max_level)
+    compiled = api.compile(args.model, _backends(args.backend), args.config, args.max_level)
     print(compiled.report if args.explain else
           f"{args.backend}: {compiled.report.summary()}", file=sys.stderr)
+    if args.explain:
+        _explain_structure(compiled.module)
     text = compiled.artifact if compiled.artifact is not None else str(compiled.module)
     if args.output:
         Path(args.output).write_text(text)
@@ -94,8 +102,22 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _explain_structure(module) -> None:
+    """Regions claimed by backends, and what fusion would group, with origins."""
+    for name, fn in module.functions.items():
+        if fn.kind == "external":
+            print(f"region @{name} on {fn.attrs['codegen']}: "
+                  + ", ".join(c.op for c in fn.calls), file=sys.stderr)
+    fused = fuse(module)
+    for name, fn in fused.functions.items():
+        if fn.kind == "primitive":
+            sources = sorted({i["origin"]["op"] for i in op_info(fn) if i["origin"]})
+            print(f"fused @{name} ({fn.attrs['pattern']}): {', '.join(fn.attrs['ops'])}"
+                  + (f"  [from {', '.join(sources)}]" if sources else ""), file=sys.stderr)
+
+
 def cmd_run(args) -> int:
-    compiled = api.compile(args.model, args.backend, args.config, args.max_level)
+    compiled = api.compile(args.model, _backends(args.backend), args.config, args.max_level)
     inputs = random_inputs(compiled.source, args.seed)
     outputs = _as_tuple(compiled(*inputs))
     expected = _as_tuple(api.reference(compiled.source)(*inputs))

@@ -34,9 +34,10 @@ class Interpreter:
     """Runs a legalized module with a backend's kernels (and its fallback's)."""
 
     def __init__(self, module: Module, backend, fallback=None, fallback_calls=(),
-                 registry=None, check_outputs: bool = True):
+                 registry=None, check_outputs: bool = True, callees=None):
         self.module, self.backend, self.fallback = module, backend, fallback
         self.fallback_calls = set(fallback_calls)
+        self.callees = dict(callees or {})  # function name -> runner (e.g. another backend)
         self.registry = registry
         self.check_outputs = check_outputs
         self._plans: dict[str, tuple] = {}
@@ -81,7 +82,8 @@ class Interpreter:
                 raise ExecutionError(f"{describe_call(call, where)}: {err}") from None
             inputs = tuple(slot(v) for v in call.inputs)
             outputs = tuple(slots.setdefault(o, len(slots)) for o in call.outputs)
-            steps.append(_Step(kernel, inputs, dict(call.attrs), outputs, call, where))
+            attrs = {} if call.op == CALL_OP else dict(call.attrs)
+            steps.append(_Step(kernel, inputs, attrs, outputs, call, where))
         results = tuple(slot(r) for r in fn.results)
         _plan_frees(steps, results, {s for s, _ in consts} | set(range(len(fn.params))))
         plan = (fn, len(slots), tuple(consts), tuple(steps), results)
@@ -89,6 +91,9 @@ class Interpreter:
         return plan
 
     def _call_kernel(self, call: Call):
+        runner = self.callees.get(call.attrs["callee"])
+        if runner is not None:
+            return lambda *args: _as_tuple(runner(*args))
         plan = self._plan(call.attrs["callee"])
         return lambda *args: self._run(plan, args)
 
@@ -119,6 +124,10 @@ class Interpreter:
             for index in step.free:
                 env[index] = None
         return tuple(env[i] for i in results)
+
+
+def _as_tuple(value):
+    return value if isinstance(value, tuple) else (value,)
 
 
 def _place(call: Call, inputs):

@@ -20,6 +20,7 @@ from .builder import Emitter, make_call, run_decomposition
 from .config import EMPTY_CONFIG, BackendConfig
 from .errors import LegalizationError, LegatoError
 from .ir import Call, Function, Module, Origin, Value
+from .passes import FunctionPass
 from .report import Decision, Report
 from .verify import CALL_OP
 
@@ -233,11 +234,22 @@ def legalize_module(module: Module, registry, backend=None, fallback=None,
     if backend is None and max_level is None and config.max_level is None:
         raise LegatoError("legalize needs a backend, a max_level, or both")
     worker = _Legalizer(registry, backend, fallback, config, max_level, mode)
-    functions = {}
-    for name, fn in module.functions.items():
-        functions[name] = fn if fn.kind == "external" else worker.function(name, fn)
-    changed = any(functions[n] is not module.functions[n] for n in functions)
+    legalized, changed = LegalizePass(worker).run(module)
     worker.report.changed = changed
-    result = module if mode == "analysis" or not changed else Module(functions)
-    return LegalizeResult(result, worker.report, worker.fallback_calls)
+    return LegalizeResult(module if mode == "analysis" else legalized, worker.report,
+                          worker.fallback_calls)
+
+
+class LegalizePass(FunctionPass):
+    """Legalization as a function pass: enters fused (primitive) functions, never external."""
+
+    name = "legalize"
+    enters_primitive = True
+
+    def __init__(self, worker: _Legalizer):
+        self.worker = worker
+
+    def run_function(self, name, fn, module):
+        new = self.worker.function(name, fn)
+        return new, new is not fn
 

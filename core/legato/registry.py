@@ -103,6 +103,7 @@ class OpDef:
                            for k, v in attrs.items()}
         self.infer = infer
         self.decompose = decompose
+        self.layout_rule = None  # set by legato.layout.register_layout_rule
         self.examples = tuple(examples)
         self.doc = doc or (inspect.getdoc(decompose) or "" if decompose else "")
         self._attr_cache: dict = {}

@@ -26,6 +26,7 @@ class Report:
         self.after: Counter = Counter()
         self.failures: list[str] = []
         self.changed = False
+        self.per_backend: dict[str, dict[str, int]] = {}  # multi-backend compile: ops per backend
 
     def record(self, op: str, decision: Decision, source: bool) -> None:
         self._events[(op, decision.action, decision.reason, source)] += 1
@@ -58,6 +59,8 @@ class Report:
             if ops:
                 parts.append(f"{action}: " + ", ".join(f"{op} x{n}" for op, n in
                                                        sorted(ops.items())))
+        for name, counts in sorted(self.per_backend.items()):
+            parts.append(f"on {name}: {sum(counts.values())} calls")
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -69,6 +72,9 @@ class Report:
         if self.after:
             lines.append("  result ops: " + ", ".join(f"{op} x{n}" for op, n in
                                                       sorted(self.after.items())))
+        for name, counts in sorted(self.per_backend.items()):
+            lines.append(f"  on {name}: " + ", ".join(f"{op} x{n}" for op, n in
+                                                    sorted(counts.items())))
         lines.extend(f"  FAILED: {f}" for f in self.failures)
         return "\n".join(lines)
 

@@ -1,0 +1,105 @@
+"""The converter table of the ONNX importer and the per-node view converters work on.
+
+A converter is a small function `fn(node) -> Value | tuple` registered for one or more
+ONNX op types with `@converter("Add", ...)`; the table refuses a second converter for an op
+type. `const_inputs` names the input positions that must be known at import time (shapes,
+axes, pads): legato has static shapes, so these become attributes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import LegatoError
+from ..ir import DTYPES, Const, Value
+
+
+@dataclass(frozen=True)
+class Converter:
+    op_type: str
+    fn: Callable
+    const_inputs: tuple[int, ...] = ()
+
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str, const_inputs: tuple[int, ...] = ()):
+    """Register the decorated function as the converter of `op_types` (default domain)."""
+    def register(fn):
+        for op_type in op_types:
+            if op_type in CONVERTERS:
+                raise LegatoError(f"ONNX op {op_type} already has a converter "
+                                  f"({CONVERTERS[op_type].fn.__name__})")
+            CONVERTERS[op_type] = Converter(op_type, fn, tuple(const_inputs))
+        return fn
+    return register
+
+
+def onnx_dtype(elem_type: int, where: str) -> str:
+    """The legato dtype of an ONNX TensorProto element type, or a LegatoError."""
+    from onnx import TensorProto, helper
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001 - onnx raises various errors for unknown enums
+        name = None
+    if name not in DTYPES:
+        label = TensorProto.DataType.Name(elem_type) if elem_type in \
+            TensorProto.DataType.values() else str(elem_type)
+        raise LegatoError(f"{where}: ONNX element type {label} is not supported by legato "
+                          f"(supported: {', '.join(DTYPES)})")
+    return name
+
+
+class Node:
+    """One ONNX node as a converter sees it: inputs as legato values, attributes as Python
+    values, constant inputs as numpy arrays, and the GraphBuilder `b` to emit calls."""
+
+    def __init__(self, b, proto, inputs, attrs: dict, opset: int):
+        self.b, self.proto, self.opset = b, proto, opset
+        self.op = proto.op_type
+        self.name = proto.name or f"<unnamed {proto.op_type}>"
+        self.inputs: list[Value | None] = inputs
+        self.attrs = attrs
+        self.outputs = list(proto.output)
+
+    def input(self, index: int) -> Value | None:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def const(self, index: int, default=None) -> np.ndarray | None:
+        """The value of input `index`, which must be known at import time (or absent)."""
+        value = self.input(index)
+        if value is None:
+            return default
+        if not isinstance(value, Const):
+            self.fail(f"input {index} ({self.proto.input[index]!r}) must be a constant "
+                      "(initializer, Constant node or a folded shape computation): legato "
+                      "has static shapes")
+        return value.data
+
+    def ints(self, index: int, default=None) -> list[int] | None:
+        data = self.const(index)
+        return default if data is None else [int(v) for v in np.ravel(data)]
+
+    def scalar(self, index: int, default=None):
+        data = self.const(index)
+        return default if data is None else np.ravel(data)[0].item()
+
+    def wants(self, index: int) -> bool:
+        """Whether output `index` is used (present and named)."""
+        return index < len(self.outputs) and bool(self.outputs[index])
+
+    def call(self, op: str, *inputs, **attrs):
+        return self.b.call(op, *inputs, **attrs)
+
+    def fail(self, message: str):
+        raise LegatoError(f"{self.op} node {self.name!r}: {message}")
+
+    def require(self, condition, message: str):
+        if not condition:
+            self.fail(message)

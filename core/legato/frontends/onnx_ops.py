@@ -1,0 +1,282 @@
+"""ONNX converters for elementwise math, data movement, reductions and constants."""
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+
+from ..ir import Const
+from ..ops.base import broadcast_shapes, norm_axes
+from .onnx_convert import converter, onnx_dtype
+
+# --- elementwise ----------------------------------------------------------------------------
+
+BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
+          "Equal": "equal", "Less": "less", "Greater": "greater",
+          "And": "logical_and", "Or": "logical_or"}
+UNARY = {"Neg": "negative", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+         "Tanh": "tanh", "Sigmoid": "sigmoid", "Erf": "erf", "Not": "logical_not",
+         "Floor": "floor", "Ceil": "ceil", "Round": "round"}
+
+
+@converter(*BINARY)
+def binary(node):
+    return node.call(BINARY[node.op], *node.inputs[:2])
+
+
+@converter(*UNARY)
+def unary(node):
+    return node.call(UNARY[node.op], node.inputs[0])
+
+
+@converter("LessOrEqual", "GreaterOrEqual")
+def compare_or_equal(node):
+    a, b = node.inputs
+    strict = node.call("less" if node.op == "LessOrEqual" else "greater", a, b)
+    return node.call("logical_or", strict, node.call("equal", a, b))
+
+
+@converter("Pow")
+def pow_(node):
+    base, exponent = node.inputs
+    if exponent.dtype != base.dtype:  # ONNX allows mixed types; the result is base's type
+        exponent = node.call("cast", exponent, dtype=base.dtype)
+    return node.call("power", base, exponent)
+
+
+@converter("Max", "Min", "Sum")
+def variadic(node):
+    op = {"Max": "maximum", "Min": "minimum", "Sum": "add"}[node.op]
+    return reduce(lambda a, b: node.call(op, a, b), node.inputs)
+
+
+@converter("Where")
+def where(node):
+    return node.call("where", *node.inputs)
+
+
+@converter("Reciprocal")
+def reciprocal(node):
+    return node.call("divide", 1.0, node.inputs[0])
+
+
+@converter("Relu")
+def relu(node):
+    x = node.inputs[0]
+    return node.call("nn.relu", x) if x.dtype.startswith(("float", "bfloat")) else \
+        node.call("maximum", x, 0)
+
+
+@converter("LeakyRelu")
+def leaky_relu(node):
+    return node.call("nn.leaky_relu", node.inputs[0], alpha=node.attr("alpha", 0.01))
+
+
+@converter("Gelu")
+def gelu(node):
+    return node.call("nn.gelu", node.inputs[0], approximate=node.attr("approximate", "none"))
+
+
+@converter("Clip", const_inputs=(1, 2))
+def clip(node):
+    return node.call("clip", node.inputs[0], min=node.scalar(1), max=node.scalar(2))
+
+
+@converter("Cast")
+def cast(node):
+    dtype = onnx_dtype(node.attr("to"), "attribute 'to'")
+    return node.call("cast", node.inputs[0], dtype=dtype)
+
+
+@converter("Identity")
+def identity(node):
+    return node.inputs[0]
+
+
+# --- linear algebra -------------------------------------------------------------------------
+
+@converter("MatMul")
+def matmul(node):
+    return node.call("matmul", *node.inputs)
+
+
+@converter("Gemm")
+def gemm(node):
+    a, b, c = node.input(0), node.input(1), node.input(2)
+    if node.attr("transA", 0):
+        a = node.call("permute_dims", a, axes=[1, 0])
+    if node.attr("transB", 0):
+        b = node.call("permute_dims", b, axes=[1, 0])
+    y = node.call("matmul", a, b)
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = node.call("multiply", y, alpha)
+    if c is not None:
+        y = node.call("add", y, c if beta == 1.0 else node.call("multiply", c, beta))
+    return y
+
+
+# --- data movement --------------------------------------------------------------------------
+
+@converter("Reshape", const_inputs=(1,))
+def reshape(node):
+    x, shape = node.inputs[0], node.ints(1)
+    if not node.attr("allowzero", 0):  # 0 copies the input's dimension
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return node.call("reshape", x, shape=shape)
+
+
+@converter("Transpose")
+def transpose(node):
+    return node.call("permute_dims", node.inputs[0], axes=node.attr("perm"))
+
+
+@converter("Concat")
+def concat(node):
+    return node.call("concat", *node.inputs, axis=node.attr("axis"))
+
+
+@converter("Split", const_inputs=(1,))
+def split(node):
+    x, axis = node.inputs[0], node.attr("axis", 0)
+    sizes = node.ints(1)
+    if sizes is None:
+        parts = node.attr("num_outputs", len(node.outputs))
+        dim = x.shape[axis]
+        chunk = -(-dim // parts)  # ONNX 18: equal chunks of ceil(dim/n), the last smaller
+        sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
+    result = node.call("split", x, sections=sizes, axis=axis)
+    return result if isinstance(result, tuple) else (result,)
+
+
+@converter("Slice", const_inputs=(1, 2, 3, 4))
+def slice_(node):
+    return node.call("strided_slice", node.inputs[0], begin=node.ints(1), end=node.ints(2),
+                     axes=node.ints(3), strides=node.ints(4))
+
+
+@converter("Gather")
+def gather(node):
+    return node.call("take", *node.inputs, axis=node.attr("axis", 0))
+
+
+@converter("Expand", const_inputs=(1,))
+def expand(node):
+    x = node.inputs[0]
+    return node.call("broadcast_to", x, shape=broadcast_shapes(x.shape, tuple(node.ints(1))))
+
+
+@converter("Flatten")
+def flatten(node):
+    return node.call("flatten", node.inputs[0], axis=node.attr("axis", 1))
+
+
+def _axes(node, index: int = 1):
+    """Axes from input `index` (newer opsets) or the `axes` attribute (older ones)."""
+    axes = node.ints(index)
+    return node.attr("axes") if axes is None else axes
+
+
+@converter("Squeeze", const_inputs=(1,))
+def squeeze(node):
+    return node.call("squeeze", node.inputs[0], axes=_axes(node))
+
+
+@converter("Unsqueeze", const_inputs=(1,))
+def unsqueeze(node):
+    return node.call("expand_dims", node.inputs[0], axes=_axes(node))
+
+
+@converter("Shape")
+def shape(node):
+    dims = node.inputs[0].shape
+    start, end = node.attr("start", 0), node.attr("end", len(dims))
+    return Const.of(np.array(dims[start:end], dtype=np.int64))
+
+
+@converter("Size")
+def size(node):
+    return Const.of(np.array(node.inputs[0].type.size, dtype=np.int64))
+
+
+@converter("Constant")
+def constant(node):
+    (key, value), = node.attrs.items()
+    dtypes = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+              "value_ints": np.int64}
+    if key not in ("value",) + tuple(dtypes):
+        node.fail(f"attribute {key!r} is not supported (value, value_float(s), value_int(s))")
+    return Const.of(np.array(value, dtype=dtypes.get(key)))
+
+
+# --- padding --------------------------------------------------------------------------------
+
+@converter("Pad", const_inputs=(1, 2, 3))
+def pad(node):
+    x, mode = node.inputs[0], node.attr("mode", "constant")
+    pads, value = node.ints(1), node.scalar(2, 0)
+    axes = [a % x.rank for a in node.ints(3, list(range(x.rank)))]
+    full = [0] * (2 * x.rank)
+    for i, axis in enumerate(axes):
+        full[axis], full[x.rank + axis] = pads[i], pads[len(axes) + i]
+    crop = [min(p, 0) for p in full]  # negative pads remove elements
+    if any(crop):
+        x = node.call("strided_slice", x, begin=[-c for c in crop[:x.rank]],
+                      end=[d + c for d, c in zip(x.shape, crop[x.rank:])])
+        full = [max(p, 0) for p in full]
+    if mode == "wrap":
+        return _wrap_pad(node, x, full)
+    return node.call("pad", x, pads=full, value=float(value), mode=mode)
+
+
+def _wrap_pad(node, x, pads):
+    """Circular padding: each axis gets its own tail in front and its head behind."""
+    for axis in range(x.rank):
+        before, after, dim = pads[axis], pads[x.rank + axis], x.shape[axis]
+        node.require(before <= dim and after <= dim, f"wrap pads {pads} exceed the dims "
+                                                     f"{list(x.shape)}")
+        parts = [node.call("strided_slice", x, begin=[dim - before], end=[dim], axes=[axis])
+                 ] if before else []
+        parts.append(x)
+        if after:
+            parts.append(node.call("strided_slice", x, begin=[0], end=[after], axes=[axis]))
+        x = node.call("concat", *parts, axis=axis) if len(parts) > 1 else x
+    return x
+
+
+# --- reductions -----------------------------------------------------------------------------
+
+REDUCTIONS = {"ReduceSum": ("sum", 0.0), "ReduceMean": ("mean", math.nan),
+              "ReduceMax": ("max", -math.inf), "ReduceMin": ("min", math.inf)}
+
+
+@converter(*REDUCTIONS, const_inputs=(1,))
+def reduction(node):
+    x, (op, empty) = node.inputs[0], REDUCTIONS[node.op]
+    axes, keepdims = _axes(node), bool(node.attr("keepdims", 1))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return x
+        axes = None
+    axes = norm_axes(axes, x.rank)
+    if any(x.shape[a] == 0 for a in axes):  # the reduction of an empty set is its identity
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes]
+        return Const.of(_empty_identity(empty, x.dtype, shape))
+    return node.call(op, x, axes=list(axes), keepdims=keepdims)
+
+
+def _empty_identity(value: float, dtype: str, shape) -> np.ndarray:
+    if dtype == "bool":
+        return np.full(shape, value > 0)
+    if not dtype.startswith(("float", "bfloat")):
+        info = np.iinfo(dtype)
+        value = 0 if value == 0 else info.max if value > 0 else info.min
+    return np.full(shape, value, dtype=dtype)
+
+
+@converter("ArgMax")
+def argmax(node):
+    return node.call("argmax", node.inputs[0], axis=node.attr("axis", 0),
+                     keepdims=bool(node.attr("keepdims", 1)),
+                     select_last_index=bool(node.attr("select_last_index", 0)))
