@@ -4,6 +4,8 @@ For each call, in order (DESIGN §4):
 1. kept by the user config: the backend lowers it natively, or tunnels it as a custom op;
 2. level above max_level: decompose;
 3. supported by the backend and not forced to decompose: legal;
+   otherwise, if the backend has a lowering rule for the op (docs/plugins.md), the rule
+   rewrites it into the backend's form (the new calls go through the same steps);
 4. has a decomposition: decompose (the new calls go through the same steps);
 5. supported by the fallback backend: legal there;
 6. otherwise: an error naming the op, attributes, types, backend and each failed route.
@@ -26,6 +28,7 @@ from .verify import CALL_OP
 
 MODES = ("full", "partial", "analysis")
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
+BACKEND_RULE = "backend-rule"  # Decision.rule of a call rewritten by the backend's rule
 
 
 @dataclass
@@ -55,7 +58,7 @@ class _Legalizer:
             decision = self._decisions[key] = self._decide(call)
         return decision
 
-    def _decide(self, call: Call) -> Decision:
+    def _decide(self, call: Call, use_rules: bool = True) -> Decision:
         op, backend = call.op, self.backend
         if op == CALL_OP:
             return Decision("legal", "a call of a module function")
@@ -74,6 +77,9 @@ class _Legalizer:
             return Decision("legal", f"{backend.name} supports it")
         if why is None:
             why = f"decompose requested by config {self.config.source or ''}".rstrip()
+        elif use_rules and backend.rule(op) is not None:
+            return Decision("decomposed", f"{why}; rewritten by {backend.name}'s lowering rule",
+                            BACKEND_RULE)
         if opdef.decompose is not None:
             return Decision("decomposed", why, "unsupported")
         fallback_why = self.fallback.why_not(call) if self.fallback else \
@@ -123,6 +129,16 @@ class _Legalizer:
 
     def emit(self, call: Call, remap, out: list, source: str, from_input: bool) -> None:
         decision = self.decide(call)
+        if decision.rule == BACKEND_RULE:
+            if call.origin is not None and f"lower:{call.op}" in call.origin.rules:
+                # the rule made a call of its own op that is still not legal: it would loop
+                decision = Decision("failed", self._routes(call, [
+                    f"native: {decision.reason}", f"rule lower:{call.op}: produced "
+                    f"{call.op} that is still not legal (rewrite loop)"]))
+            elif self._lower(call, decision, remap, out, source, from_input):
+                return
+            else:  # the rule declined: the other routes
+                decision = self._decide(call, use_rules=False)
         self.report.record(call.op, decision, from_input)
         action = decision.action
         if action == "decomposed":
@@ -157,6 +173,26 @@ class _Legalizer:
             self.emit(_rewire(produced, remap), remap, out, source, False)
         for old, new in zip(call.outputs, results):
             remap[old] = remap.get(new, new)
+
+    def _lower(self, call: Call, decision: Decision, remap, out, source, from_input) -> bool:
+        """Apply the backend's rule `rule(b, call)`; False when it returns None (declines)."""
+        rule = f"lower:{call.op}"
+        emitter = Emitter(self.registry, _child_origin(call, source, rule))
+        try:
+            results = self.backend.rule(call.op)(emitter, call)
+        except LegatoError as err:
+            raise LegalizationError(f"rule {rule} of {self.backend.name} failed on {call.op} "
+                                    f"{json.dumps(call.attrs.to_json())}: {err}") from err
+        if results is None:
+            return False
+        self.report.record(call.op, decision, from_input)
+        results = results if isinstance(results, tuple) else (results,)
+        _check_types(call, results, rule)
+        for produced in emitter.calls:
+            self.emit(_rewire(produced, remap), remap, out, source, False)
+        for old, new in zip(call.outputs, results):
+            remap[old] = remap.get(new, new)
+        return True
 
     def _custom(self, call: Call, remap, source) -> Call:
         custom = encode_custom(call, self.backend.domain, self.registry)
