@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..ir import TensorType
-from .base import (broadcast_shapes, fail, float_unary_infer, norm_axes, norm_axis,
+from .base import (broadcast_shapes, fail, float_unary_infer, is_float, norm_axes, norm_axis,
                    primitive, reduced_shape, same_dtype, unary_infer)
 
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
@@ -215,7 +215,7 @@ def _pad(types, attrs):
     pads = attrs["pads"]
     if len(pads) != 2 * t.rank or any(p < 0 for p in pads):
         fail(f"pads {list(pads)} must be {2 * t.rank} non-negative ints (begins, then ends)")
-    if t.dtype != "bool" and not t.dtype.startswith("float") and not (
+    if t.dtype != "bool" and not is_float(t.dtype) and not (
             float(attrs["value"]).is_integer() and
             np.iinfo(t.dtype).min <= attrs["value"] <= np.iinfo(t.dtype).max):
         fail(f"pad value {attrs['value']} is not representable in {t.dtype}")

@@ -149,11 +149,16 @@ def where(cond, x, y):
 
 
 def cast(data, *, dtype="float32"):
+    if dtype == "bfloat16":  # numpy knows bfloat16 only once ml_dtypes is imported
+        try:
+            import ml_dtypes  # noqa: F401
+        except ImportError as err:
+            raise LegatoError("casting to bfloat16 needs the ml_dtypes package") from err
     try:
         target = np.dtype(dtype)
     except TypeError as err:
         raise LegatoError(f"unknown dtype {dtype!r}") from err
-    if target.kind not in "biuf":
+    if target.kind not in "biuf" and target.name != "bfloat16":
         raise LegatoError(f"cannot cast to {dtype!r}")
     # astype already truncates floats toward zero and maps to bool as `!= 0`.
     return _fresh(data.astype(target), target)
