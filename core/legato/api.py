@@ -67,7 +67,8 @@ def load_model(model) -> Module:
         return example(model)
     path = Path(model)
     if path.suffix == ".onnx":
-        raise LegatoError(f"{path}: the ONNX importer is not available in this version")
+        from .frontends.onnx import load as load_onnx
+        return load_onnx(path)
     try:
         text = path.read_text()
     except OSError as err:

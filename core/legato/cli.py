@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                                ("run", cmd_run, "compile MODEL, run it on random inputs and "
                                                "check the result against cpu_ref")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("model", help="text-form file, or example:" + "|".join(EXAMPLES))
+        p.add_argument("model", help="text-form file, .onnx file, or example:" + "|".join(EXAMPLES))
         p.add_argument("--backend", "-b", default="cpu_ref")
         p.add_argument("--config", "-c", help="user config YAML (configs/*.yaml)")
         p.add_argument("--max-level", type=int, help="decompose every op above this level")
@@ -88,9 +88,15 @@ def _backends(arg: str):
 
 
 def cmd_compile(args) -> int:
-    compiled = api.compile(args.model, _backends(args.backend), args.config, args.max_level)
+    model, onnx_nodes = args.model, None
+    if str(model).endswith(".onnx"):  # imported here to report per-ONNX-op coverage
+        from .frontends.onnx import coverage, load_with_nodes
+        model, onnx_nodes = load_with_nodes(model)
+    compiled = api.compile(model, _backends(args.backend), args.config, args.max_level)
     print(compiled.report if args.explain else
           f"{args.backend}: {compiled.report.summary()}", file=sys.stderr)
+    if onnx_nodes is not None:
+        print(coverage(onnx_nodes, compiled.report), file=sys.stderr)
     if args.explain:
         _explain_structure(compiled.module)
     text = compiled.artifact if compiled.artifact is not None else str(compiled.module)

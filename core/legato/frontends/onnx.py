@@ -20,7 +20,7 @@ import numpy as np
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
-from . import onnx_nn, onnx_ops  # noqa: F401 - importing them registers their converters
+from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401 - importing them registers their converters
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
 
 MIN_OPSET = 13
@@ -43,12 +43,42 @@ def load(model, input_shapes: Mapping | None = None) -> Module:
 
     `input_shapes` binds what the model leaves symbolic: `{input_name: shape}` for a whole
     input, or `{dim_param: size}` for a named dimension such as "batch"."""
+    return load_with_nodes(model, input_shapes)[0]
+
+
+def load_with_nodes(model, input_shapes: Mapping | None = None):
+    """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
     proto = read_model(model)
     check_supported(proto)
-    opset = check_opset(proto)
+    proto, opset = check_opset(proto)
     check_tensors(proto.graph)
     check_shapes(proto, input_shapes or {})
-    return _Importer(proto.graph, opset, input_shapes or {}).run()
+    importer = _Importer(proto.graph, opset, input_shapes or {})
+    return importer.run(), importer.nodes
+
+
+COVERAGE = ("native", "decomposed", "custom", "fallback", "folded")
+
+
+def coverage(nodes, report) -> str:
+    """Per ONNX op type, how its nodes end up on the backend: run natively, decomposed,
+    tunnelled as custom ops, run on the fallback, or folded away at import."""
+    actions: dict[str, set] = {}
+    for row in report.entries:
+        if row["source"]:
+            actions.setdefault(row["op"], set()).add(row["action"])
+    table: dict[str, dict[str, int]] = {}
+    for op_type, _, ops in nodes:
+        seen = set().union(*(actions.get(op, {"legal"}) for op in ops)) if ops else {"folded"}
+        kind = next((k for k in ("fallback", "custom", "decomposed", "folded") if k in seen),
+                    "native")
+        counts = table.setdefault(op_type, dict.fromkeys(COVERAGE, 0))
+        counts[kind] += 1
+    lines = [f"ONNX op coverage for {report.backend}:",
+             f"  {'op':<24}" + "".join(f"{k:>11}" for k in COVERAGE)]
+    lines += [f"  {op:<24}" + "".join(f"{c[k]:>11}" for k in COVERAGE)
+              for op, c in sorted(table.items())]
+    return "\n".join(lines)
 
 
 def read_model(model):
@@ -85,16 +115,24 @@ def check_supported(proto) -> None:
                           "import:\n" + "\n".join(lines))
 
 
-def check_opset(proto) -> int:
+def check_opset(proto):
+    """(model, opset): opsets below 13 are upgraded with onnx's version converter."""
     onnx = _onnx()
     newest = onnx.defs.onnx_opset_version()
     versions = {o.domain: o.version for o in proto.opset_import}
     opset = next((versions[d] for d in DEFAULT_DOMAINS if d in versions), None)
-    if opset is None or not MIN_OPSET <= opset <= newest:
+    if opset is not None and opset < MIN_OPSET:
+        try:
+            upgraded = onnx.version_converter.convert_version(proto, MIN_OPSET)
+        except Exception as err:  # noqa: BLE001 - the converter raises RuntimeError and others
+            raise LegatoError(f"ONNX opset {opset} is older than {MIN_OPSET} and could not be "
+                              f"upgraded: {' '.join(str(err).split())[:200]}") from None
+        return upgraded, MIN_OPSET
+    if opset is None or opset > newest:
         raise LegatoError(f"ONNX opset {opset} is not supported: legato imports opsets "
                           f"{MIN_OPSET} to {newest} (the newest the installed onnx "
                           f"{onnx.__version__} knows)")
-    return opset
+    return proto, opset
 
 
 def check_tensors(graph) -> None:
@@ -187,6 +225,7 @@ class _Importer:
         self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
         self.b = GraphBuilder()
         self.env: dict[str, Value] = {}
+        self.nodes: list[tuple[str, str, list[str]]] = []
 
     def run(self) -> Module:
         for tensor in self.graph.initializer:
@@ -223,6 +262,7 @@ class _Importer:
         results = result if isinstance(result, (tuple, list)) else (result,)
         if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
             results = self.fold(start, results)
+        self.nodes.append((proto.op_type, node.name, [c.op for c in self.b.calls[start:]]))
         for name, value in zip(proto.output, results):
             if name and value is None:
                 node.fail(f"output {name!r} is not produced by legato's converter")

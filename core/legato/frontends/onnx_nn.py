@@ -1,0 +1,273 @@
+"""ONNX converters for convolution, pooling, normalization, softmax and quantization."""
+from __future__ import annotations
+
+import numpy as np
+
+from .onnx_convert import converter
+
+# --- window geometry ------------------------------------------------------------------------
+
+
+def window_attrs(node, kernel):
+    """strides, dilations and [begins..., ends...] pads of a sliding window, with auto_pad."""
+    n, spatial = len(kernel), node.inputs[0].shape[2:]
+    strides = list(node.attr("strides", [1] * n))
+    dilations = list(node.attr("dilations", [1] * n))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    pads = list(node.attr("pads", [0] * (2 * n)))
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * n)
+        for i in range(n):
+            out = -(-spatial[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                        - spatial[i])
+            small, large = total // 2, total - total // 2
+            pads[i], pads[n + i] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    return strides, dilations, pads
+
+
+def as_2d(node, x, kernel, strides, dilations, pads):
+    """Lift a 1-D window op to 2-D (a height of 1); 2-D passes through."""
+    if len(kernel) == 2:
+        return x, kernel, strides, dilations, pads
+    node.require(len(kernel) == 1, f"{len(kernel)}-D windows are not supported (1-D and 2-D)")
+    x = node.call("expand_dims", x, axes=[2])
+    return x, [1] + kernel, [1] + strides, [1] + dilations, [0, pads[0], 0, pads[1]]
+
+
+def from_2d(node, y, rank: int):
+    return node.call("squeeze", y, axes=[2]) if rank == 3 else y
+
+
+def conv_attrs(node, kernel):
+    strides, dilations, pads = window_attrs(node, kernel)
+    return {"strides": strides, "dilation": dilations, "padding": pads,
+            "groups": node.attr("group", 1)}
+
+
+@converter("Conv")
+def conv(node):
+    x, w, bias = node.input(0), node.input(1), node.input(2)
+    kernel = list(node.attr("kernel_shape", w.shape[2:]))
+    attrs = conv_attrs(node, kernel)
+    x2, _, strides, dilation, padding = as_2d(node, x, kernel, attrs["strides"],
+                                              attrs["dilation"], attrs["padding"])
+    if x.rank == 3:
+        w = node.call("expand_dims", w, axes=[2])
+    y = node.call("nn.conv2d", x2, w, bias, strides=strides, dilation=dilation,
+                  padding=padding, groups=attrs["groups"])
+    return from_2d(node, y, x.rank)
+
+
+@converter("QLinearConv")
+def qlinear_conv(node):
+    ins = [node.input(i) for i in range(9)]
+    kernel = list(node.attr("kernel_shape", ins[3].shape[2:]))
+    node.require(len(kernel) == 2, "only 2-D QLinearConv is supported")
+    return node.call("qnn.conv2d", *ins, **conv_attrs(node, kernel))
+
+
+# --- pooling --------------------------------------------------------------------------------
+
+def pool2d(node, op, x, kernel, strides, dilations, pads, **extra):
+    return node.call(op, x, pool_size=kernel, strides=strides, dilation=dilations,
+                     padding=pads, ceil_mode=bool(node.attr("ceil_mode", 0)), **extra)
+
+
+def pool3d(node, op, x, kernel, strides, dilations, pads, **extra):
+    """3-D max/average pooling as two 2-D pools, (H, W) then D: both are separable because
+    padding and ceil_mode act per axis and the averaged count is a product over axes."""
+    n, c, d, h, w = x.shape
+    hw = node.call("reshape", x, shape=[n, c * d, h, w])
+    hw = pool2d(node, op, hw, kernel[1:], strides[1:], dilations[1:],
+                [pads[1], pads[2], pads[4], pads[5]], **extra)
+    oh, ow = hw.shape[2:]
+    y = node.call("reshape", hw, shape=[n, c, d, oh * ow])
+    y = pool2d(node, op, y, [kernel[0], 1], [strides[0], 1], [dilations[0], 1],
+               [pads[0], 0, pads[3], 0], **extra)
+    return node.call("reshape", y, shape=[n, c, y.shape[2], oh, ow])
+
+
+@converter("MaxPool", "AveragePool")
+def pool(node):
+    x, kernel = node.inputs[0], list(node.attr("kernel_shape"))
+    op = "nn.max_pool2d" if node.op == "MaxPool" else "nn.avg_pool2d"
+    extra = {} if node.op == "MaxPool" else \
+        {"count_include_pad": bool(node.attr("count_include_pad", 0))}
+    strides, dilations, pads = window_attrs(node, kernel)
+    if len(kernel) == 3:
+        node.require(not node.wants(1), "the Indices output of 3-D MaxPool is not supported")
+        return pool3d(node, op, x, kernel, strides, dilations, pads, **extra)
+    x2, kernel, strides, dilations, pads = as_2d(node, x, kernel, strides, dilations, pads)
+    y = pool2d(node, op, x2, kernel, strides, dilations, pads, **extra)
+    if not node.wants(1):
+        return from_2d(node, y, x.rank)
+    indices = max_pool_indices(node, x2, y, kernel, strides, dilations, pads)
+    return from_2d(node, y, x.rank), from_2d(node, indices, x.rank)
+
+
+def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
+    """MaxPool's Indices: the flat input index of each window's first maximum (the
+    smallest index among the window's cells equal to the pooled value)."""
+    flat = node.b.const(np.arange(x.type.size, dtype=np.int64).reshape(x.shape))
+    out = y.shape[2:]
+    extra = [max(0, (o - 1) * s + (k - 1) * d + 1 - (size + lo + hi)) for o, s, k, d, size, lo, hi
+             in zip(out, strides, kernel, dilations, x.shape[2:], pads[:2], pads[2:])]
+    widths = [0, 0, pads[0], pads[1], 0, 0, pads[2] + extra[0], pads[3] + extra[1]]
+    lowest = -np.inf if x.dtype.startswith(("float", "bfloat")) else np.iinfo(x.dtype).min
+    padded_x = node.call("pad", x, pads=widths, value=float(lowest))
+    padded_i = node.call("pad", flat, pads=widths, value=-1.0)
+    best = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            begin = [i * dilations[0], j * dilations[1]]
+            window = {"begin": begin, "strides": list(strides), "axes": [2, 3],
+                      "end": [b + (o - 1) * s + 1 for b, o, s in zip(begin, out, strides)]}
+            tap = node.call("strided_slice", padded_x, **window)
+            index = node.call("strided_slice", padded_i, **window)
+            candidate = node.call("where", node.call("equal", tap, y), index,
+                                  node.b.scalar(np.iinfo(np.int64).max, "int64"))
+            best = candidate if best is None else node.call("minimum", best, candidate)
+    if node.attr("storage_order", 0):  # column-major: look the row-major index up
+        n, c, h, w = x.shape
+        table = np.arange(x.type.size, dtype=np.int64).reshape(n, c, w, h).transpose(0, 1, 3, 2)
+        best = node.call("take", node.b.const(table.ravel()), best)
+    return best
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(node):
+    x = node.inputs[0]
+    op = "mean" if node.op == "GlobalAveragePool" else "max"
+    return node.call(op, x, axes=list(range(2, x.rank)), keepdims=True)
+
+
+# --- normalization --------------------------------------------------------------------------
+
+@converter("BatchNormalization")
+def batch_norm(node):
+    x, scale, bias, mean, var = node.inputs[:5]
+    epsilon = node.attr("epsilon", 1e-5)
+    if not node.attr("training_mode", 0):
+        return node.call("nn.batch_norm", x, scale, bias, mean, var, epsilon=epsilon)
+    axes = [0] + list(range(2, x.rank))  # training: normalise with the batch statistics
+    batch_mean = node.call("mean", x, axes=axes)
+    batch_var = node.call("variance", x, axes=axes)
+    y = node.call("nn.batch_norm", x, scale, bias, batch_mean, batch_var, epsilon=epsilon)
+    momentum = node.attr("momentum", 0.9)
+
+    def running(old, new):
+        return node.call("add", node.call("multiply", old, momentum),
+                         node.call("multiply", new, 1.0 - momentum))
+    return y, running(mean, batch_mean), running(var, batch_var)
+
+
+@converter("LayerNormalization")
+def layer_norm(node):
+    x, scale, bias = node.input(0), node.input(1), node.input(2)
+    axis, epsilon = node.attr("axis", -1) % x.rank, node.attr("epsilon", 1e-5)
+    axes = list(range(axis, x.rank))
+    y = node.call("nn.layer_norm", x, scale, bias, axes=axes, epsilon=epsilon)
+    if not (node.wants(1) or node.wants(2)):
+        return y
+    mean = node.call("mean", x, axes=axes, keepdims=True)
+    inv_std = node.call("rsqrt", node.call("add", node.call(
+        "variance", x, axes=axes, keepdims=True), epsilon))
+    return y, mean, inv_std
+
+
+@converter("RMSNormalization")
+def rms_norm(node):
+    x = node.inputs[0]
+    axis = node.attr("axis", -1) % x.rank
+    return node.call("nn.rms_norm", x, node.input(1), axes=list(range(axis, x.rank)),
+                     epsilon=node.attr("epsilon", 1e-5))
+
+
+@converter("GroupNormalization")
+def group_norm(node):
+    x, scale, bias = node.inputs[:3]
+    groups, channels = node.attr("num_groups"), x.shape[1]
+    if scale.shape[0] != channels:  # opset 18: one scale per group; legato's is per channel
+        scale, bias = (per_group_to_channel(node, p, groups, channels) for p in (scale, bias))
+    return node.call("nn.group_norm", x, scale, bias, num_groups=groups,
+                     epsilon=node.attr("epsilon", 1e-5))
+
+
+def per_group_to_channel(node, param, groups: int, channels: int):
+    column = node.call("reshape", param, shape=[groups, 1])
+    wide = node.call("broadcast_to", column, shape=[groups, channels // groups])
+    return node.call("reshape", wide, shape=[channels])
+
+
+@converter("InstanceNormalization")
+def instance_norm(node):
+    return node.call("nn.instance_norm", *node.inputs[:3], epsilon=node.attr("epsilon", 1e-5))
+
+
+@converter("Softmax", "LogSoftmax")
+def softmax(node):
+    op = "nn.softmax" if node.op == "Softmax" else "nn.log_softmax"
+    return node.call(op, node.inputs[0], axis=node.attr("axis", -1))
+
+
+# --- quantization ---------------------------------------------------------------------------
+
+QNN_DTYPES = ("int8", "uint8")
+QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-2**15, 2**15 - 1),
+                "int32": (-2**31, 2**31 - 1)}
+
+
+def quant_param(node, param, x, axis: int):
+    """A scale or zero point shaped to broadcast against x: scalar, per-axis or blocked."""
+    block = node.attr("block_size", 0)
+    if param.rank == 0 or param.shape == (1,):
+        return param
+    if block:  # each scale covers `block` consecutive elements along `axis`
+        index = np.arange(x.shape[axis]) // block
+        return node.call("take", param, node.b.const(index), axis=axis)
+    shape = [1] * x.rank
+    shape[axis] = param.shape[0]
+    return node.call("reshape", param, shape=shape)
+
+
+@converter("QuantizeLinear")
+def quantize(node):
+    x, scale, zero = node.input(0), node.input(1), node.input(2)
+    axis = node.attr("axis", 1) % max(x.rank, 1)
+    dtype = zero.dtype if zero is not None else _output_dtype(node, "uint8")
+    if zero is None:
+        zero = node.b.const(np.zeros(scale.shape, dtype=dtype))
+    if dtype in QNN_DTYPES and not node.attr("block_size", 0):
+        return node.call("qnn.quantize", x, scale, zero, axis=axis, dtype=dtype)
+    node.require(dtype in QUANT_RANGES, f"quantizing to {dtype} is not supported")
+    lo, hi = QUANT_RANGES[dtype]
+    q = node.call("round", node.call("divide", x, quant_param(node, scale, x, axis)))
+    q = node.call("add", q, node.call("cast", quant_param(node, zero, x, axis), dtype=x.dtype))
+    return node.call("cast", node.call("clip", q, min=float(lo), max=float(hi)), dtype=dtype)
+
+
+@converter("DequantizeLinear")
+def dequantize(node):
+    x, scale, zero = node.input(0), node.input(1), node.input(2)
+    axis = node.attr("axis", 1) % max(x.rank, 1)
+    if zero is None:
+        zero = node.b.const(np.zeros(scale.shape, dtype=x.dtype))
+    if x.dtype in QUANT_RANGES and x.dtype != "int16" and not node.attr("block_size", 0):
+        y = node.call("qnn.dequantize", x, scale, zero, axis=axis)
+    else:
+        y = node.call("multiply", node.call("subtract", node.call("cast", x, dtype=scale.dtype),
+                                            node.call("cast", quant_param(node, zero, x, axis),
+                                                      dtype=scale.dtype)),
+                      quant_param(node, scale, x, axis))
+    out = _output_dtype(node, y.dtype)
+    return y if out == y.dtype else node.call("cast", y, dtype=out)
+
+
+def _output_dtype(node, default: str) -> str:
+    from .onnx_convert import onnx_dtype
+    code = node.attr("output_dtype", 0)
+    return onnx_dtype(code, "attribute 'output_dtype'") if code else default
+

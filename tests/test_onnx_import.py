@@ -1,0 +1,144 @@
+"""The ONNX importer: model checks, input binding, constants, folding and the CLI."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import legato  # noqa: E402
+from legato import LegatoError  # noqa: E402
+from legato.cli import main as cli  # noqa: E402
+from legato.frontends import onnx as onnx_frontend  # noqa: E402
+
+F = TensorProto.FLOAT
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, shape, elem=F):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def mlp():
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["y"], name="relu"),
+             helper.make_node("Softmax", ["h"], ["z"], name="sm", axis=-1)]
+    return model(nodes, [tensor("x", ["batch", 3])], [tensor("y", None), tensor("z", None)], [w])
+
+
+def test_load_binds_symbolic_dims_and_keeps_several_outputs():
+    mod = onnx_frontend.load(mlp(), input_shapes={"batch": 2})
+    assert [p.type.shape for p in mod.main.params] == [(2, 3)]
+    assert [r.type.shape for r in mod.main.results] == [(2, 4), (2, 4)]
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    y, z = legato.compile(mod, "cpu_ref")(x)
+    h = x @ (np.arange(12, dtype=np.float32).reshape(3, 4) / 10)
+    np.testing.assert_allclose(y, np.maximum(h, 0), rtol=1e-6)
+    np.testing.assert_allclose(z.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_whole_input_shape_binding_and_unbound_dims_are_named():
+    assert onnx_frontend.load(mlp(), {"x": (5, 3)}).main.params[0].type.shape == (5, 3)
+    with pytest.raises(LegatoError, match=r"input 'x': dimension 0 \(batch\) is symbolic"):
+        onnx_frontend.load(mlp())
+
+
+def test_unsupported_ops_are_listed_together_with_node_names():
+    nodes = [helper.make_node("Mod", ["x", "x"], ["a"], name="m1"),
+             helper.make_node("Mod", ["a", "x"], ["b"], name="m2"),
+             helper.make_node("Relu", ["b"], ["c"], name="ok"),
+             helper.make_node("Frob", ["c"], ["y"], name="f1", domain="acme")]
+    bad = model(nodes, [tensor("x", [2])], [tensor("y", [2])])
+    with pytest.raises(LegatoError) as info:
+        onnx_frontend.load(bad)
+    text = str(info.value)
+    assert "2 ONNX op type(s)" in text and "Mod: m1, m2" in text and "acme.Frob: f1" in text
+
+
+def test_a_tensor_whose_data_does_not_match_its_size_is_refused():
+    w = TensorProto(name="w", data_type=F, dims=[3, 4], raw_data=bytes(20))  # 5 floats
+    bad = model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor("x", [3, 4])],
+                [tensor("y", [3, 4])], [w])
+    with pytest.raises(LegatoError, match="initializer 'w'.*declared shape"):
+        onnx_frontend.load(bad)
+
+
+def test_shapes_that_do_not_infer_are_refused():
+    bad = model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                [tensor("a", [2, 3]), tensor("b", [4, 5])], [tensor("y", None)])
+    with pytest.raises(LegatoError, match="shapes do not infer"):
+        onnx_frontend.load(bad)
+
+
+def test_unreadable_files_and_opsets_are_refused(tmp_path):
+    path = tmp_path / "junk.onnx"
+    path.write_bytes(b"\x00not a model")
+    with pytest.raises(LegatoError, match="junk.onnx"):
+        onnx_frontend.load(path)
+    newest = onnx.defs.onnx_opset_version()
+    relu = model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])],
+                 [tensor("y", [2])], opset=newest + 1)
+    with pytest.raises(LegatoError, match=f"opset {newest + 1} is not supported"):
+        onnx_frontend.load(relu)
+
+
+def test_old_opsets_are_upgraded():
+    old = model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])],
+                [tensor("y", [2])], opset=9)
+    assert [c.op for c in onnx_frontend.load(old).main.calls] == ["nn.relu"]
+
+
+def test_shape_arithmetic_on_constants_is_folded_for_reshape():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    mod = onnx_frontend.load(model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", None)], inits))
+    assert [c.op for c in mod.main.calls] == ["reshape"]
+    assert mod.main.results[0].type.shape == (2, 12)
+
+
+def test_a_runtime_shape_operand_is_a_clear_error():
+    bad = model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
+                [tensor("x", [2, 3]), tensor("s", [2], TensorProto.INT64)], [tensor("y", None)])
+    with pytest.raises(LegatoError, match="Reshape node 'r': input 1 .* must be a constant"):
+        onnx_frontend.load(bad)
+
+
+def test_load_model_and_cli_read_onnx_files(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    relu = model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Gelu", ["h"], ["y"])],
+                 [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    onnx.save(relu, str(path))
+    assert [c.op for c in legato.load_model(str(path)).main.calls] == ["nn.relu", "nn.gelu"]
+    assert cli(["compile", str(path), "--backend", "cpu_ref"]) == 0
+    err = capsys.readouterr().err
+    assert "ONNX op coverage for cpu_ref" in err and "Gelu" in err
+    assert cli(["run", str(path), "--backend", "cpu_ref"]) == 0
+
+
+# --- core fixes found by the conformance tests -----------------------------------------------
+
+def test_pad_of_bfloat16_accepts_infinite_values():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 2), "bfloat16")
+    out = b.call("pad", x, pads=[0, 0, 0, 1], value=float("-inf"))
+    assert out.type.shape == (2, 3)
+
+
+def test_cpu_ref_casts_to_bfloat16():
+    b = legato.GraphBuilder()
+    x = b.input("x", (3,), "float32")
+    y = legato.compile(b.build(b.call("cast", x, dtype="bfloat16")), "cpu_ref")(
+        np.array([1.0, 2.5, -3.0], np.float32))
+    assert y.dtype.name == "bfloat16" and y.astype(np.float32).tolist() == [1.0, 2.5, -3.0]
