@@ -1,0 +1,129 @@
+"""Import PyTorch modules into legato through torch.export.
+
+    mod = legato.frontends.torch.load(model, (torch.randn(2, 8),))
+
+The module is exported (`torch.export.export`), then decomposed with PyTorch's default
+table minus the ops legato has whole (layer_norm, gelu, softmax, scaled_dot_product_attention,
+linear, conv2d, ...), so those stay high-level for backends to keep; every remaining ATen op
+is mapped by a small converter. Parameters, buffers and lifted constants become constants.
+Shapes are those of `example_inputs` (legato has static shapes).
+"""
+from __future__ import annotations
+
+import operator
+
+from ..builder import GraphBuilder
+from ..errors import LegatoError
+from ..ir import Const, Module
+from .torch_ops import ATEN, KEEP
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise LegatoError("the PyTorch importer needs torch (a CPU wheel is enough)") from None
+    return torch
+
+
+def load(module, example_inputs) -> Module:
+    """A legato Module computing `module(*example_inputs)` for inputs of those shapes."""
+    torch = _torch()
+    if isinstance(module, torch.nn.Module):
+        module = module.eval()
+    try:
+        program = torch.export.export(module, tuple(example_inputs))
+    except Exception as err:  # noqa: BLE001 - export raises many error types
+        raise LegatoError(f"torch.export could not export the module: "
+                          f"{' '.join(str(err).split())[:400]}") from None
+    table = torch.export.default_decompositions()
+    for name in KEEP:
+        table.pop(_aten_overload(torch, name), None)
+    program = program.run_decompositions(table)
+    return _Importer(program).run()
+
+
+def _aten_overload(torch, name: str):
+    _, op, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def torch_dtype(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class _Importer:
+    def __init__(self, program):
+        self.program = program
+        self.graph = program.graph_module.graph
+        self.b = GraphBuilder()
+        self.env: dict = {}
+
+    def run(self) -> Module:
+        self.check_supported()
+        constants = self.constants()
+        for node in self.graph.nodes:
+            if node.op == "placeholder" and node.name in constants:
+                self.env[node] = constants[node.name]
+            elif node.op == "placeholder":
+                val = node.meta["val"]
+                self.env[node] = self.b.input(node.name, tuple(val.shape), torch_dtype(val.dtype))
+            elif node.op == "call_function":
+                self.env[node] = self.convert(node)
+            elif node.op == "output":
+                results = [self.value(r) for r in node.args[0]]
+        return self.b.build(*results)
+
+    def check_supported(self) -> None:
+        missing: dict[str, list[str]] = {}
+        for node in self.graph.nodes:
+            if node.op == "call_function" and node.target is not operator.getitem \
+                    and str(node.target) not in ATEN:
+                missing.setdefault(str(node.target), []).append(node.name)
+        if missing:
+            raise LegatoError(f"the exported program uses {len(missing)} ATen op(s) legato "
+                              "cannot import:\n" + "\n".join(
+                                  f"  {op}: {', '.join(names)}"
+                                  for op, names in sorted(missing.items())))
+
+    def constants(self) -> dict[str, Const]:
+        """Parameters, buffers and lifted constants by placeholder name."""
+        from torch.export.graph_signature import InputKind
+        sig, out = self.program.graph_signature, {}
+        stores = {**self.program.state_dict, **self.program.constants}
+        for spec in sig.input_specs:
+            if spec.kind != InputKind.USER_INPUT:
+                tensor = stores[spec.target]
+                out[spec.arg.name] = Const.of(tensor.detach().cpu().numpy())
+        return out
+
+    def value(self, arg):
+        """An FX argument as legato sees it: nodes become values, lists stay lists."""
+        if isinstance(arg, (list, tuple)):
+            return [self.value(a) for a in arg]
+        if hasattr(arg, "op") and hasattr(arg, "target"):
+            return self.env[arg]
+        return arg
+
+    def convert(self, node):
+        args, kwargs = self.value(list(node.args)), {k: self.value(v)
+                                                     for k, v in node.kwargs.items()}
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        try:
+            result = ATEN[str(node.target)](self.b, *args, **kwargs)
+        except LegatoError as err:
+            raise type(err)(f"{node.target} ({node.name}): {err}") from None
+        self.check_type(node, result)
+        return result
+
+    def check_type(self, node, result) -> None:
+        """Every converted value must have the shape and dtype torch says it has."""
+        val = node.meta.get("val")
+        if val is None or not hasattr(val, "shape") or isinstance(result, (tuple, list)):
+            return
+        want = (tuple(val.shape), torch_dtype(val.dtype))
+        if (tuple(result.shape), result.dtype) != want:
+            raise LegatoError(f"{node.target} ({node.name}) converted to {result.type}, torch "
+                              f"says {want[1]}{list(want[0])}")
+

@@ -1,0 +1,291 @@
+"""ATen op converters of the PyTorch importer: `fn(b, *args, **kwargs) -> Value | tuple`,
+registered by ATen overload name ("aten.add.Tensor") in a table that refuses duplicates."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LegatoError
+from ..ir import Const
+from ..ops.base import broadcast_shapes
+
+ATEN: dict = {}
+# ops legato has whole: kept out of PyTorch's decomposition table so they stay high-level
+KEEP = ("aten.layer_norm.default", "aten.gelu.default", "aten.softmax.int",
+        "aten.log_softmax.int", "aten.scaled_dot_product_attention.default",
+        "aten.linear.default", "aten.conv2d.default", "aten.silu.default",
+        "aten.group_norm.default", "aten.instance_norm.default", "aten.batch_norm.default",
+        "aten.max_pool2d.default")
+
+
+def aten(*names: str):
+    def register(fn):
+        for name in names:
+            if name in ATEN:
+                raise LegatoError(f"ATen op {name} already has a converter")
+            ATEN[name] = fn
+        return fn
+    return register
+
+
+def _axes(dims, rank: int):
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % rank for d in dims]
+
+
+# --- elementwise ----------------------------------------------------------------------------
+
+BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
+          "pow": "power", "maximum": "maximum", "minimum": "minimum", "eq": "equal",
+          "lt": "less", "gt": "greater", "logical_and": "logical_and"}
+UNARY = {"relu": "nn.relu", "gelu": "nn.gelu", "silu": "nn.silu", "sigmoid": "sigmoid",
+         "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+         "neg": "negative", "abs": "abs", "erf": "erf", "logical_not": "logical_not"}
+
+
+def _binary(op):
+    def convert(b, x, y, alpha=1):
+        if alpha != 1:  # add/sub: x + alpha * y
+            y = b.multiply(y, alpha)
+        if not hasattr(x, "type"):  # a Python scalar on the left: rsub-like forms
+            x = b.scalar(x, y.dtype)
+        return b.call(op, x, y)
+    return convert
+
+
+for _name, _op in BINARY.items():
+    for _overload in ("Tensor", "Scalar", "default"):
+        aten(f"aten.{_name}.{_overload}")(_binary(_op))
+aten("aten.pow.Tensor_Scalar")(_binary("power"))
+
+
+def _unary(op):
+    def convert(b, x, approximate="none"):
+        return b.call(op, x, approximate=approximate) if op == "nn.gelu" else b.call(op, x)
+    return convert
+
+
+for _name, _op in UNARY.items():
+    aten(f"aten.{_name}.default")(_unary(_op))
+
+
+@aten("aten.where.self")
+def where(b, cond, x, y):
+    return b.where(cond, x, y)
+
+
+@aten("aten.clamp.default")
+def clamp(b, x, min=None, max=None):  # noqa: A002 - ATen's argument names
+    return b.clip(x, min=min, max=max)
+
+
+@aten("aten._to_copy.default")
+def to_copy(b, x, dtype=None, **_):
+    return x if dtype is None else b.cast(x, dtype=str(dtype).removeprefix("torch."))
+
+
+@aten("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
+      "aten.dropout.default", "aten.detach.default")
+def identity(b, x, *args, **kwargs):
+    return x
+
+
+# --- linear algebra and nn ------------------------------------------------------------------
+
+@aten("aten.linear.default")
+def linear(b, x, weight, bias=None):
+    return b.nn_linear(x, weight, bias)
+
+
+@aten("aten.matmul.default", "aten.mm.default", "aten.bmm.default")
+def matmul(b, x, y):
+    return b.matmul(x, y)
+
+
+@aten("aten.addmm.default")
+def addmm(b, bias, x, y, beta=1, alpha=1):
+    product = b.matmul(x, y)
+    product = product if alpha == 1 else b.multiply(product, alpha)
+    return b.add(product, bias if beta == 1 else b.multiply(bias, beta))
+
+
+@aten("aten.layer_norm.default")
+def layer_norm(b, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    axes = list(range(x.rank - len(normalized_shape), x.rank))
+    return b.nn_layer_norm(x, weight, bias, axes=axes, epsilon=eps)
+
+
+@aten("aten.softmax.int", "aten._softmax.default")
+def softmax(b, x, dim, dtype_or_half=None):
+    return b.nn_softmax(x, axis=dim)
+
+
+@aten("aten.log_softmax.int", "aten._log_softmax.default")
+def log_softmax(b, x, dim, dtype_or_half=None):
+    return b.nn_log_softmax(x, axis=dim)
+
+
+@aten("aten.scaled_dot_product_attention.default")
+def attention(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    if dropout_p or enable_gqa:
+        raise LegatoError("dropout and enable_gqa are not supported")
+    return b.nn_attention(q, k, v, attn_mask, scale=scale, causal=bool(is_causal))
+
+
+@aten("aten.conv2d.default")
+def conv2d(b, x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+           groups=1):
+    stride, padding, dilation = (list(v) * (2 if len(v) == 1 else 1)
+                                 for v in (stride, padding, dilation))
+    return b.nn_conv2d(x, weight, bias, strides=stride, padding=padding + padding,
+                       dilation=dilation, groups=groups)
+
+
+@aten("aten.max_pool2d.default")
+def max_pool2d(b, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    padding = list(padding) * (2 if len(padding) == 1 else 1)
+    return b.nn_max_pool2d(x, pool_size=list(kernel), strides=list(stride) or None,
+                           padding=padding + padding, dilation=list(dilation),
+                           ceil_mode=ceil_mode)
+
+
+@aten("aten.max_pool2d_with_indices.default")
+def max_pool2d_with_indices(b, x, *args, **kwargs):
+    return max_pool2d(b, x, *args, **kwargs), None  # the indices are never used in inference
+
+
+@aten("aten.avg_pool2d.default")
+def avg_pool2d(b, x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    if divisor_override:
+        raise LegatoError("divisor_override is not supported")
+    padding = list(padding) * (2 if len(padding) == 1 else 1)
+    return b.nn_avg_pool2d(x, pool_size=list(kernel), strides=list(stride) or None,
+                           padding=padding + padding, ceil_mode=ceil_mode,
+                           count_include_pad=count_include_pad)
+
+
+@aten("aten.adaptive_avg_pool2d.default")
+def adaptive_avg_pool2d(b, x, output_size):
+    if list(output_size) != [1, 1]:
+        raise LegatoError(f"only output_size [1, 1] is supported, got {list(output_size)}")
+    return b.mean(x, axes=[-2, -1], keepdims=True)
+
+
+@aten("aten.batch_norm.default")
+def batch_norm(b, x, weight, bias, mean, var, training, momentum, eps, cudnn=True):
+    if training:
+        raise LegatoError("training-mode batch_norm is not supported (call .eval())")
+    return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps)
+
+
+@aten("aten._native_batch_norm_legit_no_training.default")
+def native_batch_norm(b, x, weight, bias, mean, var, momentum, eps):
+    return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps), None, None
+
+
+@aten("aten.group_norm.default")
+def group_norm(b, x, groups, weight=None, bias=None, eps=1e-5, cudnn=True):
+    return b.nn_group_norm(x, weight, bias, num_groups=groups, epsilon=eps)
+
+
+@aten("aten.embedding.default")
+def embedding(b, weight, indices, *args):
+    return b.take(weight, indices, axis=0)
+
+
+# --- data movement and reductions -----------------------------------------------------------
+
+@aten("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
+def reshape(b, x, shape):
+    return b.reshape(x, shape=list(shape))
+
+
+@aten("aten.permute.default")
+def permute(b, x, dims):
+    return b.permute_dims(x, axes=_axes(dims, x.rank))
+
+
+@aten("aten.transpose.int")
+def transpose(b, x, dim0, dim1):
+    axes = list(range(x.rank))
+    dim0, dim1 = dim0 % x.rank, dim1 % x.rank
+    axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
+    return b.permute_dims(x, axes=axes)
+
+
+@aten("aten.t.default")
+def t(b, x):
+    return b.permute_dims(x) if x.rank == 2 else x
+
+
+@aten("aten.unsqueeze.default")
+def unsqueeze(b, x, dim):
+    return b.expand_dims(x, axes=[dim % (x.rank + 1)])
+
+
+@aten("aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default")
+def squeeze(b, x, dims=None):
+    if dims is None:
+        return b.squeeze(x)
+    axes = [a for a in _axes(dims, max(x.rank, 1)) if x.shape[a] == 1]  # torch skips non-1
+    return b.squeeze(x, axes=axes) if axes else x
+
+
+@aten("aten.flatten.using_ints")
+def flatten(b, x, start_dim=0, end_dim=-1):
+    start, end = start_dim % max(x.rank, 1), end_dim % max(x.rank, 1)
+    shape = list(x.shape[:start]) + [-1] + list(x.shape[end + 1:])
+    return b.reshape(x, shape=shape)
+
+
+@aten("aten.expand.default")
+def expand(b, x, size, implicit=False):
+    lead = len(size) - x.rank
+    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    return b.broadcast_to(x, shape=list(broadcast_shapes(x.shape, tuple(shape))))
+
+
+@aten("aten.cat.default")
+def cat(b, tensors, dim=0):
+    return b.concat(*tensors, axis=dim)
+
+
+@aten("aten.split_with_sizes.default")
+def split_with_sizes(b, x, sizes, dim=0):
+    parts = b.split(x, sections=list(sizes), axis=dim)
+    return parts if isinstance(parts, tuple) else (parts,)
+
+
+@aten("aten.split.Tensor")
+def split(b, x, size, dim=0):
+    total = x.shape[dim]
+    return split_with_sizes(b, x, [min(size, total - i) for i in range(0, total, size)], dim)
+
+
+@aten("aten.slice.Tensor")
+def slice_(b, x, dim=0, start=None, end=None, step=1):
+    dim = dim % x.rank
+    start = 0 if start is None else start
+    end = x.shape[dim] if end is None else min(end, x.shape[dim])
+    return b.strided_slice(x, begin=[start], end=[end], strides=[step], axes=[dim])
+
+
+@aten("aten.select.int")
+def select(b, x, dim, index):
+    return b.take(x, Const.of(np.int64(index)), axis=dim)
+
+
+REDUCE = {"aten.sum.dim_IntList": "sum", "aten.mean.dim": "mean", "aten.amax.default": "max",
+          "aten.amin.default": "min"}
+
+
+def _reduction(op):
+    def convert(b, x, dims=None, keepdim=False, dtype=None):
+        axes = None if not dims else _axes(dims, x.rank)
+        return b.call(op, x, axes=axes, keepdims=keepdim)
+    return convert
+
+
+for _name, _op in REDUCE.items():
+    aten(_name)(_reduction(_op))
