@@ -142,3 +142,16 @@ def test_cpu_ref_casts_to_bfloat16():
     y = legato.compile(b.build(b.call("cast", x, dtype="bfloat16")), "cpu_ref")(
         np.array([1.0, 2.5, -3.0], np.float32))
     assert y.dtype.name == "bfloat16" and y.astype(np.float32).tolist() == [1.0, 2.5, -3.0]
+
+
+def test_benchmark_models_match_onnxruntime():
+    pytest.importorskip("onnxruntime")
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent.parent / "benchmarks" / "models.py"
+    spec = importlib.util.spec_from_file_location("benchmark_models", path)
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    for name in models.MODELS:
+        for backend, error, _, _ in models.compare_with_onnxruntime(name):
+            assert error < 1e-4, (name, backend, error)
