@@ -20,7 +20,8 @@ import numpy as np
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
-from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401 - importing them registers their converters
+# importing the converter modules registers their converters
+from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
 
 MIN_OPSET = 13
