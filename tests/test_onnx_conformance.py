@@ -28,7 +28,7 @@ def test_every_op_of_the_issue_is_mapped():
     assert [op for op in ISSUE_OPS if op not in CONVERTERS] == []
 
 
-@pytest.mark.parametrize("op", sorted(CONVERTERS))
+@pytest.mark.parametrize("op", sorted(CONVERTERS) + [conformance.EXPANDED])
 def test_op_conformance(outcomes, op):
     mine = [o for o in outcomes if o.op == op]
     failed = [f"{o.case} [{o.backend}]: {o.reason}" for o in mine if o.status == "failed"]

@@ -34,8 +34,12 @@ class Outcome:
     reason: str = ""
 
 
+EXPANDED = "(expanded)"  # cases whose graph is a function body of several mapped ops
+
+
 def node_cases(ops=None) -> dict[str, list]:
-    """ONNX op type -> its node test cases (graphs of that one op type) that legato maps."""
+    """ONNX op type -> its node test cases (graphs of that one op type) that legato maps;
+    EXPANDED -> the cases made of several op types, all of them mapped."""
     from onnx.backend.test.loader import load_model_tests
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators warn about their own data
@@ -43,10 +47,11 @@ def node_cases(ops=None) -> dict[str, list]:
     table: dict[str, list] = defaultdict(list)
     for case in cases:
         types = {node.op_type for node in case.model.graph.node}
-        if len(types) == 1:
-            (op,) = types
-            if op in CONVERTERS and (ops is None or op in ops):
-                table[op].append(case)
+        if not types <= set(CONVERTERS):
+            continue
+        op = next(iter(types)) if len(types) == 1 else EXPANDED
+        if ops is None or op in ops:
+            table[op].append(case)
     return dict(table)
 
 
@@ -97,6 +102,9 @@ def bind_constants(model, inputs):
     from onnx import ModelProto, numpy_helper
     slots = {name for node in model.graph.node for i, name in enumerate(node.input)
              if i in CONVERTERS[node.op_type].const_inputs}
+    for node in reversed(model.graph.node):  # what a constant operand is computed from
+        if node.op_type not in ("Shape", "Size") and slots.intersection(node.output):
+            slots.update(node.input)
     bound = ModelProto()
     bound.CopyFrom(model)
     del bound.graph.input[:]
@@ -187,11 +195,11 @@ def summary(outcomes, show_failures: bool = False) -> str:
         counts[(o.op, o.backend)][o.status] += 1
         if o.status == "excluded":
             reasons[(o.op, o.backend)][o.reason] += 1
-    lines = [f"{'op':<24}{'backend':<12}{'passed':>7}{'failed':>7}{'excluded':>9}  why excluded"]
+    lines = [f"{'op':<24}{'backend':<17}{'passed':>7}{'failed':>7}{'excluded':>9}  why excluded"]
     for key in sorted(counts):
         c = counts[key]
         why = "; ".join(f"{r} (x{n})" for r, n in sorted(reasons[key].items()))
-        lines.append(f"{key[0]:<24}{key[1]:<12}{c['passed']:>7}{c['failed']:>7}"
+        lines.append(f"{key[0]:<24}{key[1]:<17}{c['passed']:>7}{c['failed']:>7}"
                      f"{c['excluded']:>9}  {why}")
     total = Counter(o.status for o in outcomes)
     lines.append(f"total: {total['passed']} passed, {total['failed']} failed, "
