@@ -17,5 +17,4 @@ $(FRONTEND_STAMP): $(STAMP) mk/frontends.mk
 	fi
 	touch $@
 
-# `make demo` also sets up the frontends (the demo may load .onnx models).
-demo: $(FRONTEND_STAMP)
+# `make demo` gets onnx through the dev extra ($(STAMP)); it does not need torch.
