@@ -45,7 +45,6 @@ def print_function(name: str, fn: Function) -> str:
     counter = 0
 
     def ref(value):
-        nonlocal counter
         if value is None:
             return "None"
         if id(value) not in names:

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..ir import TensorType
-from .base import T, composite, f32, fail, is_float, require_float, same_dtype
+from .base import T, composite, f32, fail, require_float, same_dtype
 from .conv import CONV_ATTRS, _conv2d
 
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1)}

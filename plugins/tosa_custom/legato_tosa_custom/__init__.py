@@ -1,0 +1,5 @@
+"""legato-tosa-custom: emit TOSA 1.0 MLIR; ops a config keeps become tosa.custom."""
+from .decode import decode_tosa_custom
+from .emitter import emit_mlir
+
+__all__ = ["decode_tosa_custom", "emit_mlir"]

@@ -1,0 +1,50 @@
+"""Turn the tosa.custom ops of emitted MLIR back into the legato calls they stand for."""
+from __future__ import annotations
+
+import re
+
+import legato
+from legato.builder import make_call
+from legato.errors import LegatoError
+from legato.ir import Call, Value
+from legato.plugins import get_host
+
+from . import mlir
+
+_CUSTOM = re.compile(r'=\s*"tosa\.custom"\((?P<operands>[^)]*)\)\s*<\{(?P<props>.*)\}>\s*:\s*'
+                     r'\((?P<ins>[^)]*)\)\s*->\s*(?P<outs>.*)$')
+_PROP = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _types(text: str):
+    text = text.strip()
+    if text.startswith("("):
+        text = text[1:-1]
+    return [mlir.parse_tensor_type(t) for t in text.split(",") if t.strip()]
+
+
+def decode_tosa_custom(text: str, registry=None) -> list[Call]:
+    """Every tosa.custom op in MLIR text (generic form), as the original legato call.
+
+    The calls' inputs are fresh values of the operand types, in the original order with
+    None for absent optional inputs; attributes and result types are the original ones.
+    """
+    if registry is None:
+        registry = get_host().registry
+    calls = []
+    for line in text.splitlines():
+        match = _CUSTOM.search(line)
+        if match is None:
+            if '"tosa.custom"' in line:
+                raise LegatoError(f"cannot read tosa.custom op: {line.strip()}")
+            continue
+        props = {k: mlir.unescape(v) for k, v in _PROP.findall(match["props"])}
+        inputs = [Value(t) for t in _types(match["ins"])]
+        outputs = _types(match["outs"])
+        attrs = {"operator_name": props["operator_name"],
+                 "domain_name": props.get("domain_name", "legato"),
+                 "implementation_attrs": props["implementation_attrs"],
+                 "result_types": [[list(t.shape), t.dtype] for t in outputs]}
+        custom = make_call(registry, "custom", inputs, attrs)
+        calls.append(legato.decode_custom(custom, registry))
+    return calls

@@ -1,0 +1,271 @@
+"""Print a legalized module as TOSA 1.0 MLIR in the generic op form.
+
+The generic form (`"tosa.add"(%a, %b) : (...) -> ...`) is the one tosa-opt, torch-mlir and
+IREE all parse. Each legal call maps to one TOSA operator plus the operands TOSA spells
+out (shapes as tosa.const_shape, zero points, mul's shift, a zero bias); the printer never
+adapts ranks or layouts: legalization (rules.py) already did.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from legato.errors import LegatoError
+from legato.ir import Const, Function, Module, TensorType, Value
+from legato.ops.base import norm_axes, norm_axis
+from legato.ops.primitives import slice_params
+
+from . import mlir
+
+BINARY = {"add": "tosa.add", "subtract": "tosa.sub", "maximum": "tosa.maximum",
+          "minimum": "tosa.minimum", "power": "tosa.pow", "equal": "tosa.equal",
+          "greater": "tosa.greater", "logical_and": "tosa.logical_and",
+          "logical_or": "tosa.logical_or", "where": "tosa.select"}
+UNARY = {"abs": "tosa.abs", "exp": "tosa.exp", "log": "tosa.log", "rsqrt": "tosa.rsqrt",
+         "tanh": "tosa.tanh", "sigmoid": "tosa.sigmoid", "erf": "tosa.erf",
+         "floor": "tosa.floor", "ceil": "tosa.ceil", "logical_not": "tosa.logical_not",
+         "tosa.reciprocal": "tosa.reciprocal", "cast": "tosa.cast", "tosa.cast": "tosa.cast",
+         "tosa.gather": "tosa.gather"}
+REDUCE = {"sum": "tosa.reduce_sum", "max": "tosa.reduce_max", "min": "tosa.reduce_min"}
+
+
+class _Body:
+    """The operations of one function: names values, materializes constants once."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.names: dict[Value, str] = {}
+        self.types: dict[str, str] = {}
+        self._consts: dict = {}
+        self._count = 0
+
+    def bind(self, value: Value, name: str) -> None:
+        self.names[value] = name
+        self.types[name] = mlir.tensor_type(value.type)
+
+    def value(self, value: Value) -> str:
+        name = self.names.get(value)
+        if name is None:
+            if not isinstance(value, Const):
+                raise LegatoError(f"tosa_custom emitter: {value!r} is used before it is defined")
+            name = self.const(value.data)
+            self.names[value] = name
+        return name
+
+    def op(self, op: str, operands, result_types, props: str = "") -> list[str]:
+        """Append one generic-form operation; returns its result names."""
+        name = f"%{self._count}"
+        self._count += 1
+        n = len(result_types)
+        results = [name] if n == 1 else [f"{name}#{i}" for i in range(n)]
+        for result, type_ in zip(results, result_types):
+            self.types[result] = type_
+        outs = result_types[0] if n == 1 else f"({', '.join(result_types)})"
+        head = name if n == 1 else f"{name}:{n}"
+        props = f" <{{{props}}}>" if props else ""
+        self.lines.append(f'{head} = "{op}"({", ".join(operands)}){props} : '
+                          f'({", ".join(self.types[o] for o in operands)}) -> {outs}')
+        return results
+
+    def call_op(self, op: str, call, operands, props: str = "") -> list[str]:
+        return self.op(op, operands, [mlir.tensor_type(o.type) for o in call.outputs], props)
+
+    def const(self, array: np.ndarray) -> str:
+        key = ("const", array.dtype.name, array.shape, array.tobytes())
+        return self._cached(key, lambda: self.op(
+            "tosa.const", [], [mlir.tensor_type(_type_of(array))],
+            f"values = {mlir.dense(array)}")[0])
+
+    def shape(self, values) -> str:
+        values = tuple(int(v) for v in values)
+        return self._cached(("shape", values), lambda: self.op(
+            "tosa.const_shape", [], [mlir.shape_type(len(values))],
+            f"values = {mlir.index_dense(values)}")[0])
+
+    def zero(self, dtype: str, value: float = 0) -> str:
+        """A one-element tensor: zero points, pad values, a missing bias."""
+        return self.const(np.full((1,), value, dtype=dtype))
+
+    def _cached(self, key, make) -> str:
+        if key not in self._consts:
+            self._consts[key] = make()
+        return self._consts[key]
+
+
+def _type_of(array) -> TensorType:
+    return TensorType(array.shape, array.dtype.name)
+
+
+# --- one printer per legal op -------------------------------------------------------------
+
+def _inputs(body, call):
+    return [body.value(v) for v in call.inputs if v is not None]
+
+
+def _window_props(attrs, kernel=None) -> str:
+    """TOSA pads are (top, bottom, left, right); legato's (top, left, bottom, right)."""
+    top, left, bottom, right = attrs["padding"]
+    props = []
+    if kernel is not None:
+        props.append(f"kernel = {mlir.i64_array(kernel)}")
+    props += [f"pad = {mlir.i64_array([top, bottom, left, right])}",
+              f"stride = {mlir.i64_array(attrs['strides'] or kernel)}"]
+    return ", ".join(props)
+
+
+ACC = "acc_type = f32"  # f32 accumulators for f32 and f16 alike
+
+
+def _multiply(body, call):
+    shift = body.const(np.zeros((1,), np.int8))  # TOSA MUL's shift: 0 for floats
+    return body.call_op("tosa.mul", call, _inputs(body, call) + [shift])
+
+
+def _negative(body, call):
+    zp = body.zero(call.inputs[0].dtype)
+    return body.call_op("tosa.negate", call, _inputs(body, call) + [zp, zp])
+
+
+def _clamp(body, call, low, high):
+    dtype = call.inputs[0].dtype
+    low = -np.inf if low is None else low
+    high = np.inf if high is None else high
+    return body.call_op("tosa.clamp", call, _inputs(body, call),
+                        f"max_val = {mlir.float_attr(high, dtype)}, "
+                        f"min_val = {mlir.float_attr(low, dtype)}")
+
+
+def _reduce(body, call):
+    x = call.inputs[0]
+    (axis,) = norm_axes(call.attrs["axes"], x.rank)
+    return body.call_op(REDUCE[call.op], call, _inputs(body, call), f"axis = {axis} : i32")
+
+
+def _matmul(body, call):
+    zp = body.zero(call.inputs[0].dtype)
+    return body.call_op("tosa.matmul", call, _inputs(body, call) + [zp, zp])
+
+
+def _reshape(body, call):
+    return body.call_op("tosa.reshape", call, _inputs(body, call) +
+                        [body.shape(call.outputs[0].shape)])
+
+
+def _transpose(body, call):
+    x, axes = call.inputs[0], call.attrs["axes"]
+    perms = list(reversed(range(x.rank))) if axes is None else [norm_axis(a, x.rank)
+                                                                 for a in axes]
+    return body.call_op("tosa.transpose", call, _inputs(body, call),
+                        f"perms = {mlir.i32_array(perms)}")
+
+
+def _tile(body, call):
+    x, out = call.inputs[0], call.outputs[0]
+    multiples = [o // i for o, i in zip(out.shape, x.shape)]
+    return body.call_op("tosa.tile", call, _inputs(body, call) + [body.shape(multiples)])
+
+
+def _concat(body, call):
+    axis = norm_axis(call.attrs["axis"], call.inputs[0].rank)
+    return body.call_op("tosa.concat", call, _inputs(body, call), f"axis = {axis} : i32")
+
+
+def _slice(body, call):
+    params = slice_params(call.inputs[0].shape, call.attrs)
+    return body.call_op("tosa.slice", call, _inputs(body, call) + [
+        body.shape([p[0] for p in params]), body.shape([p[3] for p in params])])
+
+
+def _pad(body, call):
+    x, pads = call.inputs[0], call.attrs["pads"]
+    per_dim = [p for d in range(x.rank) for p in (pads[d], pads[d + x.rank])]
+    value = body.zero(x.dtype, call.attrs["value"])
+    return body.call_op("tosa.pad", call, _inputs(body, call) + [body.shape(per_dim), value])
+
+
+def _conv2d(body, call):
+    x, w, bias = call.inputs
+    dtype = x.dtype
+    bias_name = body.value(bias) if bias is not None else body.zero(dtype)
+    zp = body.zero(dtype)
+    props = f"{ACC}, dilation = {mlir.i64_array(call.attrs['dilation'])}, " \
+            f"{_window_props(call.attrs)}"
+    return body.call_op("tosa.conv2d", call, [body.value(x), body.value(w), bias_name, zp, zp],
+                        props)
+
+
+def _max_pool(body, call):
+    return body.call_op("tosa.max_pool2d", call, _inputs(body, call),
+                        _window_props(call.attrs, call.attrs["pool_size"]))
+
+
+def _avg_pool(body, call):
+    zp = body.zero(call.inputs[0].dtype)
+    props = f"{ACC}, {_window_props(call.attrs, call.attrs['pool_size'])}"
+    return body.call_op("tosa.avg_pool2d", call, _inputs(body, call) + [zp, zp], props)
+
+
+def _custom(body, call):
+    """tosa.custom: the tunnelled op's name and its non-tensor arguments as JSON."""
+    attrs = call.attrs
+    payload = json.dumps(json.loads(attrs["implementation_attrs"]), sort_keys=True)
+    props = (f"domain_name = {mlir.string(attrs['domain_name'])}, "
+             f"implementation_attrs = {mlir.string(payload)}, "
+             f"operator_name = {mlir.string(attrs['operator_name'])}")
+    return body.call_op("tosa.custom", call, _inputs(body, call), props)
+
+
+def _table(tosa_op: str):
+    return lambda body, call: body.call_op(tosa_op, call, _inputs(body, call))
+
+
+PRINTERS = {
+    **{op: _table(t) for op, t in {**BINARY, **UNARY}.items()},
+    **{op: _reduce for op in REDUCE},
+    "multiply": _multiply, "negative": _negative, "matmul": _matmul,
+    "clip": lambda body, call: _clamp(body, call, call.attrs["min"], call.attrs["max"]),
+    "nn.relu": lambda body, call: _clamp(body, call, 0.0, None),
+    "reshape": _reshape, "permute_dims": _transpose, "broadcast_to": _tile,
+    "concat": _concat, "strided_slice": _slice, "pad": _pad,
+    "nn.conv2d": _conv2d, "nn.max_pool2d": _max_pool, "nn.avg_pool2d": _avg_pool,
+    "custom": _custom,
+}
+
+
+# --- functions and the module -------------------------------------------------------------
+
+def emit_function(name: str, fn: Function) -> list[str]:
+    body = _Body()
+    args = []
+    for index, param in enumerate(fn.params):
+        body.bind(param, f"%arg{index}")
+        args.append(f"%arg{index}: {body.types[f'%arg{index}']}")
+    for call in fn.calls:
+        printer = PRINTERS.get(call.op)
+        if printer is None:
+            raise LegatoError(f"tosa_custom emitter: {call.op} has no TOSA form; "
+                              "legalize the module for tosa_custom first")
+        for value, result in zip(call.outputs, printer(body, call)):
+            body.names[value] = result
+    results = [body.value(r) for r in fn.results]
+    result_types = [mlir.tensor_type(r.type) for r in fn.results]
+    body.lines.append(f'"func.return"({", ".join(results)}) : ({", ".join(result_types)}) -> ()')
+    signature = f"({', '.join(mlir.tensor_type(p.type) for p in fn.params)}) -> " + (
+        result_types[0] if len(result_types) == 1 else f"({', '.join(result_types)})")
+    head = f'"func.func"() <{{function_type = {signature}, sym_name = {mlir.string(name)}}}> ({{'
+    return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines),
+            "}) : () -> ()"]
+
+
+def emit_mlir(module: Module) -> str:
+    """The module as TOSA 1.0 MLIR text (generic op form); main first."""
+    names = ["main"] + [n for n in module.functions if n != "main"]
+    lines = ['"builtin.module"() ({']
+    for name in names:
+        fn = module.functions[name]
+        if fn.kind == "external":
+            raise LegatoError(f"tosa_custom emitter: function {name} is external "
+                              f"(codegen {fn.attrs.get('codegen')!r}); it has no TOSA form")
+        lines += ["  " + line for line in emit_function(name, fn)]
+    lines.append("}) : () -> ()")
+    return "\n".join(lines) + "\n"

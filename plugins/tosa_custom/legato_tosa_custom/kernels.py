@@ -1,0 +1,36 @@
+"""numpy semantics of the TOSA-only ops (ops.py), to run legalized modules without the
+TOSA tools: `simulate(module)` uses cpu_ref for every legato op and these for the rest."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def reciprocal(a):
+    return np.reciprocal(a)
+
+
+def gather(values, indices):
+    """[N, K, C] values, [N, W] indices -> [N, W, C]."""
+    return np.stack([v[i] for v, i in zip(values, indices)]).astype(values.dtype, copy=False)
+
+
+def cast(data, dtype):
+    """TOSA CAST: floats round to nearest, ties to even, and saturate into integers."""
+    target = np.dtype(dtype)
+    if np.issubdtype(data.dtype, np.floating) and np.issubdtype(target, np.integer):
+        info = np.iinfo(target)
+        return np.clip(np.rint(data), info.min, info.max).astype(target)
+    return data.astype(target)
+
+
+KERNELS = {"tosa.reciprocal": reciprocal, "tosa.gather": gather, "tosa.cast": cast}
+
+
+def simulate(module):
+    """A runner for a module legalized for tosa_custom (cpu_ref kernels plus these)."""
+    from legato.backend import Backend
+    from legato.executor import Interpreter
+    from legato.plugins import get_host
+    host = get_host()
+    sim = Backend("tosa_sim", {}, kernels=KERNELS)
+    return Interpreter(module, host.backend("cpu_ref"), sim, (), host.registry)

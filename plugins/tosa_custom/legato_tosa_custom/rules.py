@@ -1,0 +1,350 @@
+"""Lowering rules and legality checks: how legato calls reach the forms TOSA 1.0 takes.
+
+capability.yaml names these. A check `check(call) -> reason | None` says what the YAML's
+declarative conditions cannot (equal ranks, one reduction axis, exact window division).
+A rule `rule(b, call)` rewrites a call the backend does not take as it stands into calls
+it does (legato ops and the TOSA ops of ops.py), or returns None to leave the call to the
+generic decomposition; the legalizer sends whatever a rule emits through the same steps.
+So 2-D matmuls, NCHW convolutions and rank-mismatched adds are adapted here, and the
+emitter prints only calls that are already legal.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from legato.ir import Const
+from legato.ops.base import broadcast_shapes, is_float, norm_axes, norm_axis
+from legato.ops.primitives import slice_params, split_sizes
+
+from .ops import INDEX_DTYPE
+
+TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool")
+INT_DTYPES = ("int32", "int16", "int8")
+NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+TO_OHWI = {"OIHW": (0, 2, 3, 1), "HWIO": (3, 0, 1, 2), "OHWI": None}
+
+
+# --- helpers: constants are folded instead of reshaped or transposed at run time ----------
+
+def reshape(b, x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if isinstance(x, Const):
+        return b.const(x.data.reshape(shape))
+    return b.reshape(x, shape=list(shape))
+
+
+def permute(b, x, axes):
+    if axes is None or tuple(axes) == tuple(range(x.rank)):
+        return x
+    if isinstance(x, Const):
+        return b.const(np.transpose(x.data, axes))
+    return b.permute_dims(x, axes=list(axes))
+
+
+def broadcast(b, x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if isinstance(x, Const):
+        return b.const(np.broadcast_to(x.data, shape))
+    return b.broadcast_to(x, shape=list(shape))
+
+
+def _index_const(b, indices):
+    return b.const(np.asarray(indices, dtype=INDEX_DTYPE))
+
+
+# --- checks -------------------------------------------------------------------------------
+
+def same_rank(call):
+    ranks = sorted({v.rank for v in call.inputs if v is not None})
+    return None if len(ranks) <= 1 else f"operands of ranks {ranks} (TOSA needs equal ranks)"
+
+
+def select_form(call):
+    cond, x, _ = call.inputs
+    if not is_float(x.dtype):
+        return f"{x.dtype} data (pro_fp selects float tensors)"
+    return same_rank(call)
+
+
+def single_axis(call):
+    axes = norm_axes(call.attrs["axes"], call.inputs[0].rank)
+    return None if len(axes) == 1 else f"axes {list(axes)} (TOSA reduces one axis at a time)"
+
+
+def same_batch(call):
+    a, b = call.inputs
+    return None if a.shape[0] == b.shape[0] else \
+        f"batch {a.shape[0]} vs {b.shape[0]} (TOSA MATMUL needs equal N)"
+
+
+def full_rank_shape(call):
+    x, shape = call.inputs[0], call.attrs["shape"]
+    return None if x.rank == len(shape) else \
+        f"rank {x.rank} to {len(shape)} (TOSA TILE keeps the rank)"
+
+
+def unit_strides(call):
+    strides = call.attrs["strides"]
+    return None if strides is None or all(s == 1 for s in strides) else \
+        f"strides {list(strides)} (TOSA SLICE has unit strides)"
+
+
+def cast_supported(call):
+    """TOSA CAST under pro_fp, where it means what legato's cast means: to a float type."""
+    src, dst = call.inputs[0].dtype, call.attrs["dtype"]
+    if src not in TOSA_DTYPES or dst not in TOSA_DTYPES:
+        return f"{src} to {dst} (not a TOSA 1.0 type)"
+    if src == dst or src == "bool" or not is_float(dst):
+        return f"{src} to {dst} (pro_fp CAST: no bool, float to int rounds to nearest)"
+    return None
+
+
+def _window_fit(hw, kernel, strides, dilation, padding):
+    """For each spatial dim: how many rows/cols TOSA's exact-division rule leaves over."""
+    return [(hw[i] - 1 + padding[i] + padding[i + 2] - (kernel[i] - 1) * dilation[i])
+            % strides[i] for i in range(2)]
+
+
+def conv2d_fits(call):
+    x, w = call.inputs[:2]
+    a = call.attrs
+    rest = _window_fit(x.shape[1:3], w.shape[1:3], a["strides"], a["dilation"], a["padding"])
+    return None if not any(rest) else \
+        f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
+
+
+def pool2d_fits(call):
+    a = _pool_attrs(call.attrs)
+    if any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
+        return f"padding {list(a['padding'])} (TOSA needs padding below the kernel size)"
+    rest = _window_fit(call.inputs[0].shape[1:3], a["pool_size"], a["strides"], (1, 1),
+                       a["padding"])
+    return None if not any(rest) else \
+        f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
+
+
+def _pool_attrs(attrs) -> dict:
+    a = dict(attrs)
+    a["pool_size"] = tuple(a["pool_size"])
+    a["strides"] = tuple(a["strides"] or a["pool_size"])
+    return a
+
+
+# --- elementwise --------------------------------------------------------------------------
+
+def broadcast_ranks(b, call):
+    """Reshape lower-rank operands to the result's rank (TOSA broadcasts size-1 dims only)."""
+    rank = call.outputs[0].rank
+    if all(v.rank == rank for v in call.inputs):
+        return None
+    inputs = [reshape(b, v, (1,) * (rank - v.rank) + v.shape) for v in call.inputs]
+    return b.call(call.op, *inputs, **call.attrs)
+
+
+def less(b, call):
+    x, y = call.inputs
+    return b.greater(y, x)
+
+
+def divide(b, call):
+    """x / y = x * (1 / y): TOSA 1.0 has no float divide (INTDIV is integer only)."""
+    x, y = call.inputs
+    if not is_float(x.dtype):
+        return None
+    inverse = b.const(np.reciprocal(y.data)) if isinstance(y, Const) else \
+        b.call("tosa.reciprocal", y)
+    return b.multiply(x, inverse)
+
+
+def sqrt(b, call):
+    return b.call("tosa.reciprocal", b.rsqrt(call.inputs[0]))
+
+
+def round_half_even(b, call):
+    """numpy rint from floor: ties go to the even neighbour (TOSA 1.0 has no ROUND)."""
+    x = call.inputs[0]
+    low = b.floor(x)
+    frac = b.subtract(x, low)
+    parity = b.subtract(low, b.multiply(b.floor(b.multiply(low, 0.5)), 2.0))
+    tie = b.add(low, parity)
+    return b.where(b.greater(frac, 0.5), b.add(low, 1.0),
+                   b.where(b.less(frac, 0.5), low, tie))
+
+
+def cast(b, call):
+    x, dst = call.inputs[0], call.attrs["dtype"]
+    src = x.dtype
+    if src == dst:
+        return x
+    if src not in TOSA_DTYPES or dst not in TOSA_DTYPES or (src in INT_DTYPES and
+                                                             dst in INT_DTYPES):
+        return None  # integer to integer: pro_fp has no integer CAST
+    if src in INT_DTYPES:  # to bool: through float (pro_fp compares floats only)
+        x = b.cast(x, dtype="float32")
+    if dst == "bool":
+        return b.logical_not(b.equal(x, b.scalar(0, x.dtype)))
+    if src == "bool":
+        x = b.where(x, b.scalar(1.0, "float32"), b.scalar(0.0, "float32"))
+        if dst in INT_DTYPES:
+            return b.call("tosa.cast", x, dtype=dst)
+        return x if dst == "float32" else b.cast(x, dtype=dst)
+    # float to int: truncate toward zero first, then TOSA's rounding cast is exact
+    trunc = b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
+    return b.call("tosa.cast", trunc, dtype=dst)
+
+
+# --- reductions and matmul ----------------------------------------------------------------
+
+def reduce_axes(b, call):
+    """One keepdims reduction per axis, then a reshape drops the kept axes if asked."""
+    x = call.inputs[0]
+    axes = norm_axes(call.attrs["axes"], x.rank)
+    for axis in axes:
+        x = b.call(call.op, x, axes=[axis], keepdims=True)
+    return reshape(b, x, call.outputs[0].shape)
+
+
+def matmul(b, call):
+    """numpy matmul as one 3-D TOSA MATMUL [N, M, K] x [N, K, W] between reshapes."""
+    x, y = call.inputs
+    xs = x.shape if x.rank > 1 else (1,) + x.shape
+    ys = y.shape if y.rank > 1 else y.shape + (1,)
+    m, k, n = xs[-2], xs[-1], ys[-1]
+    if math.prod(ys[:-2]) == 1:  # y has no batch: fold x's batch into the rows
+        rows = math.prod(xs[:-1])
+        z = b.matmul(reshape(b, x, (1, rows, k)), reshape(b, y, (1, k, n)))
+    else:
+        batch = broadcast_shapes(xs[:-2], ys[:-2])
+        count = math.prod(batch)
+        x3 = reshape(b, broadcast(b, reshape(b, x, xs), batch + (m, k)), (count, m, k))
+        y3 = reshape(b, broadcast(b, reshape(b, y, ys), batch + (k, n)), (count, k, n))
+        z = b.matmul(x3, y3)
+    return reshape(b, z, call.outputs[0].shape)
+
+
+# --- data movement ------------------------------------------------------------------------
+
+def broadcast_to(b, call):
+    x, shape = call.inputs[0], tuple(call.attrs["shape"])
+    return b.broadcast_to(reshape(b, x, (1,) * (len(shape) - x.rank) + x.shape),
+                          shape=list(shape))
+
+
+def take(b, call):
+    """take along any axis as TOSA GATHER ([N, K, C] values, [N, W] int32 indices).
+
+    Run-time indices are wrapped and shaped as floats (pro_fp has no integer compare,
+    select or reshape) and cast to int32 last; exact below 2**24.
+    """
+    data, idx = call.inputs
+    axis = norm_axis(call.attrs["axis"], data.rank)
+    size = data.shape[axis]
+    if not is_float(data.dtype) or not (isinstance(idx, Const) or idx.dtype in INT_DTYPES):
+        return None  # int64 / uint8 indices, integer data: not in TOSA 1.0 pro_fp
+    outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + 1:])
+    count = math.prod(idx.shape)
+    if isinstance(idx, Const):
+        idx = _index_const(b, np.where(idx.data < 0, idx.data + size, idx.data))
+    else:
+        idx = b.cast(idx, dtype="float32")
+        idx = b.where(b.less(idx, 0.0), b.add(idx, float(size)), idx)
+    indices = broadcast(b, reshape(b, idx, (1, count)), (outer, count))
+    if not isinstance(indices, Const):
+        indices = b.call("tosa.cast", indices, dtype=INDEX_DTYPE)
+    values = reshape(b, data, (outer, size, inner))
+    return reshape(b, b.call("tosa.gather", values, indices), call.outputs[0].shape)
+
+
+def strided_slice(b, call):
+    """Non-unit steps become a gather of the picked indices; the rest one unit slice."""
+    x = call.inputs[0]
+    params = slice_params(x.shape, call.attrs)
+    for axis, (start, stop, step, length) in enumerate(params):
+        if step != 1:
+            picked = np.arange(start, stop, step)[:length]
+            x = b.take(x, _index_const(b, picked), axis=axis)
+    unit = [(axis, p[0], p[0] + p[3]) for axis, p in enumerate(params)
+            if p[2] == 1 and (p[0], p[3]) != (0, x.shape[axis])]
+    if unit:
+        x = b.strided_slice(x, begin=[u[1] for u in unit], end=[u[2] for u in unit],
+                            axes=[u[0] for u in unit])
+    return x
+
+
+def split(b, call):
+    x = call.inputs[0]
+    axis = norm_axis(call.attrs["axis"], x.rank)
+    parts, start = [], 0
+    for size in split_sizes(x.shape[axis], call.attrs["sections"]):
+        parts.append(b.strided_slice(x, begin=[start], end=[start + size], axes=[axis]))
+        start += size
+    return tuple(parts)
+
+
+def pad(b, call):
+    """reflect / edge padding as a gather of mirrored or clamped indices per axis."""
+    x, pads, mode = call.inputs[0], call.attrs["pads"], call.attrs["mode"]
+    if mode == "constant":
+        return None
+    rank = x.rank
+    for axis, n in enumerate(x.shape):
+        lo, hi = pads[axis], pads[axis + rank]
+        if lo or hi:
+            idx = np.arange(-lo, n + hi)
+            idx = np.clip(idx, 0, n - 1) if mode == "edge" else \
+                np.where(idx < 0, -idx, np.where(idx >= n, 2 * (n - 1) - idx, idx))
+            x = b.take(x, _index_const(b, idx), axis=axis)
+    return x
+
+
+# --- convolution and pooling: NHWC / OHWI, exact windows ----------------------------------
+
+def _fit_windows(b, x, kernel, strides, dilation, padding):
+    """Drop bottom/right padding, then input rows/cols, that no window reaches, so the
+    window count divides exactly as TOSA requires; x is NHWC."""
+    padding = list(padding)
+    crop = []
+    for i, rest in enumerate(_window_fit(x.shape[1:3], kernel, strides, dilation, padding)):
+        cut = min(rest, padding[i + 2])
+        padding[i + 2] -= cut
+        crop.append(rest - cut)
+    if any(crop):
+        x = b.strided_slice(x, begin=[0, 0], end=[x.shape[1] - crop[0], x.shape[2] - crop[1]],
+                            axes=[1, 2])
+    return x, padding
+
+
+def conv2d(b, call):
+    x, w, bias = call.inputs
+    a = call.attrs
+    if a["groups"] != 1:
+        return None  # TOSA CONV2D has no groups: the generic decomposition handles it
+    nchw = a["data_layout"] == "NCHW"
+    x = permute(b, x, NCHW_TO_NHWC if nchw else None)
+    w = permute(b, w, TO_OHWI[a["kernel_layout"]])
+    x, padding = _fit_windows(b, x, w.shape[1:3], a["strides"], a["dilation"], a["padding"])
+    y = b.call("nn.conv2d", x, w, bias, strides=a["strides"], padding=padding,
+               dilation=a["dilation"], groups=1, data_layout="NHWC", kernel_layout="OHWI")
+    return permute(b, y, NHWC_TO_NCHW if nchw else None)
+
+
+def pool2d(b, call):
+    a = _pool_attrs(call.attrs)
+    padded = any(a["padding"])
+    if a["ceil_mode"] or tuple(a["dilation"]) != (1, 1) or \
+            (a.get("count_include_pad") and padded) or \
+            any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
+        return None  # no TOSA form: the generic decomposition handles it
+    nchw = a["data_layout"] == "NCHW"
+    x = permute(b, call.inputs[0], NCHW_TO_NHWC if nchw else None)
+    x, padding = _fit_windows(b, x, a["pool_size"], a["strides"], (1, 1), a["padding"])
+    a.update(padding=padding, data_layout="NHWC", strides=list(a["strides"]))
+    if "count_include_pad" in a:
+        a["count_include_pad"] = False  # no padding left to count
+    y = b.call(call.op, x, **a)
+    return permute(b, y, NHWC_TO_NCHW if nchw else None)
