@@ -15,8 +15,8 @@ from legato.errors import LegalizationError
 from legato_tosa_custom import decode_tosa_custom, emit_mlir
 from legato_tosa_custom.kernels import simulate
 
-from ._tosa_cases import KEEP, MODEL_KEEPS, NOT_LOWERED, as_tuple, assert_matches, keep, \
-    op_module, op_samples
+from ._tosa_cases import KEEP, MODEL_KEEPS, NOT_LOWERED, assert_matches, keep, op_module, \
+    op_samples
 
 OP_LINE = re.compile(r'^%\d+(:\d+)? = "tosa\.\w+"\((%[\w#]+(, %[\w#]+)*)?\)( <\{.*\}>)? : '
                      r'\(.*\) -> .+$')
@@ -249,4 +249,3 @@ def test_decoder_reads_escapes_and_rejects_malformed_lines():
     assert call.op == "cast" and call.attrs["dtype"] == "int32"
     with pytest.raises(legato.LegatoError, match="cannot read"):
         decode_tosa_custom('%0 = "tosa.custom"(%arg0) garbage')
-    assert as_tuple(1) == (1,)
