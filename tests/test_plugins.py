@@ -17,7 +17,7 @@ def relu_backend(register):
 def test_entry_point_plugins_are_discovered(install_plugins):
     host = install_plugins({"relu": plugin_module(legato_register_backends=relu_backend)})
     assert {"cpu_ref", "relu_only"} <= set(legato.list_backends())
-    assert host.problems == []
+    assert [name for name, _ in host.problems if name == "relu"] == []
     assert legato.get_backend("relu_only").source == "relu"
 
 
@@ -75,8 +75,7 @@ def test_plugin_op_whose_decomposition_is_not_lower_level_is_refused(install_plu
                  decompose=_double, examples=[((f32(2),), {})])
 
     host = install_plugins({"loopy": plugin_module(legato_register_ops=ops)})
-    (plugin, message), = host.problems
-    assert plugin == "loopy"
+    (plugin, message), = [p for p in host.problems if p[0] == "loopy"]
     assert "acme.loop (level 1) decomposes into nn.relu (level 1)" in message
     assert "acme.loop" not in legato.list_ops()
 

@@ -261,3 +261,13 @@ def test_cli_explain_shows_regions_and_fused_functions(capsys, qnn_backend, tmp_
     err = capsys.readouterr().err
     assert "fused @fused_0 (out_elemwise_fusable): matmul, add, maximum  [from nn.linear, " \
            "nn.relu]" in err
+
+
+def test_kept_ops_stay_in_their_original_layout():
+    mod = legato.load_model("example:cnn")
+    nhwc = legato.convert_layout(mod, "NHWC", keep={"nn.max_pool2d"})
+    layouts = {c.op: c.attrs["data_layout"] for c in nhwc.main.calls if "data_layout" in c.attrs}
+    assert layouts == {"nn.conv2d": "NHWC", "nn.max_pool2d": "NCHW", "nn.avg_pool2d": "NHWC"}
+    x = random_inputs(mod)
+    np.testing.assert_allclose(legato.reference(nhwc)(*x), legato.reference(mod)(*x),
+                               rtol=1e-6, atol=1e-7)

@@ -121,7 +121,10 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     if isinstance(backend, (list, tuple)):
         return _compile_multi(source, list(backend), config, max_level)
     be = host.backend(backend)
-    module = convert_layout(source, be.layout, host.registry) if be.layout else source
+    module = source
+    if be.layout:  # kept ops reach the backend exactly as the user wrote them
+        keep = load_config(config, be.name, host.registry, host.backends).keep
+        module = convert_layout(source, be.layout, host.registry, keep)
     result = legalize(module, be, config=config, max_level=max_level, mode="full")
     fallback = host.fallback_of(be) if be.executes else None
     if not be.executes:

@@ -222,11 +222,12 @@ class ConvertLayout(FunctionPass):
 
     name = "convert-layout"
 
-    def __init__(self, layout: str, registry=None):
+    def __init__(self, layout: str, registry=None, keep=()):
         if layout not in LAYOUTS:
             raise LegatoError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         from .builder import default_registry
         self.layout, self.registry = layout, registry or default_registry()
+        self.keep = frozenset(keep)  # ops a user keeps stay exactly as written
 
     def run_function(self, name: str, fn: Function, module: Module):
         ctx = _Context(self.registry, self.layout)
@@ -237,7 +238,7 @@ class ConvertLayout(FunctionPass):
                                         call.attrs, outs, call.origin))
                 ctx.values.update((old, (new, None)) for old, new in zip(call.outputs, outs))
                 continue
-            rule = _rule_for(ctx, call)
+            rule = None if call.op in self.keep else _rule_for(ctx, call)
             outs = rule(ctx, call) if rule is not None else None
             if outs is None:
                 outs = _default(ctx, call)
@@ -251,6 +252,7 @@ class ConvertLayout(FunctionPass):
         return Function(fn.params, tuple(calls), results, fn.kind, fn.attrs), True
 
 
-def convert_layout(module: Module, layout: str, registry=None) -> Module:
-    """The module with layout-sensitive ops in `layout`; results keep their layout."""
-    return ConvertLayout(layout, registry).run(module)[0]
+def convert_layout(module: Module, layout: str, registry=None, keep=()) -> Module:
+    """The module with layout-sensitive ops in `layout`; results keep their layout. Ops in
+    `keep` are left in their original layout (with transposes around them if needed)."""
+    return ConvertLayout(layout, registry, keep).run(module)[0]
