@@ -1,0 +1,300 @@
+/*
+ * elementwise.c - unary and broadcasting binary ops, strided copy (permute).
+ *
+ * Each op family is one table (X-macro) expanded into tight loops, so adding an
+ * op is one line and there is no per-element dispatch. The N-d drivers first
+ * coalesce dims (merge dims that are contiguous for every operand, drop size-1
+ * dims) so the common cases - same shape, scalar, row broadcast - reduce to one
+ * or two long inner loops with unit or zero stride.
+ */
+#include "lgk_internal.h"
+
+/* ---- unary ------------------------------------------------------------------ */
+
+#define LGK_UNARY_TABLE(X)                       \
+    X(LGK_UNARY_NEGATIVE, negative, -v)          \
+    X(LGK_UNARY_ABS, abs, fabsf(v))              \
+    X(LGK_UNARY_EXP, exp, lgk_expf(v))           \
+    X(LGK_UNARY_LOG, log, lgk_logf(v))           \
+    X(LGK_UNARY_SQRT, sqrt, sqrtf(v))            \
+    X(LGK_UNARY_RSQRT, rsqrt, 1.0f / sqrtf(v))   \
+    X(LGK_UNARY_TANH, tanh, lgk_tanhf(v))        \
+    X(LGK_UNARY_SIGMOID, sigmoid, lgk_sigmoidf(v)) \
+    X(LGK_UNARY_ERF, erf, lgk_erff(v))           \
+    X(LGK_UNARY_RELU, relu, lgk_reluf(v))        \
+    X(LGK_UNARY_GELU, gelu, lgk_geluf(v))        \
+    X(LGK_UNARY_GELU_TANH, gelu_tanh, lgk_gelu_tanhf(v)) \
+    X(LGK_UNARY_SILU, silu, lgk_siluf(v))
+
+typedef void (*unary_fn)(int64_t n, const float *x, float *y);
+
+/* No `restrict`: y == x is allowed; GCC versions the loop on an alias check. */
+#define DEFINE_UNARY(ENUM, name, expr)                                  \
+    LGK_CLONES static void unary_##name(int64_t n, const float *x, float *y) \
+    {                                                                   \
+        for (int64_t i = 0; i < n; ++i) {                               \
+            float v = x[i];                                             \
+            y[i] = (expr);                                              \
+        }                                                               \
+    }
+LGK_UNARY_TABLE(DEFINE_UNARY)
+
+#define UNARY_ENTRY(ENUM, name, expr) [ENUM] = unary_##name,
+static const unary_fn unary_fns[LGK_UNARY_COUNT] = {LGK_UNARY_TABLE(UNARY_ENTRY)};
+
+int lgk_unary(int op, int64_t n, const float *x, float *y)
+{
+    LGK_CHECK(op >= 0 && op < LGK_UNARY_COUNT, LGK_ERR_ARG);
+    LGK_CHECK(n >= 0, LGK_ERR_SHAPE);
+    LGK_TRY(lgk_checked_count(1, &n, &n));
+    LGK_CHECK(x != NULL && y != NULL, LGK_ERR_NULL);
+    unary_fns[op](n, x, y);
+    return LGK_OK;
+}
+
+/* ---- N-d iteration -------------------------------------------------------------- */
+
+#define MAX_OPERANDS 3
+
+typedef struct {
+    int ndim, nops;
+    int64_t shape[LGK_MAX_NDIM];
+    int64_t strides[MAX_OPERANDS][LGK_MAX_NDIM];
+} nd_layout;
+
+/* Drops size-1 dims and merges dim i into i+1 when, for every operand,
+ * stride[i] == stride[i+1] * shape[i+1]. Keeps at least one dim. */
+static void coalesce(nd_layout *l)
+{
+    int out = 0;
+    for (int i = 0; i < l->ndim; ++i) {
+        if (l->shape[i] == 1)
+            continue;
+        int merge = out > 0;
+        for (int k = 0; k < l->nops && merge; ++k)
+            merge = l->strides[k][out - 1] == l->strides[k][i] * l->shape[i];
+        if (merge) {
+            l->shape[out - 1] *= l->shape[i];
+            for (int k = 0; k < l->nops; ++k)
+                l->strides[k][out - 1] = l->strides[k][i];
+            continue;
+        }
+        l->shape[out] = l->shape[i];
+        for (int k = 0; k < l->nops; ++k)
+            l->strides[k][out] = l->strides[k][i];
+        ++out;
+    }
+    if (out == 0) { /* all dims were 1: a single element */
+        l->shape[0] = 1;
+        for (int k = 0; k < l->nops; ++k)
+            l->strides[k][0] = 0;
+        out = 1;
+    }
+    l->ndim = out;
+}
+
+/* Advances the multi-index over dims [0, ndim) (last fastest) and the operand
+ * offsets with it; returns 0 once every index has been visited. */
+static int nd_next(const nd_layout *l, int ndim, int64_t *idx, int64_t *off)
+{
+    for (int d = ndim - 1; d >= 0; --d) {
+        if (++idx[d] < l->shape[d]) {
+            for (int k = 0; k < l->nops; ++k)
+                off[k] += l->strides[k][d];
+            return 1;
+        }
+        idx[d] = 0;
+        for (int k = 0; k < l->nops; ++k)
+            off[k] -= (l->shape[d] - 1) * l->strides[k][d];
+    }
+    return 0;
+}
+
+/* Dense row-major strides of `shape` (operand 0 of every layout). */
+static void dense_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* Validates shape/strides of the output (dense) and each input against the
+ * buffer lengths, and fills a layout with operand 0 = output. */
+static int make_layout(int ndim, const int64_t *shape, int nin, const int64_t *const *in_strides,
+                       const int64_t *in_len, int64_t out_len, nd_layout *l, int64_t *count)
+{
+    LGK_CHECK(ndim >= 0 && ndim <= LGK_MAX_NDIM, LGK_ERR_ARG);
+    LGK_CHECK(ndim == 0 || shape != NULL, LGK_ERR_NULL);
+    LGK_TRY(lgk_checked_count(ndim, shape, count));
+    LGK_CHECK(*count <= out_len, LGK_ERR_SHAPE);
+    l->ndim = ndim;
+    l->nops = nin + 1;
+    for (int d = 0; d < ndim; ++d)
+        l->shape[d] = shape[d];
+    dense_strides(ndim, shape, l->strides[0]);
+    for (int k = 0; k < nin; ++k) {
+        int64_t extent;
+        LGK_CHECK(ndim == 0 || in_strides[k] != NULL, LGK_ERR_NULL);
+        LGK_TRY(lgk_view_extent(ndim, shape, in_strides[k], &extent));
+        LGK_CHECK(extent <= in_len[k], LGK_ERR_SHAPE);
+        for (int d = 0; d < ndim; ++d)
+            l->strides[k + 1][d] = in_strides[k][d];
+    }
+    return LGK_OK;
+}
+
+/* ---- binary ---------------------------------------------------------------------- */
+
+#define LGK_BINARY_TABLE(X)                          \
+    X(LGK_BINARY_ADD, add, a + b)                    \
+    X(LGK_BINARY_SUBTRACT, subtract, a - b)          \
+    X(LGK_BINARY_MULTIPLY, multiply, a * b)          \
+    X(LGK_BINARY_DIVIDE, divide, a / b)              \
+    X(LGK_BINARY_MAXIMUM, maximum, lgk_maxf(a, b))   \
+    X(LGK_BINARY_MINIMUM, minimum, lgk_minf(a, b))   \
+    X(LGK_BINARY_POWER, power, powf(a, b))
+
+typedef void (*binary_fn)(int64_t n, const float *x, int64_t sx, const float *y, int64_t sy,
+                          float *out);
+
+/* One inner line; the (1,1), (1,0) and (0,1) stride patterns get their own
+ * loops so they vectorize (a hoisted scalar instead of a stride-0 load). */
+#define DEFINE_BINARY(ENUM, name, expr)                                              \
+    LGK_CLONES static void binary_##name(int64_t n, const float *x, int64_t sx,       \
+                                         const float *y, int64_t sy, float *out)     \
+    {                                                                                \
+        if (sx == 1 && sy == 1) {                                                    \
+            for (int64_t i = 0; i < n; ++i) {                                        \
+                float a = x[i], b = y[i];                                            \
+                out[i] = (expr);                                                     \
+            }                                                                        \
+        } else if (sx == 1 && sy == 0) {                                             \
+            const float b = y[0];                                                    \
+            for (int64_t i = 0; i < n; ++i) {                                        \
+                float a = x[i];                                                      \
+                out[i] = (expr);                                                     \
+            }                                                                        \
+        } else if (sx == 0 && sy == 1) {                                             \
+            const float a = x[0];                                                    \
+            for (int64_t i = 0; i < n; ++i) {                                        \
+                float b = y[i];                                                      \
+                out[i] = (expr);                                                     \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; ++i) {                                        \
+                float a = x[i * sx], b = y[i * sy];                                  \
+                out[i] = (expr);                                                     \
+            }                                                                        \
+        }                                                                            \
+    }
+LGK_BINARY_TABLE(DEFINE_BINARY)
+
+#define BINARY_ENTRY(ENUM, name, expr) [ENUM] = binary_##name,
+static const binary_fn binary_fns[LGK_BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_ENTRY)};
+
+int lgk_binary(int op, int ndim, const int64_t *shape,
+               const float *a, int64_t a_len, const int64_t *a_strides,
+               const float *b, int64_t b_len, const int64_t *b_strides,
+               float *out, int64_t out_len)
+{
+    LGK_CHECK(op >= 0 && op < LGK_BINARY_COUNT, LGK_ERR_ARG);
+    nd_layout l;
+    int64_t count;
+    const int64_t *strides[2] = {a_strides, b_strides};
+    const int64_t lens[2] = {a_len, b_len};
+    LGK_TRY(make_layout(ndim, shape, 2, strides, lens, out_len, &l, &count));
+    LGK_CHECK(a != NULL && b != NULL && out != NULL, LGK_ERR_NULL);
+    if (count == 0)
+        return LGK_OK;
+    coalesce(&l);
+    int last = l.ndim - 1;
+    int64_t idx[LGK_MAX_NDIM] = {0}, off[MAX_OPERANDS] = {0};
+    binary_fn fn = binary_fns[op];
+    do {
+        fn(l.shape[last], a + off[1], l.strides[1][last], b + off[2], l.strides[2][last],
+           out + off[0]);
+    } while (nd_next(&l, last, idx, off));
+    return LGK_OK;
+}
+
+/* ---- strided copy / permute ------------------------------------------------------ */
+
+#define TRANSPOSE_BLOCK 32
+
+/* dst[i * dsi + j] = src[i + j * ssj] over a rows x cols block: the source is
+ * contiguous along i and the destination along j, so walk both in tiles that
+ * fit L1 instead of striding through memory on one side. */
+static void transpose_2d(int64_t rows, int64_t cols, const float *src, int64_t ssj, float *dst,
+                         int64_t dsi)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += TRANSPOSE_BLOCK) {
+        int64_t i1 = LGK_MIN(rows, i0 + TRANSPOSE_BLOCK);
+        for (int64_t j0 = 0; j0 < cols; j0 += TRANSPOSE_BLOCK) {
+            int64_t j1 = LGK_MIN(cols, j0 + TRANSPOSE_BLOCK);
+            for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = j0; j < j1; ++j)
+                    dst[i * dsi + j] = src[i + j * ssj];
+        }
+    }
+}
+
+static void copy_line(int64_t n, const float *src, int64_t ss, float *dst)
+{
+    if (ss == 1) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+        dst[i] = src[i * ss];
+}
+
+/* Moves dim p to position ndim-2 (keeping the others' order) so the blocked
+ * transpose runs over the two innermost dims. */
+static void move_dim_before_last(nd_layout *l, int p)
+{
+    int last = l->ndim - 1;
+    for (int d = p; d < last - 1; ++d) {
+        int64_t t = l->shape[d];
+        l->shape[d] = l->shape[d + 1];
+        l->shape[d + 1] = t;
+        for (int k = 0; k < l->nops; ++k) {
+            t = l->strides[k][d];
+            l->strides[k][d] = l->strides[k][d + 1];
+            l->strides[k][d + 1] = t;
+        }
+    }
+}
+
+int lgk_strided_copy(int ndim, const int64_t *shape,
+                     const float *src, int64_t src_len, const int64_t *src_strides,
+                     float *dst, int64_t dst_len)
+{
+    nd_layout l;
+    int64_t count;
+    const int64_t *strides[1] = {src_strides};
+    const int64_t lens[1] = {src_len};
+    LGK_TRY(make_layout(ndim, shape, 1, strides, lens, dst_len, &l, &count));
+    LGK_CHECK(src != NULL && dst != NULL, LGK_ERR_NULL);
+    if (count == 0)
+        return LGK_OK;
+    coalesce(&l);
+    int last = l.ndim - 1, p = -1;
+    for (int d = 0; d < last && l.strides[1][last] != 1; ++d)
+        if (l.strides[1][d] == 1)
+            p = d;
+    int64_t idx[LGK_MAX_NDIM] = {0}, off[MAX_OPERANDS] = {0};
+    if (p < 0) { /* source already contiguous along the last dim, or no unit stride */
+        do {
+            copy_line(l.shape[last], src + off[1], l.strides[1][last], dst + off[0]);
+        } while (nd_next(&l, last, idx, off));
+        return LGK_OK;
+    }
+    move_dim_before_last(&l, p);
+    do {
+        transpose_2d(l.shape[last - 1], l.shape[last], src + off[1], l.strides[1][last],
+                     dst + off[0], l.strides[0][last - 1]);
+    } while (nd_next(&l, last - 1, idx, off));
+    return LGK_OK;
+}

@@ -1,0 +1,847 @@
+/*
+ * gemm.c - single-precision GEMM: C = act(A @ B + bias).
+ *
+ * Classic Goto/BLIS structure. For each NC-wide column block of B and each
+ * KC-deep slice of K, a KC x NC panel of B is packed into NR-wide slivers;
+ * for each MC-tall row block of A, an MC x KC panel of A is packed into
+ * MR-tall slivers; the macro-kernel then runs an MR x NR register-blocked
+ * micro-kernel over every sliver pair. Packing makes the micro-kernel's loads
+ * unit-stride and aligned whatever the operand strides are (transposed B is
+ * free), and the block sizes keep the A panel in L2 and one B sliver in L1.
+ *
+ * A constant B can be packed once into the same panel layout
+ * (lgk_sgemm_pack_b), after which lgk_sgemm_prepacked skips the B packing.
+ *
+ * C is row-major, so the micro-kernels vectorize along N (B rows) and
+ * broadcast A values. The micro-kernel family (AVX-512, AVX2+FMA, portable)
+ * is chosen once at run time from CPUID; no -march flags are needed.
+ */
+#include <stdatomic.h>
+
+#include "lgk_internal.h"
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define LGK_X86_KERNELS 1
+#include <immintrin.h>
+#endif
+
+/* Computes the full MR x NR tile c = a_sliver @ b_sliver (+ c if accumulate). */
+typedef void (*lgk_ukernel)(int64_t kc, const float *a, const float *b, float *c,
+                            int64_t ldc, int accumulate);
+/* The same for only the first `rows` (1 .. MR-1) rows of the tile. */
+typedef void (*lgk_edge_ukernel)(int rows, int64_t kc, const float *a, const float *b, float *c,
+                                 int64_t ldc, int accumulate);
+
+typedef struct {
+    int isa;
+    int mr, nr;
+    int64_t kc, mc, nc; /* cache blocking; mc % mr == 0, nc % nr == 0 */
+    lgk_ukernel kernel;
+    lgk_edge_ukernel edge; /* NULL: edge rows go through a scratch tile */
+} gemm_impl;
+
+#define MAX_MR 16
+#define MAX_NR 32
+
+/* ---- micro-kernels ---------------------------------------------------------- */
+
+/* 4 x 8 keeps the 8 accumulator vectors in SSE/NEON registers (measured 38
+ * GFLOP/s; a 4 x 16 tile spills and drops to 12). */
+#define GEN_MR 4
+#define GEN_NR 8
+
+/* Portable kernel: fixed trip counts let any compiler keep acc in vector
+ * registers (SSE on baseline x86-64, NEON on arm64). */
+static void ukernel_generic(int64_t kc, const float *restrict a, const float *restrict b,
+                            float *restrict c, int64_t ldc, int accumulate)
+{
+    float acc[GEN_MR][GEN_NR] = {{0.0f}};
+    for (int64_t k = 0; k < kc; ++k) {
+        for (int i = 0; i < GEN_MR; ++i)
+            for (int j = 0; j < GEN_NR; ++j)
+                acc[i][j] += a[i] * b[j];
+        a += GEN_MR;
+        b += GEN_NR;
+    }
+    for (int i = 0; i < GEN_MR; ++i)
+        for (int j = 0; j < GEN_NR; ++j)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+#ifdef LGK_X86_KERNELS
+/* AVX2 + FMA: 6 x 16 tile = 12 ymm accumulators + 2 B vectors + 1 broadcast
+ * of the 16 registers. */
+#define AVX2_MR 6
+#define AVX2_NR 16
+
+/* `rows` is a constant at every call site, so the loops unroll fully and acc
+ * lives in registers; one body serves the full tile and the edge-row kernels. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void avx2_rows(const int rows, int64_t kc, const float *restrict a,
+                             const float *restrict b, float *restrict c, int64_t ldc,
+                             int accumulate)
+{
+    __m256 acc[AVX2_MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < rows; ++i)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < rows; ++i) {
+            __m256 ai = _mm256_broadcast_ss(a + i);
+            acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        a += AVX2_MR;
+        b += AVX2_NR;
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < rows; ++i) {
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(ci));
+            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(ci + 8));
+        }
+        _mm256_storeu_ps(ci, acc[i][0]);
+        _mm256_storeu_ps(ci + 8, acc[i][1]);
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                         int accumulate)
+{
+    avx2_rows(AVX2_MR, kc, a, b, c, ldc, accumulate);
+}
+
+#define AVX2_EDGE_CASE(R) \
+    case R: avx2_rows(R, kc, a, b, c, ldc, accumulate); break;
+
+__attribute__((target("avx2,fma")))
+static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, float *c,
+                      int64_t ldc, int accumulate)
+{
+    switch (rows) {
+    AVX2_EDGE_CASE(1) AVX2_EDGE_CASE(2) AVX2_EDGE_CASE(3) AVX2_EDGE_CASE(4) AVX2_EDGE_CASE(5)
+    default: break;
+    }
+}
+
+/* AVX-512: 12 x 32 tile = 24 zmm accumulators; per k, 2 B loads feed 24
+ * FMAs whose A operand is an embedded broadcast from memory. */
+#define AVX512_MR 12
+#define AVX512_NR 32
+
+/* Edge tiles of M (e.g. the last 4 rows of M = 64) run with exactly their rows
+ * instead of a full 12-row tile into scratch: at M = 64 that was 1/6 of the work. */
+__attribute__((target("avx512f"), always_inline))
+static inline void avx512_rows(const int rows, int64_t kc, const float *restrict a,
+                               const float *restrict b, float *restrict c, int64_t ldc,
+                               int accumulate)
+{
+    __m512 acc[AVX512_MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i) {
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int i = 0; i < rows; ++i) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        a += AVX512_MR;
+        b += AVX512_NR;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i) {
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_loadu_ps(ci));
+            acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(ci + 16));
+        }
+        _mm512_storeu_ps(ci, acc[i][0]);
+        _mm512_storeu_ps(ci + 16, acc[i][1]);
+    }
+}
+
+__attribute__((target("avx512f")))
+static void ukernel_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           int accumulate)
+{
+    avx512_rows(AVX512_MR, kc, a, b, c, ldc, accumulate);
+}
+
+#define AVX512_EDGE_CASE(R) \
+    case R: avx512_rows(R, kc, a, b, c, ldc, accumulate); break;
+
+__attribute__((target("avx512f")))
+static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, float *c,
+                        int64_t ldc, int accumulate)
+{
+    switch (rows) {
+    AVX512_EDGE_CASE(1) AVX512_EDGE_CASE(2) AVX512_EDGE_CASE(3) AVX512_EDGE_CASE(4)
+    AVX512_EDGE_CASE(5) AVX512_EDGE_CASE(6) AVX512_EDGE_CASE(7) AVX512_EDGE_CASE(8)
+    AVX512_EDGE_CASE(9) AVX512_EDGE_CASE(10) AVX512_EDGE_CASE(11)
+    default: break;
+    }
+}
+#endif /* LGK_X86_KERNELS */
+
+/* ---- kernel selection ------------------------------------------------------- */
+
+/* Blocking {kc, mc, nc}: the mc x kc A panel (240 KiB for AVX-512) stays in a
+ * 1 MiB L2, a kc x nr B sliver (32 KiB) in a 48 KiB L1. A sweep of kc 192-512,
+ * mc 96-480, nc 1024-4096 on Zen (48K L1 / 1M L2) found these best or tied. */
+
+static const gemm_impl impl_generic = {LGK_ISA_GENERIC, GEN_MR, GEN_NR, 256, 128, 2048,
+                                       ukernel_generic, NULL};
+#ifdef LGK_X86_KERNELS
+static const gemm_impl impl_avx2 = {LGK_ISA_AVX2, AVX2_MR, AVX2_NR, 256, 144, 2048, ukernel_avx2,
+                                    edge_avx2};
+static const gemm_impl impl_avx512 = {LGK_ISA_AVX512, AVX512_MR, AVX512_NR, 256, 240, 2048,
+                                      ukernel_avx512, edge_avx512};
+#endif
+
+static int cpu_can_run(int isa)
+{
+#ifdef LGK_X86_KERNELS
+    __builtin_cpu_init();
+    if (isa == LGK_ISA_AVX512)
+        return __builtin_cpu_supports("avx512f");
+    if (isa == LGK_ISA_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return isa == LGK_ISA_GENERIC;
+}
+
+static const gemm_impl *impl_for(int isa)
+{
+#ifdef LGK_X86_KERNELS
+    if (isa == LGK_ISA_AVX512)
+        return &impl_avx512;
+    if (isa == LGK_ISA_AVX2)
+        return &impl_avx2;
+#endif
+    (void)isa;
+    return &impl_generic;
+}
+
+/* LGK_ISA_AUTO until the first GEMM detects the CPU (concurrent first calls
+ * all store the same value) or the test hook overrides it. Atomic so that
+ * concurrent GEMMs from several threads are race-free. */
+static _Atomic int selected_isa = LGK_ISA_AUTO;
+
+static const gemm_impl *current_impl(void)
+{
+    int isa = atomic_load_explicit(&selected_isa, memory_order_relaxed);
+    if (isa == LGK_ISA_AUTO) {
+        isa = cpu_can_run(LGK_ISA_AVX512) ? LGK_ISA_AVX512
+              : cpu_can_run(LGK_ISA_AVX2) ? LGK_ISA_AVX2
+                                          : LGK_ISA_GENERIC;
+        atomic_store_explicit(&selected_isa, isa, memory_order_relaxed);
+    }
+    return impl_for(isa);
+}
+
+int lgk_gemm_force_isa(int isa)
+{
+    LGK_CHECK(isa >= LGK_ISA_AUTO && isa <= LGK_ISA_AVX512, LGK_ERR_ARG);
+    LGK_CHECK(isa == LGK_ISA_AUTO || cpu_can_run(isa), LGK_ERR_ARG);
+    atomic_store_explicit(&selected_isa, isa, memory_order_relaxed);
+    return LGK_OK;
+}
+
+int lgk_gemm_isa(void)
+{
+    return current_impl()->isa;
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+/* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers, k-major inside a sliver;
+ * rows past mc are zero so the micro-kernel never needs a row mask. */
+static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs,
+                   float *restrict dst)
+{
+    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += mr * kc) {
+        int m = (int)LGK_MIN((int64_t)mr, mc - i0);
+        const float *rows = a + i0 * rs;
+        for (int64_t k = 0; k < kc; ++k) {
+            float *d = dst + k * mr;
+            for (int i = 0; i < m; ++i)
+                d[i] = rows[i * rs + k * cs];
+            for (int i = m; i < mr; ++i)
+                d[i] = 0.0f;
+        }
+    }
+}
+
+/* B[0:kc, 0:nc] -> NR-column slivers, k-major inside a sliver. */
+static void pack_b(int nr, int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs,
+                   float *restrict dst)
+{
+    for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += nr * kc) {
+        int n = (int)LGK_MIN((int64_t)nr, nc - j0);
+        const float *cols = b + j0 * cs;
+        if (cs == 1 && n == nr) { /* rows of the sliver are contiguous */
+            for (int64_t k = 0; k < kc; ++k)
+                memcpy(dst + k * nr, cols + k * rs, (size_t)nr * sizeof(float));
+        } else if (rs == 1) { /* transposed B: walk each column contiguously */
+            for (int j = 0; j < n; ++j)
+                for (int64_t k = 0; k < kc; ++k)
+                    dst[k * nr + j] = cols[j * cs + k];
+            for (int64_t k = 0; k < kc; ++k)
+                for (int j = n; j < nr; ++j)
+                    dst[k * nr + j] = 0.0f;
+        } else {
+            for (int64_t k = 0; k < kc; ++k) {
+                float *d = dst + k * nr;
+                for (int j = 0; j < n; ++j)
+                    d[j] = cols[k * rs + j * cs];
+                for (int j = n; j < nr; ++j)
+                    d[j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* ---- epilogue ---------------------------------------------------------------- */
+
+typedef struct {
+    const float *bias; /* already offset to the problem's row/col 0 */
+    int bias_mode;
+    int activation;
+} epilogue;
+
+static int epilogue_is_noop(const epilogue *ep)
+{
+    return ep->bias_mode == LGK_BIAS_NONE && ep->activation == LGK_ACT_NONE;
+}
+
+/* Applies bias and activation to C[row0:row0+m, col0:col0+n]. The blocked
+ * driver calls it once per finished mc x nc block rather than per micro-tile:
+ * rows of nc floats keep the vectorized activation loops long, where 32-wide
+ * tile rows spent more in loop set-up than the cache-hot data saved (gelu
+ * epilogue of 256 x 64 x 4096: 1.3 ms per tile vs 0.7 ms per block). */
+static void epilogue_tile(const epilogue *ep, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                          int64_t m, int64_t n)
+{
+    for (int64_t i = 0; i < m; ++i) {
+        float *ci = c + i * ldc;
+        if (ep->bias_mode == LGK_BIAS_COL) {
+            const float *bias = ep->bias + col0;
+            for (int64_t j = 0; j < n; ++j)
+                ci[j] += bias[j];
+        } else if (ep->bias_mode == LGK_BIAS_ROW) {
+            float bias = ep->bias[row0 + i];
+            for (int64_t j = 0; j < n; ++j)
+                ci[j] += bias;
+        }
+        if (ep->activation != LGK_ACT_NONE)
+            lgk_activate(ep->activation, ci, n);
+    }
+}
+
+/* ---- blocked driver -------------------------------------------------------------- */
+
+typedef struct {
+    int64_t M, N, K;
+    const float *a;
+    int64_t rs_a, cs_a;
+    const float *b;
+    int64_t rs_b, cs_b;
+    float *c;
+    int64_t ldc;
+    epilogue ep;
+    /* Prepacked B panels (past the header; see lgk_sgemm_pack_b) or NULL, in
+     * which case B is read through b/rs_b/cs_b and packed block by block. */
+    const float *packed_b;
+} gemm_problem;
+
+/* Runs every micro-tile of one packed (mc x kc) x (kc x nc) block pair. */
+static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
+                         const float *pa, const float *pb, float *c, int64_t ldc,
+                         int accumulate)
+{
+    _Alignas(64) float tile[MAX_MR * MAX_NR];
+    for (int64_t jr = 0; jr < nc; jr += g->nr) {
+        int64_t n = LGK_MIN((int64_t)g->nr, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += g->mr) {
+            int64_t m = LGK_MIN((int64_t)g->mr, mc - ir);
+            float *cij = c + ir * ldc + jr;
+            const float *a = pa + ir * kc, *b = pb + jr * kc;
+            if (m == g->mr && n == g->nr) {
+                g->kernel(kc, a, b, cij, ldc, accumulate);
+            } else if (n == g->nr && g->edge != NULL) {
+                g->edge((int)m, kc, a, b, cij, ldc, accumulate);
+            } else { /* edge: full tile into scratch, copy the valid part */
+                g->kernel(kc, a, b, tile, g->nr, 0);
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j)
+                        cij[i * ldc + j] = tile[i * g->nr + j] + (accumulate ? cij[i * ldc + j] : 0.0f);
+            }
+        }
+    }
+}
+
+/* ---- few rows: no packing ---------------------------------------------------
+ * With M <= SMALL_M every element of B is used at most SMALL_M times, so
+ * packing B (an extra pass over all of it) costs more than the multiply
+ * (measured at M = 1: 4 GFLOP/s packed vs numpy's 48). Rows of C are then
+ * computed straight from B: as axpys along B's rows when they are contiguous,
+ * or as dot products along B's columns when those are (nn.linear's weight.T). */
+#define SMALL_M 4
+#define SMALL_N_TILE 512 /* SMALL_M accumulator rows of this width stay in L1 */
+#define DOT_LANES 64 /* 4 zmm / 8 ymm chains hide the FMA latency */
+
+static int small_m_fits(const gemm_problem *p, int64_t rows)
+{
+    return p->packed_b == NULL && rows <= SMALL_M
+           && (p->cs_b == 1 || (p->rs_b == 1 && p->cs_a == 1));
+}
+
+/* ci[0:w] += sum over AXPY_K rows r of a[r * cs_a] * b[r * rs_b + 0:w]: several
+ * rows of B per pass over ci, so its loads/stores do not bound the FMAs. */
+#define AXPY_K 4
+
+LGK_CLONES static void axpy_rows(int64_t w, int64_t nk, const float *a, int64_t cs_a,
+                                 const float *b, int64_t rs_b, float *restrict ci)
+{
+    if (nk == AXPY_K) {
+        float a0 = a[0], a1 = a[cs_a], a2 = a[2 * cs_a], a3 = a[3 * cs_a];
+        const float *b0 = b, *b1 = b + rs_b, *b2 = b + 2 * rs_b, *b3 = b + 3 * rs_b;
+        for (int64_t j = 0; j < w; ++j)
+            ci[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        return;
+    }
+    for (int64_t r = 0; r < nk; ++r)
+        for (int64_t j = 0; j < w; ++j)
+            ci[j] += a[r * cs_a] * b[r * rs_b + j];
+}
+
+/* C[i, n0:n1] = sum_k A[i, k] B[k, n0:n1], B rows contiguous. */
+static void small_m_axpy(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    for (int64_t t0 = n0; t0 < n1; t0 += SMALL_N_TILE) {
+        int64_t w = LGK_MIN((int64_t)SMALL_N_TILE, n1 - t0);
+        for (int64_t i = m0; i < m1; ++i)
+            memset(p->c + i * p->ldc + t0, 0, (size_t)w * sizeof(float));
+        for (int64_t k = 0; k < p->K; k += AXPY_K) {
+            int64_t nk = LGK_MIN((int64_t)AXPY_K, p->K - k);
+            for (int64_t i = m0; i < m1; ++i)
+                axpy_rows(w, nk, p->a + i * p->rs_a + k * p->cs_a, p->cs_a,
+                          p->b + k * p->rs_b + t0, p->rs_b, p->c + i * p->ldc + t0);
+        }
+    }
+}
+
+/* DOT_LANES partial sums: vectorizes without reassociation flags. */
+LGK_CLONES static float dot(const float *x, const float *y, int64_t n)
+{
+    float acc[DOT_LANES] = {0.0f};
+    int64_t k = 0;
+    for (; k + DOT_LANES <= n; k += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; ++j)
+            acc[j] += x[k + j] * y[k + j];
+    for (; k < n; ++k)
+        acc[0] += x[k] * y[k];
+    /* Tree reduction: a serial sum of 64 lanes would cost more than the dot. */
+    for (int half = DOT_LANES / 2; half > 0; half /= 2)
+        for (int j = 0; j < half; ++j)
+            acc[j] += acc[j + half];
+    return acc[0];
+}
+
+/* C[i, n] = dot(A[i, :], B[:, n]), A rows and B columns contiguous. */
+static void small_m_dot(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    for (int64_t n = n0; n < n1; ++n)
+        for (int64_t i = m0; i < m1; ++i)
+            p->c[i * p->ldc + n] = dot(p->a + i * p->rs_a, p->b + n * p->cs_b, p->K);
+}
+
+static void gemm_small_m(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    if (p->cs_b == 1)
+        small_m_axpy(p, m0, m1, n0, n1);
+    else
+        small_m_dot(p, m0, m1, n0, n1);
+    if (!epilogue_is_noop(&p->ep))
+        epilogue_tile(&p->ep, p->c + m0 * p->ldc + n0, p->ldc, m0, n0, m1 - m0, n1 - n0);
+}
+
+/* K == 0: the product is all zeros, only the epilogue remains. */
+static void gemm_empty_k(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    for (int64_t i = m0; i < m1; ++i)
+        memset(p->c + i * p->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+    if (!epilogue_is_noop(&p->ep))
+        epilogue_tile(&p->ep, p->c + m0 * p->ldc + n0, p->ldc, m0, n0, m1 - m0, n1 - n0);
+}
+
+/* Depth of the K blocks: K split evenly into ceil(K / kc) blocks, so that
+ * K = 784 runs as 4 x 196 rather than 3 x 256 + 16 (a thin last block pays a
+ * whole C-tile load and store for little work). Written so no sum overflows. */
+static int64_t block_depth(const gemm_impl *g, int64_t K)
+{
+    if (K <= g->kc)
+        return K;
+    int64_t nblocks = K / g->kc + (K % g->kc != 0);
+    return K / nblocks + (K % nblocks != 0);
+}
+
+/* Columns of the packed B layout: N rounded up to whole NR slivers. */
+static int64_t padded_cols(const gemm_impl *g, int64_t N)
+{
+    return N / g->nr * g->nr + (N % g->nr != 0 ? g->nr : 0);
+}
+
+/* The packed kc x nc panel of B at (pc, jc): a slice of the prepacked buffer
+ * (K blocks of padded_cols(N) columns, each NR sliver k-major, so a panel is
+ * contiguous from any sliver on), or B packed now into `scratch`. */
+static const float *b_panel(const gemm_impl *g, const gemm_problem *p, int64_t pc, int64_t kc,
+                            int64_t jc, int64_t nc, float *scratch)
+{
+    if (p->packed_b != NULL)
+        return p->packed_b + pc * padded_cols(g, p->N) + jc * kc;
+    pack_b(g->nr, kc, nc, p->b + pc * p->rs_b + jc * p->cs_b, p->rs_b, p->cs_b, scratch);
+    return scratch;
+}
+
+/* C[m0:m1, n0:n1] on the calling thread, with private packing buffers. */
+static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
+                            int64_t n0, int64_t n1)
+{
+    if (m1 <= m0 || n1 <= n0)
+        return LGK_OK;
+    if (p->K == 0) {
+        gemm_empty_k(p, m0, m1, n0, n1);
+        return LGK_OK;
+    }
+    if (small_m_fits(p, m1 - m0)) {
+        gemm_small_m(p, m0, m1, n0, n1);
+        return LGK_OK;
+    }
+    int64_t kc_max = block_depth(g, p->K);
+    int64_t mc_max = LGK_MIN(g->mc, (m1 - m0 + g->mr - 1) / g->mr * g->mr);
+    int64_t nc_max = LGK_MIN(g->nc, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
+    int64_t a_size = (mc_max * kc_max + 15) / 16 * 16; /* keeps pb 64-byte aligned */
+    int64_t b_size = p->packed_b != NULL ? 0 : nc_max * kc_max;
+    lgk_scratch scratch;
+    LGK_TRY(lgk_scratch_acquire(a_size + b_size, &scratch));
+    float *pa = scratch.data;
+    const epilogue *ep = epilogue_is_noop(&p->ep) ? NULL : &p->ep;
+    for (int64_t jc = n0; jc < n1; jc += g->nc) {
+        int64_t nc = LGK_MIN(g->nc, n1 - jc);
+        for (int64_t pc = 0; pc < p->K; pc += kc_max) {
+            int64_t kc = LGK_MIN(kc_max, p->K - pc);
+            int last = pc + kc == p->K;
+            const float *pb = b_panel(g, p, pc, kc, jc, nc, scratch.data + a_size);
+            for (int64_t ic = m0; ic < m1; ic += g->mc) {
+                int64_t mc = LGK_MIN(g->mc, m1 - ic);
+                pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a, pa);
+                float *c = p->c + ic * p->ldc + jc;
+                macro_kernel(g, mc, nc, kc, pa, pb, c, p->ldc, pc > 0);
+                if (last && ep != NULL) /* whole block rows: see epilogue_tile */
+                    epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);
+            }
+        }
+    }
+    lgk_scratch_release(&scratch);
+    return LGK_OK;
+}
+
+/* Threads split whichever of M and N is larger, in whole micro-tile units, so
+ * every thread runs an independent sub-GEMM with no synchronisation. */
+typedef struct {
+    const gemm_impl *g;
+    const gemm_problem *p;
+    int split_n;
+} gemm_split;
+
+static int gemm_split_range(void *ctx, int64_t begin, int64_t end)
+{
+    const gemm_split *s = ctx;
+    if (s->split_n)
+        return gemm_block_range(s->g, s->p, 0, s->p->M, begin, end);
+    return gemm_block_range(s->g, s->p, begin, end, 0, s->p->N);
+}
+
+/* Below this many flops per thread an extra thread costs more than it saves:
+ * creating it and packing its own copy of the shared operand take ~50-100 us.
+ * Measured on 2 cores: 2 threads break even at 256^3 (34 MFLOP) and win from
+ * 320^3 (66 MFLOP, 275 vs 207 GFLOP/s). */
+#define GEMM_MIN_FLOPS_PER_THREAD 24.0e6
+
+static int threads_for_flops(double flops, int nthreads)
+{
+    double t = flops / GEMM_MIN_FLOPS_PER_THREAD;
+    int cap = lgk_clamp_threads(nthreads);
+    return t < 1.0 ? 1 : (t >= cap ? cap : (int)t);
+}
+
+static int gemm_threads_for(int64_t M, int64_t N, int64_t K, int nthreads)
+{
+    return threads_for_flops(2.0 * (double)M * (double)N * (double)LGK_MAX(K, 1), nthreads);
+}
+
+static int gemm_run(const gemm_impl *g, const gemm_problem *p, int nthreads)
+{
+    int split_n = p->N >= p->M;
+    gemm_split s = {g, p, split_n};
+    int64_t extent = split_n ? p->N : p->M;
+    int64_t grain = split_n ? g->nr : g->mr;
+    return lgk_parallel_for(nthreads, extent, grain, gemm_split_range, &s);
+}
+
+/* ---- argument validation --------------------------------------------------------- */
+
+static int check_epilogue(int64_t M, int64_t N, const float *bias, int64_t bias_len,
+                          int bias_mode, int activation)
+{
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_SILU, LGK_ERR_ARG);
+    LGK_CHECK(bias_mode >= LGK_BIAS_NONE && bias_mode <= LGK_BIAS_ROW, LGK_ERR_ARG);
+    if (bias_mode != LGK_BIAS_NONE)
+        LGK_TRY(lgk_check_buffer(bias, bias_len, bias_mode == LGK_BIAS_COL ? N : M));
+    return LGK_OK;
+}
+
+/* Dims and strides of one operand; returns its extent in *extent. */
+static int check_matrix(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t *extent)
+{
+    const int64_t dims[2] = {rows, cols}, strides[2] = {rs, cs};
+    return lgk_view_extent(2, dims, strides, extent);
+}
+
+static int check_gemm(int64_t M, int64_t N, int64_t K, int64_t rs_a, int64_t cs_a,
+                      int64_t rs_b, int64_t cs_b, int64_t ldc, int64_t ext[3])
+{
+    LGK_CHECK(M >= 0 && N >= 0 && K >= 0, LGK_ERR_SHAPE);
+    LGK_CHECK(ldc >= N && ldc >= 1, LGK_ERR_SHAPE);
+    LGK_TRY(check_matrix(M, K, rs_a, cs_a, &ext[0]));
+    LGK_TRY(check_matrix(K, N, rs_b, cs_b, &ext[1]));
+    LGK_TRY(check_matrix(M, N, ldc, 1, &ext[2]));
+    int64_t count;
+    const int64_t dims[3] = {M, N, K};
+    return lgk_checked_count(3, dims, &count); /* flop count must be representable */
+}
+
+int lgk_sgemm(int64_t M, int64_t N, int64_t K,
+              const float *a, int64_t a_len, int64_t rs_a, int64_t cs_a,
+              const float *b, int64_t b_len, int64_t rs_b, int64_t cs_b,
+              float *c, int64_t c_len, int64_t ldc,
+              const float *bias, int64_t bias_len, int bias_mode,
+              int activation, int nthreads)
+{
+    int64_t ext[3];
+    LGK_TRY(check_gemm(M, N, K, rs_a, cs_a, rs_b, cs_b, ldc, ext));
+    LGK_TRY(lgk_check_buffer(a, a_len, ext[0]));
+    LGK_TRY(lgk_check_buffer(b, b_len, ext[1]));
+    LGK_TRY(lgk_check_buffer(c, c_len, ext[2]));
+    LGK_TRY(check_epilogue(M, N, bias, bias_len, bias_mode, activation));
+    if (M == 0 || N == 0)
+        return LGK_OK;
+    gemm_problem p = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
+                      {bias, bias_mode, activation}, NULL};
+    return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
+}
+
+/* ---- batched ------------------------------------------------------------------------ */
+
+typedef struct {
+    gemm_problem base; /* a, b, c point at the buffers' starts */
+    const int64_t *a_off, *b_off;
+    int64_t c_stride;
+} gemm_batch;
+
+static gemm_problem batch_item(const gemm_batch *bt, int64_t i)
+{
+    gemm_problem p = bt->base;
+    p.a += bt->a_off[i];
+    p.b += bt->b_off[i];
+    p.c += i * bt->c_stride;
+    return p;
+}
+
+static int gemm_batch_range(void *ctx, int64_t begin, int64_t end)
+{
+    const gemm_batch *bt = ctx;
+    const gemm_impl *g = current_impl();
+    for (int64_t i = begin; i < end; ++i) {
+        gemm_problem p = batch_item(bt, i);
+        LGK_TRY(gemm_block_range(g, &p, 0, p.M, 0, p.N));
+    }
+    return LGK_OK;
+}
+
+/* Every offset must keep its whole matrix inside the buffer. */
+static int check_offsets(int64_t batch, const int64_t *off, int64_t extent, int64_t len)
+{
+    LGK_CHECK(off != NULL, LGK_ERR_NULL);
+    for (int64_t i = 0; i < batch; ++i) {
+        int64_t end;
+        LGK_CHECK(off[i] >= 0, LGK_ERR_SHAPE);
+        LGK_TRY(lgk_add(off[i], extent, &end));
+        LGK_CHECK(end <= len, LGK_ERR_SHAPE);
+    }
+    return LGK_OK;
+}
+
+int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
+                      const float *a, int64_t a_len, const int64_t *a_offsets,
+                      int64_t rs_a, int64_t cs_a,
+                      const float *b, int64_t b_len, const int64_t *b_offsets,
+                      int64_t rs_b, int64_t cs_b,
+                      float *c, int64_t c_len, int64_t c_batch_stride, int64_t ldc,
+                      const float *bias, int64_t bias_len, int bias_mode,
+                      int activation, int nthreads)
+{
+    int64_t ext[3], c_ext;
+    LGK_CHECK(batch >= 0 && c_batch_stride >= 0, LGK_ERR_SHAPE);
+    LGK_TRY(check_gemm(M, N, K, rs_a, cs_a, rs_b, cs_b, ldc, ext));
+    LGK_CHECK(a != NULL && b != NULL && c != NULL, LGK_ERR_NULL);
+    LGK_TRY(check_offsets(batch, a_offsets, ext[0], a_len));
+    LGK_TRY(check_offsets(batch, b_offsets, ext[1], b_len));
+    /* Output matrices must not overlap each other, and all must fit. */
+    LGK_CHECK(batch <= 1 || c_batch_stride >= ext[2], LGK_ERR_SHAPE);
+    LGK_TRY(lgk_mul(LGK_MAX(batch - 1, 0), c_batch_stride, &c_ext));
+    LGK_TRY(lgk_add(c_ext, ext[2], &c_ext));
+    LGK_TRY(lgk_check_buffer(c, c_len, c_ext));
+    LGK_TRY(check_epilogue(M, N, bias, bias_len, bias_mode, activation));
+    if (batch == 0 || M == 0 || N == 0)
+        return LGK_OK;
+    gemm_batch bt = {{M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc, {bias, bias_mode, activation},
+                      NULL},
+                     a_offsets, b_offsets, c_batch_stride};
+    /* Big matrices: thread inside each GEMM. Many small ones: across batches. */
+    int per_gemm = gemm_threads_for(M, N, K, nthreads);
+    if (per_gemm > 1 || batch == 1) {
+        for (int64_t i = 0; i < batch; ++i) {
+            gemm_problem p = batch_item(&bt, i);
+            LGK_TRY(gemm_run(current_impl(), &p, per_gemm));
+        }
+        return LGK_OK;
+    }
+    double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
+    return lgk_parallel_for(threads_for_flops(flops, nthreads), batch, 1, gemm_batch_range, &bt);
+}
+
+/* ---- prepacked B ------------------------------------------------------------------------
+ * A constant B (a model weight) is packed once into the exact panel layout the
+ * blocked driver reads, so each GEMM skips the pack_b pass: an extra read and
+ * write of all of B that costs 15-25% at M = 64..128. The layout depends on the
+ * micro-kernel (NR) and K blocking, so a header records them and every use
+ * checks them against the kernel family in use at that moment. */
+
+#define PACKED_MAGIC 0x4b50474cu /* "LGPK" */
+#define PACKED_HEADER_FLOATS 16  /* one cache line: the panels stay 64-byte aligned */
+
+typedef struct {
+    uint32_t magic;
+    int32_t isa, nr, reserved;
+    int64_t K, N, kc;
+} packed_header;
+
+_Static_assert(sizeof(packed_header) <= PACKED_HEADER_FLOATS * sizeof(float),
+               "packed_header must fit its reserved cache line");
+
+/* Floats of a packed K x N operand for kernel family g, header included. */
+static int packed_size(const gemm_impl *g, int64_t K, int64_t N, int64_t *out)
+{
+    LGK_CHECK(K >= 0 && N >= 0, LGK_ERR_SHAPE);
+    LGK_CHECK(N <= INT64_MAX - g->nr, LGK_ERR_OVERFLOW); /* padding N must not wrap */
+    const int64_t dims[2] = {K, padded_cols(g, N)};
+    int64_t panels;
+    LGK_TRY(lgk_checked_count(2, dims, &panels));
+    LGK_TRY(lgk_add(panels, PACKED_HEADER_FLOATS, out));
+    return lgk_checked_count(1, out, out); /* the header too must fit a byte count */
+}
+
+static packed_header header_for(const gemm_impl *g, int64_t K, int64_t N)
+{
+    packed_header h = {PACKED_MAGIC, g->isa, g->nr, 0, K, N, block_depth(g, K)};
+    return h;
+}
+
+int64_t lgk_sgemm_packed_b_size(int64_t K, int64_t N)
+{
+    int64_t size;
+    int status = packed_size(current_impl(), K, N, &size);
+    return status == LGK_OK ? size : -(int64_t)status;
+}
+
+/* The buffer must be aligned for the micro-kernels' aligned loads; aligned
+ * allocators (posix_memalign, numpy with an offset view) provide that. */
+static int check_packed_buffer(const float *packed, int64_t packed_len, int64_t need)
+{
+    LGK_TRY(lgk_check_buffer(packed, packed_len, need));
+    LGK_CHECK((uintptr_t)packed % 64 == 0, LGK_ERR_ARG);
+    return LGK_OK;
+}
+
+int lgk_sgemm_pack_b(int64_t K, int64_t N, const float *b, int64_t b_len, int64_t rs_b,
+                     int64_t cs_b, float *packed, int64_t packed_len)
+{
+    const gemm_impl *g = current_impl();
+    int64_t need, extent;
+    LGK_TRY(packed_size(g, K, N, &need));
+    LGK_TRY(check_matrix(K, N, rs_b, cs_b, &extent));
+    LGK_TRY(lgk_check_buffer(b, b_len, extent));
+    LGK_TRY(check_packed_buffer(packed, packed_len, need));
+    packed_header h = header_for(g, K, N);
+    memcpy(packed, &h, sizeof h);
+    float *panels = packed + PACKED_HEADER_FLOATS;
+    int64_t cols = padded_cols(g, N);
+    for (int64_t pc = 0; pc < K; pc += h.kc) {
+        int64_t kc = LGK_MIN(h.kc, K - pc);
+        pack_b(g->nr, kc, N, b + pc * rs_b, rs_b, cs_b, panels + pc * cols);
+    }
+    return LGK_OK;
+}
+
+/* A header that does not match (K, N) and the current family's layout means
+ * the buffer was packed for other shapes or under another ISA (or never):
+ * LGK_ERR_ARG, checked before the length so that the error says so. */
+static int check_packed(const gemm_impl *g, int64_t K, int64_t N, const float *packed,
+                        int64_t packed_len)
+{
+    int64_t need;
+    LGK_TRY(packed_size(g, K, N, &need));
+    LGK_TRY(check_packed_buffer(packed, packed_len, PACKED_HEADER_FLOATS));
+    packed_header h, want = header_for(g, K, N);
+    memcpy(&h, packed, sizeof h);
+    LGK_CHECK(h.magic == want.magic && h.isa == want.isa && h.nr == want.nr && h.K == want.K
+                  && h.N == want.N && h.kc == want.kc,
+              LGK_ERR_ARG);
+    LGK_CHECK(need <= packed_len, LGK_ERR_SHAPE);
+    return LGK_OK;
+}
+
+int lgk_sgemm_prepacked(int64_t M, int64_t N, int64_t K,
+                        const float *a, int64_t a_len, int64_t rs_a, int64_t cs_a,
+                        const float *packed_b, int64_t packed_len,
+                        float *c, int64_t c_len, int64_t ldc,
+                        const float *bias, int64_t bias_len, int bias_mode,
+                        int activation, int nthreads)
+{
+    const gemm_impl *g = current_impl();
+    int64_t ext[3];
+    /* B's strides (0, 0) only satisfy check_gemm: B is read from packed_b. */
+    LGK_TRY(check_gemm(M, N, K, rs_a, cs_a, 0, 0, ldc, ext));
+    LGK_TRY(lgk_check_buffer(a, a_len, ext[0]));
+    LGK_TRY(check_packed(g, K, N, packed_b, packed_len));
+    LGK_TRY(lgk_check_buffer(c, c_len, ext[2]));
+    LGK_TRY(check_epilogue(M, N, bias, bias_len, bias_mode, activation));
+    if (M == 0 || N == 0)
+        return LGK_OK;
+    gemm_problem p = {M, N, K, a, rs_a, cs_a, NULL, 0, 0, c, ldc,
+                      {bias, bias_mode, activation}, packed_b + PACKED_HEADER_FLOATS};
+    return gemm_run(g, &p, gemm_threads_for(M, N, K, nthreads));
+}

@@ -1,0 +1,303 @@
+/*
+ * lgk_internal.h - helpers shared by the kernel translation units: argument
+ * checking, checked size arithmetic, aligned scratch, a tiny parallel-for and
+ * branch-free float math that the compiler can vectorize.
+ */
+#ifndef LGK_INTERNAL_H
+#define LGK_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "legato_kernels.h"
+
+/* ---- status plumbing ------------------------------------------------------ */
+#define LGK_CHECK(cond, status) \
+    do {                        \
+        if (!(cond))            \
+            return (status);    \
+    } while (0)
+
+#define LGK_TRY(expr)            \
+    do {                         \
+        int lgk_st_ = (expr);    \
+        if (lgk_st_ != LGK_OK)   \
+            return lgk_st_;      \
+    } while (0)
+
+#define LGK_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LGK_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- checked arithmetic ----------------------------------------------------
+ * All sizes are int64_t; products must also fit in size_t for byte counts.
+ * The result is only written on success. */
+static inline int lgk_mul(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+#if defined(__GNUC__) || defined(__clang__)
+    if (__builtin_mul_overflow(a, b, &r))
+        return LGK_ERR_OVERFLOW;
+#else
+    if (a != 0 && (b > INT64_MAX / a || b < INT64_MIN / a))
+        return LGK_ERR_OVERFLOW;
+    r = a * b;
+#endif
+    *out = r;
+    return LGK_OK;
+}
+
+static inline int lgk_add(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+#if defined(__GNUC__) || defined(__clang__)
+    if (__builtin_add_overflow(a, b, &r))
+        return LGK_ERR_OVERFLOW;
+#else
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return LGK_ERR_OVERFLOW;
+    r = a + b;
+#endif
+    *out = r;
+    return LGK_OK;
+}
+
+/* Product of n non-negative dims, also checked to fit a float byte count. */
+int lgk_checked_count(int n, const int64_t *dims, int64_t *out);
+/* Number of elements a strided view spans (0 if any dim is 0). Dims and
+ * strides must be >= 0. */
+int lgk_view_extent(int n, const int64_t *dims, const int64_t *strides, int64_t *out);
+/* A required buffer: non-NULL and holding at least `need` floats. */
+int lgk_check_buffer(const void *p, int64_t len, int64_t need);
+
+/* ---- scratch memory --------------------------------------------------------- */
+/* 64-byte aligned (one cache line / one zmm); free with lgk_aligned_free. */
+void *lgk_aligned_alloc(int64_t nfloats);
+void lgk_aligned_free(void *p);
+
+/* Reusable scratch: acquire takes a pooled block of >= nfloats (64-byte
+ * aligned) or allocates one; release returns it to the pool (or frees it).
+ * Repeated calls thus skip the mmap + page faults of fresh big allocations. */
+typedef struct {
+    float *data;
+    int64_t cap; /* floats */
+} lgk_scratch;
+
+int lgk_scratch_acquire(int64_t nfloats, lgk_scratch *s);
+void lgk_scratch_release(lgk_scratch *s);
+
+/* ---- threads ----------------------------------------------------------------
+ * Runs fn(ctx, begin, end) over `nthreads` contiguous slices of [0, n) and
+ * returns the first non-zero status. The calling thread runs slice 0; if a
+ * thread cannot be created its slice also runs on the caller, so the result
+ * never depends on thread availability. */
+typedef int (*lgk_range_fn)(void *ctx, int64_t begin, int64_t end);
+int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, void *ctx);
+/* Clamp a caller's thread request to [1, LGK_MAX_THREADS]. */
+int lgk_clamp_threads(int nthreads);
+
+/* ---- function multiversioning ------------------------------------------------
+ * Elementwise loops are compiled for AVX-512 and AVX2+FMA as well as the
+ * baseline and picked at load time (ifunc), so the library stays portable and
+ * never needs -march=native. Only GCC on x86-64 glibc supports this well. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && !defined(LGK_NO_CLONES)
+#define LGK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LGK_CLONES
+#endif
+
+/* ---- vectorizable float math ---------------------------------------------------
+ * libm calls block auto-vectorization (errno, no SIMD variants without
+ * -ffast-math), so the transcendental functions are written branch-free with
+ * bit tricks and polynomials. Accuracy is within a few ulp, except the erfc
+ * tails used by erf/gelu for |x| > 4, which lose up to ~5e-6 relative to the
+ * rounding of x*x inside exp(-x*x). Special values (inf, NaN, 0, negatives for
+ * log) follow libm. */
+static inline uint32_t lgk_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float lgk_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* exp: x = n ln2 + r, |r| <= ln2/2; e^r by a Cephes polynomial; 2^n applied as
+ * two factors so results down to the subnormal range come out right. */
+static inline float lgk_expf(float x)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    x = x > 89.0f ? 89.0f : x;        /* exp(89) overflows to inf below */
+    x = x < -104.0f ? -104.0f : x;    /* exp(-104) underflows to 0 below */
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* n in [-150, 129]: both halves give normal powers of two. Unsigned
+     * arithmetic keeps NaN inputs (garbage n, result NaN anyway) defined. */
+    uint32_t ni = lgk_f2u(t) - lgk_f2u(magic);
+    uint32_t n1 = (uint32_t)((int32_t)ni >> 1);
+    uint32_t n2 = ni - n1;
+    return p * lgk_u2f((n1 + 127u) << 23) * lgk_u2f((n2 + 127u) << 23);
+}
+
+/* log: x = m 2^e with m in [sqrt(1/2), sqrt 2); log(m) by a Cephes polynomial. */
+static inline float lgk_logf(float x)
+{
+    /* Subnormals are rescaled by 2^23 first; the exponent correction is read
+     * back from the scale's bits rather than from a second test of the same
+     * condition, which GCC would turn into a branch and stop vectorizing. */
+    float scale = x < 1.17549435e-38f ? 8388608.0f : 1.0f;
+    uint32_t u = lgk_f2u(x * scale);
+    int32_t k = (int32_t)((u >> 23) & 0xffu) - (int32_t)(lgk_f2u(scale) >> 23);
+    float e = (float)(k + 1);
+    float m = lgk_u2f((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    e = lo ? e - 1.0f : e;
+    m = lo ? m + m - 1.0f : m - 1.0f;
+    float z = m * m;
+    float p = 7.0376836292e-2f;
+    p = p * m - 1.1514610310e-1f;
+    p = p * m + 1.1676998740e-1f;
+    p = p * m - 1.2420140846e-1f;
+    p = p * m + 1.4249322787e-1f;
+    p = p * m - 1.6668057665e-1f;
+    p = p * m + 2.0000714765e-1f;
+    p = p * m - 2.4999993993e-1f;
+    p = p * m + 3.3333331174e-1f;
+    float y = p * m * z + e * -2.12194440e-4f - 0.5f * z;
+    y = m + y + e * 0.693359375f;
+    y = x == 0.0f ? -INFINITY : y;
+    y = x < 0.0f ? NAN : y;
+    y = x == INFINITY ? x : y;
+    return x != x ? x : y;
+}
+
+/* tanh: odd polynomial near 0 (no cancellation), 1 - 2/(e^2|x| + 1) beyond. */
+static inline float lgk_tanhf(float x)
+{
+    float ax = x < 0.0f ? -x : x;
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = p * z * x + x;
+    float big = 1.0f - 2.0f / (lgk_expf(2.0f * ax) + 1.0f);
+    big = x < 0.0f ? -big : big;
+    return ax < 0.625f ? small : big;
+}
+
+/* With e = exp(-|x|) <= 1: 1/(1+e) for x >= 0 and e/(1+e) for x < 0. One exp,
+ * no overflow, and full relative accuracy in the negative tail (down to the
+ * subnormal range) where 1/(1+exp(-x)) would flush to 0 early. */
+static inline float lgk_sigmoidf(float x)
+{
+    float e = lgk_expf(x < 0.0f ? x : -x);
+    float s = 1.0f / (1.0f + e);
+    return x < 0.0f ? e * s : s;
+}
+
+/* erfc(x) for x >= 1 as exp(-x^2) h(1/x) / x, h fitted on 1/x in (0, 1]. One
+ * reciprocal serves both the polynomial argument and the final 1/x. */
+static inline float lgk_erfc_ge1(float x)
+{
+    x = x < 1.0f ? 1.0f : x;
+    float r = 1.0f / x;
+    float s = r - 0.5f;
+    float h = -1.520212176e-1f;
+    h = h * s + 4.740887386e-2f;
+    h = h * s + 1.564193784e-1f;
+    h = h * s - 1.394648379e-1f;
+    h = h * s + 3.704832868e-2f;
+    h = h * s + 4.639222716e-2f;
+    h = h * s - 1.085973675e-1f;
+    h = h * s + 1.187883123e-1f;
+    h = h * s - 3.663540452e-2f;
+    h = h * s - 1.672088335e-1f;
+    h = h * s + 5.107913545e-1f;
+    return lgk_expf(-x * x) * h * r;
+}
+
+/* erf(x) / x for |x| <= 1 (odd polynomial, no cancellation near 0). */
+static inline float lgk_erf_small_over_x(float x)
+{
+    float z = x * x;
+    float p = -5.625395974e-4f;
+    p = p * z + 4.916023389e-3f;
+    p = p * z - 2.670994955e-2f;
+    p = p * z + 1.128013026e-1f;
+    p = p * z - 3.761231973e-1f;
+    return p * z + 1.128379121e+00f;
+}
+
+static inline float lgk_erff(float x)
+{
+    float ax = x < 0.0f ? -x : x;
+    float big = 1.0f - lgk_erfc_ge1(ax);
+    big = x < 0.0f ? -big : big;
+    return ax <= 1.0f ? x * lgk_erf_small_over_x(x) : big;
+}
+
+/* Exact GELU, 0.5 x (1 + erf(u)) with u = x / sqrt 2. One erfc evaluation at |u|
+ * covers both tails: 1 + erf(u) is erfc(-u) for u < -1 (where 1 + erf cancels
+ * badly) and 2 - erfc(u) for u > 1; the polynomial covers |u| <= 1. Every lane
+ * computes both and selects, so the loop vectorizes with one exp and one
+ * division per element. */
+static inline float lgk_geluf(float x)
+{
+    float u = x * 0.70710678118654752f;
+    float au = u < 0.0f ? -u : u;
+    float e = lgk_erfc_ge1(au);
+    float tail = u < 0.0f ? e : 2.0f - e;
+    float near = 1.0f + u * lgk_erf_small_over_x(u);
+    return 0.5f * x * (au <= 1.0f ? near : tail);
+}
+
+/* 0.5 x (1 + tanh(z)) == x * sigmoid(2z): same value, no cancellation for x << 0. */
+static inline float lgk_gelu_tanhf(float x)
+{
+    float z = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x * lgk_sigmoidf(2.0f * z);
+}
+
+static inline float lgk_siluf(float x)
+{
+    return x * lgk_sigmoidf(x);
+}
+
+/* NaN-propagating max/min (numpy maximum/minimum, max/min reductions). */
+static inline float lgk_maxf(float a, float b)
+{
+    return (a > b || a != a) ? a : b;
+}
+
+static inline float lgk_minf(float a, float b)
+{
+    return (a < b || a != a) ? a : b;
+}
+
+static inline float lgk_reluf(float x)
+{
+    return x > 0.0f ? x : (x != x ? x : 0.0f);
+}
+
+/* In-place activation of n floats (shared by the GEMM epilogue and conv). */
+void lgk_activate(int activation, float *x, int64_t n);
+
+#endif /* LGK_INTERNAL_H */

@@ -1,0 +1,321 @@
+/*
+ * norms.c - softmax / log_softmax, layer_norm, rms_norm and reductions.
+ *
+ * Everything works on a dense (outer, n, inner) view. With inner == 1 the op
+ * runs along contiguous rows; row sums and maxima use LANES independent
+ * accumulators, which both vectorizes (no reassociation flags needed) and
+ * behaves like pairwise summation for accuracy. With inner > 1 the op runs
+ * down columns, a tile of COL_TILE columns at a time so the running
+ * statistics stay in L1 and every row access is a unit-stride vector loop.
+ */
+#include "lgk_internal.h"
+
+#define LANES 16
+#define COL_TILE 256
+/* Row sums are accumulated in float blocks of this size and combined in
+ * double, bounding float error growth on long rows. */
+#define SUM_BLOCK 4096
+
+/* ---- row primitives (inner == 1) ------------------------------------------------ */
+
+static void reduce_cols(int op, const float *x, int64_t r, int64_t inner, int64_t w, float *y);
+static float row_extreme(const float *x, int64_t n, int want_max);
+
+LGK_CLONES static float row_sum_block(const float *x, int64_t n)
+{
+    float acc[LANES] = {0.0f};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j)
+            acc[j] += x[i + j];
+    float s = 0.0f;
+    for (; i < n; ++i)
+        s += x[i];
+    for (int j = 0; j < LANES; ++j)
+        s += acc[j];
+    return s;
+}
+
+static double row_sum(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i += SUM_BLOCK)
+        s += row_sum_block(x + i, LGK_MIN((int64_t)SUM_BLOCK, n - i));
+    return s;
+}
+
+/* sum((x - c)^2) for the variance, same blocking as row_sum. */
+LGK_CLONES static float row_sq_dev_block(const float *x, int64_t n, float c)
+{
+    float acc[LANES] = {0.0f};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j)
+            acc[j] += (x[i + j] - c) * (x[i + j] - c);
+    float s = 0.0f;
+    for (; i < n; ++i)
+        s += (x[i] - c) * (x[i] - c);
+    for (int j = 0; j < LANES; ++j)
+        s += acc[j];
+    return s;
+}
+
+static double row_sq_dev(const float *x, int64_t n, float c)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i += SUM_BLOCK)
+        s += row_sq_dev_block(x + i, LGK_MIN((int64_t)SUM_BLOCK, n - i), c);
+    return s;
+}
+
+/* y = exp(x - shift), returning the sum of y (y may equal x). */
+LGK_CLONES static float row_exp_shifted(const float *x, int64_t n, float shift, float *y)
+{
+    float acc[LANES] = {0.0f};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j) {
+            float e = lgk_expf(x[i + j] - shift);
+            y[i + j] = e;
+            acc[j] += e;
+        }
+    float s = 0.0f;
+    for (; i < n; ++i) {
+        y[i] = lgk_expf(x[i] - shift);
+        s += y[i];
+    }
+    for (int j = 0; j < LANES; ++j)
+        s += acc[j];
+    return s;
+}
+
+/* y = (x - shift) * scale, optionally times gamma and plus beta (elementwise).
+ * Subtracting before scaling keeps x - mean exact-ish when |mean| >> std. */
+LGK_CLONES static void row_affine(const float *x, int64_t n, float shift, float scale,
+                                  const float *gamma, const float *beta, float *y)
+{
+    if (gamma != NULL && beta != NULL) {
+        for (int64_t i = 0; i < n; ++i)
+            y[i] = (x[i] - shift) * scale * gamma[i] + beta[i];
+    } else if (gamma != NULL) {
+        for (int64_t i = 0; i < n; ++i)
+            y[i] = (x[i] - shift) * scale * gamma[i];
+    } else if (beta != NULL) {
+        for (int64_t i = 0; i < n; ++i)
+            y[i] = (x[i] - shift) * scale + beta[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i)
+            y[i] = (x[i] - shift) * scale;
+    }
+}
+
+/* ---- softmax ---------------------------------------------------------------------- */
+
+static void softmax_row(const float *x, int64_t n, float *y, int log_domain)
+{
+    float m = row_extreme(x, n, 1);
+    if (log_domain) {
+        /* log_softmax = x - m - log(sum exp(x - m)). The exps go to a stack
+         * scratch, not y, because y may alias x. */
+        float scratch[COL_TILE];
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i += COL_TILE)
+            s += row_exp_shifted(x + i, LGK_MIN((int64_t)COL_TILE, n - i), m, scratch);
+        /* (x - m) - lse, not x - (m + lse): m + lse would round at ulp(m). */
+        row_affine(x, n, m, 1.0f, NULL, NULL, y);
+        row_affine(y, n, lgk_logf((float)s), 1.0f, NULL, NULL, y);
+    } else {
+        float s = row_exp_shifted(x, n, m, y);
+        row_affine(y, n, 0.0f, 1.0f / s, NULL, NULL, y);
+    }
+}
+
+/* Softmax down `w` columns (w <= COL_TILE) of an n x inner block. */
+LGK_CLONES static void softmax_cols(const float *x, int64_t n, int64_t inner, int64_t w,
+                                    float *y, int log_domain)
+{
+    float m[COL_TILE], s[COL_TILE];
+    for (int64_t j = 0; j < w; ++j) {
+        m[j] = x[j];
+        s[j] = 0.0f;
+    }
+    for (int64_t r = 1; r < n; ++r)
+        for (int64_t j = 0; j < w; ++j)
+            m[j] = lgk_maxf(m[j], x[r * inner + j]);
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < w; ++j) {
+            float e = lgk_expf(x[r * inner + j] - m[j]);
+            s[j] += e;
+            if (!log_domain)
+                y[r * inner + j] = e;
+        }
+    for (int64_t j = 0; j < w; ++j)
+        s[j] = log_domain ? lgk_logf(s[j]) : 1.0f / s[j];
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < w; ++j)
+            y[r * inner + j] = log_domain ? (x[r * inner + j] - m[j]) - s[j] : y[r * inner + j] * s[j];
+}
+
+static int check_oni(int64_t outer, int64_t n, int64_t inner, const float *x, const float *y)
+{
+    int64_t count;
+    const int64_t dims[3] = {outer, n, inner};
+    LGK_TRY(lgk_checked_count(3, dims, &count));
+    LGK_CHECK(x != NULL && y != NULL, LGK_ERR_NULL);
+    return LGK_OK;
+}
+
+static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                        int log_domain)
+{
+    LGK_TRY(check_oni(outer, n, inner, x, y));
+    for (int64_t o = 0; o < outer; ++o) {
+        const float *xo = x + o * n * inner;
+        float *yo = y + o * n * inner;
+        if (n == 0)
+            continue;
+        if (inner == 1) {
+            softmax_row(xo, n, yo, log_domain);
+            continue;
+        }
+        for (int64_t j = 0; j < inner; j += COL_TILE)
+            softmax_cols(xo + j, n, inner, LGK_MIN((int64_t)COL_TILE, inner - j), yo + j,
+                         log_domain);
+    }
+    return LGK_OK;
+}
+
+int lgk_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y)
+{
+    return softmax_impl(outer, n, inner, x, y, 0);
+}
+
+int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y)
+{
+    return softmax_impl(outer, n, inner, x, y, 1);
+}
+
+/* ---- layer / rms norm ---------------------------------------------------------------- */
+
+int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
+                   const float *gamma, const float *beta, float epsilon, float *y)
+{
+    LGK_TRY(check_oni(rows, n, 1, x, y));
+    if (n == 0)
+        return LGK_OK;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * n;
+        /* Two passes (mean, then squared deviations) avoid the cancellation
+         * of E[x^2] - E[x]^2 when the mean is large. */
+        float mean = (float)(row_sum(xr, n) / (double)n);
+        float var = (float)(row_sq_dev(xr, n, mean) / (double)n);
+        float rstd = 1.0f / sqrtf(var + epsilon);
+        row_affine(xr, n, mean, rstd, gamma, beta, y + r * n);
+    }
+    return LGK_OK;
+}
+
+int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, float epsilon,
+                 float *y)
+{
+    LGK_TRY(check_oni(rows, n, 1, x, y));
+    if (n == 0)
+        return LGK_OK;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * n;
+        float ms = (float)(row_sq_dev(xr, n, 0.0f) / (double)n);
+        row_affine(xr, n, 0.0f, 1.0f / sqrtf(ms + epsilon), gamma, NULL, y + r * n);
+    }
+    return LGK_OK;
+}
+
+/* ---- reductions ------------------------------------------------------------------------- */
+
+/* Column sums are accumulated per chunk of rows and then added to the total,
+ * so float error grows with chunk + r / chunk rather than r. */
+#define COL_SUM_CHUNK 64
+
+LGK_CLONES static void reduce_cols(int op, const float *x, int64_t r, int64_t inner, int64_t w,
+                                   float *y)
+{
+    float acc[COL_TILE], part[COL_TILE];
+    for (int64_t j = 0; j < w; ++j)
+        acc[j] = op == LGK_REDUCE_MAX || op == LGK_REDUCE_MIN ? x[j] : 0.0f;
+    if (op == LGK_REDUCE_MAX || op == LGK_REDUCE_MIN) {
+        int want_max = op == LGK_REDUCE_MAX;
+        for (int64_t k = 1; k < r; ++k)
+            for (int64_t j = 0; j < w; ++j)
+                acc[j] = want_max ? lgk_maxf(acc[j], x[k * inner + j])
+                                  : lgk_minf(acc[j], x[k * inner + j]);
+    } else {
+        for (int64_t k0 = 0; k0 < r; k0 += COL_SUM_CHUNK) {
+            int64_t k1 = LGK_MIN(r, k0 + COL_SUM_CHUNK);
+            for (int64_t j = 0; j < w; ++j)
+                part[j] = 0.0f;
+            for (int64_t k = k0; k < k1; ++k)
+                for (int64_t j = 0; j < w; ++j)
+                    part[j] += x[k * inner + j];
+            for (int64_t j = 0; j < w; ++j)
+                acc[j] += part[j];
+        }
+    }
+    float scale = op == LGK_REDUCE_MEAN ? 1.0f / (float)r : 1.0f;
+    for (int64_t j = 0; j < w; ++j)
+        y[j] = acc[j] * scale;
+}
+
+/* NaN-propagating max (want_max) or min of n >= 1 floats, run as a column
+ * reduction over a (n / ROW_W, ROW_W) view plus a scalar tail: GCC vectorizes
+ * that loop, but not the same NaN-aware select over a small lanes array. */
+#define ROW_W 256
+
+static float row_extreme(const float *x, int64_t n, int want_max)
+{
+    float part[ROW_W];
+    int64_t rows = n / ROW_W;
+    float r = x[0];
+    if (rows > 0) {
+        reduce_cols(want_max ? LGK_REDUCE_MAX : LGK_REDUCE_MIN, x, rows, ROW_W, ROW_W, part);
+        for (int j = 0; j < ROW_W; ++j)
+            r = want_max ? lgk_maxf(r, part[j]) : lgk_minf(r, part[j]);
+    }
+    for (int64_t i = rows * ROW_W; i < n; ++i)
+        r = want_max ? lgk_maxf(r, x[i]) : lgk_minf(r, x[i]);
+    return r;
+}
+
+static float reduce_row(int op, const float *x, int64_t r)
+{
+    switch (op) {
+    case LGK_REDUCE_MAX: return row_extreme(x, r, 1);
+    case LGK_REDUCE_MIN: return row_extreme(x, r, 0);
+    case LGK_REDUCE_MEAN: return (float)(row_sum(x, r) / (double)r);
+    default: return (float)row_sum(x, r);
+    }
+}
+
+int lgk_reduce(int op, int64_t outer, int64_t r, int64_t inner, const float *x, float *y)
+{
+    LGK_CHECK(op >= LGK_REDUCE_SUM && op <= LGK_REDUCE_MIN, LGK_ERR_ARG);
+    LGK_TRY(check_oni(outer, r, inner, x, y));
+    int64_t out_count;
+    const int64_t out_dims[2] = {outer, inner};
+    LGK_TRY(lgk_checked_count(2, out_dims, &out_count));
+    if (r == 0) { /* numpy: empty sum is 0, empty mean NaN, empty max an error */
+        LGK_CHECK(op == LGK_REDUCE_SUM || op == LGK_REDUCE_MEAN || out_count == 0, LGK_ERR_SHAPE);
+        for (int64_t i = 0; i < out_count; ++i)
+            y[i] = op == LGK_REDUCE_SUM ? 0.0f : NAN;
+        return LGK_OK;
+    }
+    for (int64_t o = 0; o < outer; ++o) {
+        const float *xo = x + o * r * inner;
+        float *yo = y + o * inner;
+        if (inner == 1) {
+            yo[0] = reduce_row(op, xo, r);
+            continue;
+        }
+        for (int64_t j = 0; j < inner; j += COL_TILE)
+            reduce_cols(op, xo + j, r, inner, LGK_MIN((int64_t)COL_TILE, inner - j), yo + j);
+    }
+    return LGK_OK;
+}

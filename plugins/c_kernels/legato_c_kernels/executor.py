@@ -1,0 +1,374 @@
+"""The planned executor of the c_kernels backend.
+
+Planning happens once: every value gets a buffer (reused by liveness, in place for
+elementwise ops whose input dies there, a view for reshape), kernels are bound to those
+buffers, `nn.linear`/`matmul` absorb a following activation into the GEMM epilogue, and
+each C kernel is run once under `kernels.recording()`: when that was a single C call on
+the planned buffers, the step replays it directly. A run is then a copy of the inputs
+into their buffers and a flat loop of prepared calls.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from legato.errors import ExecutionError, LegatoError
+from legato.executor import Interpreter, bind_inputs, describe_call
+from legato.ir import Call, Const, Value
+from legato.verify import CALL_OP
+
+from . import kernels as K
+from ._lib import ffi
+
+INPLACE_OPS = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
+               "negative", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+               "nn.relu", "nn.gelu", "nn.silu", "nn.softmax", "nn.log_softmax",
+               "nn.layer_norm", "nn.rms_norm"}
+EPILOGUES = {"nn.relu": "relu", "nn.silu": "silu"}
+
+
+def make_executor(module, backend, fallback, fallback_calls, registry):
+    """The backend's executor factory: planned for a flat main, else the interpreter."""
+    if len(module.functions) > 1 or any(c.op == CALL_OP for c in module.main.calls):
+        return Interpreter(module, backend, fallback, fallback_calls, registry)
+    return PlannedExecutor(module, backend, fallback, fallback_calls, registry)
+
+
+def _epilogue(call: Call) -> str | None:
+    if call.op == "nn.gelu":
+        return "gelu" if call.attrs["approximate"] == "none" else "gelu_tanh"
+    return EPILOGUES.get(call.op)
+
+
+class _Arena:
+    """Buffers by liveness: a released buffer serves a later value of the same size."""
+
+    def __init__(self):
+        self.free: dict[tuple[int, str], list[np.ndarray]] = {}
+        self.allocated = 0
+
+    def take(self, value: Value) -> np.ndarray:
+        key = (value.type.size, value.dtype)
+        pool = self.free.get(key)
+        if pool:
+            return pool.pop().reshape(value.shape)
+        self.allocated += value.type.size * np.dtype(value.dtype).itemsize
+        return np.zeros(value.shape, value.dtype)  # zeros: planning runs kernels on them
+
+    def give(self, buffer: np.ndarray) -> None:
+        self.free.setdefault((buffer.size, buffer.dtype.name), []).append(buffer)
+
+
+def _float_address(arg) -> int | None:
+    """The address a cffi float pointer/array argument points at (None for others)."""
+    if isinstance(arg, ffi.CData):
+        ctype = ffi.typeof(arg)
+        if ctype.kind in ("pointer", "array") and ctype.item.cname == "float":
+            return int(ffi.cast("uintptr_t", arg))
+    return None
+
+
+class _Replay:
+    """A recorded C call made again each run; pointers into the per-run input and result
+    arrays are patched in (`find_patches`)."""
+
+    __slots__ = ("fn", "args", "name", "patches")
+
+    def __init__(self, fn, args, name: str):
+        self.fn, self.args, self.name, self.patches = fn, tuple(args), name, ()
+
+    def find_patches(self, dynamic: list[np.ndarray]) -> None:
+        patches = []
+        for position, arg in enumerate(self.args):
+            address = _float_address(arg)
+            for index, buffer in enumerate(dynamic):
+                start = buffer.ctypes.data
+                if address is not None and start <= address < start + max(buffer.nbytes, 1):
+                    patches.append((position, index, address - start))
+        self.patches = tuple(patches)
+
+    def __call__(self, addresses) -> None:
+        args = self.args
+        if self.patches:
+            args = list(args)
+            for position, index, offset in self.patches:
+                args[position] = ffi.cast("float *", addresses[index] + offset)
+        status = self.fn(*args)
+        if status:
+            K._check_status(self.name, status)
+
+
+class _Closure:
+    """A Python-level step (fallback kernels, calls that could not be recorded)."""
+
+    __slots__ = ("run", "arrays")
+
+    def __init__(self, run, arrays):
+        self.run, self.arrays = run, arrays
+
+    def __call__(self, addresses) -> None:
+        self.run()
+
+
+class PlannedExecutor:
+    """Run a legalized flat module with preallocated buffers and prepared kernel calls."""
+
+    def __init__(self, module, backend, fallback, fallback_calls, registry):
+        self.module, self.backend, self.fallback = module, backend, fallback
+        self.fallback_calls = set(fallback_calls)
+        fn = module.main
+        self.fn = fn
+        self.arena = _Arena()
+        self.buffers: dict[Value, np.ndarray] = {}
+        self.params = [self._own(p) for p in fn.params]
+        self.steps: list = []
+        self.replayed = 0
+        self._plan(fn.calls)
+        self.results = [self._buffer(r) for r in fn.results]
+        self._spares: list = [None] * len(self.results)
+        self._bind_io()
+
+    # --- buffers ----------------------------------------------------------------------
+
+    def _own(self, value: Value) -> np.ndarray:
+        self.buffers[value] = np.zeros(value.shape, value.dtype)
+        return self.buffers[value]
+
+    def _buffer(self, value: Value | None):
+        if value is None:
+            return None
+        if isinstance(value, Const):
+            return value.data
+        return self.buffers[value]
+
+    def _plan(self, calls) -> None:
+        roots = self._view_roots(calls)
+        last_use = self._last_uses(calls, roots)
+        pinned = {roots.get(v, v) for v in (*self.fn.params, *self.fn.results)}
+        index = 0
+        while index < len(calls):
+            call = calls[index]
+            bias, act, absorbed = self._epilogue_chain(calls, index, last_use)
+            out_call = calls[index + absorbed]
+            span = range(index, index + absorbed + 1)
+            readers = [v for c in calls[index:index + absorbed + 1] for v in c.inputs]
+            dying = [r for r in {roots.get(v, v) for v in readers if v is not None}
+                     if r in self.buffers and r not in pinned and last_use.get(r) in span]
+            self._assign_outputs(call, out_call, dying, roots)
+            self._bind(call, out_call, bias, act, index)
+            for root in dying:  # what was not reused in place goes back to the arena
+                self.arena.give(self.buffers[root])
+            index += absorbed + 1
+
+    @staticmethod
+    def _view_roots(calls) -> dict[Value, Value]:
+        """reshape results are views: value -> the value that owns the buffer."""
+        roots: dict[Value, Value] = {}
+        for call in calls:
+            if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+                roots[call.output] = roots.get(call.inputs[0], call.inputs[0])
+        return roots
+
+    @staticmethod
+    def _last_uses(calls, roots) -> dict[Value, int]:
+        """Index of the last call reading each buffer owner (through any of its views)."""
+        last: dict[Value, int] = {}
+        for index, call in enumerate(calls):
+            for v in call.inputs:
+                if v is not None and not isinstance(v, Const):
+                    last[roots.get(v, v)] = index
+        return last
+
+    def _epilogue_chain(self, calls, index, last_use) -> tuple[Value | None, str | None, int]:
+        """(bias, activation, calls absorbed) a linear/matmul can apply in its GEMM epilogue:
+        a following add of a per-column bias, then an activation, each the only reader of
+        the value before it."""
+        call = calls[index]
+        if call.op not in ("nn.linear", "matmul") or not self._native(call) or \
+                (call.op == "matmul" and (call.inputs[1].rank != 2 or call.inputs[0].rank < 2)):
+            return None, None, 0
+        bias, act, product, used = None, None, call.output, 0
+
+        def sole_reader(position):
+            nxt = calls[position] if position < len(calls) else None
+            ok = nxt is not None and self._native(nxt) and product not in self.fn.results \
+                and last_use.get(product) == position
+            return nxt if ok else None
+
+        nxt = sole_reader(index + 1)
+        if call.op == "matmul" and nxt is not None and nxt.op == "add":
+            other = nxt.inputs[1] if nxt.inputs[0] is product else nxt.inputs[0]
+            n = product.shape[-1]
+            if product in nxt.inputs and other is not product and other.shape in ((n,), (1, n)) \
+                    and nxt.output.type == product.type:
+                bias, product, used = other, nxt.output, 1
+                nxt = sole_reader(index + 2)
+        if nxt is not None and nxt.inputs[0] is product and _epilogue(nxt) is not None:
+            act, used = _epilogue(nxt), used + 1
+        return bias, act, used
+
+    def _assign_outputs(self, call: Call, out_call: Call, dying: list, roots) -> None:
+        if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+            self.buffers[call.output] = self.buffers[call.inputs[0]].reshape(call.output.shape)
+            if roots[call.output] in dying:
+                dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
+            return
+        for out in out_call.outputs:
+            reuse = next((r for r in dying if call is out_call and call.op in INPLACE_OPS and
+                          r.type.size == out.type.size and r.dtype == out.dtype), None)
+            if reuse is not None:  # in place: the kernel may write over its dying input
+                dying.remove(reuse)
+                self.buffers[out] = self.buffers[reuse].reshape(out.shape)
+            elif out in self.fn.results:
+                self.buffers[out] = np.zeros(out.shape, out.dtype)
+            else:
+                self.buffers[out] = self.arena.take(out)
+
+    # --- steps ------------------------------------------------------------------------
+
+    def _native(self, call: Call) -> bool:
+        return call not in self.fallback_calls and self.backend.has_kernel(call.op) and \
+            call.op != "reshape"
+
+    def _bind(self, call: Call, out_call: Call, bias, act, index: int) -> None:
+        where = f"@main call {index}"
+        if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+            return  # a view, planned in _assign_outputs
+        inputs = [self._buffer(v) for v in call.inputs]
+        outs = [self.buffers[o] for o in out_call.outputs]
+        attrs = dict(call.attrs)
+        if self._native(call) and call.op in ("matmul", "nn.linear") and \
+                isinstance(call.inputs[1], Const) and call.inputs[1].rank == 2:
+            # a constant weight is packed for the GEMM micro-kernel once, not every run
+            inputs[1] = K.pack_weight(inputs[1], transposed=call.op == "nn.linear")
+        if out_call is not call:  # a GEMM with its epilogue
+            kernel = K.fused_linear if call.op == "nn.linear" else K.fused_matmul
+            if bias is not None:
+                attrs["bias"] = self._buffer(bias).reshape(-1)
+            attrs["activation"] = act or "none"
+        elif self._native(call):
+            kernel = self.backend.kernel(call.op)
+        else:
+            step = self._fallback_step(call, inputs, outs)
+            self.steps.append((step, call, where))
+            return
+        try:
+            step = self._prepare(kernel, inputs, outs[0], attrs)
+        except LegatoError as err:
+            raise ExecutionError(f"{describe_call(call, where)}: {err}") from None
+        self.steps.append((step, call, where))
+
+    def _prepare(self, kernel, inputs, out, attrs):
+        """A step: the recorded C call when that is safe to replay, else the kernel call."""
+        with K.recording() as calls:
+            kernel(*inputs, out=out, **attrs)
+        arrays = [getattr(a, "data", a) if isinstance(a, K.PackedWeight) else a
+                  for a in inputs] + [out] + [a for a in attrs.values()
+                                              if isinstance(a, np.ndarray)]
+        if len(calls) == 1 and self._static(calls[0][1], arrays):
+            self.replayed += 1
+            return _Replay(*calls[0], getattr(kernel, "__name__", "c_kernels"))
+        return _Closure(lambda: kernel(*inputs, out=out, **attrs), inputs + [out])
+
+    @staticmethod
+    def _static(args, arrays) -> bool:
+        """Every float pointer argument points into one of the planned arrays."""
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a is not None]
+        for arg in args:
+            address = _float_address(arg)
+            if address is not None and not any(lo <= address < hi or lo == hi == address
+                                               for lo, hi in spans):
+                return False
+        return True
+
+    def _fallback_step(self, call: Call, inputs, outs):
+        backend = self.fallback if self.fallback is not None else self.backend
+        if not backend.has_kernel(call.op):
+            raise ExecutionError(f"no kernel for {call.op} on {self.backend.name} or its "
+                                 "fallback")
+        kernel, attrs = backend.kernel(call.op), dict(call.attrs)
+
+        def step():
+            result = kernel(*inputs, **attrs)
+            for out, value in zip(outs, result if isinstance(result, tuple) else (result,)):
+                np.copyto(out, value)
+        return _Closure(step, inputs + outs)
+
+    # --- running ----------------------------------------------------------------------
+
+    def _bind_io(self) -> None:
+        """Decide which inputs and results bypass their planned buffers: a buffer only
+        replayed C calls touch is re-pointed each run (to the caller's input array, or to
+        a fresh result array) instead of copied."""
+        closures = [step for step, _, _ in self.steps if isinstance(step, _Closure)]
+        touched = {id(a.base if a.base is not None else a) for c in closures for a in c.arrays
+                   if a is not None}
+
+        def direct(buffer):
+            return id(buffer) not in touched and buffer.base is None
+
+        own = {id(b) for b in self.params}
+        self.direct_params = [direct(b) for b in self.params]
+        self.direct_results = [direct(b) and id(b) not in own and
+                               sum(b is r for r in self.results) == 1 for b in self.results]
+        dynamic = [b for b, d in zip(self.params, self.direct_params) if d] + \
+                  [b for b, d in zip(self.results, self.direct_results) if d]
+        for step, _, _ in self.steps:
+            if isinstance(step, _Replay):
+                step.find_patches(dynamic)
+
+    def _fresh_result(self, index: int) -> np.ndarray:
+        """A result array for this run: last run's, if the caller has let go of it (no
+        page faults on a warm array), else a new one."""
+        spare = self._spares[index]
+        if spare is None or sys.getrefcount(spare) > 3:  # ours, the list's, the argument's
+            spare = self._spares[index] = np.empty(self.results[index].shape,
+                                                   self.results[index].dtype)
+        return spare
+
+    def __call__(self, *args, **kwargs):
+        bases = []
+        for buffer, array, direct in zip(self.params, bind_inputs(self.fn, args, kwargs),
+                                         self.direct_params):
+            if direct:
+                bases.append(np.require(array, buffer.dtype, ["C", "A"]))
+            else:
+                np.copyto(buffer, array)
+        results = [self._fresh_result(j) if d else None
+                   for j, d in enumerate(self.direct_results)]
+        bases.extend(r for r in results if r is not None)
+        addresses = [b.ctypes.data for b in bases]
+        for step, call, where in self.steps:
+            try:
+                step(addresses)
+            except Exception as err:
+                raise ExecutionError(f"{describe_call(call, where)}: {type(err).__name__}: "
+                                     f"{err}") from err
+        out = tuple(r if r is not None else np.array(b, copy=True)
+                    for r, b in zip(results, self.results))
+        return out[0] if len(out) == 1 else out
+
+    def profile(self, *args, repeat: int = 20) -> list[tuple[str, float]]:
+        """Median microseconds of each step over `repeat` runs: (op, us) in plan order."""
+        for buffer, array in zip(self.params, bind_inputs(self.fn, args, {})):
+            np.copyto(buffer, array)
+        planned = [b.ctypes.data for b, d in zip(self.params, self.direct_params) if d] + \
+                  [b.ctypes.data for b, d in zip(self.results, self.direct_results) if d]
+        times = np.zeros((repeat, len(self.steps)))
+        for r in range(repeat):
+            for i, (step, _, _) in enumerate(self.steps):
+                start = time.perf_counter()
+                step(planned)
+                times[r, i] = time.perf_counter() - start
+        medians = np.median(times, axis=0) * 1e6
+        return [(call.op, float(t)) for (_, call, _), t in zip(self.steps, medians)]
+
+    def stats(self) -> dict:
+        """How the plan came out: steps, replayed C calls, bytes of intermediate buffers."""
+        return {"steps": len(self.steps), "replayed": self.replayed,
+                "arena_bytes": self.arena.allocated}
+
+
+__all__ = ["PlannedExecutor", "make_executor"]

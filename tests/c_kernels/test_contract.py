@@ -1,0 +1,66 @@
+import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "core"))  # noqa: E401,E702
+# The reference-kernel calling convention: KERNELS[op](*inputs, **attrs) with every
+# attribute present (defaults filled in, lists as tuples), plus the out= variant.
+
+import numpy as np
+import pytest
+
+from legato.errors import LegatoError
+
+from ._util import f32
+
+from legato_c_kernels import kernels as K
+
+
+_rng = np.random.default_rng(7)
+X = f32(_rng, 2, 3, 4, 5)
+POS = np.abs(X) + np.float32(0.1)
+W = f32(_rng, 6, 5)
+CW = f32(_rng, 4, 3, 3, 3)
+
+# op -> (inputs, attrs with every attribute of docs/ops.md)
+CALLS = {
+    "matmul": ((X, f32(_rng, 5, 2)), {}),
+    "nn.linear": ((X, W, f32(_rng, 6)), {}),
+    "nn.conv2d": ((X[:, :, :, :4].copy(), CW, f32(_rng, 4)),
+                  dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1,
+                       data_layout="NCHW", kernel_layout="OIHW")),
+    "nn.max_pool2d": ((X,), dict(pool_size=(2, 2), strides=None, padding=(0, 0, 0, 0),
+                                 dilation=(1, 1), ceil_mode=False, data_layout="NCHW")),
+    "nn.avg_pool2d": ((X,), dict(pool_size=(2, 2), strides=(1, 1), padding=(1, 0, 1, 0),
+                                 dilation=(1, 1), ceil_mode=True, count_include_pad=True,
+                                 data_layout="NCHW")),
+    **{op: ((X, f32(_rng, 4, 1)), {}) for op in
+       ("add", "subtract", "multiply", "divide", "maximum", "minimum")},
+    "power": ((POS, f32(_rng, 5)), {}),
+    **{op: ((X,), {}) for op in ("negative", "abs", "exp", "tanh", "sigmoid", "erf", "nn.relu",
+                                 "nn.silu")},
+    **{op: ((POS,), {}) for op in ("log", "sqrt", "rsqrt")},
+    "nn.gelu": ((X,), dict(approximate="tanh")),
+    "nn.softmax": ((X,), dict(axis=-2)),
+    "nn.log_softmax": ((X,), dict(axis=1)),
+    "nn.layer_norm": ((X, f32(_rng, 4, 5), f32(_rng, 5)), dict(axes=(-2, -1), epsilon=1e-5)),
+    "nn.rms_norm": ((X, f32(_rng, 5)), dict(axes=(-1,), epsilon=1e-6)),
+    **{op: ((X,), dict(axes=(0, -1), keepdims=True)) for op in ("sum", "mean", "max", "min")},
+    "permute_dims": ((X,), dict(axes=(3, 1, 0, 2))),
+}
+
+
+def test_every_kernel_has_a_contract_case():
+    assert set(CALLS) == set(K.KERNELS)
+
+
+@pytest.mark.parametrize("op", sorted(CALLS))
+def test_convention_and_out_buffer(op):
+    inputs, attrs = CALLS[op]
+    kernel = K.KERNELS[op]
+    result = kernel(*inputs, **attrs)
+    assert isinstance(result, np.ndarray) and result.dtype == np.float32
+    assert all(np.array_equal(x, y) for x, y in zip(inputs, CALLS[op][0]))  # inputs untouched
+    out = np.full(result.shape, np.nan, np.float32)
+    assert kernel(*inputs, **attrs, out=out) is out
+    np.testing.assert_array_equal(out, result)
+    with pytest.raises(LegatoError, match=op.replace(".", r"\.")):
+        kernel(*inputs, **attrs, out=np.empty(result.shape + (1,), np.float32))
+    with pytest.raises(LegatoError, match="float32"):
+        kernel(inputs[0].astype(np.float64), *inputs[1:], **attrs)

@@ -1,0 +1,137 @@
+"""The c_kernels backend end to end: kept ops, the planned executor, fallback, threads."""
+import numpy as np
+import pytest
+
+import legato
+from legato.examples import cnn, mlp, random_inputs, transformer
+
+
+def test_c_kernels_is_installed_and_registered():
+    import legato_c_kernels._lib  # noqa: F401  (make test builds it; a failure here is real)
+    assert "c_kernels" in legato.list_backends(), legato.plugin_problems()
+
+
+def rel_error(got, want):
+    return float(np.max(np.abs(got.astype(np.float64) - want))) / float(np.max(np.abs(want)))
+
+
+MODELS = {"transformer": lambda: transformer(seq=17, d_model=32, heads=4, ffn=64, blocks=2),
+          "mlp": lambda: mlp(batch=3, sizes=(17, 129, 33, 10)),
+          "cnn": lambda: cnn(batch=2, size=17)}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_whole_models_match_cpu_ref(name):
+    mod = MODELS[name]()
+    c = legato.compile(mod, "c_kernels")
+    for seed in range(3):
+        x = random_inputs(mod, seed)
+        assert rel_error(c(*x), legato.compile(mod, "cpu_ref")(*x)) <= 1e-4
+
+
+def test_high_level_ops_are_kept_whole():
+    c = legato.compile("example:transformer", "c_kernels")
+    ops = {call.op for call in c.module.main.calls}
+    assert {"nn.layer_norm", "nn.linear", "nn.softmax", "nn.gelu"} <= ops
+    assert c.report.ops("decomposed") == {}
+    kept_cnn = {call.op for call in legato.compile("example:cnn", "c_kernels").module.main.calls}
+    assert {"nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d"} <= kept_cnn
+    assert "nn.batch_norm" not in kept_cnn  # no C kernel: decomposed into what C runs
+
+
+def test_nhwc_conv_is_decomposed_not_kept():
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 5, 5, 3))
+    w = b.const(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32))
+    mod = b.build(b.call("nn.conv2d", x, w, None, data_layout="NHWC", kernel_layout="OHWI"))
+    c = legato.compile(mod, "c_kernels")
+    assert "nn.conv2d" not in {call.op for call in c.module.main.calls}
+    x_in = random_inputs(mod)
+    assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-5
+
+
+def test_what_c_cannot_run_falls_back_to_cpu_ref():
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 6))
+    y = b.call("concat", b.call("exp", x), b.call("where", b.call("less", x, 0.0), x, 1.0),
+               axis=0)
+    mod = b.build(b.call("nn.softmax", y))
+    c = legato.compile(mod, "c_kernels")
+    assert c.report.ops("fallback") == {"concat": 1, "where": 1, "less": 1}
+    x_in = random_inputs(mod)
+    assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-6
+
+
+def test_planned_executor_reuses_buffers_and_replays_c_calls():
+    mod = transformer(seq=16, d_model=32, heads=2, ffn=64, blocks=3)
+    c = legato.compile(mod, "c_kernels")
+    stats = c._runner.stats()
+    intermediates = sum(v.type.size * 4 for call in c.module.main.calls for v in call.outputs)
+    assert stats["arena_bytes"] < intermediates / 3, stats
+    assert stats["replayed"] == stats["steps"]
+    reshapes = sum(call.op == "reshape" for call in c.module.main.calls)
+    assert stats["steps"] <= len(c.module.main.calls) - reshapes  # reshape is a view
+
+
+def test_gemm_epilogue_fusion():
+    b = legato.GraphBuilder()
+    x = b.input("x", (5, 7))
+    w = b.const(np.random.default_rng(1).standard_normal((7, 9)).astype(np.float32))
+    bias = b.const(np.random.default_rng(2).standard_normal(9).astype(np.float32))
+    y = b.call("nn.relu", b.call("add", b.call("matmul", x, w), bias))
+    mod = b.build(b.call("nn.silu", b.call("nn.linear", y, b.const(np.ones((3, 9), np.float32)))))
+    c = legato.compile(mod, "c_kernels")
+    assert [call.op for _, call, _ in c._runner.steps] == ["matmul", "nn.linear"]
+    x_in = random_inputs(mod)
+    assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-5
+
+
+def test_results_are_fresh_arrays_each_run():
+    mod = legato.load_model("example:mlp")
+    c = legato.compile(mod, "c_kernels")
+    x1, x2 = random_inputs(mod, 1), random_inputs(mod, 2)
+    first = c(*x1)
+    kept = first.copy()
+    second = c(*x2)
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, second)
+
+
+def test_wrong_inputs_are_errors_not_crashes():
+    c = legato.compile("example:mlp", "c_kernels")
+    with pytest.raises(legato.ExecutionError, match="input 'x' must be float32"):
+        c(np.zeros((8, 64), np.float64))
+    with pytest.raises(legato.ExecutionError, match=r"got float32\[8, 65\]"):
+        c(np.zeros((8, 65), np.float32))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_thread_counts_agree(monkeypatch, threads):
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    mod = mlp(batch=64, sizes=(256, 512, 10))
+    x = random_inputs(mod)
+    assert rel_error(legato.compile(mod, "c_kernels")(*x), legato.reference(mod)(*x)) <= 1e-5
+
+
+def test_random_graphs_against_cpu_ref():
+    """Bounded fuzzing: random shapes (1, 3, 17, 129) through linear, conv and norm layers."""
+    rng = np.random.default_rng(0)
+    sizes = [1, 3, 17, 129]
+    for trial in range(12):
+        b = legato.GraphBuilder()
+        batch, n_in, n_out = (int(rng.choice(sizes)) for _ in range(3))
+        x = b.input("x", (batch, n_in))
+        w = b.const((rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32))
+        h = b.call("nn.linear", x, w, b.const(rng.standard_normal(n_out).astype(np.float32)))
+        h = b.call(str(rng.choice(["nn.relu", "nn.gelu", "nn.silu", "tanh"])), h)
+        h = b.call("nn.layer_norm", h, None, None)
+        side = int(rng.choice([3, 5, 8]))
+        img = b.call("reshape", b.call("matmul", h, b.const(
+            rng.standard_normal((n_out, side * side)).astype(np.float32))),
+                     shape=[batch, 1, side, side])
+        k = b.const(rng.standard_normal((2, 1, 3, 3)).astype(np.float32))
+        y = b.call("nn.conv2d", img, k, None, padding=[1, 1, 1, 1])
+        mod = b.build(b.call("nn.softmax", b.call("flatten", y), axis=-1))
+        inputs = random_inputs(mod, trial)
+        got = legato.compile(mod, "c_kernels")(*inputs)
+        assert rel_error(got, legato.reference(mod)(*inputs)) <= 1e-4, (trial, batch, n_in, n_out)
