@@ -135,3 +135,19 @@ def test_random_graphs_against_cpu_ref():
         inputs = random_inputs(mod, trial)
         got = legato.compile(mod, "c_kernels")(*inputs)
         assert rel_error(got, legato.reference(mod)(*inputs)) <= 1e-4, (trial, batch, n_in, n_out)
+
+
+def test_results_that_alias_inputs_or_constants():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    same = b.call("clip", x)                              # decomposes to x itself
+    view = b.call("reshape", x, shape=[3, 2])             # a view of the input
+    const = b.call("reshape", b.const(np.arange(6, dtype=np.float32)), shape=[2, 3])
+    mod = b.build(same, view, const, b.call("exp", x))
+    c = legato.compile(mod, "c_kernels")
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = c(data)
+    want = legato.reference(mod)(data)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert not any(np.shares_memory(g, data) for g in got)

@@ -124,6 +124,7 @@ class PlannedExecutor:
         self.buffers: dict[Value, np.ndarray] = {}
         self.params = [self._own(p) for p in fn.params]
         self.steps: list = []
+        self._result_buffers: set[int] = set()  # buffers planned for results, written by steps
         self.replayed = 0
         self._plan(fn.calls)
         self.results = [self._buffer(r) for r in fn.results]
@@ -223,6 +224,7 @@ class PlannedExecutor:
                 self.buffers[out] = self.buffers[reuse].reshape(out.shape)
             elif out in self.fn.results:
                 self.buffers[out] = np.zeros(out.shape, out.dtype)
+                self._result_buffers.add(id(self.buffers[out]))
             else:
                 self.buffers[out] = self.arena.take(out)
 
@@ -309,9 +311,9 @@ class PlannedExecutor:
         def direct(buffer):
             return id(buffer) not in touched and buffer.base is None
 
-        own = {id(b) for b in self.params}
-        self.direct_params = [direct(b) for b in self.params]
-        self.direct_results = [direct(b) and id(b) not in own and
+        returned = {id(r.base if r.base is not None else r) for r in self.results}
+        self.direct_params = [direct(b) and id(b) not in returned for b in self.params]
+        self.direct_results = [direct(b) and id(b) in self._result_buffers and
                                sum(b is r for r in self.results) == 1 for b in self.results]
         dynamic = [b for b, d in zip(self.params, self.direct_params) if d] + \
                   [b for b, d in zip(self.results, self.direct_results) if d]
