@@ -148,3 +148,14 @@ def test_permute_errors(rng):
         K.permute_dims(f32(rng, 2, 3), axes=[0, 0])
     with pytest.raises(LegatoError, match="permute_dims"):
         K.permute_dims(f32(rng, 2, 3), axes=[0, 2])
+
+
+@pytest.mark.parametrize("offset, spread", [(0.0, 1.0), (1e3, 1.0), (1e4, 1e-2)])
+def test_layer_norm_single_pass_statistics_stay_accurate(offset, spread):
+    """One-read mean/variance (shifted sums) must not lose a large mean's low bits."""
+    x = np.random.default_rng(3).standard_normal((64, 768))
+    x = (x * spread + offset).astype(np.float32)
+    got = K.nn_layer_norm(x, None, None, axes=[-1], epsilon=1e-5)
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5)
+    assert np.max(np.abs(got - want)) < 2e-5
