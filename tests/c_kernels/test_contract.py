@@ -1,4 +1,3 @@
-import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "core"))  # noqa: E401,E702
 # The reference-kernel calling convention: KERNELS[op](*inputs, **attrs) with every
 # attribute present (defaults filled in, lists as tuples), plus the out= variant.
 
