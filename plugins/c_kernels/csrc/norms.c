@@ -70,31 +70,35 @@ static double row_sq_dev(const float *x, int64_t n, float c)
 
 /* Sums of d and d^2 with d = x - c, in one pass (the layer_norm statistics). GCC does
  * not vectorize two reductions in one loop from plain arrays, so this one is written
- * with vector extensions (one 16-float vector: zmm, 2 ymm or 4 xmm per clone). */
+ * with vector extensions (16 floats: zmm, 2 ymm or 4 xmm per clone), with MOMENT_WAYS
+ * independent accumulators so the adds do not wait on each other's latency. */
 typedef float lgk_v16 __attribute__((vector_size(64)));
+#define MOMENT_WAYS 4
 
 LGK_CLONES static void row_moments_block(const float *x, int64_t n, float c, float *sum,
                                          float *sq)
 {
-    lgk_v16 acc = {0.0f}, acc2 = {0.0f};
+    lgk_v16 acc[MOMENT_WAYS] = {{0.0f}}, acc2[MOMENT_WAYS] = {{0.0f}};
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        lgk_v16 d;
-        memcpy(&d, x + i, sizeof d); /* unaligned load */
-        d -= c;
-        acc += d;
-        acc2 += d * d;
-    }
+    for (; i + 16 * MOMENT_WAYS <= n; i += 16 * MOMENT_WAYS)
+        for (int w = 0; w < MOMENT_WAYS; ++w) {
+            lgk_v16 d;
+            memcpy(&d, x + i + 16 * w, sizeof d); /* unaligned load */
+            d -= c;
+            acc[w] += d;
+            acc2[w] += d * d;
+        }
     float s = 0.0f, s2 = 0.0f;
     for (; i < n; ++i) {
         float d = x[i] - c;
         s += d;
         s2 += d * d;
     }
-    for (int j = 0; j < 16; ++j) {
-        s += acc[j];
-        s2 += acc2[j];
-    }
+    for (int w = 0; w < MOMENT_WAYS; ++w)
+        for (int j = 0; j < 16; ++j) {
+            s += acc[w][j];
+            s2 += acc2[w][j];
+        }
     *sum = s;
     *sq = s2;
 }
