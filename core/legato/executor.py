@@ -176,6 +176,36 @@ def bind_inputs(fn: Function, args, kwargs) -> list[np.ndarray]:
         names = ", ".join(f"{p.name}: {p.type}" for p in params)
         raise ExecutionError(f"expected {len(params)} inputs ({names}), "
                              f"got {len(args) + len(kwargs)}")
+    if kwargs:
+        values = _by_name(params, args, kwargs)
+    else:
+        values = args
+    arrays = []
+    for param, value in zip(params, values):
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        if array.shape != param.shape or array.dtype != _np_dtype(param.dtype):
+            raise ExecutionError(f"input {param.name!r} must be {param.type}, got "
+                                 f"{array.dtype.name}{list(array.shape)}")
+        arrays.append(array)
+    return arrays
+
+
+def _np_dtype(name: str):
+    """numpy's dtype for a legato dtype name (the name itself where numpy has none)."""
+    dtype = _NP_DTYPES.get(name)
+    if dtype is None:
+        try:
+            dtype = np.dtype(name)
+        except TypeError:  # bfloat16 without ml_dtypes: compare by name
+            dtype = name
+        _NP_DTYPES[name] = dtype
+    return dtype
+
+
+_NP_DTYPES: dict = {}
+
+
+def _by_name(params, args, kwargs) -> list:
     by_name = {p.name: i for i, p in enumerate(params)}
     values = list(args) + [_MISSING] * (len(params) - len(args))
     for key, value in kwargs.items():
@@ -184,11 +214,4 @@ def bind_inputs(fn: Function, args, kwargs) -> list[np.ndarray]:
         if values[by_name[key]] is not _MISSING:
             raise ExecutionError(f"input {key!r} is given twice")
         values[by_name[key]] = value
-    arrays = []
-    for param, value in zip(params, values):
-        array = np.asarray(value)
-        if array.shape != param.shape or array.dtype.name != param.dtype:
-            raise ExecutionError(f"input {param.name!r} must be {param.type}, got "
-                                 f"{array.dtype.name}{list(array.shape)}")
-        arrays.append(array)
-    return arrays
+    return values

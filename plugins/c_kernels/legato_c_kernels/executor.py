@@ -86,15 +86,15 @@ class _Replay:
             for index, buffer in enumerate(dynamic):
                 start = buffer.ctypes.data
                 if address is not None and start <= address < start + max(buffer.nbytes, 1):
-                    patches.append((position, index, address - start))
+                    patches.append((position, index, (address - start) // 4))  # in floats
         self.patches = tuple(patches)
 
-    def __call__(self, addresses) -> None:
+    def __call__(self, pointers) -> None:
         args = self.args
         if self.patches:
             args = list(args)
             for position, index, offset in self.patches:
-                args[position] = ffi.cast("float *", addresses[index] + offset)
+                args[position] = pointers[index] + offset
         status = self.fn(*args)
         if status:
             K._check_status(self.name, status)
@@ -108,7 +108,7 @@ class _Closure:
     def __init__(self, run, arrays):
         self.run, self.arrays = run, arrays
 
-    def __call__(self, addresses) -> None:
+    def __call__(self, pointers) -> None:
         self.run()
 
 
@@ -335,16 +335,18 @@ class PlannedExecutor:
         for buffer, array, direct in zip(self.params, bind_inputs(self.fn, args, kwargs),
                                          self.direct_params):
             if direct:
-                bases.append(np.require(array, buffer.dtype, ["C", "A"]))
+                flags = array.flags
+                bases.append(array if flags.c_contiguous and flags.aligned else
+                             np.ascontiguousarray(array))
             else:
                 np.copyto(buffer, array)
         results = [self._fresh_result(j) if d else None
                    for j, d in enumerate(self.direct_results)]
         bases.extend(r for r in results if r is not None)
-        addresses = [b.ctypes.data for b in bases]
+        pointers = [ffi.from_buffer("float[]", b) for b in bases]  # keep bases alive
         for step, call, where in self.steps:
             try:
-                step(addresses)
+                step(pointers)
             except Exception as err:
                 raise ExecutionError(f"{describe_call(call, where)}: {type(err).__name__}: "
                                      f"{err}") from err
@@ -356,8 +358,9 @@ class PlannedExecutor:
         """Median microseconds of each step over `repeat` runs: (op, us) in plan order."""
         for buffer, array in zip(self.params, bind_inputs(self.fn, args, {})):
             np.copyto(buffer, array)
-        planned = [b.ctypes.data for b, d in zip(self.params, self.direct_params) if d] + \
-                  [b.ctypes.data for b, d in zip(self.results, self.direct_results) if d]
+        planned = [ffi.from_buffer("float[]", b) for b, d in
+                   zip(self.params + self.results, self.direct_params + self.direct_results)
+                   if d]
         times = np.zeros((repeat, len(self.steps)))
         for r in range(repeat):
             for i, (step, _, _) in enumerate(self.steps):
