@@ -164,7 +164,3 @@ def reference(model) -> Interpreter:
     """Run a module unlegalized with cpu_ref's kernel for every op (the ground truth)."""
     host = get_host()
     return Interpreter(load_model(model), host.backend("cpu_ref"), None, (), host.registry)
-
-
-def run(model, inputs: Sequence, backend: str = "cpu_ref", config=None):
-    return compile(model, backend, config)(*inputs)

@@ -10,17 +10,10 @@ import pytest
 from legato.errors import LegatoError
 
 from ._util import SIZES, assert_close, f32
-from .test_gemm import ACTS, available_isas, gemm_close, mm_ref
+from .test_gemm import ACTS, available_isas, gemm_close, isa, mm_ref  # noqa: F401 (isa: fixture)
 
 from legato_c_kernels import kernels as K
 lib = K.lib
-
-
-@pytest.fixture(params=available_isas(), ids=lambda i: {1: "generic", 2: "avx2", 3: "avx512"}[i])
-def isa(request):
-    assert lib.lgk_gemm_force_isa(request.param) == lib.LGK_OK
-    yield request.param
-    lib.lgk_gemm_force_isa(lib.LGK_ISA_AUTO)
 
 
 def test_pack_both_orientations_all_sizes(rng, isa):
