@@ -121,11 +121,11 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     if isinstance(backend, (list, tuple)):
         return _compile_multi(source, list(backend), config, max_level)
     be = host.backend(backend)
+    cfg = load_config(config, be.name, host.registry, host.backends)
     module = source
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
-        keep = load_config(config, be.name, host.registry, host.backends).keep
-        module = convert_layout(source, be.layout, host.registry, keep)
-    result = legalize(module, be, config=config, max_level=max_level, mode="full")
+        module = convert_layout(source, be.layout, host.registry, cfg.keep)
+    result = legalize(module, be, config=cfg, max_level=max_level, mode="full")
     fallback = host.fallback_of(be) if be.executes else None
     if not be.executes:
         if be.emitter is None:
@@ -138,8 +138,8 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
 
 
 def _compile_multi(source: Module, backends: list, config, max_level) -> Compiled:
-    """Partition, compile each external function on its backend, run main on cpu_ref's
-    interpreter with those as callees."""
+    """Partition, compile each external function on its backend, and run main (what no
+    backend claimed, legalized for the last backend) with those as callees."""
     host = get_host()
     parted = partition(source, backends, config, host.registry)
     callees, per_backend = {}, {}

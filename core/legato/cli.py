@@ -12,6 +12,7 @@ import numpy as np
 from . import api
 from .errors import LegatoError
 from .examples import EXAMPLES, random_inputs
+from .executor import as_tuple
 from .fuse import fuse, op_info
 
 DEMO_CONFIG = Path("configs/demo.yaml")
@@ -125,8 +126,8 @@ def _explain_structure(module) -> None:
 def cmd_run(args) -> int:
     compiled = api.compile(args.model, _backends(args.backend), args.config, args.max_level)
     inputs = random_inputs(compiled.source, args.seed)
-    outputs = _as_tuple(compiled(*inputs))
-    expected = _as_tuple(api.reference(compiled.source)(*inputs))
+    outputs = as_tuple(compiled(*inputs))
+    expected = as_tuple(api.reference(compiled.source)(*inputs))
     print(f"{args.backend}: {compiled.report.summary()}")
     ok = True
     for i, (got, want) in enumerate(zip(outputs, expected)):
@@ -147,7 +148,7 @@ def cmd_demo(args) -> int:
         print(f"== example:{example}: {len(source.main.calls)} calls: "
               + ", ".join(f"{op} x{n}" for op, n in sorted(before.items())))
         inputs = random_inputs(source)
-        expected = _as_tuple(api.reference(source)(*inputs))
+        expected = as_tuple(api.reference(source)(*inputs))
         for backend in api.list_backends():
             for label, cfg in runs:
                 failures += _demo_one(source, backend, label, cfg, inputs, expected)
@@ -171,16 +172,12 @@ def _demo_one(source, backend, label, config, inputs, expected) -> int:
         print(f"  {'':<12} emitted {len(compiled.artifact)} characters of "
               f"{type(compiled.artifact).__name__}")
         return 0
-    outputs = _as_tuple(compiled(*inputs))
+    outputs = as_tuple(compiled(*inputs))
     err = max(_rel_error(g, w) for g, w in zip(outputs, expected))
     ok = err <= 1e-4
     print(f"  {'':<12} result check vs reference kernels: max rel. error {err:.1e} "
           f"{'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
-
-
-def _as_tuple(value):
-    return value if isinstance(value, tuple) else (value,)
 
 
 def _rel_error(got: np.ndarray, want: np.ndarray) -> float:

@@ -93,7 +93,7 @@ class Interpreter:
     def _call_kernel(self, call: Call):
         runner = self.callees.get(call.attrs["callee"])
         if runner is not None:
-            return lambda *args: _as_tuple(runner(*args))
+            return lambda *args: as_tuple(runner(*args))
         plan = self._plan(call.attrs["callee"])
         return lambda *args: self._run(plan, args)
 
@@ -116,7 +116,7 @@ class Interpreter:
             except Exception as err:
                 raise ExecutionError(f"{describe_call(step.call, step.where)}: "
                                      f"{type(err).__name__}: {err}") from err
-            outs = out if isinstance(out, tuple) else (out,)
+            outs = as_tuple(out)
             if self.check_outputs:
                 _check_outputs(step, outs)
             for index, value in zip(step.outputs, outs):
@@ -126,7 +126,8 @@ class Interpreter:
         return tuple(env[i] for i in results)
 
 
-def _as_tuple(value):
+def as_tuple(value) -> tuple:
+    """A kernel's or a compiled model's result as a tuple (one result is not one)."""
     return value if isinstance(value, tuple) else (value,)
 
 

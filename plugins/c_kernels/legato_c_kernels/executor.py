@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from legato.errors import ExecutionError, LegatoError
-from legato.executor import Interpreter, bind_inputs, describe_call
+from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
 from legato.ir import Call, Const, Value
 from legato.verify import CALL_OP
 
@@ -34,6 +34,11 @@ def make_executor(module, backend, fallback, fallback_calls, registry):
     if len(module.functions) > 1 or any(c.op == CALL_OP for c in module.main.calls):
         return Interpreter(module, backend, fallback, fallback_calls, registry)
     return PlannedExecutor(module, backend, fallback, fallback_calls, registry)
+
+
+def _is_view(call: Call) -> bool:
+    """reshape of a planned buffer: a view of that buffer, no step at all."""
+    return call.op == "reshape" and not isinstance(call.inputs[0], Const)
 
 
 def _epilogue(call: Call) -> str | None:
@@ -168,7 +173,7 @@ class PlannedExecutor:
         """reshape results are views: value -> the value that owns the buffer."""
         roots: dict[Value, Value] = {}
         for call in calls:
-            if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+            if _is_view(call):
                 roots[call.output] = roots.get(call.inputs[0], call.inputs[0])
         return roots
 
@@ -211,7 +216,7 @@ class PlannedExecutor:
         return bias, act, used
 
     def _assign_outputs(self, call: Call, out_call: Call, dying: list, roots) -> None:
-        if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+        if _is_view(call):
             self.buffers[call.output] = self.buffers[call.inputs[0]].reshape(call.output.shape)
             if roots[call.output] in dying:
                 dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
@@ -236,7 +241,7 @@ class PlannedExecutor:
 
     def _bind(self, call: Call, out_call: Call, bias, act, index: int) -> None:
         where = f"@main call {index}"
-        if call.op == "reshape" and not isinstance(call.inputs[0], Const):
+        if _is_view(call):
             return  # a view, planned in _assign_outputs
         inputs = [self._buffer(v) for v in call.inputs]
         outs = [self.buffers[o] for o in out_call.outputs]
@@ -294,7 +299,7 @@ class PlannedExecutor:
 
         def step():
             result = kernel(*inputs, **attrs)
-            for out, value in zip(outs, result if isinstance(result, tuple) else (result,)):
+            for out, value in zip(outs, as_tuple(result)):
                 np.copyto(out, value)
         return _Closure(step, inputs + outs)
 
