@@ -11,7 +11,8 @@ arithmetic are folded at import time.
 """
 from __future__ import annotations
 
-import math
+import numbers
+import os
 from pathlib import Path
 from typing import Mapping
 
@@ -22,7 +23,9 @@ from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters
 from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
+from .onnx_check import check_graph, check_opset_range, check_shape, check_size
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
+from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
 
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -39,22 +42,28 @@ def _onnx():
     return onnx
 
 
-def load(model, input_shapes: Mapping | None = None) -> Module:
+def load(model, input_shapes: Mapping | None = None, *, base_dir=None) -> Module:
     """A legato Module from an .onnx path or a ModelProto.
 
     `input_shapes` binds what the model leaves symbolic: `{input_name: shape}` for a whole
-    input, or `{dim_param: size}` for a named dimension such as "batch"."""
-    return load_with_nodes(model, input_shapes)[0]
+    input, or `{dim_param: size}` for a named dimension such as "batch". Tensor data kept
+    in external files is read from `base_dir` (default for a path: the file's directory)
+    and must stay inside it."""
+    return load_with_nodes(model, input_shapes, base_dir=base_dir)[0]
 
 
-def load_with_nodes(model, input_shapes: Mapping | None = None):
+def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
-    proto = read_model(model)
+    proto, base_dir = read_model(model, base_dir)
+    input_shapes = check_input_shapes(input_shapes)
+    # everything onnx's C++ code (version converter, shape inference) sees is checked first
     check_supported(proto)
-    proto, opset = check_opset(proto)
-    check_tensors(proto.graph)
-    check_shapes(proto, input_shapes or {})
-    importer = _Importer(proto.graph, opset, input_shapes or {})
+    opset = model_opset(proto)
+    check_graph(proto.graph, opset)
+    proto = with_external_data(proto, base_dir)
+    proto, opset = upgrade(proto, opset)
+    check_shapes(proto, input_shapes)
+    importer = _Importer(proto.graph, opset, input_shapes)
     return importer.run(), importer.nodes
 
 
@@ -82,17 +91,36 @@ def coverage(nodes, report) -> str:
     return "\n".join(lines)
 
 
-def read_model(model):
+def read_model(model, base_dir=None):
+    """(ModelProto, base directory of its external data): a path is read without its
+    external data, which `with_external_data` reads from inside the base directory."""
     onnx = _onnx()
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, base_dir
+    if not isinstance(model, (str, os.PathLike)):
+        raise LegatoError(f"an ONNX model is a path or an onnx.ModelProto, not "
+                          f"{type(model).__name__}")
     path = Path(model)
     try:
-        return onnx.load(str(path))
+        proto = onnx.load(str(path), load_external_data=False)
     except OSError as err:
         raise LegatoError(f"cannot read ONNX model {path}: {err.strerror or err}") from None
-    except Exception as err:  # noqa: BLE001 - protobuf decode and external-data errors
-        raise LegatoError(f"{path} is not a readable ONNX model: {err}") from None
+    except Exception as err:  # noqa: BLE001 - protobuf decode errors
+        raise LegatoError(f"{path} is not a readable ONNX model: "
+                          f"{quote(str(err))}") from None
+    return proto, path.parent if base_dir is None else base_dir
+
+
+def with_external_data(proto, base_dir):
+    """The model with every external tensor's data read in (a copy; the caller's model is
+    left as it is)."""
+    if not external_tensors(proto):
+        return proto
+    onnx = _onnx()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    load_external_data(copy, base_dir)
+    return copy
 
 
 def unsupported_ops(proto) -> dict[str, list[str]]:
@@ -102,7 +130,7 @@ def unsupported_ops(proto) -> dict[str, list[str]]:
         if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
             label = node.op_type if node.domain in DEFAULT_DOMAINS else \
                 f"{node.domain}.{node.op_type}"
-            missing.setdefault(label, []).append(node.name or f"#{index}")
+            missing.setdefault(label[:80], []).append(node.name[:80] or f"#{index}")
     return missing
 
 
@@ -116,50 +144,50 @@ def check_supported(proto) -> None:
                           "import:\n" + "\n".join(lines))
 
 
-def check_opset(proto):
-    """(model, opset): opsets below 13 are upgraded with onnx's version converter."""
+def model_opset(proto) -> int:
+    """The default-domain opset the model imports, within what legato and onnx support."""
     onnx = _onnx()
     newest = onnx.defs.onnx_opset_version()
     versions = {o.domain: o.version for o in proto.opset_import}
     opset = next((versions[d] for d in DEFAULT_DOMAINS if d in versions), None)
-    if opset is not None and opset < MIN_OPSET:
-        try:
-            upgraded = onnx.version_converter.convert_version(proto, MIN_OPSET)
-        except Exception as err:  # noqa: BLE001 - the converter raises RuntimeError and others
-            raise LegatoError(f"ONNX opset {opset} is older than {MIN_OPSET} and could not be "
-                              f"upgraded: {' '.join(str(err).split())[:200]}") from None
-        return upgraded, MIN_OPSET
-    if opset is None or opset > newest:
+    check_opset_range(opset)
+    if opset > newest:
         raise LegatoError(f"ONNX opset {opset} is not supported: legato imports opsets "
                           f"{MIN_OPSET} to {newest} (the newest the installed onnx "
-                          f"{onnx.__version__} knows)")
-    return proto, opset
+                          f"{onnx.__version__} knows; older ones are upgraded)")
+    return opset
 
 
-def check_tensors(graph) -> None:
-    """Refuse tensors whose stored data does not match their declared shape and type."""
-    for tensor in graph.initializer:
-        tensor_array(tensor, f"initializer {tensor.name!r}")
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == attr.TENSOR:
-                tensor_array(attr.t, f"{node.op_type} node {node.name!r} attribute "
-                                     f"{attr.name!r}")
-
-
-def tensor_array(tensor, where: str) -> np.ndarray:
-    from onnx import numpy_helper
-    dtype = onnx_dtype(tensor.data_type, where)
-    declared = math.prod(tensor.dims)
+def upgrade(proto, opset: int):
+    """(model, opset): opsets below 13 are upgraded with onnx's version converter, which
+    is only handed models that `check_graph` accepted."""
+    if opset >= MIN_OPSET:
+        return proto, opset
+    onnx = _onnx()
     try:
-        array = numpy_helper.to_array(tensor)
-    except Exception as err:  # noqa: BLE001 - numpy/protobuf errors on malformed data
-        raise LegatoError(f"{where}: data does not match the declared shape "
-                          f"{list(tensor.dims)} of {dtype}: {err}") from None
-    if array.size != declared:
-        raise LegatoError(f"{where}: holds {array.size} elements but declares shape "
-                          f"{list(tensor.dims)} ({declared} elements)")
-    return array
+        upgraded = onnx.version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as err:  # noqa: BLE001 - the converter raises RuntimeError and others
+        raise LegatoError(f"ONNX opset {opset} is older than {MIN_OPSET} and could not be "
+                          f"upgraded: {' '.join(str(err).split())[:200]}") from None
+    check_graph(upgraded.graph, MIN_OPSET)
+    return upgraded, MIN_OPSET
+
+
+def check_input_shapes(input_shapes) -> dict:
+    """`input_shapes` with each value checked: a size, or a sequence of sizes."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise LegatoError(f"input_shapes must be a mapping of names to sizes or shapes, not "
+                          f"{type(input_shapes).__name__}")
+    checked = {}
+    for key, value in input_shapes.items():
+        if not isinstance(key, str):
+            raise LegatoError(f"input_shapes key {quote(key)} is not a name")
+        where = f"input_shapes[{quote(key)}]"
+        checked[key] = check_size(value, where) if isinstance(value, numbers.Integral) \
+            and not isinstance(value, bool) else check_shape(value, where)
+    return checked
 
 
 def check_shapes(proto, input_shapes: Mapping) -> None:
@@ -171,35 +199,50 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
     for value in bound.graph.input:
         if value.name in initializers:
             continue
+        shape = input_shape(value, input_shapes)
         dims = value.type.tensor_type.shape.dim
-        for dim, size in zip(dims, input_shape(value, input_shapes)):
-            dim.Clear()
-            dim.dim_value = size
+        del dims[:]
+        for size in shape:
+            dims.add().dim_value = size
     try:
         onnx.shape_inference.infer_shapes(bound, check_type=True, strict_mode=True,
                                           data_prop=True)
     except Exception as err:  # noqa: BLE001 - onnx raises InferenceError and others
         message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise LegatoError(f"the model's shapes do not infer: {message}") from None
+        raise LegatoError(f"the model's shapes do not infer: {message[:300]}") from None
 
 
 def input_shape(value, input_shapes: Mapping) -> tuple[int, ...]:
     """The static shape of a graph input, with symbolic dimensions bound."""
+    where = f"input {quote(value.name)}"
+    declared = value.type.tensor_type.shape.dim
+    has_shape = value.type.tensor_type.HasField("shape")
     if value.name in input_shapes:
-        return tuple(int(d) for d in input_shapes[value.name])
-    if not value.type.HasField("tensor_type"):
-        raise LegatoError(f"input {value.name!r} is not a tensor: legato imports tensors only")
+        shape = input_shapes[value.name]
+        if not isinstance(shape, tuple):
+            raise LegatoError(f"input_shapes[{quote(value.name)}]: {where} needs a shape (a "
+                              f"sequence of sizes), got {quote(shape)}")
+        if has_shape and len(shape) != len(declared):
+            raise LegatoError(f"input_shapes[{quote(value.name)}]: {where} has rank "
+                              f"{len(declared)}, the bound shape {list(shape)} rank {len(shape)}")
+        return shape
+    if not has_shape:
+        raise LegatoError(f"{where} declares no shape; bind it with "
+                          f"input_shapes={{{quote(value.name)}: (...)}}")
     shape = []
-    for i, dim in enumerate(value.type.tensor_type.shape.dim):
+    for i, dim in enumerate(declared):
         if dim.HasField("dim_value"):
             shape.append(dim.dim_value)
         elif dim.dim_param and dim.dim_param in input_shapes:
-            shape.append(int(input_shapes[dim.dim_param]))
+            size = input_shapes[dim.dim_param]
+            if isinstance(size, tuple):
+                raise LegatoError(f"input_shapes[{quote(dim.dim_param)}]: dimension {i} of "
+                                  f"{where} needs a size, got the shape {list(size)}")
+            shape.append(size)
         else:
             label = dim.dim_param or "?"
-            raise LegatoError(f"input {value.name!r}: dimension {i} ({label}) is symbolic; "
-                              f"bind it with input_shapes={{{(dim.dim_param or value.name)!r}: "
-                              "...}}")
+            raise LegatoError(f"{where}: dimension {i} ({label[:60]}) is symbolic; bind it "
+                              f"with input_shapes={{{quote(dim.dim_param or value.name)}: ...}}")
     return tuple(shape)
 
 
@@ -207,10 +250,7 @@ def attribute_value(attr):
     """An ONNX attribute as a Python value (strings decoded, tensors as numpy arrays)."""
     from onnx import helper
     if attr.type == attr.TENSOR:
-        return tensor_array(attr.t, f"attribute {attr.name!r}")
-    if attr.type == attr.GRAPH or attr.type == attr.GRAPHS:
-        raise LegatoError(f"attribute {attr.name!r} holds a subgraph: legato imports "
-                          "flat graphs only")
+        return tensor_array(attr.t, f"attribute {quote(attr.name)}")
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
         return value.decode()
@@ -231,10 +271,10 @@ class _Importer:
     def run(self) -> Module:
         for tensor in self.graph.initializer:
             self.env[tensor.name] = Const.of(tensor_array(tensor, f"initializer "
-                                                                  f"{tensor.name!r}"))
+                                                                  f"{quote(tensor.name)}"))
         for value in self.graph.input:
             if value.name not in self.env:
-                dtype = onnx_dtype(value.type.tensor_type.elem_type, f"input {value.name!r}")
+                dtype = onnx_dtype(value.type.tensor_type.elem_type, f"input {quote(value.name)}")
                 self.env[value.name] = self.b.input(value.name,
                                                     input_shape(value, self.input_shapes), dtype)
         for node in self.graph.node:
@@ -244,12 +284,12 @@ class _Importer:
 
     def lookup(self, name: str, where: str) -> Value:
         if name not in self.env:
-            raise LegatoError(f"{where} {name!r} is not defined by any node, input or "
+            raise LegatoError(f"{where} {quote(name)} is not defined by any node, input or "
                               "initializer")
         return self.env[name]
 
     def convert(self, proto) -> None:
-        inputs = [self.lookup(n, f"{proto.op_type} node {proto.name!r} input") if n else None
+        inputs = [self.lookup(n, f"{proto.op_type} node {quote(proto.name)} input") if n else None
                   for n in proto.input]
         node = Node(self.b, proto, inputs, {}, self.opset)
         start = len(self.b.calls)
@@ -258,7 +298,7 @@ class _Importer:
             result = CONVERTERS[proto.op_type].fn(node)
         except LegatoError as err:
             text = str(err)
-            prefix = f"{proto.op_type} node {node.name!r}"
+            prefix = f"{proto.op_type} node {node.label}"
             raise type(err)(text if text.startswith(prefix) else f"{prefix}: {text}") from None
         results = result if isinstance(result, (tuple, list)) else (result,)
         if all(isinstance(v, Const) or v is None for v in inputs) and inputs:

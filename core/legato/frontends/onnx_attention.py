@@ -43,7 +43,8 @@ def repeat_heads(node, x, repeats: int):
 
 @converter("Attention")
 def attention(node):
-    q, k, v, mask, past_k, past_v, nonpad = (node.input(i) for i in range(7))
+    q, k, v = node.arg(0), node.arg(1), node.arg(2)
+    mask, past_k, past_v, nonpad = (node.input(i) for i in range(3, 7))
     three_d = q.rank == 3
     if three_d:
         q = split_heads(node, q, node.attr("q_num_heads"))

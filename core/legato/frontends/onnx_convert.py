@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import DTYPES, Const, Value
+from .onnx_tensors import quote
 
 
 @dataclass(frozen=True)
@@ -61,15 +62,43 @@ class Node:
         self.b, self.proto, self.opset = b, proto, opset
         self.op = proto.op_type
         self.name = proto.name or f"<unnamed {proto.op_type}>"
+        self.label = quote(self.name)  # bounded, for messages
         self.inputs: list[Value | None] = inputs
         self.attrs = attrs
         self.outputs = list(proto.output)
 
     def input(self, index: int) -> Value | None:
+        """Optional input `index`: None when absent or left empty."""
         return self.inputs[index] if index < len(self.inputs) else None
 
+    def arg(self, index: int) -> Value:
+        """Required input `index`: a LegatoError naming it when it is missing."""
+        value = self.input(index)
+        if value is None:
+            self.fail(f"input {index} is required but missing")
+        return value
+
+    def args(self) -> list[Value]:
+        """Every input, each required (variadic operands)."""
+        return [self.arg(i) for i in range(len(self.inputs))]
+
     def attr(self, name: str, default=None):
+        """An attribute's value. Types were checked against the operator schema before
+        conversion, so an INT attribute is an int, an INTS one a list of ints, ..."""
         return self.attrs.get(name, default)
+
+    def axis(self, name: str, rank: int, default: int | None = None) -> int:
+        """An axis attribute normalised to [0, rank), or a LegatoError naming it."""
+        axis = self.attr(name, default)
+        self.require(-rank <= axis < rank, f"attribute {name!r} = {axis} is out of range "
+                                           f"for an input of rank {rank}")
+        return axis % rank
+
+    def positive(self, name: str, default: int) -> int:
+        """An attribute that counts something: an int of at least 1."""
+        value = self.attr(name, default)
+        self.require(value >= 1, f"attribute {name!r} = {value} must be at least 1")
+        return value
 
     def const(self, index: int, default=None) -> np.ndarray | None:
         """The value of input `index`, which must be known at import time (or absent)."""
@@ -98,7 +127,7 @@ class Node:
         return self.b.call(op, *inputs, **attrs)
 
     def fail(self, message: str):
-        raise LegatoError(f"{self.op} node {self.name!r}: {message}")
+        raise LegatoError(f"{self.op} node {self.label}: {message}")
 
     def require(self, condition, message: str):
         if not condition:

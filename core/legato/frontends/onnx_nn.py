@@ -10,7 +10,7 @@ from .onnx_convert import converter
 
 def window_attrs(node, kernel):
     """strides, dilations and [begins..., ends...] pads of a sliding window, with auto_pad."""
-    n, spatial = len(kernel), node.inputs[0].shape[2:]
+    n, spatial = len(kernel), node.arg(0).shape[2:]
     strides = list(node.attr("strides", [1] * n))
     dilations = list(node.attr("dilations", [1] * n))
     auto_pad = node.attr("auto_pad", "NOTSET")
@@ -49,7 +49,7 @@ def conv_attrs(node, kernel):
 
 @converter("Conv")
 def conv(node):
-    x, w, bias = node.input(0), node.input(1), node.input(2)
+    x, w, bias = node.arg(0), node.arg(1), node.input(2)
     kernel = list(node.attr("kernel_shape", w.shape[2:]))
     attrs = conv_attrs(node, kernel)
     x2, _, strides, dilation, padding = as_2d(node, x, kernel, attrs["strides"],
@@ -63,7 +63,7 @@ def conv(node):
 
 @converter("QLinearConv")
 def qlinear_conv(node):
-    ins = [node.input(i) for i in range(9)]
+    ins = [node.arg(i) for i in range(8)] + [node.input(8)]
     kernel = list(node.attr("kernel_shape", ins[3].shape[2:]))
     node.require(len(kernel) == 2, "only 2-D QLinearConv is supported")
     return node.call("qnn.conv2d", *ins, **conv_attrs(node, kernel))
@@ -92,7 +92,7 @@ def pool3d(node, op, x, kernel, strides, dilations, pads, **extra):
 
 @converter("MaxPool", "AveragePool")
 def pool(node):
-    x, kernel = node.inputs[0], list(node.attr("kernel_shape"))
+    x, kernel = node.arg(0), list(node.attr("kernel_shape"))
     op = "nn.max_pool2d" if node.op == "MaxPool" else "nn.avg_pool2d"
     extra = {} if node.op == "MaxPool" else \
         {"count_include_pad": bool(node.attr("count_include_pad", 0))}
@@ -139,7 +139,7 @@ def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
 
 @converter("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(node):
-    x = node.inputs[0]
+    x = node.arg(0)
     op = "mean" if node.op == "GlobalAveragePool" else "max"
     return node.call(op, x, axes=list(range(2, x.rank)), keepdims=True)
 
@@ -148,7 +148,7 @@ def global_pool(node):
 
 @converter("BatchNormalization")
 def batch_norm(node):
-    x, scale, bias, mean, var = node.inputs[:5]
+    x, scale, bias, mean, var = (node.arg(i) for i in range(5))
     epsilon = node.attr("epsilon", 1e-5)
     if not node.attr("training_mode", 0):
         return node.call("nn.batch_norm", x, scale, bias, mean, var, epsilon=epsilon)
@@ -166,8 +166,8 @@ def batch_norm(node):
 
 @converter("LayerNormalization")
 def layer_norm(node):
-    x, scale, bias = node.input(0), node.input(1), node.input(2)
-    axis, epsilon = node.attr("axis", -1) % x.rank, node.attr("epsilon", 1e-5)
+    x, scale, bias = node.arg(0), node.arg(1), node.input(2)
+    axis, epsilon = node.axis("axis", x.rank, -1), node.attr("epsilon", 1e-5)
     axes = list(range(axis, x.rank))
     y = node.call("nn.layer_norm", x, scale, bias, axes=axes, epsilon=epsilon)
     if not (node.wants(1) or node.wants(2)):
@@ -180,15 +180,15 @@ def layer_norm(node):
 
 @converter("RMSNormalization")
 def rms_norm(node):
-    x = node.inputs[0]
-    axis = node.attr("axis", -1) % x.rank
+    x = node.arg(0)
+    axis = node.axis("axis", x.rank, -1)
     return node.call("nn.rms_norm", x, node.input(1), axes=list(range(axis, x.rank)),
                      epsilon=node.attr("epsilon", 1e-5))
 
 
 @converter("GroupNormalization")
 def group_norm(node):
-    x, scale, bias = node.inputs[:3]
+    x, scale, bias = node.arg(0), node.arg(1), node.arg(2)
     groups, channels = node.attr("num_groups"), x.shape[1]
     if scale.shape[0] != channels:  # opset 18: one scale per group; legato's is per channel
         scale, bias = (per_group_to_channel(node, p, groups, channels) for p in (scale, bias))
@@ -204,13 +204,13 @@ def per_group_to_channel(node, param, groups: int, channels: int):
 
 @converter("InstanceNormalization")
 def instance_norm(node):
-    return node.call("nn.instance_norm", *node.inputs[:3], epsilon=node.attr("epsilon", 1e-5))
+    return node.call("nn.instance_norm", node.arg(0), node.arg(1), node.arg(2), epsilon=node.attr("epsilon", 1e-5))
 
 
 @converter("Softmax", "LogSoftmax")
 def softmax(node):
     op = "nn.softmax" if node.op == "Softmax" else "nn.log_softmax"
-    return node.call(op, node.inputs[0], axis=node.attr("axis", -1))
+    return node.call(op, node.arg(0), axis=node.attr("axis", -1))
 
 
 # --- quantization ---------------------------------------------------------------------------
@@ -233,10 +233,17 @@ def quant_param(node, param, x, axis: int):
     return node.call("reshape", param, shape=shape)
 
 
+def quant_axis(node, x, scale) -> int:
+    """The quantization axis; ONNX ignores it (whatever its value) for a per-tensor scale."""
+    if scale.rank == 0 or scale.shape == (1,):
+        return node.attr("axis", 1) % max(x.rank, 1)
+    return node.axis("axis", x.rank, 1)
+
+
 @converter("QuantizeLinear")
 def quantize(node):
-    x, scale, zero = node.input(0), node.input(1), node.input(2)
-    axis = node.attr("axis", 1) % max(x.rank, 1)
+    x, scale, zero = node.arg(0), node.arg(1), node.input(2)
+    axis = quant_axis(node, x, scale)
     dtype = zero.dtype if zero is not None else _output_dtype(node, "uint8")
     if zero is None:
         zero = node.b.const(np.zeros(scale.shape, dtype=dtype))
@@ -251,8 +258,8 @@ def quantize(node):
 
 @converter("DequantizeLinear")
 def dequantize(node):
-    x, scale, zero = node.input(0), node.input(1), node.input(2)
-    axis = node.attr("axis", 1) % max(x.rank, 1)
+    x, scale, zero = node.arg(0), node.arg(1), node.input(2)
+    axis = quant_axis(node, x, scale)
     if zero is None:
         zero = node.b.const(np.zeros(scale.shape, dtype=x.dtype))
     if x.dtype in QUANT_RANGES and x.dtype != "int16" and not node.attr("block_size", 0):

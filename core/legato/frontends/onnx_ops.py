@@ -22,24 +22,24 @@ UNARY = {"Neg": "negative", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "s
 
 @converter(*BINARY)
 def binary(node):
-    return node.call(BINARY[node.op], *node.inputs[:2])
+    return node.call(BINARY[node.op], node.arg(0), node.arg(1))
 
 
 @converter(*UNARY)
 def unary(node):
-    return node.call(UNARY[node.op], node.inputs[0])
+    return node.call(UNARY[node.op], node.arg(0))
 
 
 @converter("LessOrEqual", "GreaterOrEqual")
 def compare_or_equal(node):
-    a, b = node.inputs
+    a, b = node.arg(0), node.arg(1)
     strict = node.call("less" if node.op == "LessOrEqual" else "greater", a, b)
     return node.call("logical_or", strict, node.call("equal", a, b))
 
 
 @converter("Pow")
 def pow_(node):
-    base, exponent = node.inputs
+    base, exponent = node.arg(0), node.arg(1)
     if exponent.dtype != base.dtype:  # ONNX allows mixed types; the result is base's type
         exponent = node.call("cast", exponent, dtype=base.dtype)
     return node.call("power", base, exponent)
@@ -48,62 +48,62 @@ def pow_(node):
 @converter("Max", "Min", "Sum")
 def variadic(node):
     op = {"Max": "maximum", "Min": "minimum", "Sum": "add"}[node.op]
-    return reduce(lambda a, b: node.call(op, a, b), node.inputs)
+    return reduce(lambda a, b: node.call(op, a, b), node.args())
 
 
 @converter("Where")
 def where(node):
-    return node.call("where", *node.inputs)
+    return node.call("where", node.arg(0), node.arg(1), node.arg(2))
 
 
 @converter("Reciprocal")
 def reciprocal(node):
-    return node.call("divide", 1.0, node.inputs[0])
+    return node.call("divide", 1.0, node.arg(0))
 
 
 @converter("Relu")
 def relu(node):
-    x = node.inputs[0]
+    x = node.arg(0)
     return node.call("nn.relu", x) if x.dtype.startswith(("float", "bfloat")) else \
         node.call("maximum", x, 0)
 
 
 @converter("LeakyRelu")
 def leaky_relu(node):
-    return node.call("nn.leaky_relu", node.inputs[0], alpha=node.attr("alpha", 0.01))
+    return node.call("nn.leaky_relu", node.arg(0), alpha=node.attr("alpha", 0.01))
 
 
 @converter("Gelu")
 def gelu(node):
-    return node.call("nn.gelu", node.inputs[0], approximate=node.attr("approximate", "none"))
+    return node.call("nn.gelu", node.arg(0), approximate=node.attr("approximate", "none"))
 
 
 @converter("Clip", const_inputs=(1, 2))
 def clip(node):
-    return node.call("clip", node.inputs[0], min=node.scalar(1), max=node.scalar(2))
+    return node.call("clip", node.arg(0), min=node.scalar(1), max=node.scalar(2))
 
 
 @converter("Cast")
 def cast(node):
     dtype = onnx_dtype(node.attr("to"), "attribute 'to'")
-    return node.call("cast", node.inputs[0], dtype=dtype)
+    return node.call("cast", node.arg(0), dtype=dtype)
 
 
 @converter("Identity")
 def identity(node):
-    return node.inputs[0]
+    return node.arg(0)
 
 
 # --- linear algebra -------------------------------------------------------------------------
 
 @converter("MatMul")
 def matmul(node):
-    return node.call("matmul", *node.inputs)
+    return node.call("matmul", node.arg(0), node.arg(1))
 
 
 @converter("Gemm")
 def gemm(node):
-    a, b, c = node.input(0), node.input(1), node.input(2)
+    a, b, c = node.arg(0), node.arg(1), node.input(2)
     if node.attr("transA", 0):
         a = node.call("permute_dims", a, axes=[1, 0])
     if node.attr("transB", 0):
@@ -121,7 +121,7 @@ def gemm(node):
 
 @converter("Reshape", const_inputs=(1,))
 def reshape(node):
-    x, shape = node.inputs[0], node.ints(1)
+    x, shape = node.arg(0), node.ints(1)
     if not node.attr("allowzero", 0):  # 0 copies the input's dimension
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     return node.call("reshape", x, shape=shape)
@@ -129,17 +129,18 @@ def reshape(node):
 
 @converter("Transpose")
 def transpose(node):
-    return node.call("permute_dims", node.inputs[0], axes=node.attr("perm"))
+    return node.call("permute_dims", node.arg(0), axes=node.attr("perm"))
 
 
 @converter("Concat")
 def concat(node):
-    return node.call("concat", *node.inputs, axis=node.attr("axis"))
+    return node.call("concat", *node.args(), axis=node.attr("axis"))
 
 
 @converter("Split", const_inputs=(1,))
 def split(node):
-    x, axis = node.inputs[0], node.attr("axis", 0)
+    x = node.arg(0)
+    axis = node.axis("axis", x.rank, 0)
     sizes = node.ints(1)
     if sizes is None:
         parts = node.attr("num_outputs", len(node.outputs))
@@ -152,24 +153,24 @@ def split(node):
 
 @converter("Slice", const_inputs=(1, 2, 3, 4))
 def slice_(node):
-    return node.call("strided_slice", node.inputs[0], begin=node.ints(1), end=node.ints(2),
+    return node.call("strided_slice", node.arg(0), begin=node.ints(1), end=node.ints(2),
                      axes=node.ints(3), strides=node.ints(4))
 
 
 @converter("Gather")
 def gather(node):
-    return node.call("take", *node.inputs, axis=node.attr("axis", 0))
+    return node.call("take", node.arg(0), node.arg(1), axis=node.attr("axis", 0))
 
 
 @converter("Expand", const_inputs=(1,))
 def expand(node):
-    x = node.inputs[0]
+    x = node.arg(0)
     return node.call("broadcast_to", x, shape=broadcast_shapes(x.shape, tuple(node.ints(1))))
 
 
 @converter("Flatten")
 def flatten(node):
-    return node.call("flatten", node.inputs[0], axis=node.attr("axis", 1))
+    return node.call("flatten", node.arg(0), axis=node.attr("axis", 1))
 
 
 def _axes(node, index: int = 1):
@@ -180,24 +181,24 @@ def _axes(node, index: int = 1):
 
 @converter("Squeeze", const_inputs=(1,))
 def squeeze(node):
-    return node.call("squeeze", node.inputs[0], axes=_axes(node))
+    return node.call("squeeze", node.arg(0), axes=_axes(node))
 
 
 @converter("Unsqueeze", const_inputs=(1,))
 def unsqueeze(node):
-    return node.call("expand_dims", node.inputs[0], axes=_axes(node))
+    return node.call("expand_dims", node.arg(0), axes=_axes(node))
 
 
 @converter("Shape")
 def shape(node):
-    dims = node.inputs[0].shape
+    dims = node.arg(0).shape
     start, end = node.attr("start", 0), node.attr("end", len(dims))
     return Const.of(np.array(dims[start:end], dtype=np.int64))
 
 
 @converter("Size")
 def size(node):
-    return Const.of(np.array(node.inputs[0].type.size, dtype=np.int64))
+    return Const.of(np.array(node.arg(0).type.size, dtype=np.int64))
 
 
 @converter("Constant")
@@ -214,7 +215,7 @@ def constant(node):
 
 @converter("Pad", const_inputs=(1, 2, 3))
 def pad(node):
-    x, mode = node.inputs[0], node.attr("mode", "constant")
+    x, mode = node.arg(0), node.attr("mode", "constant")
     pads, value = node.ints(1), node.scalar(2, 0)
     axes = [a % x.rank for a in node.ints(3, list(range(x.rank)))]
     full = [0] * (2 * x.rank)
@@ -253,7 +254,7 @@ REDUCTIONS = {"ReduceSum": ("sum", 0.0), "ReduceMean": ("mean", math.nan),
 
 @converter(*REDUCTIONS, const_inputs=(1,))
 def reduction(node):
-    x, (op, empty) = node.inputs[0], REDUCTIONS[node.op]
+    x, (op, empty) = node.arg(0), REDUCTIONS[node.op]
     axes, keepdims = _axes(node), bool(node.attr("keepdims", 1))
     if not axes:
         if node.attr("noop_with_empty_axes", 0):
@@ -277,6 +278,6 @@ def _empty_identity(value: float, dtype: str, shape) -> np.ndarray:
 
 @converter("ArgMax")
 def argmax(node):
-    return node.call("argmax", node.inputs[0], axis=node.attr("axis", 0),
+    return node.call("argmax", node.arg(0), axis=node.attr("axis", 0),
                      keepdims=bool(node.attr("keepdims", 1)),
                      select_last_index=bool(node.attr("select_last_index", 0)))

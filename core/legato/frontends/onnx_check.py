@@ -1,0 +1,200 @@
+"""Structural checks of an ONNX model, done in Python before any of onnx's C++ code sees it.
+
+onnx's version converter and shape inference trust their input: a mistyped attribute, a
+missing required input or a dangling name can crash the process instead of raising. So
+every node is held against its operator schema (attribute names and types, required
+attributes, input and output counts, required inputs present), the graph must be in SSA
+form and topological order, and every declared size must be a non-negative, bounded
+integer. Tensor data is checked by `onnx_tensors`.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import LegatoError
+from .onnx_tensors import check_tensor, quote
+
+MAX_RANK = 64
+MAX_DIM = 2 ** 40
+MAX_ELEMENTS = 2 ** 48   # per declared tensor shape: far beyond any real tensor
+
+
+def check_size(size, where: str) -> int:
+    """A dimension given by the user or the model: an int in [0, MAX_DIM]."""
+    if isinstance(size, bool) or not _is_int(size):
+        raise LegatoError(f"{where}: size {quote(size)} is not an integer")
+    size = int(size)
+    if size < 0:
+        raise LegatoError(f"{where}: size {size} is negative")
+    if size > MAX_DIM:
+        raise LegatoError(f"{where}: size {size} exceeds the limit of {MAX_DIM}")
+    return size
+
+
+def check_shape(shape, where: str) -> tuple[int, ...]:
+    """A whole shape: a sequence of at most MAX_RANK sizes with a bounded element count."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
+        raise LegatoError(f"{where}: shape {quote(shape)} is not a sequence of sizes")
+    if len(shape) > MAX_RANK:
+        raise LegatoError(f"{where}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
+    dims = tuple(check_size(d, f"{where} dimension {i}") for i, d in enumerate(shape))
+    elements = math.prod(dims)
+    if elements > MAX_ELEMENTS:
+        raise LegatoError(f"{where}: shape {list(dims)} has {elements} elements, more than "
+                          f"the limit of {MAX_ELEMENTS}")
+    return dims
+
+
+def _is_int(value) -> bool:
+    import numbers
+    return isinstance(value, numbers.Integral)
+
+
+def check_opset_range(opset) -> None:
+    if opset is None or opset < 1:
+        raise LegatoError(f"the model imports ONNX opset {opset}: expected a version >= 1 "
+                          "for the default domain")
+
+
+def check_graph(graph, opset: int) -> None:
+    """Every node against its schema, the graph's names in SSA and topological order,
+    declared shapes bounded and tensor metadata consistent."""
+    if len(graph.sparse_initializer):
+        raise LegatoError("the model has sparse initializers: legato imports dense ones only")
+    defined = _check_graph_inputs(graph)
+    for index, node in enumerate(graph.node):
+        where = f"{node.op_type} node {quote(node.name or f'#{index}')}"
+        check_node(node, opset, where)
+        for i, name in enumerate(node.input):
+            if name and name not in defined:
+                raise LegatoError(f"{where}: input {i} {quote(name)} is not defined by an "
+                                  "earlier node, a graph input or an initializer (the graph "
+                                  "must be in topological order)")
+        for name in node.output:
+            if name and name in defined:
+                raise LegatoError(f"{where}: output {quote(name)} is already defined "
+                                  "(names must be assigned once)")
+            if name:
+                defined.add(name)
+    for value in graph.output:
+        if value.name not in defined:
+            raise LegatoError(f"graph output {quote(value.name)} is not defined by any node, "
+                              "input or initializer")
+    for kind, values in (("graph output", graph.output), ("value_info", graph.value_info)):
+        for value in values:
+            check_value_info(value, f"{kind} {quote(value.name)}")
+
+
+def _check_graph_inputs(graph) -> set:
+    defined = set()
+    for tensor in graph.initializer:
+        where = f"initializer {quote(tensor.name)}"
+        if not tensor.name or tensor.name in defined:
+            raise LegatoError(f"{where}: initializer names must be unique and not empty")
+        check_tensor(tensor, where)
+        defined.add(tensor.name)
+    inputs = set()
+    for value in graph.input:
+        where = f"input {quote(value.name)}"
+        if not value.name or value.name in inputs:
+            raise LegatoError(f"{where}: input names must be unique and not empty")
+        inputs.add(value.name)
+        check_value_info(value, where)
+    return defined | inputs
+
+
+def check_value_info(value, where: str) -> None:
+    """A declared type: a tensor of a known element type with bounded, non-negative dims."""
+    if not value.type.HasField("tensor_type"):
+        raise LegatoError(f"{where} is not a tensor: legato imports tensors only")
+    tensor_type = value.type.tensor_type
+    from .onnx_convert import onnx_dtype
+    onnx_dtype(tensor_type.elem_type, where)
+    if tensor_type.HasField("shape"):
+        dims = tensor_type.shape.dim
+        if len(dims) > MAX_RANK:
+            raise LegatoError(f"{where}: rank {len(dims)} exceeds the limit of {MAX_RANK}")
+        for i, dim in enumerate(dims):
+            if dim.HasField("dim_value"):
+                check_size(dim.dim_value, f"{where} dimension {i}")
+
+
+def check_node(node, opset: int, where: str) -> None:
+    from onnx import defs
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
+        raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
+                          f"{quote(node.op_type)}") from None
+    _check_attributes(node, schema, where)
+    _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input,
+                 f"{where}: input")
+    _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output,
+                 f"{where}: output")
+
+
+# AttributeProto fields that hold the value of each single-valued attribute type
+SCALAR_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t"}
+SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 6: "FLOATS",
+                             7: "INTS", 8: "STRINGS"}
+
+
+def _check_attributes(node, schema, where: str) -> None:
+    seen = set()
+    for attr in node.attribute:
+        label = f"{where}: attribute {quote(attr.name)}"
+        if attr.name in seen:
+            raise LegatoError(f"{label} is given twice")
+        seen.add(attr.name)
+        spec = schema.attributes.get(attr.name)
+        if spec is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise LegatoError(f"{label} is not an attribute of {node.op_type} at opset "
+                              f"{schema.since_version} (known: {known})")
+        expected = int(spec.type.value)
+        if attr.ref_attr_name:
+            raise LegatoError(f"{label} refers to a function attribute outside a function")
+        if attr.type != expected:
+            raise LegatoError(f"{label} must be {_type_name(expected)}, got "
+                              f"{_type_name(attr.type)}")
+        if expected not in SUPPORTED_ATTRIBUTE_TYPES:
+            raise LegatoError(f"{label} of type {_type_name(expected)} is not supported: "
+                              "legato imports flat graphs with plain attributes")
+        field = SCALAR_FIELDS.get(attr.type)
+        if field and not attr.HasField(field):
+            raise LegatoError(f"{label} of type {_type_name(expected)} holds no value")
+        if attr.type == 4:
+            check_tensor(attr.t, label)
+        if attr.type in (3, 8):
+            _check_utf8([attr.s] if attr.type == 3 else attr.strings, label)
+    for name, spec in schema.attributes.items():
+        if spec.required and name not in seen:
+            raise LegatoError(f"{where}: required attribute {quote(name)} is missing")
+
+
+def _type_name(code: int) -> str:
+    from onnx import AttributeProto
+    if code in AttributeProto.AttributeType.values():
+        return AttributeProto.AttributeType.Name(code)
+    return f"attribute type {code}"
+
+
+def _check_utf8(strings, label: str) -> None:
+    for value in strings:
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            raise LegatoError(f"{label} is not valid UTF-8") from None
+
+
+def _check_arity(names, params, least: int, most: int, label: str) -> None:
+    """Counts within the schema's bounds; names only left empty for optional parameters."""
+    if not least <= len(names) <= most:
+        bound = f"{least}" if least == most else f"{least} to {most}"
+        raise LegatoError(f"{label}s: {len(names)} given, the schema takes {bound}")
+    from onnx.defs import OpSchema
+    optional = OpSchema.FormalParameterOption.Optional
+    for i, name in enumerate(names):
+        param = params[min(i, len(params) - 1)]
+        if not name and param.option != optional:
+            raise LegatoError(f"{label} {i} ({param.name}) is required but missing")
