@@ -1,7 +1,10 @@
 """The core registry and the helpers op files use to define ops and infer types."""
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
+
+import numpy as np
 
 from ..errors import ShapeError
 from ..ir import TensorType
@@ -18,12 +21,39 @@ def primitive(name: str, inputs: str, infer: Callable, kind: str, attrs: dict | 
 
 def composite(name: str, inputs: str, infer: Callable, kind: str, level: int,
               examples: Sequence, attrs: dict | None = None, registry: Registry = REGISTRY):
-    """Decorator: register an op of `level` > 0 whose decomposition is the decorated function."""
+    """Decorator: register an op of `level` > 0 whose decomposition is the decorated function.
+
+    When every result of a call is empty, the registered decomposition emits empty
+    constants instead: any empty array of the inferred type is the right answer, and the
+    decomposition's own arithmetic (a max or a mean over an empty axis, a reshape with -1 of
+    an empty tensor) may be undefined there."""
     def register(decompose: Callable) -> Callable:
-        registry.register(OpDef(name, inputs, attrs or {}, infer, kind, level, decompose,
-                                examples))
+        registry.register(OpDef(name, inputs, attrs or {}, infer, kind, level,
+                                _empty_results_first(decompose, infer), examples))
         return decompose
     return register
+
+
+def _empty_results_first(decompose: Callable, infer: Callable) -> Callable:
+    @functools.wraps(decompose)
+    def definition(b, *inputs, **attrs):
+        types = infer([None if v is None else v.type for v in inputs], attrs)
+        types = types if isinstance(types, tuple) else (types,)
+        if all(t.size == 0 for t in types):
+            empties = tuple(_empty_const(b, t) for t in types)
+            if None not in empties:
+                return empties if len(empties) > 1 else empties[0]
+        return decompose(b, *inputs, **attrs)
+    return definition
+
+
+def _empty_const(b, t: TensorType):
+    try:
+        if t.dtype == "bfloat16":
+            import ml_dtypes  # noqa: F401  (registers the dtype with numpy)
+        return b.const(np.zeros(t.shape, dtype=t.dtype))
+    except (ImportError, TypeError):
+        return None  # no numpy dtype for it: the decomposition itself must cope
 
 
 def T(dtype: str, *shape: int) -> TensorType:

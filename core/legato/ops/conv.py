@@ -38,6 +38,29 @@ def _check_window_attrs(attrs, what: str):
                  f"{'non-negative' if key == 'padding' else 'positive'} ints")
 
 
+def _check_kernel(kernel, what: str):
+    if any(k < 1 for k in kernel):
+        fail(f"{what} {list(kernel)} must be at least 1 in each spatial dim")
+
+
+def _window_misses_input(size, kernel, stride, pad_lo, dilation, out) -> bool:
+    """Whether some window of a sweep has no tap inside the input (only padding)."""
+    starts = np.arange(out, dtype=np.int64) * stride
+    first = np.maximum(0, -((starts - pad_lo) // dilation))  # first tap at or after pad_lo
+    hit = (first < kernel) & (starts + first * dilation < pad_lo + size)
+    return not bool(np.all(hit))
+
+
+def _check_windows_see_input(hw, attrs, out):
+    """A pool window over padding alone has no defined value (an average of nothing)."""
+    s, p, d = attrs["strides"], attrs["padding"], attrs["dilation"]
+    for k, name in enumerate(("height", "width")):
+        if _window_misses_input(hw[k], attrs["pool_size"][k], s[k], p[k], d[k], out[k]):
+            fail(f"padding {list(p)} with pool_size {list(attrs['pool_size'])}, dilation "
+                 f"{list(d)} and strides {list(s)} makes a window cover only padding along "
+                 f"the {name} ({hw[k]}); keep each window on at least one input cell")
+
+
 def out_hw(hw, kernel, attrs, ceil_mode=False):
     (h, w), (kh, kw) = hw, kernel
     s, p, d = attrs["strides"], attrs["padding"], attrs["dilation"]
@@ -74,6 +97,7 @@ def _conv2d(types, attrs):
              f"groups={groups} do not match (weight I must be C/groups)")
     if bias is not None and bias.shape != (o,):
         fail(f"bias {list(bias.shape)} must be ({o},)")
+    _check_kernel((kh, kw), f"weight {list(weight.shape)} ({attrs['kernel_layout']}) kernel")
     oh, ow = out_hw((h, w), (kh, kw), attrs)
     return TensorType(_from_nchw(n, o, oh, ow, attrs["data_layout"]), data.dtype)
 
@@ -159,6 +183,7 @@ def _pool(types, attrs):
     _check_window_attrs(attrs, "pool")
     n, c, h, w = _layout(data.shape, attrs["data_layout"])
     oh, ow = out_hw((h, w), attrs["pool_size"], attrs, attrs["ceil_mode"])
+    _check_windows_see_input((h, w), attrs, (oh, ow))
     return TensorType(_from_nchw(n, c, oh, ow, attrs["data_layout"]), data.dtype)
 
 

@@ -76,6 +76,8 @@ for _name in ("sum", "max", "min"):
 def _argmax(types, attrs):
     (t,) = types
     axis = norm_axis(attrs["axis"], t.rank)
+    if t.shape[axis] == 0:
+        fail(f"cannot take the argmax over empty axis {axis} of shape {list(t.shape)}")
     return TensorType(reduced_shape(t.shape, (axis,), attrs["keepdims"]), "int64")
 
 
@@ -137,6 +139,8 @@ def _permute(types, attrs):
 def _broadcast_to(types, attrs):
     (t,) = types
     shape = tuple(attrs["shape"])
+    if any(d < 0 for d in shape):
+        fail(f"shape {list(shape)} has a negative dimension")
     if broadcast_shapes(t.shape, shape) != shape:
         fail(f"cannot broadcast {list(t.shape)} to {list(shape)}")
     return TensorType(shape, t.dtype)
@@ -159,7 +163,7 @@ def split_sizes(dim: int, sections) -> tuple[int, ...]:
         if sections <= 0 or dim % sections:
             fail(f"cannot split a dimension of {dim} into {sections} equal parts")
         return (dim // sections,) * sections
-    if any(s < 0 for s in sections) or sum(sections) != dim:
+    if not sections or any(s < 0 for s in sections) or sum(sections) != dim:
         fail(f"split sizes {list(sections)} do not sum to the dimension {dim}")
     return tuple(sections)
 

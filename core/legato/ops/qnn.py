@@ -89,6 +89,14 @@ def _qconv(types, attrs):
     if yz.dtype not in ("int8", "uint8"):
         fail(f"out_zero_point must be int8 or uint8, got {yz.dtype}")
     same_dtype([xs, ws, ys], "scales")
+    require_float(xs, "scales")
+    for name, scale, zero in (("data", xs, xz), ("out", ys, yz)):
+        if scale.size != 1 or zero.size != 1:
+            fail(f"{name}_scale {list(scale.shape)} and {name}_zero_point {list(zero.shape)} "
+                 "must hold one value each")
+    o_axis = attrs["kernel_layout"].index("O")
+    if w.rank == 4:
+        _check_qparams(w, ws, wz, o_axis)
     out = _conv2d([TensorType(x.shape, xs.dtype), TensorType(w.shape, xs.dtype),
                    None if bias is None else TensorType(bias.shape, xs.dtype)], attrs)
     return TensorType(out.shape, yz.dtype)
@@ -130,7 +138,12 @@ def _attention(types, attrs):
         if len(mask.shape) > 4 or any(m not in (1, s) for m, s in
                                       zip(reversed(mask.shape), reversed(scores))):
             fail(f"mask {list(mask.shape)} does not broadcast to scores {list(scores)}")
-    return TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
+    out = TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
+    if out.size and k.shape[2] == 0:  # a softmax over no keys: an average of nothing
+        fail(f"k and v {list(k.shape)} need at least one key (seq > 0)")
+    if out.size and q.shape[3] == 0 and attrs["scale"] is None:
+        fail("head_dim 0 has no default scale (1/sqrt(head_dim)); give scale")
+    return out
 
 
 QKV = f32(1, 2, 3, 4)

@@ -95,23 +95,38 @@ def _divide(a, b):
     return np.divide(a, b)
 
 
+def _power(a, b):
+    if not np.issubdtype(np.result_type(a, b), np.integer):
+        return np.power(a, b)
+    # numpy refuses negative integer exponents; a ** -n is the truncated quotient
+    # 1 / a ** n, as integer division defines it: 1 for a == 1, +-1 for a == -1, else 0.
+    negative = b < 0
+    powers = np.power(a, np.where(negative, 0, b))
+    odd = np.remainder(b, 2) == 1
+    reciprocals = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+    return np.where(negative, reciprocals, powers)
+
+
 def _sigmoid(x):
     # exp only ever sees -|x|, so it cannot overflow at either tail.
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-# numpy has no erf; math.erf is accurate to a few ulp of float64.
+# numpy has no erf; math.erf and math.erfc are accurate to a few ulp of float64.
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
+# Both forms avoid 1 + erf(.) and 1 + tanh(.), which cancel to 0 in the left tail:
+# 1 + erf(z) = erfc(-z), and 1 + tanh(u) = 2 sigmoid(2u).
 _GELU = {
-    "none": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
-    "tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    "none": lambda x: 0.5 * x * _erfc(-x / math.sqrt(2)),
+    "tanh": lambda x: x * _sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)),
 }
 
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
-    "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "matmul": np.matmul,
+    "power": _power, "maximum": np.maximum, "minimum": np.minimum, "matmul": np.matmul,
 }
 _PREDICATES = {
     "equal": np.equal, "less": np.less, "greater": np.greater,
@@ -160,8 +175,21 @@ def cast(data, *, dtype="float32"):
         raise LegatoError(f"unknown dtype {dtype!r}") from err
     if target.kind not in "biuf" and target.name != "bfloat16":
         raise LegatoError(f"cannot cast to {dtype!r}")
-    # astype already truncates floats toward zero and maps to bool as `!= 0`.
+    if target.kind in "iu" and data.dtype.kind not in "biu":
+        return _fresh(_float_to_int(data, target), target)
+    # astype truncates floats toward zero, maps to bool as `!= 0` and wraps integers.
     return _fresh(data.astype(target), target)
+
+
+def _float_to_int(data, target):
+    """Truncate toward zero, saturate to the integer range, NaN to 0 (numpy leaves values
+    out of range undefined and platform dependent)."""
+    info = np.iinfo(target)
+    x = np.trunc(_f64(data))
+    too_low = x < info.min  # the bounds are powers of two: exact in float64
+    too_high = x >= 2.0 ** (info.bits - (info.min < 0))
+    inside = np.where(too_low | too_high | np.isnan(x), 0, x).astype(target)
+    return np.where(too_high, info.max, np.where(too_low, info.min, inside)).astype(target)
 
 
 def leaky_relu(data, *, alpha=0.01):
@@ -214,6 +242,8 @@ def argmax(data, *, axis=0, keepdims=True, select_last_index=False):
 
 def _shifted(x, axis):
     # Subtracting the max keeps exp from overflowing and does not change the result.
+    if x.size == 0:  # nothing to normalize; an empty axis has no max
+        return x
     return x - np.max(x, axis=axis, keepdims=True)
 
 
@@ -358,11 +388,24 @@ def flatten(data, *, axis=1):
 # --- normalization and linear -------------------------------------------------------------
 
 
+def _scale_of(x, axes):
+    """Per group the largest magnitude (1 where it is 0 or not finite): dividing by it
+    first keeps squares of float64 inputs near the top of the range from overflowing."""
+    if x.size == 0:
+        return np.ones((1,) * x.ndim)
+    peak = np.max(np.abs(x), axis=axes, keepdims=True)
+    return np.where((peak > 0) & np.isfinite(peak), peak, 1.0)
+
+
 def _standardize(x, axes, epsilon):
     """(x - mean) / sqrt(var + eps) over `axes`, with the population variance."""
-    mean = np.mean(x, axis=axes, keepdims=True)
-    var = np.mean(np.square(x - mean), axis=axes, keepdims=True)
-    return (x - mean) / np.sqrt(var + epsilon)
+    if x.size == 0:  # empty result; an empty axis has no mean
+        return x
+    scale = _scale_of(x, axes)
+    y = x / scale
+    mean = np.mean(y, axis=axes, keepdims=True)
+    var = np.mean(np.square(y - mean), axis=axes, keepdims=True)
+    return (y - mean) / np.sqrt(var + epsilon / scale**2)
 
 
 def _scale_shift(y, gamma, beta, channel_axis=None):
@@ -390,9 +433,14 @@ def layer_norm(data, gamma=None, beta=None, *, axes=(-1,), epsilon=1e-5):
 
 
 def rms_norm(data, gamma=None, *, axes=(-1,), epsilon=1e-5):
-    x = _f64(data)
-    mean_square = np.mean(np.square(x), axis=_axes(axes, data.ndim), keepdims=True)
-    return _fresh(_scale_shift(x / np.sqrt(mean_square + epsilon), gamma, None), data.dtype)
+    x, axes = _f64(data), _axes(axes, data.ndim)
+    if x.size == 0:
+        return _fresh(x, data.dtype)
+    scale = _scale_of(x, axes)
+    y = x / scale
+    mean_square = np.mean(np.square(y), axis=axes, keepdims=True)
+    return _fresh(_scale_shift(y / np.sqrt(mean_square + epsilon / scale**2), gamma, None),
+                  data.dtype)
 
 
 def batch_norm(data, gamma, beta, moving_mean, moving_var, *, axis=1, epsilon=1e-5):
@@ -601,6 +649,9 @@ def qnn_conv2d(data, data_scale, data_zero_point, weight, weight_scale, weight_z
 
 
 def attention(q, k, v, mask=None, *, scale=None, causal=False):
+    out_shape = q.shape[:-1] + v.shape[-1:]
+    if math.prod(out_shape) == 0:
+        return np.zeros(out_shape, q.dtype)
     if scale is None:
         scale = 1 / math.sqrt(q.shape[-1])
     scores = _f64(q) @ np.swapaxes(_f64(k), -1, -2) * scale
@@ -617,12 +668,17 @@ def attention(q, k, v, mask=None, *, scale=None, causal=False):
 
 
 def _reporting(name, kernel):
-    """Let numpy's own shape and value complaints surface as a LegatoError naming the op."""
+    """Let numpy's own shape and value complaints surface as a LegatoError naming the op.
+
+    Floating-point exceptions are not warned about: overflow gives inf, 0/0 and sqrt(-1)
+    NaN, as IEEE 754 defines, and integers wrap; the results say what happened."""
     @functools.wraps(kernel)
     def run(*inputs, **attrs):
         try:
-            return kernel(*inputs, **attrs)
-        except (ValueError, IndexError) as err:  # numpy's AxisError is both
+            with np.errstate(all="ignore"):
+                return kernel(*inputs, **attrs)
+        except (ValueError, IndexError, TypeError, ArithmeticError) as err:
+            # numpy's AxisError is a ValueError and an IndexError
             raise LegatoError(f"{name}: {err}") from err
     return run
 

@@ -1,0 +1,232 @@
+"""Edge behaviour every backend shares: zero-size tensors, refused geometries, integer edge
+values and float precision at the ends of the range.
+
+Zero-size tensors are valid everywhere: an op whose result is empty gives an empty array of
+the inferred type on the reference kernels, through its decomposition and on c_kernels.
+Where no answer exists (a max over an empty axis, a window over padding alone) the op's
+inference refuses with a ShapeError, so every backend refuses alike at build time.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import legato
+from legato.errors import ShapeError
+from legato_cpu_ref.kernels import KERNELS
+
+F32 = np.float32
+
+
+def zeros(*shape, dtype=F32):
+    return np.zeros(shape, dtype)
+
+
+def randn(*shape, dtype=F32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def build(op, arrays, attrs):
+    """A one-call module of `op` on inputs shaped like `arrays` (None: absent optional)."""
+    b = legato.GraphBuilder()
+    values, feeds = [], []
+    for index, item in enumerate(arrays):
+        if item is None:
+            values.append(None)
+            continue
+        item = np.asarray(item)
+        values.append(b.input(f"in{index}", item.shape, item.dtype.name))
+        feeds.append(item)
+    return b.build(b.call(op, *values, **attrs)), feeds
+
+
+def quietly(fn):
+    """Run fn with every warning an error: kernels must be warning-free."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn()
+
+
+# --- zero-size tensors --------------------------------------------------------------------
+
+C_KERNELS_CONV = "c_kernels nn.conv2d refuses this geometry (reported in findings/ckernels.md)"
+
+EMPTY_CASES = {  # id: (op, inputs, attrs, reason c_kernels fails it today or None)
+    "softmax-empty-axis": ("nn.softmax", [zeros(2, 0)], {}, None),
+    "log_softmax-empty-axis": ("nn.log_softmax", [zeros(0, 3)], {"axis": 0}, None),
+    "layer_norm-empty-axis": ("nn.layer_norm", [zeros(2, 0), None, None], {}, None),
+    "layer_norm-batch0": ("nn.layer_norm", [zeros(0, 4), randn(4), randn(4)], {}, None),
+    "rms_norm-empty-axis": ("nn.rms_norm", [zeros(3, 0), None], {}, None),
+    "group_norm-batch0": ("nn.group_norm", [zeros(0, 4, 2, 2), randn(4), randn(4)],
+                          {"num_groups": 2}, None),
+    "group_norm-spatial0": ("nn.group_norm", [zeros(2, 4, 0, 2), randn(4), randn(4)],
+                            {"num_groups": 2}, None),
+    "instance_norm-spatial0": ("nn.instance_norm", [zeros(2, 4, 0, 2), randn(4), randn(4)],
+                               {}, None),
+    "batch_norm-batch0": ("nn.batch_norm", [zeros(0, 4, 2, 2)] + [np.abs(randn(4))] * 4,
+                          {}, None),
+    "variance-batch0": ("variance", [zeros(0, 4)], {"axes": [1]}, None),
+    "conv-batch0": ("nn.conv2d", [zeros(0, 2, 4, 4), randn(3, 2, 3, 3), randn(3)], {}, None),
+    "conv-nhwc-batch0": ("nn.conv2d", [zeros(0, 4, 4, 2), randn(3, 3, 2, 3), None],
+                         {"data_layout": "NHWC", "kernel_layout": "HWIO"}, None),
+    "conv-out-channels0": ("nn.conv2d", [randn(1, 2, 4, 4), zeros(0, 2, 3, 3), None], {},
+                           C_KERNELS_CONV),
+    "conv-in-channels0": ("nn.conv2d", [zeros(1, 0, 4, 4), zeros(3, 0, 3, 3), randn(3)], {},
+                          C_KERNELS_CONV),
+    "conv-spatial0-padded": ("nn.conv2d", [zeros(1, 2, 0, 3), randn(3, 2, 1, 1), randn(3)],
+                             {"padding": [1, 0, 1, 0]}, C_KERNELS_CONV),
+    "max_pool-batch0": ("nn.max_pool2d", [zeros(0, 2, 4, 4)], {"pool_size": [2, 2]}, None),
+    "max_pool-channels0": ("nn.max_pool2d", [zeros(1, 0, 4, 4)],
+                           {"pool_size": [2, 2], "padding": [1, 1, 1, 1]}, None),
+    "avg_pool-batch0": ("nn.avg_pool2d", [zeros(0, 2, 4, 4)],
+                        {"pool_size": [2, 2], "ceil_mode": True}, None),
+    "linear-batch0": ("nn.linear", [zeros(0, 3), randn(4, 3), randn(4)], {}, None),
+    "linear-in-features0": ("nn.linear", [zeros(2, 0), zeros(4, 0), randn(4)], {}, None),
+    "matmul-inner0": ("matmul", [zeros(2, 0), zeros(0, 3)], {}, None),
+    "gelu-empty": ("nn.gelu", [zeros(0, 3)], {"approximate": "tanh"}, None),
+    "quantize-empty": ("qnn.quantize", [zeros(0, 3), np.float32(0.1), np.int8(0)], {}, None),
+    "qnn_conv-batch0": ("qnn.conv2d", [zeros(0, 2, 4, 4, dtype=np.uint8), np.float32(0.5),
+                                       np.uint8(3), np.ones((2, 2, 3, 3), np.int8),
+                                       np.float32(0.25), np.int8(0), np.float32(0.5),
+                                       np.uint8(1), None], {}, None),
+    "attention-no-queries": ("nn.attention", [zeros(1, 2, 0, 4), randn(1, 2, 3, 4),
+                                              randn(1, 2, 3, 4), None], {}, None),
+    "attention-batch0": ("nn.attention", [zeros(0, 2, 3, 4)] * 3 + [None], {"causal": True},
+                         None),
+    "attention-head_dim0-with-scale": ("nn.attention", [zeros(1, 2, 3, 0), zeros(1, 2, 3, 0),
+                                                        randn(1, 2, 3, 4), None],
+                                       {"scale": 1.0}, None),
+    "argmax-batch0": ("argmax", [zeros(0, 3)], {"axis": 1}, None),
+    "take-no-indices": ("take", [randn(3, 2), np.zeros((0,), np.int64)], {}, None),
+}
+
+
+def _run_everywhere(op, arrays, attrs):
+    mod, feeds = build(op, arrays, attrs)
+    result = mod.main.results[0]
+    runs = {
+        "reference": lambda: legato.reference(mod)(*feeds),
+        "decomposed": lambda: legato.compile(mod, backend="cpu_ref")(*feeds),
+        "max_level=0": lambda: legato.reference(legato.legalize(mod, max_level=0).module)(
+            *feeds),
+    }
+    return result, {name: quietly(fn) for name, fn in runs.items()}, mod, feeds
+
+
+@pytest.mark.parametrize("case", list(EMPTY_CASES))
+def test_zero_size_inputs_agree_on_cpu_ref_and_the_decomposition(case):
+    op, arrays, attrs, _ = EMPTY_CASES[case]
+    result, outs, _, _ = _run_everywhere(op, arrays, attrs)
+    expected = outs["reference"]
+    assert (expected.shape, expected.dtype.name) == (result.shape, result.dtype)
+    for name, out in outs.items():
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert out.dtype == expected.dtype, name
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=[pytest.mark.xfail(strict=True, reason=EMPTY_CASES[c][3])]
+                 if EMPTY_CASES[c][3] else []) for c in EMPTY_CASES])
+def test_zero_size_inputs_agree_on_c_kernels(case):
+    op, arrays, attrs, _ = EMPTY_CASES[case]
+    mod, feeds = build(op, arrays, attrs)
+    expected = legato.reference(mod)(*feeds)
+    for backend in ("c_kernels", ["c_kernels", "cpu_ref"]):
+        out = legato.compile(mod, backend=backend)(*feeds)
+        assert (out.shape, out.dtype) == (expected.shape, expected.dtype)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_empty_result_decomposes_to_an_empty_constant():
+    """The softmax decomposition would take a max over the empty axis; with an empty result
+    it is not run at all."""
+    mod, _ = build("nn.softmax", [zeros(4, 0)], {})
+    lowered = legato.legalize(mod, max_level=0).module
+    assert lowered.main.calls == ()
+    assert lowered.main.results[0].type == mod.main.results[0].type
+
+
+def test_normal_shapes_decompose_as_before():
+    mod, _ = build("nn.softmax", [zeros(4, 3)], {})
+    ops = [c.op for c in legato.legalize(mod, max_level=0).module.main.calls]
+    assert ops == ["max", "subtract", "exp", "sum", "divide"]
+
+
+# --- refusals at inference ----------------------------------------------------------------
+
+REFUSED = {  # id: (op, inputs, attrs, what the message must name)
+    "max-empty-axis": ("max", [zeros(2, 0)], {"axes": [1]}, "empty axis 1"),
+    "sum-empty-axis": ("sum", [zeros(0, 3)], {"axes": [0]}, "empty axis 0"),
+    "argmax-empty-axis": ("argmax", [zeros(2, 0, 4)], {"axis": 1}, "empty axis 1"),
+    "conv-zero-kernel-height": ("nn.conv2d", [randn(1, 2, 3, 3), zeros(4, 2, 0, 2), None], {},
+                                r"weight \[4, 2, 0, 2\] \(OIHW\) kernel \[0, 2\]"),
+    "conv-zero-kernel-hwio": ("nn.conv2d", [randn(1, 3, 3, 2), zeros(2, 0, 2, 4), None],
+                              {"data_layout": "NHWC", "kernel_layout": "HWIO"},
+                              r"kernel \[2, 0\]"),
+    "qnn_conv-zero-kernel": ("qnn.conv2d", [zeros(1, 2, 4, 4, dtype=np.uint8), np.float32(1),
+                                            np.uint8(0), zeros(2, 2, 0, 3, dtype=np.int8),
+                                            np.float32(1), np.int8(0), np.float32(1),
+                                            np.uint8(0), None], {}, r"kernel \[0, 3\]"),
+    "qnn_conv-empty-weight-scale": ("qnn.conv2d", [zeros(1, 2, 4, 4, dtype=np.uint8),
+                                                   np.float32(1), np.uint8(0),
+                                                   zeros(2, 2, 3, 3, dtype=np.int8),
+                                                   zeros(0), np.int8(0), np.float32(1),
+                                                   np.uint8(0), None], {}, "scale"),
+    "qnn_conv-per-channel-out-scale": ("qnn.conv2d", [zeros(1, 2, 4, 4, dtype=np.uint8),
+                                                      np.float32(1), np.uint8(0),
+                                                      zeros(2, 2, 3, 3, dtype=np.int8),
+                                                      np.float32(1), np.int8(0), zeros(2),
+                                                      np.zeros(2, np.uint8), None], {},
+                                       "out_scale"),
+    "conv-stride0": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 2, 2), None],
+                     {"strides": [0, 1]}, r"strides \[0, 1\]"),
+    "conv-negative-padding": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 2, 2), None],
+                              {"padding": [0, -1, 0, 0]}, r"padding \[0, -1, 0, 0\]"),
+    "conv-dilation0": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 2, 2), None],
+                       {"dilation": [1, 0]}, r"dilation \[1, 0\]"),
+    "conv-groups0": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 2, 2), None],
+                     {"groups": 0}, "groups=0"),
+    "conv-window-too-big": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 4, 2), None], {},
+                            "window of 4"),
+    "pool-window-over-padding-only": ("nn.avg_pool2d", [randn(1, 1, 2, 2)],
+                                      {"pool_size": [2, 2], "strides": [1, 1],
+                                       "padding": [2, 0, 0, 0]}, "only padding"),
+    "pool-dilated-window-skips-input": ("nn.max_pool2d", [randn(1, 1, 1, 4)],
+                                        {"pool_size": [2, 1], "strides": [1, 1],
+                                         "dilation": [3, 1], "padding": [1, 0, 2, 0]},
+                                        "only padding"),
+    "pool-spatial0": ("nn.max_pool2d", [zeros(1, 1, 0, 4)],
+                      {"pool_size": [1, 1], "padding": [1, 0, 1, 0]}, "only padding"),
+    "pool-size0": ("nn.max_pool2d", [randn(1, 1, 3, 3)], {"pool_size": [0, 1]},
+                   r"pool_size \[0, 1\]"),
+    "attention-no-keys": ("nn.attention", [randn(1, 2, 3, 4), zeros(1, 2, 0, 4),
+                                           zeros(1, 2, 0, 4), None], {}, "at least one key"),
+    "attention-head_dim0-default-scale": ("nn.attention", [zeros(1, 2, 3, 0),
+                                                           zeros(1, 2, 3, 0),
+                                                           randn(1, 2, 3, 4), None], {},
+                                          "give scale"),
+    "broadcast_to-negative": ("broadcast_to", [randn(1, 3)], {"shape": [-1, 3]},
+                              r"shape \[-1, 3\] has a negative"),
+    "split-no-sections": ("split", [zeros(0, 3)], {"sections": []}, r"split sizes \[\]"),
+    "reshape-two-minus-ones": ("reshape", [zeros(2, 3)], {"shape": [-1, -1]}, "more than one"),
+    "reshape-below-minus-one": ("reshape", [zeros(2, 3)], {"shape": [-2, -3]}, "invalid"),
+    "axis-out-of-range": ("nn.softmax", [zeros(2, 3)], {"axis": 2}, "axis 2"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_undefined_cases_are_refused_at_inference(case):
+    op, arrays, attrs, names = REFUSED[case]
+    with pytest.raises(ShapeError, match=names):
+        build(op, arrays, attrs)
+
+
+def test_a_pool_window_touching_the_input_is_accepted():
+    """The padding check refuses only windows that see no input cell."""
+    mod, feeds = build("nn.avg_pool2d", [randn(1, 1, 2, 2)],
+                       {"pool_size": [3, 3], "strides": [1, 1], "padding": [2, 2, 2, 2]})
+    out = legato.reference(mod)(*feeds)
+    assert out.shape == (1, 1, 4, 4) and np.all(np.isfinite(out))
