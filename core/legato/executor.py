@@ -42,6 +42,7 @@ class Interpreter:
         self.check_outputs = check_outputs
         self._plans: dict[str, tuple] = {}
         self.main = self._plan("main")
+        self._shared = _shared_results(self.main)
 
     def _kernel_for(self, call: Call):
         if call.op == "custom" and not self.backend.has_kernel("custom"):
@@ -101,6 +102,9 @@ class Interpreter:
         fn = self.main[0]
         arrays = bind_inputs(fn, args, kwargs)
         results = self._run(self.main, arrays)
+        if self._shared:  # the caller owns every result: never its input or our constant
+            results = tuple(np.array(r, copy=True) if i in self._shared else r
+                            for i, r in enumerate(results))
         return results[0] if len(results) == 1 else results
 
     def _run(self, plan, args: Sequence[np.ndarray]):
@@ -135,6 +139,19 @@ def _place(call: Call, inputs):
     """Put the tensor inputs of a custom call back in their original positions."""
     tensors = iter(inputs)
     return [None if v is None else next(tensors) for v in call.inputs]
+
+
+def _shared_results(plan) -> frozenset:
+    """Positions of results that are not a kernel's fresh output: an input, a constant,
+    or a value already returned at an earlier position."""
+    fn, _, consts, _, results = plan
+    shared = {s for s, _ in consts} | set(range(len(fn.params)))
+    positions, seen = set(), set()
+    for position, slot in enumerate(results):
+        if slot in shared or slot in seen:
+            positions.add(position)
+        seen.add(slot)
+    return frozenset(positions)
 
 
 def _plan_frees(steps, results, pinned) -> None:

@@ -6,11 +6,16 @@ buffers, `nn.linear`/`matmul` absorb a following activation into the GEMM epilog
 each C kernel is run once under `kernels.recording()`: when that was a single C call on
 the planned buffers, the step replays it directly. A run is then a copy of the inputs
 into their buffers and a flat loop of prepared calls.
+
+A planned instance owns its buffers, so `PlannedExecutor` keeps a pool of them: each call
+runs on an instance no other call is using, and concurrent calls from several threads run
+in parallel (the C calls release the GIL). Constant weights are packed once for all.
 """
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +26,7 @@ from legato.verify import CALL_OP
 
 from . import kernels as K
 from ._lib import ffi
+from .pool import RunnerPool
 
 INPLACE_OPS = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                "negative", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
@@ -45,6 +51,17 @@ def _epilogue(call: Call) -> str | None:
     if call.op == "nn.gelu":
         return "gelu" if call.attrs["approximate"] == "none" else "gelu_tanh"
     return EPILOGUES.get(call.op)
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array that owns a planned buffer's memory (planned views are whole-buffer
+    reshapes, so the owner and the view cover the same bytes)."""
+    return array if array.base is None else array.base
+
+
+def _plain(array: Any) -> Any:
+    """A packed weight as the array holding its floats; anything else unchanged."""
+    return array.data if isinstance(array, K.PackedWeight) else array
 
 
 class _Arena:
@@ -111,18 +128,20 @@ class _Closure:
     __slots__ = ("run", "arrays")
 
     def __init__(self, run, arrays):
-        self.run, self.arrays = run, arrays
+        self.run, self.arrays = run, [_plain(a) for a in arrays]
 
     def __call__(self, pointers) -> None:
         self.run()
 
 
-class PlannedExecutor:
-    """Run a legalized flat module with preallocated buffers and prepared kernel calls."""
+class _PlannedInstance:
+    """One planned copy of a flat module: its own buffers and prepared kernel calls.
+    Not for concurrent use (PlannedExecutor gives each call its own instance)."""
 
-    def __init__(self, module, backend, fallback, fallback_calls, registry):
+    def __init__(self, module, backend, fallback, fallback_calls, packed: dict):
         self.module, self.backend, self.fallback = module, backend, fallback
-        self.fallback_calls = set(fallback_calls)
+        self.fallback_calls = fallback_calls
+        self._packed = packed  # (weight, transposed) -> PackedWeight, shared by instances
         fn = module.main
         self.fn = fn
         self.arena = _Arena()
@@ -249,7 +268,7 @@ class PlannedExecutor:
         if self._native(call) and call.op in ("matmul", "nn.linear") and \
                 isinstance(call.inputs[1], Const) and call.inputs[1].rank == 2:
             # a constant weight is packed for the GEMM micro-kernel once, not every run
-            inputs[1] = K.pack_weight(inputs[1], transposed=call.op == "nn.linear")
+            inputs[1] = self._pack(call.inputs[1], call.op == "nn.linear")
         if out_call is not call:  # a GEMM with its epilogue
             kernel = K.fused_linear if call.op == "nn.linear" else K.fused_matmul
             if bias is not None:
@@ -258,22 +277,29 @@ class PlannedExecutor:
         elif self._native(call):
             kernel = self.backend.kernel(call.op)
         else:
-            step = self._fallback_step(call, inputs, outs)
-            self.steps.append((step, call, where))
+            if any(out.size for out in outs):
+                self.steps.append((self._fallback_step(call, inputs, outs), call, where))
             return
         try:
             step = self._prepare(kernel, inputs, outs[0], attrs)
         except LegatoError as err:
             raise ExecutionError(f"{describe_call(call, where)}: {err}") from None
-        self.steps.append((step, call, where))
+        if outs[0].size:  # an empty result has nothing to compute on any run
+            self.steps.append((step, call, where))
+
+    def _pack(self, weight: Const, transposed: bool) -> K.PackedWeight:
+        key = (weight, transposed)
+        packed = self._packed.get(key)
+        if packed is None:
+            packed = self._packed[key] = K.pack_weight(weight.data, transposed=transposed)
+        return packed
 
     def _prepare(self, kernel, inputs, out, attrs):
         """A step: the recorded C call when that is safe to replay, else the kernel call."""
         with K.recording() as calls:
             kernel(*inputs, out=out, **attrs)
-        arrays = [getattr(a, "data", a) if isinstance(a, K.PackedWeight) else a
-                  for a in inputs] + [out] + [a for a in attrs.values()
-                                              if isinstance(a, np.ndarray)]
+        arrays = [_plain(a) for a in inputs] + [out] + \
+            [a for a in attrs.values() if isinstance(a, np.ndarray)]
         if len(calls) == 1 and self._static(calls[0][1], arrays):
             self.replayed += 1
             return _Replay(*calls[0], getattr(kernel, "__name__", "c_kernels"))
@@ -308,20 +334,30 @@ class PlannedExecutor:
     def _bind_io(self) -> None:
         """Decide which inputs and results bypass their planned buffers: a buffer only
         replayed C calls touch is re-pointed each run (to the caller's input array, or to
-        a fresh result array) instead of copied."""
+        a fresh result array) instead of copied. Every other result is copied out at the
+        end of a run: from this run's array where its buffer was re-pointed (a reshape of
+        a returned value, a value returned twice, a returned input), else from its
+        planned buffer."""
         closures = [step for step, _, _ in self.steps if isinstance(step, _Closure)]
-        touched = {id(a.base if a.base is not None else a) for c in closures for a in c.arrays
-                   if a is not None}
+        touched = {id(_owner(a)) for c in closures for a in c.arrays if a is not None}
 
-        def direct(buffer):
-            return id(buffer) not in touched and buffer.base is None
+        def bindable(buffer):
+            return buffer.base is None and id(buffer) not in touched
 
-        returned = {id(r.base if r.base is not None else r) for r in self.results}
-        self.direct_params = [direct(b) and id(b) not in returned for b in self.params]
-        self.direct_results = [direct(b) and id(b) in self._result_buffers and
-                               sum(b is r for r in self.results) == 1 for b in self.results]
-        dynamic = [b for b, d in zip(self.params, self.direct_params) if d] + \
-                  [b for b, d in zip(self.results, self.direct_results) if d]
+        self.direct_params = [bindable(b) for b in self.params]
+        dynamic = [b for b, d in zip(self.params, self.direct_params) if d]
+        self.direct_results = []
+        for buffer in self.results:
+            fresh = bindable(buffer) and id(buffer) in self._result_buffers and \
+                not any(buffer is d for d in dynamic)  # one result array per buffer
+            self.direct_results.append(fresh)
+            if fresh:
+                dynamic.append(buffer)
+        self.copies = []  # per result: None (a fresh array), else (run-time index, planned)
+        for buffer, fresh in zip(self.results, self.direct_results):
+            owner = _owner(buffer)
+            index = next((i for i, d in enumerate(dynamic) if d is owner), None)
+            self.copies.append(None if fresh else (index, buffer))
         for step, _, _ in self.steps:
             if isinstance(step, _Replay):
                 step.find_patches(dynamic)
@@ -355,8 +391,8 @@ class PlannedExecutor:
             except Exception as err:
                 raise ExecutionError(f"{describe_call(call, where)}: {type(err).__name__}: "
                                      f"{err}") from err
-        out = tuple(r if r is not None else np.array(b, copy=True)
-                    for r, b in zip(results, self.results))
+        out = tuple(r if r is not None else _copy_out(copy, bases)
+                    for r, copy in zip(results, self.copies))
         return out[0] if len(out) == 1 else out
 
     def profile(self, *args, repeat: int = 20) -> list[tuple[str, float]]:
@@ -379,6 +415,41 @@ class PlannedExecutor:
         """How the plan came out: steps, replayed C calls, bytes of intermediate buffers."""
         return {"steps": len(self.steps), "replayed": self.replayed,
                 "arena_bytes": self.arena.allocated}
+
+
+def _copy_out(copy: tuple, bases: list) -> np.ndarray:
+    """A result the caller owns: a copy of this run's array (in the result's shape) or
+    of the planned buffer."""
+    index, planned = copy
+    source = planned if index is None else bases[index].reshape(planned.shape)
+    return np.array(source, copy=True)
+
+
+class PlannedExecutor(RunnerPool):
+    """Run a legalized flat module with preallocated buffers and prepared kernel calls;
+    safe to call from several threads at once: each call runs on a planned instance no
+    other call is using (a pool of them, grown on demand)."""
+
+    def __init__(self, module, backend, fallback, fallback_calls, registry):
+        packed: dict = {}
+        calls = set(fallback_calls)
+        super().__init__(lambda: _PlannedInstance(module, backend, fallback, calls, packed))
+        self.module, self.backend, self.fallback, self.fn = module, backend, fallback, module.main
+
+    @property
+    def steps(self) -> list:
+        """The plan's steps: (step, call, where) in run order."""
+        return self.prototype.steps
+
+    def profile(self, *args, repeat: int = 20) -> list[tuple[str, float]]:
+        """Median microseconds of each step over `repeat` runs: (op, us) in plan order."""
+        with self.borrow() as instance:
+            return instance.profile(*args, repeat=repeat)
+
+    def stats(self) -> dict:
+        """How the plan came out: steps, replayed C calls, bytes of intermediate buffers
+        (per instance), and how many instances concurrent calls have needed."""
+        return {**self.prototype.stats(), "instances": self.size}
 
 
 __all__ = ["PlannedExecutor", "make_executor"]

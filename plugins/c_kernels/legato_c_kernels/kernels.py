@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -104,40 +105,57 @@ def num_threads() -> int:
 
 
 class _Recorder:
-    """Stands in for ``lib`` while recording: compute calls are logged, then made."""
+    """Stands in for ``lib`` while some thread records: that thread's compute calls are
+    logged, then made; other threads' calls go straight through."""
 
     _NOT_COMPUTE = ("lgk_strerror", "lgk_free_scratch", "lgk_conv2d_out_shape",
                     "lgk_pool2d_out_shape", "lgk_gemm_isa", "lgk_gemm_force_isa",
                     "lgk_sgemm_packed_b_size")
 
     def __init__(self, real: Any):
-        self._real, self.calls = real, []
+        self._real = real
+        self.logs: dict[int, list] = {}  # thread id -> calls recorded for it
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._real, name)
-        if not name.startswith("lgk_") or name in self._NOT_COMPUTE:
+        log = self.logs.get(threading.get_ident())
+        if log is None or not name.startswith("lgk_") or name in self._NOT_COMPUTE:
             return value
 
         def logged(*args: Any) -> Any:
-            self.calls.append((value, args))
+            log.append((value, args))
             return value(*args)
         return logged
 
 
+_recording_lock = threading.Lock()
+
+
 @contextmanager
 def recording():
-    """Log the C calls kernels make (function, arguments) while the block runs.
+    """Log the C calls kernels make in this thread (function, arguments) while the block
+    runs; kernels other threads run meanwhile are neither logged nor disturbed.
 
     A planned executor runs each kernel once on its fixed buffers under this, and where
     that was a single C call on those buffers, replays it directly on every run: the
     Python-side validation then costs nothing per run."""
     global lib
-    real, recorder = lib, _Recorder(lib)
-    lib = recorder
+    me, calls = threading.get_ident(), []
+    with _recording_lock:
+        if not isinstance(lib, _Recorder):
+            lib = _Recorder(lib)
+        outer = lib.logs.get(me)
+        lib.logs[me] = calls
     try:
-        yield recorder.calls
+        yield calls
     finally:
-        lib = real
+        with _recording_lock:
+            if outer is None:
+                del lib.logs[me]
+            else:
+                lib.logs[me] = outer
+            if not lib.logs:
+                lib = lib._real
 
 
 def release_scratch() -> None:
