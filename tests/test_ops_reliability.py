@@ -230,3 +230,147 @@ def test_a_pool_window_touching_the_input_is_accepted():
                        {"pool_size": [3, 3], "strides": [1, 1], "padding": [2, 2, 2, 2]})
     out = legato.reference(mod)(*feeds)
     assert out.shape == (1, 1, 4, 4) and np.all(np.isfinite(out))
+
+
+# --- integer edge values: defined, deterministic and warning-free -------------------------
+
+def kernel(op, *inputs, **attrs):
+    return quietly(lambda: KERNELS[op](*inputs, **attrs))
+
+
+def i8(*values):
+    return np.array(values, np.int8)
+
+
+def test_integer_division_by_zero_and_overflow():
+    out = kernel("divide", i8(-128, 5, 0, -7, 7), i8(-1, 0, 0, 2, -2))
+    assert out.tolist() == [-128, 0, 0, -3, -3] and out.dtype == np.int8
+
+
+def test_integer_power_with_negative_exponents():
+    a = np.array([2, 1, -1, -1, 0, 3, -3], np.int32)
+    b = np.array([-1, -5, -3, -2, -1, 2, 3], np.int32)
+    assert kernel("power", a, b).tolist() == [0, 1, -1, 1, 0, 9, -27]
+
+
+def test_abs_and_negative_of_the_minimum_wrap():
+    assert kernel("abs", i8(-128, -3)).tolist() == [-128, 3]
+    assert kernel("negative", i8(-128, 3)).tolist() == [-128, -3]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64"])
+def test_float_to_int_cast_saturates_and_maps_nan_to_zero(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, -1.7, 2.7, info.max + 0.0], F32)
+    out = kernel("cast", x, dtype=dtype)
+    low = 0 if info.min == 0 else -1
+    assert out.dtype == np.dtype(dtype)
+    assert out.tolist() == [0, info.max, info.min, info.max, info.min,
+                            max(low, -1), 2, info.max]
+
+
+def test_float_to_int_cast_of_int64_bounds_from_float64():
+    x = np.array([2.0**63, -2.0**63, 2.0**62], np.float64)
+    assert kernel("cast", x, dtype="int64").tolist() == [2**63 - 1, -2**63, 2**62]
+
+
+def test_integer_wraps_and_float_specials_raise_no_warning():
+    assert kernel("add", np.array(127, np.int8), np.array(1, np.int8)) == -128
+    assert kernel("sum", i8(100, 100), axes=None, keepdims=False) == -56
+    x = np.array([0.0, -1.0, 1e30], F32)
+    assert np.isnan(kernel("sqrt", x)[1]) and np.isinf(kernel("exp", x)[2])
+    assert kernel("divide", x, np.zeros(3, F32)).tolist()[1:] == [-np.inf, np.inf]
+    assert np.isinf(kernel("cast", np.array([1e300]), dtype="float32")[0])
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_integer_edge_values_agree_on_every_backend(backend):
+    b = legato.GraphBuilder()
+    a, d = b.input("a", (5,), "int8"), b.input("d", (5,), "int8")
+    f = b.input("f", (4,), "float32")
+    mod = b.build(b.divide(a, d), b.power(a, d), b.abs(a), b.cast(f, dtype="int32"))
+    feeds = (i8(-128, 5, 0, -1, 2), i8(-1, 0, 0, -3, -2),
+             np.array([np.nan, np.inf, -1e20, 2.5], F32))
+    want = legato.reference(mod)(*feeds)
+    got = quietly(lambda: legato.compile(mod, backend=backend)(*feeds))
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist()
+
+
+# --- float precision ----------------------------------------------------------------------
+
+def gelu_exact(x):
+    return np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(float)])
+
+
+def gelu_tanh_exact(x):
+    u = np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)
+    return x * np.array([1 / (1 + math.exp(min(-2 * v, 700))) for v in u])
+
+
+TAIL = np.array([-30.0, -12.0, -8.0, -5.0, -1.0, 0.5, 6.0], F32)
+
+
+def assert_float32_close(actual, exact, rtol):
+    """Within rtol of the exact value rounded to float32 (which may underflow to 0)."""
+    np.testing.assert_allclose(actual, exact.astype(F32), rtol=rtol, atol=0)
+
+
+def test_reference_gelu_keeps_relative_accuracy_in_the_left_tail():
+    out = kernel("nn.gelu", TAIL, approximate="none")
+    assert_float32_close(out, gelu_exact(TAIL), 1e-6)
+    assert out[1] < 0  # 0.5 x (1 + erf(x / sqrt2)) cancels to 0 here
+
+
+def test_tanh_gelu_keeps_relative_accuracy_in_the_left_tail_everywhere():
+    want = gelu_tanh_exact(TAIL.astype(np.float64))
+    assert_float32_close(kernel("nn.gelu", TAIL, approximate="tanh"), want, 1e-6)
+    mod, feeds = build("nn.gelu", [TAIL], {"approximate": "tanh"})
+    decomposed = legato.compile(mod, backend="cpu_ref")(*feeds)
+    assert_float32_close(decomposed, want, 1e-5)
+    assert np.all(decomposed[2:5] < 0)  # 1 + tanh(u) cancels to 0 here
+
+
+def test_erf_gelu_decomposition_error_is_within_its_documented_bound():
+    from legato.ops.tolerance import error_bound
+    x = np.linspace(-20, 20, 401).astype(F32)
+    mod, feeds = build("nn.gelu", [x], {})
+    got = legato.compile(mod, backend="cpu_ref")(*feeds).astype(np.float64)
+    want = gelu_exact(x)
+    assert np.max(np.abs(got - want)) <= 3e-8 * 20 * 2
+    assert np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1) <= error_bound("nn.gelu")
+
+
+@pytest.mark.parametrize("op", ["nn.layer_norm", "nn.rms_norm"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reference_norms_do_not_overflow_at_the_top_of_the_range(op, dtype):
+    big = np.finfo(dtype).max / 4
+    x = np.array([[big, -big / 2, big / 3, 0.0]], dtype)
+    params = [None, None] if op == "nn.layer_norm" else [None]
+    out = kernel(op, x, *params, axes=(-1,), epsilon=1e-5)
+    unit = (x / big).astype(np.float64)
+    want = KERNELS[op](unit, *params, axes=(-1,), epsilon=0.0)  # scale-invariant
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+def test_every_op_has_a_tolerance_and_limits_name_real_ops():
+    from legato.ops import tolerance
+    ops = set(legato.list_ops())
+    assert set(tolerance.ERROR_BOUND) <= ops and set(tolerance.INPUT_LIMIT) <= ops
+    assert all(tolerance.error_bound(op) >= 0 for op in ops)
+    assert tolerance.error_bound("reshape") == 0 and tolerance.error_bound("sum") > 0
+
+
+@pytest.mark.parametrize("op", ["nn.layer_norm", "nn.rms_norm", "variance"])
+def test_decompositions_hold_up_to_their_input_limit(op):
+    from legato.ops.tolerance import error_bound, input_limit
+    limit = input_limit(op)
+    x = (randn(3, 64, seed=1) * (limit / 4)).astype(F32)
+    arrays = {"nn.layer_norm": [x, None, None], "nn.rms_norm": [x, None], "variance": [x]}[op]
+    attrs = {"axes": [-1]}
+    mod, feeds = build(op, arrays, attrs)
+    want = legato.reference(mod)(*feeds).astype(np.float64)
+    got = legato.compile(mod, backend="cpu_ref")(*feeds).astype(np.float64)
+    assert np.all(np.isfinite(got))
+    assert np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1) <= error_bound(op)

@@ -76,9 +76,13 @@ def clip(b, x, min, max):
              [(X23, {}), (X23, {"approximate": "tanh"})])
 def gelu(b, x, approximate):
     if approximate == "tanh":
+        # 0.5 x (1 + tanh(u)) written as x sigmoid(2u): 1 + tanh(u) cancels to 0 for x << 0
+        # while sigmoid keeps the tail's relative accuracy.
         cube = b.multiply(b.multiply(x, x), x)
-        inner = b.multiply(b.add(x, b.multiply(cube, 0.044715)), math.sqrt(2 / math.pi))
-        return b.multiply(b.multiply(x, 0.5), b.add(b.tanh(inner), 1.0))
+        inner = b.multiply(b.add(x, b.multiply(cube, 0.044715)), 2 * math.sqrt(2 / math.pi))
+        return b.multiply(x, b.sigmoid(inner))
+    # 1 + erf(z) cancels for x << 0 too (absolute error ~3e-8 |x| in float32); no primitive
+    # gives erfc, so the tail's relative accuracy is lost (docs/ops.md, tolerances).
     return b.multiply(b.multiply(x, 0.5), b.add(b.erf(b.multiply(x, 1 / math.sqrt(2))), 1.0))
 
 

@@ -1,0 +1,62 @@
+"""How far a float32 backend or decomposition may be from the reference kernels, per op.
+
+The reference kernels (cpu_ref) compute floats in float64 and round once; a backend or a
+decomposition computing in float32 rounds at every step. For a result `got` and the
+reference `want` of one op, the bound is
+
+    max |got - want| / max(max |want|, 1)  <=  error_bound(op)
+
+over the finite elements (NaN equals NaN, an infinity must be matched exactly). Integer
+and bool results are exact except for the ops in ROUNDING_OPS, which may be one step apart
+where a float quotient lands on the other side of a rounding tie.
+
+`input_limit(op)` is the magnitude of float32 inputs beyond which the decomposition of the
+op may overflow where the reference does not (None: no such limit). Checks should only
+compare values below it; docs/ops.md explains each limit.
+"""
+from __future__ import annotations
+
+DEFAULT_ERROR = 1e-4  # reductions and contractions: the order of additions differs
+
+EXACT = 0.0
+_EXACT_OPS = (
+    "multiply", "maximum", "minimum", "equal", "less", "greater",
+    "logical_and", "logical_or", "logical_not", "where", "negative", "abs", "round", "floor",
+    "ceil", "cast", "max", "min", "argmax", "reshape", "permute_dims", "broadcast_to",
+    "concat", "split", "strided_slice", "take", "pad", "squeeze", "expand_dims", "flatten",
+    "nn.relu", "clip", "nn.max_pool2d", "qnn.dequantize")
+_ULPS_OPS = ("add", "subtract", "divide", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "nn.leaky_relu",
+             "nn.silu")
+
+ERROR_BOUND: dict[str, float] = {
+    **{op: EXACT for op in _EXACT_OPS},
+    # a few float32 ulps: a float64 result rounded to float32 can differ from the float32
+    # operation by one ulp (double rounding)
+    **{op: 1e-6 for op in _ULPS_OPS},
+    "erf": 3e-4,  # backends use polynomial approximations of erf
+    "nn.gelu": 3e-4,  # erf, and 1 + erf(x/sqrt2) cancelling in the left tail
+    "power": 1e-3,  # x ** y amplifies the error of x by |y|
+    "nn.attention": 1e-3,  # exp of scores that carry a matmul's rounding
+    "nn.log_softmax": 3e-4, "variance": 3e-4, "nn.layer_norm": 3e-4, "nn.rms_norm": 3e-4,
+    "nn.group_norm": 3e-4, "nn.instance_norm": 3e-4, "nn.batch_norm": 3e-4,
+}
+
+ROUNDING_OPS = frozenset({"qnn.quantize", "qnn.conv2d"})
+
+# sum(x * x) over the normalized elements overflows float32 (3.4e38) once |x| reaches about
+# 1.8e19 / sqrt(n); 1e18 leaves room for n up to ~300. The reference scales before squaring.
+_SQUARES_LIMIT = 1e18
+INPUT_LIMIT: dict[str, float] = {
+    "variance": _SQUARES_LIMIT, "nn.layer_norm": _SQUARES_LIMIT, "nn.rms_norm": _SQUARES_LIMIT,
+    "nn.group_norm": _SQUARES_LIMIT, "nn.instance_norm": _SQUARES_LIMIT,
+}
+
+
+def error_bound(op: str) -> float:
+    """The largest error relative to max(|reference|, 1) a float32 result of `op` may have."""
+    return ERROR_BOUND.get(op, DEFAULT_ERROR)
+
+
+def input_limit(op: str) -> float | None:
+    """The input magnitude up to which the float32 decomposition of `op` cannot overflow."""
+    return INPUT_LIMIT.get(op)
