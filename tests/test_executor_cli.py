@@ -113,3 +113,62 @@ def test_cli_demo_prints_report_and_passing_check(capsys):
     assert "== example:transformer" in out and "== example:cnn" in out
     assert "decomposed: " in out and "PASS" in out and "FAIL" not in out
     assert "demo: all result checks passed" in out
+
+
+@pytest.mark.parametrize("model, names", [
+    (None, "got NoneType"), (5, "got int"), ("not-utf8", "is not UTF-8 text")])
+def test_models_that_are_not_models_are_legato_errors(tmp_path, model, names):
+    if model == "not-utf8":
+        model = tmp_path / "m.txt"
+        model.write_bytes(b"\xff\xfe\x00 func")
+    with pytest.raises(legato.LegatoError, match=names):
+        legato.compile(model)
+
+
+@pytest.mark.parametrize("backend, names", [
+    ([], "at least one backend"), (5, "got int"), ([None], "got NoneType"),
+    (None, "got NoneType")])
+def test_backends_that_are_not_backends_are_legato_errors(backend, names):
+    mod, _ = mlp_and_inputs()
+    with pytest.raises(legato.LegatoError, match=names):
+        legato.compile(mod, backend=backend)
+
+
+@pytest.mark.parametrize("max_level", ["1", 1.5, True])
+def test_max_level_must_be_an_int(max_level):
+    mod, _ = mlp_and_inputs()
+    with pytest.raises(legato.LegatoError, match="max_level must be an int"):
+        legato.compile(mod, backend="cpu_ref", max_level=max_level)
+    with pytest.raises(legato.LegatoError, match="max_level must be an int"):
+        legato.legalize(mod, max_level=max_level)
+
+
+def test_inputs_numpy_cannot_read_are_execution_errors():
+    mod, _ = mlp_and_inputs()
+    with pytest.raises(legato.ExecutionError, match="ValueError"):
+        legato.compile(mod, "cpu_ref")([[1.0], [1.0, 2.0]])
+
+
+def test_random_inputs_for_bfloat16():
+    from legato.examples import random_inputs
+    b = legato.GraphBuilder()
+    mod = b.build(b.call("abs", b.input("x", (2, 3), "bfloat16")))
+    (x,) = random_inputs(mod)
+    assert x.dtype.name == "bfloat16" and x.shape == (2, 3)
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["run", "example:mlp", "--backend", ","], "names no backend"),
+    (["compile", "example:mlp", "-o", "/nonexistent-dir/out.txt"], "cannot write"),
+])
+def test_cli_usage_errors_are_reported_not_raised(capsys, argv, names):
+    assert main(argv) == 1
+    assert names in capsys.readouterr().err
+
+
+def test_cli_run_counts_nan_equal_to_nan(tmp_path, capsys):
+    model = tmp_path / "m.txt"
+    b = legato.GraphBuilder()
+    x = b.input("x", (4,))
+    model.write_text(str(b.build(b.call("sqrt", b.call("negative", b.call("abs", x))))))
+    assert main(["run", str(model)]) == 0, capsys.readouterr().out

@@ -237,3 +237,55 @@ def test_custom_op_tunnelling_round_trips(backend_factory):
 def test_legalize_needs_a_backend_or_a_level():
     with pytest.raises(legato.LegatoError, match="needs a backend"):
         legato.legalize("example:mlp")
+
+
+def test_a_decomposition_that_crashes_is_a_legalization_error_naming_op_and_rule():
+    from legato.ops.base import REGISTRY, composite
+
+    @composite("test.divides_by_width", "data", lambda types, attrs: types[0], "elemwise", 1,
+               [((f32(2, 3),), {})])
+    def divides(b, x):  # a Python error on inputs the registration example did not cover
+        return b.multiply(x, 1 / (x.shape[-1] - 5))
+
+    try:
+        b = legato.GraphBuilder()
+        mod = b.build(b.call("test.divides_by_width", b.input("x", (2, 5))))
+        with pytest.raises(legato.LegalizationError,
+                           match=r"rule decompose:test.divides_by_width failed on "
+                                 r"test.divides_by_width\(float32\[2, 5\]\).*"
+                                 r"ZeroDivisionError.*a bug in the rule"):
+            legato.legalize(mod, max_level=0)
+    finally:
+        REGISTRY.unregister("test.divides_by_width")
+
+
+def test_a_backend_rule_that_crashes_is_a_legalization_error(backend_factory):
+    def rule(b, call):
+        raise KeyError("weights")
+
+    backend_factory({"backend": "crashy", "executes": False, "legal": {"exp": {}},
+                     "rules": {"nn.relu": rule}})
+    b = legato.GraphBuilder()
+    mod = b.build(b.call("nn.relu", b.input("x", (2, 3))))
+    with pytest.raises(legato.LegalizationError, match=r"rule lower:nn.relu of crashy failed "
+                                                       r"on nn.relu.*KeyError.*a bug"):
+        legato.legalize(mod, "crashy")
+
+
+@pytest.mark.parametrize("payload, names", [
+    ("{", "is not JSON"),
+    ("[]", "must be"),
+    ('{"attrs": {}}', "must be"),
+    ('{"attrs": 5, "inputs": [true]}', "must be"),
+    ('{"attrs": {}, "inputs": 7}', "must be"),
+    ('{"attrs": {}, "inputs": [true, true]}', "mark 2 inputs present, the call has 1"),
+])
+def test_decode_custom_refuses_damaged_payloads(payload, names):
+    b = legato.GraphBuilder()
+    y = b.call("custom", b.input("x", (2, 3)), operator_name="nn.leaky_relu",
+               implementation_attrs=payload, result_types=[[[2, 3], "float32"]])
+    mod = b.build(y)
+    with pytest.raises(legato.LegatoError, match=names):
+        legato.decode_custom(mod.main.calls[0])
+    with pytest.raises(legato.ExecutionError, match=names):  # the interpreter decodes it
+        legato.reference(mod)

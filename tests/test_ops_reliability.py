@@ -52,55 +52,50 @@ def quietly(fn):
 
 # --- zero-size tensors --------------------------------------------------------------------
 
-C_KERNELS_CONV = "c_kernels nn.conv2d refuses this geometry (reported in findings/ckernels.md)"
-
-EMPTY_CASES = {  # id: (op, inputs, attrs, reason c_kernels fails it today or None)
-    "softmax-empty-axis": ("nn.softmax", [zeros(2, 0)], {}, None),
-    "log_softmax-empty-axis": ("nn.log_softmax", [zeros(0, 3)], {"axis": 0}, None),
-    "layer_norm-empty-axis": ("nn.layer_norm", [zeros(2, 0), None, None], {}, None),
-    "layer_norm-batch0": ("nn.layer_norm", [zeros(0, 4), randn(4), randn(4)], {}, None),
-    "rms_norm-empty-axis": ("nn.rms_norm", [zeros(3, 0), None], {}, None),
+EMPTY_CASES = {  # id: (op, inputs, attrs)
+    "softmax-empty-axis": ("nn.softmax", [zeros(2, 0)], {}),
+    "log_softmax-empty-axis": ("nn.log_softmax", [zeros(0, 3)], {"axis": 0}),
+    "layer_norm-empty-axis": ("nn.layer_norm", [zeros(2, 0), None, None], {}),
+    "layer_norm-batch0": ("nn.layer_norm", [zeros(0, 4), randn(4), randn(4)], {}),
+    "rms_norm-empty-axis": ("nn.rms_norm", [zeros(3, 0), None], {}),
     "group_norm-batch0": ("nn.group_norm", [zeros(0, 4, 2, 2), randn(4), randn(4)],
-                          {"num_groups": 2}, None),
+                          {"num_groups": 2}),
     "group_norm-spatial0": ("nn.group_norm", [zeros(2, 4, 0, 2), randn(4), randn(4)],
-                            {"num_groups": 2}, None),
+                            {"num_groups": 2}),
     "instance_norm-spatial0": ("nn.instance_norm", [zeros(2, 4, 0, 2), randn(4), randn(4)],
-                               {}, None),
+                               {}),
     "batch_norm-batch0": ("nn.batch_norm", [zeros(0, 4, 2, 2)] + [np.abs(randn(4))] * 4,
-                          {}, None),
-    "variance-batch0": ("variance", [zeros(0, 4)], {"axes": [1]}, None),
-    "conv-batch0": ("nn.conv2d", [zeros(0, 2, 4, 4), randn(3, 2, 3, 3), randn(3)], {}, None),
+                          {}),
+    "variance-batch0": ("variance", [zeros(0, 4)], {"axes": [1]}),
+    "conv-batch0": ("nn.conv2d", [zeros(0, 2, 4, 4), randn(3, 2, 3, 3), randn(3)], {}),
     "conv-nhwc-batch0": ("nn.conv2d", [zeros(0, 4, 4, 2), randn(3, 3, 2, 3), None],
-                         {"data_layout": "NHWC", "kernel_layout": "HWIO"}, None),
-    "conv-out-channels0": ("nn.conv2d", [randn(1, 2, 4, 4), zeros(0, 2, 3, 3), None], {},
-                           C_KERNELS_CONV),
-    "conv-in-channels0": ("nn.conv2d", [zeros(1, 0, 4, 4), zeros(3, 0, 3, 3), randn(3)], {},
-                          C_KERNELS_CONV),
+                         {"data_layout": "NHWC", "kernel_layout": "HWIO"}),
+    "conv-out-channels0": ("nn.conv2d", [randn(1, 2, 4, 4), zeros(0, 2, 3, 3), None], {}),
+    "conv-in-channels0": ("nn.conv2d", [zeros(1, 0, 4, 4), zeros(3, 0, 3, 3), randn(3)], {}),
     "conv-spatial0-padded": ("nn.conv2d", [zeros(1, 2, 0, 3), randn(3, 2, 1, 1), randn(3)],
-                             {"padding": [1, 0, 1, 0]}, C_KERNELS_CONV),
-    "max_pool-batch0": ("nn.max_pool2d", [zeros(0, 2, 4, 4)], {"pool_size": [2, 2]}, None),
+                             {"padding": [1, 0, 1, 0]}),
+    "max_pool-batch0": ("nn.max_pool2d", [zeros(0, 2, 4, 4)], {"pool_size": [2, 2]}),
     "max_pool-channels0": ("nn.max_pool2d", [zeros(1, 0, 4, 4)],
-                           {"pool_size": [2, 2], "padding": [1, 1, 1, 1]}, None),
+                           {"pool_size": [2, 2], "padding": [1, 1, 1, 1]}),
     "avg_pool-batch0": ("nn.avg_pool2d", [zeros(0, 2, 4, 4)],
-                        {"pool_size": [2, 2], "ceil_mode": True}, None),
-    "linear-batch0": ("nn.linear", [zeros(0, 3), randn(4, 3), randn(4)], {}, None),
-    "linear-in-features0": ("nn.linear", [zeros(2, 0), zeros(4, 0), randn(4)], {}, None),
-    "matmul-inner0": ("matmul", [zeros(2, 0), zeros(0, 3)], {}, None),
-    "gelu-empty": ("nn.gelu", [zeros(0, 3)], {"approximate": "tanh"}, None),
-    "quantize-empty": ("qnn.quantize", [zeros(0, 3), np.float32(0.1), np.int8(0)], {}, None),
+                        {"pool_size": [2, 2], "ceil_mode": True}),
+    "linear-batch0": ("nn.linear", [zeros(0, 3), randn(4, 3), randn(4)], {}),
+    "linear-in-features0": ("nn.linear", [zeros(2, 0), zeros(4, 0), randn(4)], {}),
+    "matmul-inner0": ("matmul", [zeros(2, 0), zeros(0, 3)], {}),
+    "gelu-empty": ("nn.gelu", [zeros(0, 3)], {"approximate": "tanh"}),
+    "quantize-empty": ("qnn.quantize", [zeros(0, 3), np.float32(0.1), np.int8(0)], {}),
     "qnn_conv-batch0": ("qnn.conv2d", [zeros(0, 2, 4, 4, dtype=np.uint8), np.float32(0.5),
                                        np.uint8(3), np.ones((2, 2, 3, 3), np.int8),
                                        np.float32(0.25), np.int8(0), np.float32(0.5),
-                                       np.uint8(1), None], {}, None),
+                                       np.uint8(1), None], {}),
     "attention-no-queries": ("nn.attention", [zeros(1, 2, 0, 4), randn(1, 2, 3, 4),
-                                              randn(1, 2, 3, 4), None], {}, None),
-    "attention-batch0": ("nn.attention", [zeros(0, 2, 3, 4)] * 3 + [None], {"causal": True},
-                         None),
+                                              randn(1, 2, 3, 4), None], {}),
+    "attention-batch0": ("nn.attention", [zeros(0, 2, 3, 4)] * 3 + [None], {"causal": True}),
     "attention-head_dim0-with-scale": ("nn.attention", [zeros(1, 2, 3, 0), zeros(1, 2, 3, 0),
                                                         randn(1, 2, 3, 4), None],
-                                       {"scale": 1.0}, None),
-    "argmax-batch0": ("argmax", [zeros(0, 3)], {"axis": 1}, None),
-    "take-no-indices": ("take", [randn(3, 2), np.zeros((0,), np.int64)], {}, None),
+                                       {"scale": 1.0}),
+    "argmax-batch0": ("argmax", [zeros(0, 3)], {"axis": 1}),
+    "take-no-indices": ("take", [randn(3, 2), np.zeros((0,), np.int64)], {}),
 }
 
 
@@ -118,7 +113,7 @@ def _run_everywhere(op, arrays, attrs):
 
 @pytest.mark.parametrize("case", list(EMPTY_CASES))
 def test_zero_size_inputs_agree_on_cpu_ref_and_the_decomposition(case):
-    op, arrays, attrs, _ = EMPTY_CASES[case]
+    op, arrays, attrs = EMPTY_CASES[case]
     result, outs, _, _ = _run_everywhere(op, arrays, attrs)
     expected = outs["reference"]
     assert (expected.shape, expected.dtype.name) == (result.shape, result.dtype)
@@ -127,11 +122,9 @@ def test_zero_size_inputs_agree_on_cpu_ref_and_the_decomposition(case):
         assert out.dtype == expected.dtype, name
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=[pytest.mark.xfail(strict=True, reason=EMPTY_CASES[c][3])]
-                 if EMPTY_CASES[c][3] else []) for c in EMPTY_CASES])
+@pytest.mark.parametrize("case", list(EMPTY_CASES))
 def test_zero_size_inputs_agree_on_c_kernels(case):
-    op, arrays, attrs, _ = EMPTY_CASES[case]
+    op, arrays, attrs = EMPTY_CASES[case]
     mod, feeds = build(op, arrays, attrs)
     expected = legato.reference(mod)(*feeds)
     for backend in ("c_kernels", ["c_kernels", "cpu_ref"]):

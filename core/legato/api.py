@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from .backend import Backend, parse_capability
 from .config import load_config
-from .errors import LegatoError
+from .errors import ExecutionError, LegatoError
 from .executor import Interpreter
 from .ir import Function, Module
 from .layout import convert_layout
@@ -62,6 +62,9 @@ def load_model(model) -> Module:
     """A Module from a Module, `example:<name>`, a text-form file or an .onnx file."""
     if isinstance(model, Module):
         return model
+    if not isinstance(model, (str, Path)):
+        raise LegatoError(f"a model is a legato.Module, 'example:<name>' or a file path, "
+                          f"got {type(model).__name__}")
     if isinstance(model, str) and model.startswith("example:"):
         from .examples import example
         return example(model)
@@ -70,9 +73,12 @@ def load_model(model) -> Module:
         from .frontends.onnx import load as load_onnx
         return load_onnx(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise LegatoError(f"cannot read model {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise LegatoError(f"model {path} is not UTF-8 text (byte {err.start}); the text form "
+                          "is UTF-8 and ONNX files end in .onnx") from None
     try:
         return parse(text, _registry())
     except LegatoError as err:
@@ -85,7 +91,8 @@ def legalize(module, backend: str | Backend | None = None, config=None,
     (module, report). With no backend, decompose only ops above `max_level`."""
     host = get_host()
     module = load_model(module)
-    be = host.backend(backend) if backend is not None else None
+    _check_max_level(max_level)
+    be = _backend(host, backend) if backend is not None else None
     cfg = load_config(config, be.name if be else None, host.registry, host.backends)
     fallback = host.fallback_of(be) if be is not None and be.executes else None
     return legalize_module(module, host.registry, be, fallback, cfg, max_level, mode)
@@ -104,7 +111,13 @@ class Compiled:
         if self._runner is None:
             raise LegatoError(f"backend {self.backend.name} emits code and does not execute; "
                               "read .artifact")
-        return self._runner(*inputs, **named)
+        try:
+            return self._runner(*inputs, **named)
+        except LegatoError:
+            raise
+        except Exception as err:  # e.g. inputs numpy cannot turn into arrays
+            raise ExecutionError(f"running the model compiled for {self.backend.name} "
+                                 f"failed: {type(err).__name__}: {_first_line(err)}") from err
 
     def __repr__(self):
         return f"Compiled({self.backend.name}: {self.report.summary()})"
@@ -118,9 +131,14 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     region runs on its backend, and the report counts ops per backend."""
     host = get_host()
     source = verify(load_model(model), host.registry)
+    _check_max_level(max_level)
     if isinstance(backend, (list, tuple)):
+        if not backend:
+            raise LegatoError("compile needs at least one backend, got an empty list")
+        for item in backend:
+            _backend(host, item)
         return _compile_multi(source, list(backend), config, max_level)
-    be = host.backend(backend)
+    be = _backend(host, backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
     module = source
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
@@ -158,6 +176,24 @@ def _compile_multi(source: Module, backends: list, config, max_level) -> Compile
     runner = Interpreter(rest.module, main_backend, host.fallback_of(main_backend),
                          rest.fallback_calls, host.registry, callees=callees)
     return Compiled(rest.module, report, main_backend, runner, None, source)
+
+
+def _backend(host, backend) -> Backend:
+    if not isinstance(backend, (str, Backend)):
+        raise LegatoError(f"a backend is a name or a legato Backend, got "
+                          f"{type(backend).__name__}")
+    return host.backend(backend)
+
+
+def _check_max_level(max_level) -> None:
+    if max_level is not None and (isinstance(max_level, bool) or
+                                  not isinstance(max_level, int)):
+        raise LegatoError(f"max_level must be an int or None, got {max_level!r:.40}")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else ""
 
 
 def reference(model) -> Interpreter:

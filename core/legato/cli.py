@@ -85,6 +85,8 @@ def cmd_ops(args) -> int:
 
 def _backends(arg: str):
     names = [n.strip() for n in arg.split(",") if n.strip()]
+    if not names:
+        raise LegatoError(f"--backend {arg!r} names no backend; see `legato backends`")
     return names if len(names) > 1 else names[0]
 
 
@@ -102,7 +104,10 @@ def cmd_compile(args) -> int:
         _explain_structure(compiled.module)
     text = compiled.artifact if compiled.artifact is not None else str(compiled.module)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            raise LegatoError(f"cannot write {args.output}: {err.strerror}") from None
         print(f"wrote {args.output}", file=sys.stderr)
     elif not args.explain:
         print(text)
@@ -181,11 +186,19 @@ def _demo_one(source, backend, label, config, inputs, expected) -> int:
 
 
 def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest difference relative to the largest finite |want|; NaN matches NaN and an
+    infinity matches itself."""
     if got.shape != want.shape:
         return float("inf")
-    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
-    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) / scale \
-        if want.size else 0.0
+    if not want.size:
+        return 0.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1e-30)
+    with np.errstate(invalid="ignore"):
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        diff = np.where(same, 0.0, np.abs(g - w))
+    return float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale
 
 
 if __name__ == "__main__":

@@ -125,5 +125,15 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
         elif p.dtype.startswith(("int", "uint")):
             arrays.append(rng.integers(0, 8, p.shape).astype(p.dtype))
         else:
+            if p.dtype == "bfloat16":
+                _bfloat16()
             arrays.append(rng.standard_normal(p.shape).astype(p.dtype))
     return arrays
+
+
+def _bfloat16() -> None:
+    """numpy knows bfloat16 once ml_dtypes is imported."""
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        raise LegatoError("bfloat16 inputs need the ml_dtypes package") from None

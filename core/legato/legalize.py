@@ -162,9 +162,8 @@ class _Legalizer:
         emitter = Emitter(self.registry, origin)
         try:
             results = run_decomposition(emitter, opdef, call.inputs, call.attrs)
-        except LegatoError as err:
-            raise LegalizationError(f"rule {rule} failed on {call.op} "
-                                    f"{json.dumps(call.attrs.to_json())}: {err}") from err
+        except Exception as err:
+            raise _rule_failed(rule, call, err) from err
         _check_types(call, results, rule)
         for produced in emitter.calls:
             if self.registry.get(produced.op).level >= opdef.level:
@@ -180,9 +179,8 @@ class _Legalizer:
         emitter = Emitter(self.registry, _child_origin(call, source, rule))
         try:
             results = self.backend.rule(call.op)(emitter, call)
-        except LegatoError as err:
-            raise LegalizationError(f"rule {rule} of {self.backend.name} failed on {call.op} "
-                                    f"{json.dumps(call.attrs.to_json())}: {err}") from err
+        except Exception as err:
+            raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
         if results is None:
             return False
         self.report.record(call.op, decision, from_input)
@@ -211,6 +209,16 @@ def _rewire(call: Call, remap: dict) -> Call:
     if all(a is b for a, b in zip(inputs, call.inputs)):
         return call
     return Call(call.op, inputs, call.attrs, call.outputs, call.origin)
+
+
+def _rule_failed(rule: str, call: Call, err: Exception) -> LegalizationError:
+    """A rule that raised: a LegatoError is the rule refusing the call; anything else is a
+    bug in the rule, reported with its type so it can be told apart."""
+    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
+    what = str(err) if isinstance(err, LegatoError) else \
+        f"{type(err).__name__}: {err} (a bug in the rule)"
+    return LegalizationError(f"rule {rule} failed on {call.op}({types}) "
+                             f"{json.dumps(call.attrs.to_json())}: {what}")
 
 
 def _child_origin(call: Call, source: str, rule: str) -> Origin:
@@ -252,12 +260,30 @@ def decode_custom(call: Call, registry=None) -> Call:
         registry = default_registry()
     if call.op != "custom":
         raise LegatoError(f"decode_custom expects a custom call, got {call.op}")
-    payload = json.loads(call.attrs["implementation_attrs"])
+    payload = _custom_payload(call)
+    if sum(payload["inputs"]) != len(call.inputs):
+        raise LegatoError(f"custom call of {call.attrs['operator_name']}: implementation_attrs "
+                          f"mark {sum(payload['inputs'])} inputs present, the call has "
+                          f"{len(call.inputs)}")
     tensors = iter(call.inputs)
     inputs = [next(tensors) if present else None for present in payload["inputs"]]
     original = make_call(registry, call.attrs["operator_name"], inputs, payload["attrs"],
                          call.origin)
     return Call(original.op, original.inputs, original.attrs, call.outputs, call.origin)
+
+
+def _custom_payload(call: Call) -> dict:
+    """implementation_attrs as written by encode_custom: {"attrs": {...}, "inputs": [bool]}."""
+    what = f"custom call of {call.attrs['operator_name']}: implementation_attrs"
+    try:
+        payload = json.loads(call.attrs["implementation_attrs"])
+    except ValueError as err:
+        raise LegatoError(f"{what} is not JSON: {err}") from None
+    if not (isinstance(payload, dict) and isinstance(payload.get("attrs"), dict)
+            and isinstance(payload.get("inputs"), list)
+            and all(isinstance(p, bool) for p in payload["inputs"])):
+        raise LegatoError(f'{what} must be {{"attrs": {{...}}, "inputs": [true|false, ...]}}')
+    return payload
 
 
 # --- entry point --------------------------------------------------------------------------
