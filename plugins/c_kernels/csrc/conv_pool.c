@@ -26,12 +26,13 @@ static void valid_range(int64_t size, int64_t n_out, int64_t stride, int64_t off
 }
 
 /* Output length of one spatial dim (ONNX / PyTorch rules, including the
- * ceil-mode rule that the last window must start inside input + left pad). */
+ * ceil-mode rule that the last window must start inside input + left pad).
+ * An empty input dim is valid: with padding, windows may still fit. */
 static int out_dim(int64_t in, int64_t k, int64_t stride, int64_t pad0, int64_t pad1, int64_t dil,
                    int ceil_mode, int64_t *out)
 {
     int64_t span, padded;
-    LGK_CHECK(in >= 1 && k >= 1 && stride >= 1 && dil >= 1, LGK_ERR_SHAPE);
+    LGK_CHECK(in >= 0 && k >= 1 && stride >= 1 && dil >= 1, LGK_ERR_SHAPE);
     LGK_CHECK(pad0 >= 0 && pad1 >= 0, LGK_ERR_SHAPE);
     LGK_TRY(lgk_mul(dil, k - 1, &span));
     LGK_TRY(lgk_add(span, 1, &span));
@@ -50,7 +51,9 @@ static int out_dim(int64_t in, int64_t k, int64_t stride, int64_t pad0, int64_t 
 int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow)
 {
     LGK_CHECK(p != NULL && oh != NULL && ow != NULL, LGK_ERR_NULL);
-    LGK_CHECK(p->n >= 0 && p->c >= 1 && p->o >= 1 && p->groups >= 1, LGK_ERR_SHAPE);
+    /* Zero images, channels or filters are valid: with no input channels every
+     * output is its bias (then the activation), as a sum over no taps. */
+    LGK_CHECK(p->n >= 0 && p->c >= 0 && p->o >= 0 && p->groups >= 1, LGK_ERR_SHAPE);
     LGK_CHECK(p->c % p->groups == 0 && p->o % p->groups == 0, LGK_ERR_SHAPE);
     LGK_TRY(out_dim(p->h, p->kh, p->stride_h, p->pad_top, p->pad_bottom, p->dilation_h, 0, oh));
     LGK_TRY(out_dim(p->w, p->kw, p->stride_w, p->pad_left, p->pad_right, p->dilation_w, 0, ow));
@@ -170,7 +173,7 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
     const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
-    if (p->n == 0)
+    if (p->n == 0 || p->o == 0)
         return LGK_OK;
     int64_t band = LGK_MAX((int64_t)1, LGK_MIN(oh, COL_BUDGET / LGK_MAX(kg * ow, (int64_t)1)));
     int64_t col_count;

@@ -142,11 +142,13 @@ typedef struct {
     int64_t groups;
 } lgk_conv2d_params;
 
-/* Validates p and computes the output height/width (both >= 1). */
+/* Validates p and computes the output height/width (both >= 1). n, c and o may
+ * be 0, and h or w too where padding leaves room for a window. */
 int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow);
 
 /* y (n, o, oh, ow) = conv(x, w) + bias[o] (bias may be NULL, else length o),
- * followed by `activation`. Lowered to im2col + lgk_sgemm. */
+ * followed by `activation`. Lowered to im2col + lgk_sgemm. With c == 0 every
+ * output is activation(bias) (a sum over no taps). */
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,
                     const float *x, int64_t x_len,
                     const float *w, int64_t w_len,

@@ -325,6 +325,49 @@ static void conv_ref(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const f
                 }
 }
 
+/* Convolves with p (with and without bias) and compares with the naive loops. */
+static void check_conv(lgk_conv2d_params p, int64_t want_oh, int64_t want_ow, int threads)
+{
+    int64_t oh, ow;
+    EXPECT_STATUS(lgk_conv2d_out_shape(&p, &oh, &ow), LGK_OK);
+    EXPECT(oh == want_oh && ow == want_ow);
+    int64_t nx = p.n * p.c * p.h * p.w, nw = p.o * (p.c / p.groups) * p.kh * p.kw;
+    int64_t ny = p.n * p.o * oh * ow;
+    float *x = rand_buf(nx), *w = rand_buf(nw), *bias = rand_buf(p.o), *y = rand_buf(ny);
+    double *want = malloc((size_t)(ny > 0 ? ny : 1) * sizeof(double));
+    for (int with_bias = 0; with_bias < 2; ++with_bias) {
+        conv_ref(&p, oh, ow, x, w, with_bias ? bias : NULL, want);
+        EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx, w, nw, with_bias ? bias : NULL,
+                                      with_bias ? p.o : 0, y, ny, LGK_ACT_NONE, threads), LGK_OK);
+        EXPECT(all_close(y, want, ny, 1e-4, 1e-5));
+    }
+    free(x), free(w), free(bias), free(y), free(want);
+}
+
+static void test_conv_edges(void)
+{
+    /* n c h w | o kh kw | stride | pads t l b r | dilation | groups */
+    lgk_conv2d_params p = conv_params();
+    check_conv(p, 4, 8, 2);
+    lgk_conv2d_params one = {1, 3, 1, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+    check_conv(one, 1, 1, 1); /* 1x1 map, pointwise */
+    lgk_conv2d_params big = {2, 2, 1, 2, 3, 5, 4, 1, 1, 2, 2, 2, 2, 1, 1, 1};
+    check_conv(big, 1, 3, 2); /* kernel larger than the input, padding makes it fit */
+    lgk_conv2d_params e = p;
+    e.n = 0;
+    check_conv(e, 4, 8, 2); /* no images */
+    e = p, e.c = 0, e.groups = 1;
+    check_conv(e, 4, 8, 1); /* no input channels: the bias alone */
+    e = p, e.o = 0;
+    check_conv(e, 4, 8, 1); /* no filters */
+    lgk_conv2d_params empty = {1, 2, 0, 0, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    check_conv(empty, 2, 2, 1); /* empty map, only padding */
+    lgk_conv2d_params half = {1, 2, 0, 3, 3, 1, 2, 1, 1, 1, 0, 0, 0, 1, 1, 1};
+    check_conv(half, 1, 2, 1); /* empty height, padded on top */
+    empty.pad_top = empty.pad_bottom = 0;
+    EXPECT_STATUS(lgk_conv2d_out_shape(&empty, &e.n, &e.c), LGK_ERR_SHAPE); /* nothing fits */
+}
+
 static void test_conv(void)
 {
     lgk_conv2d_params p = conv_params();
@@ -333,13 +376,6 @@ static void test_conv(void)
     EXPECT(oh == 4 && ow == 8);
     int64_t nx = p.n * p.c * p.h * p.w, nw = p.o * (p.c / p.groups) * p.kh * p.kw, ny = p.n * p.o * oh * ow;
     float *x = rand_buf(nx), *w = rand_buf(nw), *bias = rand_buf(p.o), *y = rand_buf(ny);
-    double *want = malloc((size_t)ny * sizeof(double));
-    conv_ref(&p, oh, ow, x, w, bias, want);
-    EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx, w, nw, bias, p.o, y, ny, LGK_ACT_NONE, 2), LGK_OK);
-    EXPECT(all_close(y, want, ny, 1e-4, 1e-5));
-    EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx, w, nw, NULL, 0, y, ny, LGK_ACT_NONE, 1), LGK_OK);
-    conv_ref(&p, oh, ow, x, w, NULL, want);
-    EXPECT(all_close(y, want, ny, 1e-4, 1e-5));
     /* error paths */
     EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx - 1, w, nw, NULL, 0, y, ny, 0, 1), LGK_ERR_SHAPE);
     EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx, w, nw, NULL, 0, y, ny - 1, 0, 1), LGK_ERR_SHAPE);
@@ -360,7 +396,7 @@ static void test_conv(void)
     EXPECT_STATUS(lgk_conv2d_out_shape(&bad, &oh, &ow), LGK_ERR_OVERFLOW);
     bad = p, bad.n = (int64_t)1 << 62;
     EXPECT_STATUS(lgk_conv2d_nchw(&bad, x, nx, w, nw, NULL, 0, y, ny, 0, 1), LGK_ERR_OVERFLOW);
-    free(x), free(w), free(bias), free(y), free(want);
+    free(x), free(w), free(bias), free(y);
 }
 
 static void pool_ref(const lgk_pool2d_params *p, int64_t oh, int64_t ow, const float *x,
@@ -395,7 +431,7 @@ static void check_pool(lgk_pool2d_params p, int64_t want_oh, int64_t want_ow)
     EXPECT(oh == want_oh && ow == want_ow);
     int64_t nx = p.n * p.c * p.h * p.w, ny = p.n * p.c * oh * ow;
     float *x = rand_buf(nx), *y = rand_buf(ny);
-    double *want = malloc((size_t)ny * sizeof(double));
+    double *want = malloc((size_t)(ny > 0 ? ny : 1) * sizeof(double));
     for (int is_max = 0; is_max < 2; ++is_max) {
         pool_ref(&p, oh, ow, x, is_max, want);
         int st = is_max ? lgk_max_pool2d_nchw(&p, x, nx, y, ny) : lgk_avg_pool2d_nchw(&p, x, nx, y, ny);
@@ -412,6 +448,19 @@ static void test_pool(void)
     check_pool(p, 6, 4);                /* ceil mode; short rows: window by window */
     lgk_pool2d_params wide = {1, 2, 7, 45, 2, 3, 1, 2, 0, 2, 1, 3, 1, 2, 0, 0};
     check_pool(wide, 7, 23);            /* long rows: tap passes */
+    /* edges: a 1x1 map; a window larger than the input, padding making it fit; no
+     * images or channels; an empty map whose windows hold only padding */
+    lgk_pool2d_params one = {1, 2, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+    check_pool(one, 1, 1);
+    lgk_pool2d_params big = {2, 1, 2, 1, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1};
+    check_pool(big, 1, 1);
+    lgk_pool2d_params none = p;
+    none.n = 0;
+    check_pool(none, 6, 4);
+    none = p, none.c = 0;
+    check_pool(none, 6, 4);
+    lgk_pool2d_params empty = {1, 2, 0, 2, 1, 1, 1, 1, 1, 0, 1, 0, 1, 1, 0, 1};
+    check_pool(empty, 2, 2);
     int64_t oh = 6, ow = 4, nx = p.n * p.c * p.h * p.w, ny = p.n * p.c * oh * ow;
     float *x = rand_buf(nx), *y = rand_buf(ny);
     EXPECT_STATUS(lgk_max_pool2d_nchw(&p, x, nx - 1, y, ny), LGK_ERR_SHAPE);
@@ -596,6 +645,7 @@ int main(void)
     test_gemm_prepacked_values();
     test_gemm_prepacked_errors();
     test_conv();
+    test_conv_edges();
     test_pool();
     test_unary();
     test_binary();

@@ -102,16 +102,25 @@ def _make_builder(csrc: str = CSRC) -> FFI:
 ffibuilder = _make_builder() if (PROJECT / CSRC / HEADER).is_file() else None
 
 
-def build_in_place() -> Path:
-    """Compile into the package directory (development builds)."""
+def build_in_place() -> list[Path]:
+    """Compile into the package directory (development builds).
+
+    The new library takes the name of every ``_lib*.so`` already there (pip builds
+    ``_lib.abi3.so``, a direct build ``_lib.<python tag>.so``; a stale one would shadow
+    or be shadowed), else its own. It replaces each by a rename, never by writing into
+    it: running processes have the old file mapped, and truncating it crashes them."""
     require_c_compiler()
     builder = _make_builder(str(PROJECT / CSRC))
     built = Path(builder.compile(tmpdir=str(PROJECT / "build" / "cffi"), verbose=False))
-    target = PROJECT / "legato_c_kernels" / built.name
-    shutil.copy2(built, target)
-    return target
+    package = PROJECT / "legato_c_kernels"
+    targets = sorted(package.glob("_lib*.so")) or [package / built.name]
+    for target in targets:
+        staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copy2(built, staged)
+        os.replace(staged, target)
+    return targets
 
 
 if __name__ == "__main__":
-    print(build_in_place())
+    print(*build_in_place(), sep="\n")
     sys.exit(0)
