@@ -195,3 +195,34 @@ def test_zero_size_tensors_compute_like_the_reference(case, backend):
     mod = _model(body, shapes=(shape,))
     assert legato.compile(mod, "c_kernels").report.ops("fallback") == {}  # C runs it all
     _check_against_reference(mod, backend, seeds=(1,))
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["cpu_ref"], ids=str)
+def test_non_native_byte_order_inputs_are_converted(backend):
+    b = legato.GraphBuilder()
+    x = b.input("x", (5, 6, 8))
+    k = b.input("k", (5, 6, 8), "int64")
+    mod = b.build(b.call("add", b.call("tanh", x), b.call("cast", k, dtype="float32")))
+    compiled = legato.compile(mod, backend)
+    data, ints = random_inputs(mod, 4)
+    swapped = data.astype(data.dtype.newbyteorder())  # same values, other byte order
+    swapped_ints = ints.astype(ints.dtype.newbyteorder())
+    before = swapped.copy()
+    want = compiled(data, ints)
+    np.testing.assert_array_equal(compiled(swapped, swapped_ints), want)
+    np.testing.assert_array_equal(compiled(k=swapped_ints, x=swapped), want)
+    np.testing.assert_array_equal(swapped, before)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+def test_refused_inputs_say_what_differs(backend):
+    compiled = legato.compile("example:mlp", backend)
+    x = np.zeros((8, 64), np.float32)
+    cases = [(x.astype(">f8"), r"got float64\[8, 64\]: dtype float64 is not float32$"),
+             (x[:, :63], r"got float32\[8, 63\]: shape \[8, 63\] is not \[8, 64\]$"),
+             (x.astype(">f4")[:5], r"got float32\[5, 64\]: shape \[5, 64\] is not \[8, 64\]$"),
+             ([[1, 2]], r"got int64\[1, 2\]: dtype int64 is not float32; shape \[1, 2\] is not")]
+    for value, message in cases:
+        with pytest.raises(legato.ExecutionError, match=r"input 'x' must be float32\[8, 64\], "
+                                                        + message):
+            compiled(value)

@@ -202,10 +202,24 @@ def bind_inputs(fn: Function, args, kwargs) -> list[np.ndarray]:
     for param, value in zip(params, values):
         array = value if type(value) is np.ndarray else np.asarray(value)
         if array.shape != param.shape or array.dtype != _np_dtype(param.dtype):
-            raise ExecutionError(f"input {param.name!r} must be {param.type}, got "
-                                 f"{array.dtype.name}{list(array.shape)}")
+            array = _mismatched_input(param, array)
         arrays.append(array)
     return arrays
+
+
+def _mismatched_input(param: Value, array: np.ndarray) -> np.ndarray:
+    """The input in native byte order if that is all that differs; else an error that
+    says what differs."""
+    want, native = _np_dtype(param.dtype), array.dtype.newbyteorder("=")
+    if array.shape == param.shape and native == want:
+        return array.astype(want)  # a big- (or little-) endian array of the right dtype
+    differs = []
+    if native != want:
+        differs.append(f"dtype {array.dtype.name} is not {param.dtype}")
+    if array.shape != param.shape:
+        differs.append(f"shape {list(array.shape)} is not {list(param.shape)}")
+    raise ExecutionError(f"input {param.name!r} must be {param.type}, got "
+                         f"{array.dtype.name}{list(array.shape)}: {'; '.join(differs)}")
 
 
 def _np_dtype(name: str):
