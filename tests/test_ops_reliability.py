@@ -207,6 +207,16 @@ REFUSED = {  # id: (op, inputs, attrs, what the message must name)
     "reshape-two-minus-ones": ("reshape", [zeros(2, 3)], {"shape": [-1, -1]}, "more than one"),
     "reshape-below-minus-one": ("reshape", [zeros(2, 3)], {"shape": [-2, -3]}, "invalid"),
     "axis-out-of-range": ("nn.softmax", [zeros(2, 3)], {"axis": 2}, "axis 2"),
+    "conv-stride-beyond-int64": ("nn.conv2d", [randn(1, 1, 4, 4), randn(1, 1, 2, 2), None],
+                                 {"strides": [2**70, 1]}, r"strides .* below 2\*\*31"),
+    "pool-stride-2**63": ("nn.max_pool2d", [randn(1, 1, 4, 4)],
+                          {"pool_size": [2, 2], "strides": [2**63, 1]}, "below 2"),
+    "pool-size-huge": ("nn.max_pool2d", [randn(1, 1, 4, 4)], {"pool_size": [2**40, 2]},
+                       r"pool_size \[1099511627776, 2\]"),
+    "clip-nan-bound": ("clip", [zeros(2, dtype=np.int8)], {"min": -1.0, "max": math.nan},
+                       "max is NaN"),
+    "pad-bool-with-a-half": ("pad", [np.ones(2, bool)], {"pads": [1, 1], "value": 0.5},
+                             "not a bool"),
 }
 
 
@@ -215,6 +225,26 @@ def test_undefined_cases_are_refused_at_inference(case):
     op, arrays, attrs, names = REFUSED[case]
     with pytest.raises(ShapeError, match=names):
         build(op, arrays, attrs)
+
+
+def test_the_padding_only_window_check_matches_brute_force():
+    from legato.ops.conv import _window_misses_input, window_dims
+    checked = 0
+    for size in range(5):
+        for kernel, stride, dilation in np.ndindex(3, 4, 6):
+            kernel, stride, dilation = kernel + 1, stride + 1, dilation + 1
+            for pad_lo, pad_hi, ceil_mode in np.ndindex(6, 4, 2):
+                try:
+                    out = window_dims(size, kernel, stride, pad_lo, pad_hi, dilation,
+                                      bool(ceil_mode))
+                except ShapeError:
+                    continue
+                blind = any(not any(pad_lo <= w * stride + i * dilation < pad_lo + size
+                                    for i in range(kernel)) for w in range(out))
+                assert _window_misses_input(size, kernel, stride, pad_lo, dilation,
+                                            out) == blind
+                checked += 1
+    assert checked > 1000
 
 
 def test_a_pool_window_touching_the_input_is_accepted():

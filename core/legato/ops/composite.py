@@ -56,7 +56,14 @@ def leaky_relu(b, x, alpha):
     return b.where(b.less(x, 0.0), b.multiply(x, alpha), x)
 
 
-@composite("clip", "data", unary_infer, "elemwise", 1,
+def _clip(types, attrs):
+    for key in ("min", "max"):
+        if attrs[key] is not None and math.isnan(attrs[key]):
+            fail(f"clip {key} is NaN; leave the bound out (None) to not clip")
+    return types[0]
+
+
+@composite("clip", "data", _clip, "elemwise", 1,
            [(X23, {"min": -1.0, "max": 1.0}), (X23, {"min": 0.0}), (X23, {}),
             ((T("uint8", 2, 3),), {"min": -1.0, "max": 7.5})],
            {"min": ("float?", None), "max": ("float?", None)})

@@ -29,13 +29,17 @@ def window_dims(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, d
     return out
 
 
+WINDOW_ATTR_LIMIT = 2**31  # bounds the index arithmetic of every backend
+
+
 def _check_window_attrs(attrs, what: str):
     for key, n in (("strides", 2), ("padding", 4), ("dilation", 2)):
         value = attrs.get(key)
-        if value is not None and (len(value) != n or any(v < (0 if key == "padding" else 1)
-                                                         for v in value)):
+        low = 0 if key == "padding" else 1
+        if value is not None and (len(value) != n or
+                                  any(not low <= v < WINDOW_ATTR_LIMIT for v in value)):
             fail(f"{what} {key} {list(value)} must be {n} "
-                 f"{'non-negative' if key == 'padding' else 'positive'} ints")
+                 f"{'non-negative' if key == 'padding' else 'positive'} ints below 2**31")
 
 
 def _check_kernel(kernel, what: str):
@@ -45,10 +49,18 @@ def _check_kernel(kernel, what: str):
 
 def _window_misses_input(size, kernel, stride, pad_lo, dilation, out) -> bool:
     """Whether some window of a sweep has no tap inside the input (only padding)."""
-    starts = np.arange(out, dtype=np.int64) * stride
-    first = np.maximum(0, -((starts - pad_lo) // dilation))  # first tap at or after pad_lo
-    hit = (first < kernel) & (starts + first * dilation < pad_lo + size)
-    return not bool(np.all(hit))
+    span = dilation * (kernel - 1) + 1
+    if span <= pad_lo or (out - 1) * stride >= pad_lo + size:  # the first or last window
+        return True
+    if dilation <= size:  # a window reaching the input cannot step over it
+        return False
+    # Windows starting in the left padding may step over an input narrower than the
+    # dilation; where their first tap at or after pad_lo lands repeats with period
+    # <= dilation, so that many windows (at most 2**20) decide it.
+    count = min(-(-pad_lo // stride), out, dilation, 1 << 20)
+    starts = np.arange(count, dtype=np.int64) * stride
+    first_tap = starts - ((starts - pad_lo) // dilation) * dilation
+    return bool(np.any(first_tap >= pad_lo + size))
 
 
 def _check_windows_see_input(hw, attrs, out):
@@ -178,8 +190,9 @@ def _pool(types, attrs):
     if data.rank != 4:
         fail(f"data {list(data.shape)} must be 4-D")
     attrs = _pool_attrs(attrs)
-    if len(attrs["pool_size"]) != 2 or min(attrs["pool_size"]) < 1:
-        fail(f"pool_size {list(attrs['pool_size'])} must be two positive ints")
+    if len(attrs["pool_size"]) != 2 or not all(1 <= k < WINDOW_ATTR_LIMIT
+                                                for k in attrs["pool_size"]):
+        fail(f"pool_size {list(attrs['pool_size'])} must be two positive ints below 2**31")
     _check_window_attrs(attrs, "pool")
     n, c, h, w = _layout(data.shape, attrs["data_layout"])
     oh, ow = out_hw((h, w), attrs["pool_size"], attrs, attrs["ceil_mode"])

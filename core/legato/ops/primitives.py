@@ -219,6 +219,8 @@ def _pad(types, attrs):
     pads = attrs["pads"]
     if len(pads) != 2 * t.rank or any(p < 0 for p in pads):
         fail(f"pads {list(pads)} must be {2 * t.rank} non-negative ints (begins, then ends)")
+    if t.dtype == "bool" and attrs["value"] not in (0.0, 1.0):
+        fail(f"pad value {attrs['value']} is not a bool (0 or 1)")
     if t.dtype != "bool" and not is_float(t.dtype) and not (
             float(attrs["value"]).is_integer() and
             np.iinfo(t.dtype).min <= attrs["value"] <= np.iinfo(t.dtype).max):
