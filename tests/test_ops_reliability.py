@@ -217,6 +217,8 @@ REFUSED = {  # id: (op, inputs, attrs, what the message must name)
                        "max is NaN"),
     "pad-bool-with-a-half": ("pad", [np.ones(2, bool)], {"pads": [1, 1], "value": 0.5},
                              "not a bool"),
+    "split-into-2**70-parts": ("split", [zeros(0, 3)], {"sections": 2**70},
+                               "at most 65536 results"),
 }
 
 
@@ -318,6 +320,22 @@ def test_integer_edge_values_agree_on_every_backend(backend):
     got = quietly(lambda: legato.compile(mod, backend=backend)(*feeds))
     for g, w in zip(got, want):
         assert g.tolist() == w.tolist()
+
+
+def test_unbiased_variance_of_one_element_is_nan_everywhere_without_warnings():
+    x = randn(3, 1)
+    mod, feeds = build("variance", [x], {"axes": [1], "unbiased": True})
+    for out in _run_everywhere("variance", [x], {"axes": [1], "unbiased": True})[1].values():
+        assert np.all(np.isnan(out))
+    assert np.all(np.isnan(legato.compile(mod, backend="c_kernels")(*feeds)))
+
+
+def test_quantize_with_a_zero_scale_saturates_and_maps_nan_to_zero_everywhere():
+    x = np.array([0.0, 1.0, -1.0, np.nan], F32)
+    arrays = [x, np.float32(0.0), np.int8(3)]
+    result, outs, mod, feeds = _run_everywhere("qnn.quantize", arrays, {})
+    for name, out in outs.items():
+        assert out.tolist() == [0, 127, -128, 0], name
 
 
 # --- float precision ----------------------------------------------------------------------

@@ -158,7 +158,13 @@ def _concat(types, attrs):
     return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
 
 
+MAX_SPLIT_PARTS = 1 << 16
+
+
 def split_sizes(dim: int, sections) -> tuple[int, ...]:
+    parts = sections if isinstance(sections, int) else len(sections)
+    if parts > MAX_SPLIT_PARTS:
+        fail(f"split into {parts} parts: at most {MAX_SPLIT_PARTS} results")
     if isinstance(sections, int):
         if sections <= 0 or dim % sections:
             fail(f"cannot split a dimension of {dim} into {sections} equal parts")

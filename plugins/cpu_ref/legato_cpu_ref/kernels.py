@@ -225,9 +225,12 @@ def _reduction(fn):
 
 
 def variance(data, *, axes=None, keepdims=False, unbiased=False):
-    out = np.var(_f64(data), axis=_axes(axes, data.ndim), keepdims=keepdims,
-                 ddof=1 if unbiased else 0)
-    return _fresh(out, data.dtype)
+    x, axes = _f64(data), _axes(axes, data.ndim)
+    count = math.prod(data.shape[a] for a in axes)
+    centered = x - np.mean(x, axis=axes, keepdims=True)
+    squares = np.sum(np.square(centered), axis=axes, keepdims=keepdims)
+    # unbiased over one element is 0 / 0: NaN, as numpy's var says with a warning
+    return _fresh(squares / np.float64(count - 1 if unbiased else count), data.dtype)
 
 
 def argmax(data, *, axis=0, keepdims=True, select_last_index=False):
@@ -612,8 +615,8 @@ _QUANTIZED_DTYPES = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8)}
 
 
 def _saturate(values, dtype):
-    info = np.iinfo(dtype)
-    return np.clip(values, info.min, info.max).astype(dtype)
+    """Clamp to the integer range as `cast` does (a NaN, from a zero scale, gives 0)."""
+    return _float_to_int(values, dtype)
 
 
 def quantize(data, scale, zero_point=None, *, axis=1, dtype="int8"):
