@@ -1,0 +1,193 @@
+"""Random well-typed programs: the building context that generators draw values from.
+
+A `ProgramContext` wraps a `legato.GraphBuilder` and keeps a pool of the values made so
+far. A generator (tests/fuzz/op_generators.py) asks it for an input of some dtype and
+rank, gets one from the pool or a fresh parameter or constant, and calls its op. Each
+value records whether it is *exact*: derived from the fed data only by operations that
+every backend computes bit for bit. Ops with a discontinuous result (round, a float
+comparison, a cast to int, argmax, quantize) only take exact inputs, so a difference in
+the last bit of an intermediate cannot flip their answer and look like a bug.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import legato
+
+FLOAT = "float32"
+INTS = ("int32", "int64", "int8", "uint8", "int16")
+MAX_DIM = 5
+
+# ops whose float output is exactly the same everywhere when the inputs are exact
+EXACT_OPS = {"abs", "negative", "maximum", "minimum", "max", "min", "where", "reshape",
+             "permute_dims", "broadcast_to", "concat", "split", "strided_slice", "take",
+             "pad", "squeeze", "expand_dims", "flatten", "nn.relu", "clip", "round", "floor",
+             "ceil", "cast", "tosa.gather", "nn.max_pool2d", "equal", "less", "greater",
+             "logical_and", "logical_or", "logical_not", "argmax"}
+
+EDGE_FLOATS = np.array([0.0, -0.0, 1.0, -1.0, 1e30, -1e30, 3e38, -3e38, np.inf, -np.inf,
+                        np.nan, 1e-40, -1e-40, 1e-7, 65504.0], dtype=np.float32)
+
+
+@dataclass
+class Entry:
+    value: legato.Value
+    exact: bool
+    fresh: bool   # a parameter or constant: values the test chose
+
+
+class ProgramContext:
+    def __init__(self, rng: np.random.Generator, edge: bool):
+        self.rng, self.edge = rng, edge
+        self.b = legato.GraphBuilder()
+        self.pool: list[Entry] = []
+        self.feeds: list[np.ndarray] = []
+        self.kinds: list[str | None] = []   # how to draw other values for each feed
+        self.ops: list[str] = []
+        self.refusals: list[tuple[str, str]] = []   # (op, message) of calls not made
+
+    # --- random structure -------------------------------------------------------------
+
+    def chance(self, p: float) -> bool:
+        return bool(self.rng.random() < p)
+
+    def choice(self, items):
+        items = list(items)
+        return items[int(self.rng.integers(len(items)))]
+
+    def int(self, low: int, high: int) -> int:
+        """Uniform in [low, high]."""
+        return int(self.rng.integers(low, high + 1))
+
+    def dim(self, nonzero: bool = False) -> int:
+        if not nonzero and self.chance(0.12 if self.edge else 0.04):
+            return 0
+        return 1 if self.chance(0.25) else self.int(2, MAX_DIM)
+
+    def shape(self, min_rank: int = 0, max_rank: int = 4, nonzero: bool = False) -> tuple:
+        rank = self.int(min_rank, max_rank)
+        return tuple(self.dim(nonzero) for _ in range(rank))
+
+    def broadcast_partner(self, shape: tuple) -> tuple:
+        """A shape that broadcasts with `shape`: a suffix of it, dims set to 1, or dims of
+        1 in `shape` widened, and sometimes extra leading dims."""
+        keep = self.int(0, len(shape)) if self.chance(0.4) else len(shape)
+        out = []
+        for d in shape[len(shape) - keep:]:
+            if d == 1 and self.chance(0.3):
+                out.append(self.int(2, 4))
+            elif self.chance(0.25):
+                out.append(1)
+            else:
+                out.append(d)
+        if len(out) + len(shape) < 8 and self.chance(0.15):
+            out = [self.dim(nonzero=True)] + out
+        return tuple(out)
+
+    # --- data -------------------------------------------------------------------------
+
+    def data(self, shape, dtype: str, kind: str = "normal") -> np.ndarray:
+        """Ordinary values by `kind` (normal, positive, nonzero, unit); edge values
+        (inf, nan, huge, tiny, integer extremes) in a share of edge cases."""
+        rng, shape = self.rng, tuple(shape)
+        if dtype == "bool":
+            return np.asarray(rng.random(shape) < 0.5)
+        if dtype in INTS:
+            info = np.iinfo(dtype)
+            if self.edge and self.chance(0.3):
+                extremes = [v for v in (info.min, info.max, 0, 1, -1) if info.min <= v]
+                return np.asarray(rng.choice(np.array(extremes, dtype), size=shape))
+            low = 0 if info.min == 0 or kind in ("positive", "unit") else -5
+            array = np.asarray(rng.integers(low, 6, size=shape)).astype(dtype)
+            if kind in ("nonzero", "positive"):
+                array[array == 0] = 1
+            return array
+        array = rng.uniform(-3, 3, size=shape)
+        if kind == "positive":
+            array = rng.uniform(0.5, 3, size=shape)
+        elif kind == "nonzero":
+            array = rng.uniform(0.5, 3, size=shape) * rng.choice([-1, 1], size=shape)
+        elif kind == "unit":
+            array = rng.uniform(0, 1, size=shape)
+        array = np.asarray(array).astype(dtype)
+        if self.edge and array.size and self.chance(0.5):
+            mask = rng.random(shape) < 0.3
+            array[mask] = rng.choice(EDGE_FLOATS, size=int(mask.sum()))
+        return array
+
+    def fresh(self, shape, dtype: str = FLOAT, kind: str = "normal",
+              const: bool | None = None) -> legato.Value:
+        """A new parameter (fed at run time) or constant with values of `kind`."""
+        array = self.data(shape, dtype, kind)
+        if const is None:
+            const = self.chance(0.25)
+        if const:
+            value = self.b.const(array)
+        else:
+            value = self.b.input(f"x{len(self.feeds)}", array.shape, dtype)
+            self.feeds.append(array)
+            self.kinds.append(kind)
+        self.pool.append(Entry(value, exact=True, fresh=True))
+        return value
+
+    def feed(self, array: np.ndarray) -> legato.Value:
+        """A parameter fed with exactly `array`."""
+        value = self.b.input(f"x{len(self.feeds)}", array.shape, array.dtype.name)
+        self.feeds.append(array)
+        self.kinds.append(None)  # structure (indices, exponents): fed the same each run
+        self.pool.append(Entry(value, exact=True, fresh=True))
+        return value
+
+    def scalar_const(self, array) -> legato.Value:
+        value = self.b.const(np.asarray(array))
+        self.pool.append(Entry(value, exact=True, fresh=True))
+        return value
+
+    # --- picking inputs -----------------------------------------------------------------
+
+    def value(self, dtypes=(FLOAT,), min_rank: int = 0, max_rank: int = 4,
+              exact: bool = False, kind: str = "normal", nonempty: bool = False,
+              reuse: float = 0.7) -> legato.Value:
+        """A value of one of `dtypes` and rank in [min_rank, max_rank]: from the pool
+        (with probability `reuse`, only ordinary-valued ones for a special `kind`), else
+        fresh."""
+        dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
+        candidates = [e.value for e in self.pool
+                      if e.value.dtype in dtypes and min_rank <= e.value.rank <= max_rank
+                      and (e.exact or not exact) and (e.fresh or kind == "normal")
+                      and (e.value.type.size > 0 or not nonempty)]
+        if kind != "normal":
+            candidates = []  # special ranges (positive, nonzero) only come fresh
+        if candidates and self.chance(reuse):
+            return self.choice(candidates)
+        return self.fresh(self.shape(min_rank, max_rank, nonzero=nonempty),
+                          self.choice(dtypes), kind)
+
+    def call(self, op: str, *inputs, **attrs):
+        """Call `op` through the builder and put its results in the pool."""
+        result = self.b.call(op, *inputs, **attrs)
+        outputs = result if isinstance(result, tuple) else (result,)
+        entries = {id(e.value): e for e in self.pool}
+        exact = op in EXACT_OPS and all(
+            entries[id(v)].exact for v in inputs if isinstance(v, legato.Value)
+            and id(v) in entries)
+        for out in outputs:
+            self.pool.append(Entry(out, exact=exact or out.dtype != FLOAT, fresh=False))
+        self.ops.append(op)
+        return result
+
+    def other_feeds(self) -> list[np.ndarray]:
+        """Different values of the same kinds, for a second run."""
+        return [self.data(f.shape, f.dtype.name, kind) if kind is not None else f.copy()
+                for f, kind in zip(self.feeds, self.kinds)]
+
+    def adopt(self, call: legato.Call) -> None:
+        """Append a call made outside the builder (a custom call, say)."""
+        self.b.calls.append(call)
+        self.ops.append(call.op)
+        self.pool.extend(Entry(out, exact=False, fresh=False) for out in call.outputs)
+
+    def computed(self) -> list[legato.Value]:
+        return [e.value for e in self.pool if not e.fresh]

@@ -1,0 +1,126 @@
+"""The checks a random program goes through: text round trips, compilation for every
+backend, results against the unlegalized reference, untouched inputs, and tosa-opt on the
+emitted TOSA."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import legato
+from legato import LegatoError
+from legato.ops.tolerance import DEFAULT_ERROR, ROUNDING_OPS, error_bound
+
+from . import InvalidOutput, Mismatch
+from .cases import one_line
+from .harness import REPO
+
+EXECUTING = ("cpu_ref", "c_kernels", ("c_kernels", "cpu_ref"))
+EMITTING = "tosa_custom"
+HUGE = 1e6
+
+
+def name(backend) -> str:
+    return "+".join(backend) if isinstance(backend, tuple) else backend
+
+
+def round_trip(module: legato.Module, what: str) -> None:
+    """legato.parse(str(module)) must give the module back."""
+    text = str(module)
+    try:
+        back = legato.parse(text)
+    except LegatoError as err:
+        raise InvalidOutput(f"{what} does not parse back: {one_line(err)}") from None
+    if not legato.structural_equal(back, module):
+        raise InvalidOutput(f"{what} parses back into a different module")
+
+
+def as_tuple(result) -> tuple:
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+def copies(feeds):
+    return [np.array(f, copy=True) for f in feeds]
+
+
+def check_untouched(before, after, where: str) -> None:
+    for i, (old, new) in enumerate(zip(before, after)):
+        if not np.array_equal(old, new, equal_nan=old.dtype.kind == "f"):
+            raise Mismatch(f"{where} modified input {i}")
+
+
+def compare(got, want, ops, where: str, values_too: bool) -> None:
+    """Same count, shapes and dtypes; with `values_too`, values within the tolerance of
+    the ops involved (NaN equals NaN)."""
+    got, want = as_tuple(got), as_tuple(want)
+    if len(got) != len(want):
+        raise Mismatch(f"{where}: {len(got)} results, reference has {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(g, np.ndarray):
+            raise Mismatch(f"{where}: result {i} is a {type(g).__name__}, not an ndarray")
+        if g.shape != w.shape or g.dtype != w.dtype:
+            raise Mismatch(f"{where}: result {i} is {g.dtype}{list(g.shape)}, reference "
+                           f"{w.dtype}{list(w.shape)}")
+        if values_too and w.size:
+            _compare_values(g, w, ops, f"{where}: result {i}")
+
+
+def tolerance(ops) -> float:
+    """The error bound of a program: exact when every op is, the op's own bound for a
+    single inexact op, and at least the default for a chain of them."""
+    bounds = [error_bound(op) for op in ops if error_bound(op) > 0]
+    if len(bounds) <= 1:
+        return max(bounds, default=0.0)
+    return max(max(bounds), DEFAULT_ERROR)
+
+
+def _compare_values(got, want, ops, where: str) -> None:
+    if want.dtype.kind in "biu":
+        slack = 1 if ROUNDING_OPS & set(ops) else 0
+        diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        if diff.max() > slack:
+            at = np.unravel_index(int(diff.argmax()), diff.shape)
+            raise Mismatch(f"{where} differs at {list(at)}: {got[at]} vs reference {want[at]}")
+        return
+    tol = tolerance(ops)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    finite = np.isfinite(w)
+    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1.0)
+    err = np.where(same_special, 0.0, np.abs(g - w) / scale)
+    err = np.where(np.isnan(err), np.inf, err)
+    if err.max() > tol:
+        at = np.unravel_index(int(err.argmax()), err.shape)
+        raise Mismatch(f"{where} differs by {err.max():.2e} of scale {scale:.3g} (tol {tol}) "
+                       f"at {list(at)}: {got[at]} vs reference {want[at]}")
+
+
+def ordinary(results) -> bool:
+    """Results in a range where float32 formulations agree to the tolerance: no infinity,
+    nothing huge (NaN is fine: it must come out as NaN everywhere)."""
+    for r in results:
+        if r.dtype.kind == "f" and r.size:
+            magnitude = np.abs(r[~np.isnan(r)])
+            if magnitude.size and magnitude.max() > HUGE:
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def tosa_tools():
+    from legato_tosa_custom.tools import TosaTools
+    return TosaTools.find(REPO / ".venv-tosa")
+
+
+def validate_tosa(text: str) -> None:
+    tools = tosa_tools()
+    if tools is None:
+        return
+    from legato_tosa_custom.tools import ToolError
+    try:
+        tools.validate(text)
+    except ToolError as err:
+        lines = [line for line in str(err).splitlines() if "error:" in line]
+        raise InvalidOutput("tosa-opt rejects the emitted module: "
+                            + (lines[0].split("error:", 1)[1].strip() if lines
+                               else one_line(err))) from None

@@ -1,0 +1,136 @@
+"""Random well-typed programs over every registered op, on every backend.
+
+A case builds a program of 2-6 calls (tests/fuzz/op_generators.py: shapes of rank 0-4
+with size-1, size-0 and broadcasting dims, attributes within their documented ranges,
+float32 and integer/bool dtypes), returns its last value and sometimes an intermediate,
+a reshape of a returned value (a view), a value twice or a parameter itself, and then:
+
+- round-trips the program, every compiled module and the partitioned module through text;
+- runs the unlegalized reference (legato.reference) and each of cpu_ref, c_kernels and
+  c_kernels+cpu_ref (partitioned), twice with different inputs, and compares results
+  (values on ordinary inputs, only shapes and dtypes on edge values: inf, NaN, huge);
+- checks that no call changed its inputs;
+- validates the TOSA that tosa_custom emits with tosa-opt.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import legato
+from legato import LegatoError
+
+from . import Mismatch
+from .op_generators import GENERATORS
+from .program_builder import ProgramContext
+from .program_checks import (EMITTING, EXECUTING, as_tuple, check_untouched, compare, copies,
+                             name, ordinary, round_trip, validate_tosa)
+
+QUICK_CASES = 210  # three programs starting with each op
+CASE_TIMEOUT = 60.0
+EDGE_SHARE = 0.15
+
+
+def build(seed: int) -> ProgramContext | None:
+    """The program of `seed`; its first op cycles through every op as seeds go up."""
+    rng = np.random.default_rng(seed)
+    ctx = ProgramContext(rng, edge=bool(rng.random() < EDGE_SHARE))
+    ops = [op for op in legato.list_ops() if op in GENERATORS]  # test_quick names the rest
+    wanted, made = ctx.int(2, 6), 0
+    for attempt in range(3 * wanted):
+        if made == wanted:
+            break
+        op = ops[seed % len(ops)] if attempt == 0 else ctx.choice(ops)
+        try:
+            GENERATORS[op](ctx, op)
+            made += 1
+        except LegatoError as err:  # a call the generator could not make valid here
+            ctx.refusals.append((op, str(err)[:300]))
+    if not ctx.computed():
+        return None
+    return ctx
+
+
+def results_of(ctx: ProgramContext) -> list:
+    computed = ctx.computed()
+    results = [computed[-1]]
+    if len(computed) > 1 and ctx.chance(0.3):
+        results.insert(0, ctx.choice(computed[:-1]))
+    if ctx.chance(0.2):  # a view of a returned value
+        returned = ctx.choice(results)
+        results.append(ctx.b.call("reshape", returned, shape=[returned.type.size]))
+    if ctx.chance(0.15):
+        results.append(ctx.choice(results))
+    params = ctx.b.params
+    if params and ctx.chance(0.1):
+        results.append(ctx.choice(params))
+    return results
+
+
+def run(seed: int) -> str:
+    ctx = build(seed)
+    if ctx is None:
+        return "skipped"
+    module = ctx.b.build(*results_of(ctx))
+    round_trip(module, "the built program")
+    feeds, other = ctx.feeds, ctx.other_feeds()
+    try:
+        reference = legato.reference(module)
+        want = _run(reference, feeds, "the reference")
+        want_other = _run(reference, other, "the reference")
+    except LegatoError as err:
+        print(f"the reference refuses: {err}"[:500], file=sys.stderr)
+        for backend in EXECUTING:  # others may refuse too, but must not crash
+            _refusal_only(module, backend, feeds)
+        _check_tosa(module)
+        return "refused"
+    values_too = not ctx.edge and ordinary(want) and ordinary(want_other)
+    for backend in EXECUTING:
+        _check_backend(module, backend, ((feeds, want), (other, want_other)), ctx.ops,
+                       values_too)
+    partitioned = legato.partition(module, ["c_kernels", "cpu_ref"])
+    round_trip(partitioned, "the partitioned program")
+    _check_tosa(module)
+    return "ok"
+
+
+def _run(compiled, feeds, who: str):
+    before = copies(feeds)
+    result = as_tuple(compiled(*feeds))
+    check_untouched(before, feeds, who)
+    return result
+
+
+def _refusal_only(module, backend, feeds) -> None:
+    try:
+        legato.compile(module, backend=list(backend) if isinstance(backend, tuple)
+                       else backend)(*feeds)
+    except LegatoError:
+        pass
+
+
+def _check_backend(module, backend, runs, ops, values_too: bool) -> None:
+    where = name(backend)
+    try:
+        compiled = legato.compile(module, list(backend) if isinstance(backend, tuple)
+                                  else backend)
+    except LegatoError:
+        return  # legalization may refuse (capabilities); the reference's verdict stands
+    round_trip(compiled.module, f"the module compiled for {where}")
+    for feeds, want in runs:
+        try:
+            got = _run(compiled, feeds, where)
+        except LegatoError as err:
+            raise Mismatch(f"{where} refuses at run time what the reference computes: "
+                           f"{type(err).__name__}: {str(err)[:200]}") from None
+        compare(got, want, ops, where, values_too)
+
+
+def _check_tosa(module) -> None:
+    try:
+        compiled = legato.compile(module, EMITTING)
+    except LegatoError:
+        return
+    round_trip(compiled.module, f"the module compiled for {EMITTING}")
+    validate_tosa(compiled.artifact)

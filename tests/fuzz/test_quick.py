@@ -1,0 +1,149 @@
+"""The quick, deterministic part of fuzzing, run by `make test`.
+
+Every target's first QUICK_CASES seeds run in-process; a failure names the target and the
+seeds, each reproducible with `python -m tests.fuzz --target T --seed S`. The harness
+itself is checked on fake targets that crash, hang, raise or answer, run through worker
+processes as `make fuzz` runs them.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import legato
+
+from .cases import PROBLEMS, discover, load_target, run_case
+from .harness import REPO
+from .op_generators import GENERATORS
+
+TARGETS = discover()
+# Open bugs, filed with their owners (by a part of the problem's message): cases that hit
+# them make the test xfail instead of fail, until the fix lands. Nothing else may fail.
+KNOWN = {
+    "'tosa.gather' op illegal: requires any of [pro_int]":
+        "tosa_custom emits tosa.gather on integers without pro_int",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_quick_cases(name):
+    target = load_target(TARGETS[name])
+    problems, known = [], set()
+    for seed in range(target.QUICK_CASES):
+        result = run_case(target, seed)
+        if result.outcome not in PROBLEMS:
+            continue
+        bug = next((k for k in KNOWN if k in result.message), None)
+        if bug is None:
+            problems.append(f"target {name} seed {seed}: {result.outcome}: {result.message}")
+        else:
+            known.add(f"{KNOWN[bug]} (seed {seed})")
+    assert not problems, "\n".join(problems)
+    if known:
+        pytest.xfail("open bugs: " + "; ".join(sorted(known)))
+
+
+def test_every_op_has_a_generator():
+    missing = sorted(set(legato.list_ops()) - set(GENERATORS))
+    assert not missing, f"ops without a generator in tests/fuzz/op_generators.py: {missing}"
+
+
+FAKE_TARGETS = {
+    "crash": """
+        import os
+        def run(seed):
+            if seed == 1:
+                os.abort()
+            return "ok"
+    """,
+    "hang": """
+        import time
+        CASE_TIMEOUT = 1.0
+        def run(seed):
+            if seed == 0:
+                time.sleep(60)
+            return "skipped"
+    """,
+    "mixed": """
+        import legato
+        from tests.fuzz import InvalidOutput, Mismatch
+        def run(seed):
+            if seed == 0:
+                raise KeyError("raw")
+            if seed == 1:
+                raise Mismatch(f"result differs by {seed}")
+            if seed == 2:
+                raise InvalidOutput("tosa-opt rejects it")
+            if seed == 3:
+                raise legato.ShapeError("bad shape")  # a LegatoError is an answer
+            if seed == 4:
+                bytearray(2 << 30)  # over the worker's address-space limit of 1 GiB
+            return "refused"
+    """,
+    "calm": """
+        def run(seed):
+            return ("ok", "refused", "skipped")[seed % 3]
+    """,
+}
+
+
+def run_harness(target_dir, *args):
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--target-dir", str(target_dir),
+                           "--json", str(target_dir / "figures.json"), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    return proc, json.loads((target_dir / "figures.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fuzz_targets")
+    for name, source in FAKE_TARGETS.items():
+        (directory / f"target_{name}.py").write_text(textwrap.dedent(source))
+    return directory
+
+
+def test_harness_classifies_each_outcome(fake_dir):
+    proc, figures = run_harness(fake_dir, "--cases", "5", "--jobs", "2", "--memory-gib", "1",
+                                "--target", "crash", "--target", "hang", "--target", "mixed")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    targets = figures["targets"]
+    assert (targets["crash"]["crash"], targets["crash"]["ok"]) == (1, 4)
+    assert (targets["hang"]["hang"], targets["hang"]["skipped"]) == (1, 4)
+    mixed = targets["mixed"]
+    assert {o: mixed[o] for o in ("raw", "mismatch", "invalid", "refused", "memory")} == \
+        {"raw": 1, "mismatch": 1, "invalid": 1, "refused": 1, "memory": 1}
+    seeds = {(p["target"], p["outcome"]): p["seeds"] for p in figures["problems"]}
+    assert seeds == {("crash", "crash"): [1], ("hang", "hang"): [0], ("mixed", "raw"): [0],
+                     ("mixed", "mismatch"): [1], ("mixed", "invalid"): [2],
+                     ("mixed", "memory"): [4]}
+    assert "--target crash --seed 1" in proc.stdout  # the reproducing command
+
+
+def test_harness_passes_when_every_case_answers(fake_dir):
+    proc, figures = run_harness(fake_dir, "--cases", "6", "--target", "calm")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calm = figures["targets"]["calm"]
+    assert (calm["cases"], calm["ok"], calm["refused"], calm["skipped"]) == (6, 2, 2, 2)
+    assert figures["problems"] == []
+
+
+def test_harness_runs_for_a_time_budget(fake_dir):
+    proc, figures = run_harness(fake_dir, "--minutes", "0.02", "--target", "calm",
+                                "--target", "crash")
+    assert figures["targets"]["calm"]["cases"] > 0 and figures["targets"]["crash"]["cases"] > 0
+    assert proc.returncode == (1 if figures["problems"] else 0)
+
+
+def test_harness_deduplicates_problems_by_message_signature(tmp_path):
+    (tmp_path / "target_numbers.py").write_text(textwrap.dedent("""
+        from tests.fuzz import Mismatch
+        def run(seed):
+            raise Mismatch(f"result {seed} differs by {seed * 0.5}")
+    """))
+    proc, figures = run_harness(tmp_path, "--cases", "4", "--jobs", "1")
+    assert [(p["count"], p["seeds"]) for p in figures["problems"]] == [(4, [0, 1, 2, 3])]
+    assert "mismatch x4" in proc.stdout
