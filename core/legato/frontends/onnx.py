@@ -16,14 +16,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters
 from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
-from .onnx_check import check_graph, check_opset_range, check_shape, check_size
+from .onnx_check import check_graph, check_opset_range, check_shape, check_size, check_text
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
 from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
 
@@ -57,6 +55,7 @@ def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None
     proto, base_dir = read_model(model, base_dir)
     input_shapes = check_input_shapes(input_shapes)
     # everything onnx's C++ code (version converter, shape inference) sees is checked first
+    check_text(proto)
     check_supported(proto)
     opset = model_opset(proto)
     check_graph(proto.graph, opset)
@@ -205,8 +204,9 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
         for size in shape:
             dims.add().dim_value = size
     try:
-        onnx.shape_inference.infer_shapes(bound, check_type=True, strict_mode=True,
-                                          data_prop=True)
+        # no data propagation: it materializes 1-D shape data of a declared length, so a
+        # large declared dimension would take time and memory in proportion to it
+        onnx.shape_inference.infer_shapes(bound, check_type=True, strict_mode=True)
     except Exception as err:  # noqa: BLE001 - onnx raises InferenceError and others
         message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise LegatoError(f"the model's shapes do not infer: {message[:300]}") from None

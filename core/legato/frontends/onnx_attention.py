@@ -95,6 +95,7 @@ def composed(node, q, k, v, mask, past_k, nonpad, scale):
 def attention_bias(node, q, k, mask, past_k, nonpad):
     """The additive bias (0 or -inf, plus a float mask) over (..., q_seq, kv_seq)."""
     q_len, kv_len, dtype = q.shape[2], k.shape[2], q.dtype
+    node.budget(q_len * kv_len, "the attention bias")
     if mask is not None and mask.shape[-1] < kv_len:  # a short mask is padded as blocked
         pads = [0] * (2 * mask.rank)
         pads[-1] = kv_len - mask.shape[-1]

@@ -56,6 +56,31 @@ def check_opset_range(opset) -> None:
                           "for the default domain")
 
 
+def check_text(model) -> None:
+    """Every name legato reads is text: protobuf hands back string fields that are not
+    valid UTF-8 as bytes."""
+    def check(values, where):
+        for value in values:
+            if isinstance(value, bytes):
+                raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
+    check([o.domain for o in model.opset_import], "opset_import domain")
+    graph = model.graph
+    for index, node in enumerate(graph.node):
+        check([node.op_type, node.domain, node.name, *node.input, *node.output,
+               *(a.name for a in node.attribute)], f"node #{index}")
+    for kind in ("input", "output", "value_info"):
+        for value in getattr(graph, kind):
+            dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") \
+                else ()
+            check([value.name, *(d.dim_param for d in dims)], f"graph {kind} {quote(value.name)}")
+    for tensor in graph.initializer:
+        check([tensor.name], "initializer name")
+    from .onnx_tensors import external_tensors
+    for tensor in external_tensors(model):
+        check([e.key for e in tensor.external_data] + [e.value for e in tensor.external_data],
+              f"tensor {quote(tensor.name)} external data")
+
+
 def check_graph(graph, opset: int) -> None:
     """Every node against its schema, the graph's names in SSA and topological order,
     declared shapes bounded and tensor metadata consistent."""
@@ -149,8 +174,8 @@ def _check_attributes(node, schema, where: str) -> None:
         spec = schema.attributes.get(attr.name)
         if spec is None:
             known = ", ".join(sorted(schema.attributes)) or "none"
-            raise LegatoError(f"{label} is not an attribute of {node.op_type} at opset "
-                              f"{schema.since_version} (known: {known})")
+            raise LegatoError(f"{label} is not an attribute of {node.op_type} (its "
+                              f"attributes since opset {schema.since_version}: {known})")
         expected = int(spec.type.value)
         if attr.ref_attr_name:
             raise LegatoError(f"{label} refers to a function attribute outside a function")

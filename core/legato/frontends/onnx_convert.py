@@ -25,6 +25,7 @@ class Converter:
 
 
 CONVERTERS: dict[str, Converter] = {}
+MAX_GENERATED = 1 << 24   # elements of a constant a converter derives from shapes
 
 
 def converter(*op_types: str, const_inputs: tuple[int, ...] = ()):
@@ -122,6 +123,13 @@ class Node:
     def wants(self, index: int) -> bool:
         """Whether output `index` is used (present and named)."""
         return index < len(self.outputs) and bool(self.outputs[index])
+
+    def budget(self, elements: int, what: str) -> None:
+        """Refuse to build a constant of `elements` elements derived from declared shapes
+        beyond MAX_GENERATED: a model must not make the importer allocate without bound."""
+        self.require(elements <= MAX_GENERATED, f"{what} would be a constant of {elements} "
+                                                f"elements, more than the importer builds "
+                                                f"({MAX_GENERATED})")
 
     def call(self, op: str, *inputs, **attrs):
         return self.b.call(op, *inputs, **attrs)

@@ -69,6 +69,8 @@ def qlinear_conv(node):
     return node.call("qnn.conv2d", *ins, **conv_attrs(node, kernel))
 
 
+MAX_INDEX_TAPS = 1024   # MaxPool Indices are built from one comparison per kernel tap
+
 # --- pooling --------------------------------------------------------------------------------
 
 def pool2d(node, op, x, kernel, strides, dilations, pads, **extra):
@@ -111,6 +113,10 @@ def pool(node):
 def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
     """MaxPool's Indices: the flat input index of each window's first maximum (the
     smallest index among the window's cells equal to the pooled value)."""
+    node.budget(x.type.size, "MaxPool's Indices table")
+    node.require(kernel[0] * kernel[1] <= MAX_INDEX_TAPS, f"MaxPool's Indices output for a "
+                 f"kernel of {kernel[0] * kernel[1]} taps is not supported "
+                 f"(at most {MAX_INDEX_TAPS})")
     flat = node.b.const(np.arange(x.type.size, dtype=np.int64).reshape(x.shape))
     out = y.shape[2:]
     extra = [max(0, (o - 1) * s + (k - 1) * d + 1 - (size + lo + hi)) for o, s, k, d, size, lo, hi
@@ -226,6 +232,7 @@ def quant_param(node, param, x, axis: int):
     if param.rank == 0 or param.shape == (1,):
         return param
     if block:  # each scale covers `block` consecutive elements along `axis`
+        node.budget(x.shape[axis], "the block index of a blocked quantization")
         index = np.arange(x.shape[axis]) // block
         return node.call("take", param, node.b.const(index), axis=axis)
     shape = [1] * x.rank

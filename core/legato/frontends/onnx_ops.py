@@ -144,6 +144,8 @@ def split(node):
     sizes = node.ints(1)
     if sizes is None:
         parts = node.attr("num_outputs", len(node.outputs))
+        node.require(parts == len(node.outputs), f"attribute 'num_outputs' = {parts} differs "
+                                                 f"from the {len(node.outputs)} outputs")
         dim = x.shape[axis]
         chunk = -(-dim // parts)  # ONNX 18: equal chunks of ceil(dim/n), the last smaller
         sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
@@ -263,6 +265,7 @@ def reduction(node):
     axes = norm_axes(axes, x.rank)
     if any(x.shape[a] == 0 for a in axes):  # the reduction of an empty set is its identity
         shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes]
+        node.budget(math.prod(shape), "the reduction of an empty axis")
         return Const.of(_empty_identity(empty, x.dtype, shape))
     return node.call(op, x, axes=list(axes), keepdims=keepdims)
 

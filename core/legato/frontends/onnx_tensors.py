@@ -136,7 +136,7 @@ def _read_inside(base: Path, location: str, offset: int, length: int, where: str
         raise LegatoError(f"{where}: external data location {quote(location)} resolves "
                           f"outside the model's directory {str(base)!r}")
     try:
-        if not path.is_file():  # a FIFO or device would block or never end
+        if path.exists() and not path.is_file():  # a FIFO or device would block or never end
             raise LegatoError(f"{where}: external data {quote(location)} is not a "
                               "regular file")
         with open(path, "rb") as data_file:

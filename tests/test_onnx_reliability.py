@@ -1,0 +1,362 @@
+"""The ONNX importer on hostile models: no crash, no raw exception, no unbounded allocation,
+no file read outside the model's directory. Every bad model is a LegatoError that names
+the node, attribute, input or tensor at fault."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from legato import LegatoError  # noqa: E402
+from legato.frontends import onnx as lonnx  # noqa: E402
+from tests.test_onnx_import import F, model, tensor  # noqa: E402
+
+
+def relu_model(shape=("batch", 3)):
+    return model([helper.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", list(shape))],
+                 [tensor("y", None)])
+
+
+def with_attribute(node, name, value):
+    """`node` with attribute `name` replaced by `value`, whatever its type."""
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend(kept + [helper.make_attribute(name, value)])
+    return node
+
+
+# --- models that used to kill the process -----------------------------------------------------
+
+def limit_memory():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def load_in_subprocess(build: str) -> str:
+    """Run `build` (which defines `model` and `shapes`) and load it in a fresh interpreter:
+    a crash in onnx's C++ code fails this test instead of killing pytest."""
+    script = textwrap.dedent("""
+        import onnx
+        from onnx import helper
+        from legato import LegatoError
+        from legato.frontends import onnx as lonnx
+        shapes = None
+    """) + textwrap.dedent(build) + textwrap.dedent("""
+        try:
+            lonnx.load(model, shapes)
+            print("LOADED")
+        except LegatoError as err:
+            print("LegatoError:", err)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit_memory)
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def test_a_mistyped_attribute_below_opset_13_is_refused_before_the_version_converter():
+    out = load_in_subprocess("""
+        node = helper.make_node("Unsqueeze", ["x"], ["y"], name="u")
+        node.attribute.append(helper.make_attribute("axes", 1.0))
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                                  [helper.make_tensor_value_info("y", 1, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    """)
+    assert out.startswith("LegatoError: Unsqueeze node 'u': attribute 'axes' must be INTS, "
+                          "got FLOAT"), out
+
+
+def test_a_dangling_input_below_opset_13_is_refused_before_the_version_converter():
+    out = load_in_subprocess("""
+        node = helper.make_node("Relu", ["nowhere"], ["y"], name="r")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                                  [helper.make_tensor_value_info("y", 1, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    """)
+    assert "Relu node 'r': input 0 'nowhere' is not defined" in out, out
+
+
+@pytest.mark.parametrize("binding", ["{'b': -2}", "{'x': (-1, 3)}", "{'b': 2 ** 62}"])
+def test_negative_or_absurd_input_sizes_are_refused_before_shape_inference(binding):
+    out = load_in_subprocess(f"""
+        node = helper.make_node("Relu", ["x"], ["y"])
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, ["b", 3])],
+                                  [helper.make_tensor_value_info("y", 1, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        shapes = {binding}
+    """)
+    assert out.startswith("LegatoError: input_shapes[") and \
+        ("is negative" in out or "exceeds the limit" in out), out
+
+
+def test_shape_inference_time_and_memory_do_not_grow_with_declared_sizes():
+    # onnx's data propagation materializes 1-D shape data: a (2**40,) tensor took 13 s and
+    # more than 2 GiB before the importer stopped asking for it
+    out = load_in_subprocess("""
+        from onnx import numpy_helper
+        import numpy as np
+        nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=0),
+                 helper.make_node("Cast", ["m"], ["y"], to=10)]
+        axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2 ** 40, 3])],
+                                  [helper.make_tensor_value_info("y", 10, None)], [axes])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    """)
+    assert out.startswith("LOADED"), out
+
+
+def test_names_that_are_not_utf8_are_refused():
+    node = helper.make_node("Relu", ["x"], ["y"], name="r")
+    data = model([node], [tensor("x", [2])], [tensor("y", None)]).SerializeToString()
+    damaged = onnx.ModelProto.FromString(data.replace(b"Relu", b"R\xffel"))
+    with pytest.raises(LegatoError, match=r"node #0: b'R\\xffel' is not valid UTF-8"):
+        lonnx.load(damaged)
+
+
+def test_a_negative_declared_dimension_is_refused():
+    with pytest.raises(LegatoError, match=r"input 'x' dimension 0: size -4 is negative"):
+        lonnx.load(relu_model((-4, 3)))
+
+
+# --- attributes, inputs and input_shapes of the wrong kind ----------------------------------
+
+@pytest.mark.parametrize("op, name, value, message", [
+    ("LayerNormalization", "axis", [1], "attribute 'axis' must be INT, got INTS"),
+    ("LayerNormalization", "epsilon", "small", "attribute 'epsilon' must be FLOAT, got STRING"),
+    ("Gemm", "transB", 1.0, "attribute 'transB' must be INT, got FLOAT"),
+    ("Transpose", "perm", numpy_helper.from_array(np.array([1, 0])),
+     "attribute 'perm' must be INTS, got TENSOR"),
+    ("Concat", "axis", [0.5], "attribute 'axis' must be INT, got FLOATS"),
+    ("Relu", "alpha", 1.0, "attribute 'alpha' is not an attribute of Relu"),
+])
+def test_attributes_are_checked_against_the_operator_schema(op, name, value, message):
+    inputs = {"LayerNormalization": ["x", "g"], "Gemm": ["x", "x"]}.get(op, ["x"])
+    node = with_attribute(helper.make_node(op, inputs, ["y"], name="n"), name, value)
+    g = numpy_helper.from_array(np.ones(2, np.float32), "g")
+    bad = model([node], [tensor("x", [2, 2])], [tensor("y", None)], [g])
+    with pytest.raises(LegatoError, match=f"{op} node 'n': {message}"):
+        lonnx.load(bad)
+
+
+def test_a_missing_required_attribute_and_an_undecodable_string_are_named():
+    split = helper.make_node("Squeeze", ["x"], ["y"], name="s")   # opset 11: axes optional
+    pool = helper.make_node("MaxPool", ["x"], ["y"], name="p")    # kernel_shape required
+    with pytest.raises(LegatoError, match="MaxPool node 'p': required attribute "
+                                          "'kernel_shape' is missing"):
+        lonnx.load(model([pool], [tensor("x", [1, 1, 4, 4])], [tensor("y", None)]))
+    assert lonnx.load(model([split], [tensor("x", [1, 3])], [tensor("y", None)], opset=11))
+    gelu = helper.make_node("Gelu", ["x"], ["y"], name="g", approximate="tanh")
+    gelu.attribute[0].s = b"\xff\xfe"
+    with pytest.raises(LegatoError, match="Gelu node 'g': attribute 'approximate' is not "
+                                          "valid UTF-8"):
+        lonnx.load(model([gelu], [tensor("x", [2])], [tensor("y", None)], opset=20))
+
+
+@pytest.mark.parametrize("op, inputs, message", [
+    ("Add", ["x", ""], r"input 1 \(B\) is required but missing"),
+    ("LayerNormalization", ["x", ""], r"input 1 \(Scale\) is required but missing"),
+    ("Add", ["x"], "inputs: 1 given, the schema takes 2"),
+    ("Relu", ["x", "x"], "inputs: 2 given, the schema takes 1"),
+])
+def test_missing_inputs_are_named(op, inputs, message):
+    bad = model([helper.make_node(op, inputs, ["y"], name="n")], [tensor("x", [2, 2])],
+                [tensor("y", None)])
+    with pytest.raises(LegatoError, match=f"{op} node 'n': {message}"):
+        lonnx.load(bad)
+
+
+def test_a_converter_reads_required_inputs_through_one_checked_accessor():
+    from legato.frontends.onnx_convert import Node
+    proto = helper.make_node("Add", ["x", ""], ["y"], name="n")
+    node = Node(None, proto, [object(), None], {}, 18)
+    assert node.input(1) is None and node.input(5) is None
+    with pytest.raises(LegatoError, match=r"Add node 'n': input 1 is required but missing"):
+        node.arg(1)
+
+
+def test_optional_inputs_left_empty_are_accepted():
+    clip = helper.make_node("Clip", ["x", "", "hi"], ["y"], name="c")
+    hi = numpy_helper.from_array(np.array(1.0, np.float32), "hi")
+    mod = lonnx.load(model([clip], [tensor("x", [3])], [tensor("y", None)], [hi]))
+    assert [c.op for c in mod.main.calls] == ["clip"]
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"batch": 2.0}, r"input_shapes\['batch'\]: shape 2.0 is not a sequence of sizes"),
+    ({"batch": "2"}, r"input_shapes\['batch'\]: shape '2' is not a sequence of sizes"),
+    ({"batch": True}, r"input_shapes\['batch'\]: shape True is not a sequence of sizes"),
+    ({"batch": None}, r"input_shapes\['batch'\]: shape None is not a sequence of sizes"),
+    ({"x": (2.5, 3)}, r"input_shapes\['x'\] dimension 0: size 2.5 is not an integer"),
+    ({"x": (2, 3, 4)}, r"input 'x' has rank 2, the bound shape \[2, 3, 4\] rank 3"),
+    ({"x": 2}, r"input 'x' needs a shape"),
+    ({"batch": (2, 3)}, r"dimension 0 of input 'x' needs a size"),
+    ({"batch": 2 ** 41}, r"size 2199023255552 exceeds the limit"),
+    ([("batch", 2)], "input_shapes must be a mapping"),
+])
+def test_wrongly_typed_input_shapes_are_named(shapes, message):
+    with pytest.raises(LegatoError, match=message):
+        lonnx.load(relu_model(), shapes)
+
+
+def test_numpy_sizes_are_accepted_in_input_shapes():
+    mod = lonnx.load(relu_model(), {"batch": np.int64(4)})
+    assert mod.main.params[0].type.shape == (4, 3)
+
+
+def test_a_graph_out_of_order_or_reassigning_a_name_is_refused():
+    nodes = [helper.make_node("Relu", ["h"], ["y"], name="second"),
+             helper.make_node("Relu", ["x"], ["h"], name="first")]
+    with pytest.raises(LegatoError, match="Relu node 'second': input 0 'h' is not defined by "
+                                          "an earlier node"):
+        lonnx.load(model(nodes, [tensor("x", [2])], [tensor("y", None)]))
+    nodes = [helper.make_node("Relu", ["x"], ["x"], name="again")]
+    with pytest.raises(LegatoError, match="Relu node 'again': output 'x' is already defined"):
+        lonnx.load(model(nodes, [tensor("x", [2])], [tensor("x", None)]))
+
+
+# --- sizes a model lies about ---------------------------------------------------------------
+
+def add_with(initializer):
+    return model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor("x", [1])],
+                 [tensor("y", None)], [initializer])
+
+
+def test_a_16_gib_initializer_over_a_few_bytes_is_refused_before_allocating():
+    huge = TensorProto(name="w", data_type=F, dims=[1 << 32, 1], raw_data=bytes(16))
+    with pytest.raises(LegatoError, match=r"initializer 'w': declares shape \[4294967296, 1\] "
+                                          r"of float32 \(17179869184 bytes\) but holds 16"):
+        lonnx.load(add_with(huge))
+    typed = TensorProto(name="w", data_type=F, dims=[1 << 32], float_data=[1.0, 2.0])
+    with pytest.raises(LegatoError, match=r"\(4294967296 values\) but holds 2 values"):
+        lonnx.load(add_with(typed))
+
+
+def test_negative_and_absurd_tensor_dims_are_refused():
+    negative = TensorProto(name="w", data_type=F, dims=[-2], raw_data=bytes(8))
+    with pytest.raises(LegatoError, match="initializer 'w' dimension 0: size -2 is negative"):
+        lonnx.load(add_with(negative))
+    absurd = TensorProto(name="w", data_type=F, dims=[1 << 30] * 3)
+    with pytest.raises(LegatoError, match="initializer 'w': shape .* elements, more than"):
+        lonnx.load(add_with(absurd))
+
+
+def test_a_huge_declared_input_is_imported_without_allocating():
+    # 16 GiB of float32 declared: the importer only records the type
+    mod = lonnx.load(relu_model((1 << 32, 1)))
+    assert mod.main.params[0].type.shape == (1 << 32, 1)
+
+
+def test_converters_refuse_to_build_huge_constants_from_declared_shapes():
+    pool = helper.make_node("MaxPool", ["x"], ["y", "i"], name="p", kernel_shape=[2, 2])
+    big = model([pool], [tensor("x", [1, 1, 1 << 16, 1 << 16])],
+                [tensor("y", None), tensor("i", None, TensorProto.INT64)])
+    with pytest.raises(LegatoError, match=r"MaxPool node 'p': MaxPool's Indices table would "
+                                          r"be a constant of 4294967296 elements"):
+        lonnx.load(big)
+    reduce = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="r", keepdims=0)
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    empty = model([reduce], [tensor("x", [0, 1 << 30])], [tensor("y", None)], [axes])
+    with pytest.raises(LegatoError, match=r"ReduceSum node 'r': the reduction of an empty "
+                                          r"axis would be a constant of 1073741824 elements"):
+        lonnx.load(empty)
+
+
+# --- external data ----------------------------------------------------------------------------
+
+def external_model(location="w.bin", offset=0, length=None, values=(1.0, 2.0)):
+    w = TensorProto(name="w", data_type=F, dims=[len(values)], data_location=1)
+    entries = {"location": location, "offset": str(offset),
+               "length": str(4 * len(values) if length is None else length)}
+    for key, value in entries.items():
+        w.external_data.add(key=key, value=value)
+    return model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor("x", [len(values)])],
+                 [tensor("y", None)], [w])
+
+
+def write_data(directory, values=(1.0, 2.0), name="w.bin"):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_bytes(np.array(values, np.float32).tobytes())
+
+
+def weights(mod):
+    return mod.main.calls[0].inputs[1].data.tolist()
+
+
+def test_external_data_of_a_model_proto_is_read_from_base_dir_only(tmp_path, monkeypatch):
+    write_data(tmp_path / "model")
+    write_data(tmp_path, values=(7.0, 7.0))   # the current directory holds other data
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LegatoError, match="pass base_dir="):
+        lonnx.load(external_model())
+    proto = external_model()
+    assert weights(lonnx.load(proto, base_dir=tmp_path / "model")) == [1.0, 2.0]
+    assert proto.graph.initializer[0].data_location == 1   # the caller's model is unchanged
+
+
+def test_external_data_of_a_path_is_read_next_to_the_file(tmp_path, monkeypatch):
+    write_data(tmp_path / "model")
+    onnx.save(external_model(), str(tmp_path / "model" / "m.onnx"))
+    write_data(tmp_path, values=(7.0, 7.0))
+    monkeypatch.chdir(tmp_path)
+    assert weights(lonnx.load(tmp_path / "model" / "m.onnx")) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("location, message", [
+    ("../outside.bin", "resolves outside the model's directory"),
+    ("sub/../../outside.bin", "resolves outside the model's directory"),
+    ("/etc/passwd", "must be a relative path inside"),
+    ("link.bin", "resolves outside the model's directory"),
+    ("missing.bin", "'missing.bin': No such file"),
+    ("sub", "is not a regular file"),
+])
+def test_external_data_outside_base_dir_is_refused(tmp_path, location, message):
+    write_data(tmp_path / "model")
+    write_data(tmp_path, name="outside.bin")
+    (tmp_path / "model" / "sub").mkdir()
+    os.symlink(tmp_path / "outside.bin", tmp_path / "model" / "link.bin")
+    with pytest.raises(LegatoError, match=f"tensor 'w': .*{message}"):
+        lonnx.load(external_model(location), base_dir=tmp_path / "model")
+
+
+def test_a_symlink_that_stays_inside_base_dir_is_followed(tmp_path):
+    write_data(tmp_path / "model" / "data")
+    os.symlink(tmp_path / "model" / "data" / "w.bin", tmp_path / "model" / "link.bin")
+    assert weights(lonnx.load(external_model("link.bin"), base_dir=tmp_path / "model")) == \
+        [1.0, 2.0]
+
+
+@pytest.mark.parametrize("offset, length, message", [
+    (4, None, r"needs bytes 4 to 12 of 'w.bin', which has 8"),
+    (0, 1 << 34, r"length 17179869184 does not match the declared shape \[2\] \(8 bytes\)"),
+    ("-1", None, r"offset '-1' is not a non-negative integer"),
+])
+def test_external_data_sizes_must_match_the_file_and_the_dims(tmp_path, offset, length, message):
+    write_data(tmp_path)
+    with pytest.raises(LegatoError, match=message):
+        lonnx.load(external_model(offset=offset, length=length), base_dir=tmp_path)
+
+
+# --- no quadratic behaviour ---------------------------------------------------------------------
+
+def chain(n):
+    nodes = [helper.make_node("Relu", [f"h{i}"], [f"h{i + 1}"]) for i in range(n)]
+    return model(nodes, [tensor("h0", [2])], [tensor(f"h{n}", None)])
+
+
+def test_import_time_grows_linearly_with_the_graph():
+    small, large = chain(500), chain(5000)
+    lonnx.load(small)
+    timings = []
+    for proto in (small, large):
+        start = time.perf_counter()
+        lonnx.load(proto)
+        timings.append(time.perf_counter() - start)
+    assert timings[1] < 40 * timings[0] + 0.5, timings   # 10x the nodes; quadratic is 100x
