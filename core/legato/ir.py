@@ -6,6 +6,8 @@ only if they are the same object; `structural_equal` compares modules up to rena
 from __future__ import annotations
 
 import json
+import math
+import operator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -17,6 +19,13 @@ from .errors import IRError
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16",
           "int8", "uint8", "bool")
 FUNCTION_KINDS = ("default", "primitive", "external")
+# numpy cannot make arrays of higher rank (32 before numpy 2)
+MAX_RANK = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+# far beyond any real tensor (256 TiB of 8-byte values), and small enough that element
+# counts, byte sizes and offsets never overflow int64
+MAX_ELEMENTS = 2 ** 45
+# attribute lists nest this deep at most, so no walk over them can exhaust the stack
+MAX_ATTR_DEPTH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +36,18 @@ class TensorType:
     dtype: str
 
     def __post_init__(self):
-        if type(self.shape) is not tuple:
-            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if type(self.shape) is not tuple or any(type(d) is not int for d in self.shape):
+            object.__setattr__(self, "shape", _dims(self.shape))
         if self.dtype not in DTYPES:
-            raise IRError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+            raise IRError(f"unknown dtype {_bounded(self.dtype)}; "
+                          f"expected one of {', '.join(DTYPES)}")
+        if len(self.shape) > MAX_RANK:
+            raise IRError(f"rank {len(self.shape)} is above the limit of {MAX_RANK}")
         if any(d < 0 for d in self.shape):
-            raise IRError(f"negative dimension in shape {list(self.shape)}")
+            raise IRError(f"negative dimension in shape {_bounded(list(self.shape))}")
+        if math.prod(self.shape) > MAX_ELEMENTS:
+            raise IRError(f"shape {_bounded(list(self.shape))} is too large: a tensor holds "
+                          f"at most 2**45 elements")
 
     @property
     def rank(self) -> int:
@@ -40,10 +55,29 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def _dims(shape) -> tuple[int, ...]:
+    try:
+        dims = tuple(shape)
+        if len(dims) > MAX_RANK:
+            raise IRError(f"rank {len(dims)} is above the limit of {MAX_RANK}")
+        return tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise IRError(f"shape {_bounded(shape)} is not a sequence of integers") from None
+
+
+def _bounded(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: messages never quote unbounded user data."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer with more digits than Python converts to text
+        text = "<a number too long to print>"
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 class AttrList(tuple):
@@ -66,7 +100,7 @@ class AttrList(tuple):
         return repr(list(self))
 
 
-def freeze_attr(value: Any, where: str = "attribute") -> Any:
+def freeze_attr(value: Any, where: str = "attribute", depth: int = 0) -> Any:
     """Turn a JSON-like value into its immutable form (lists become AttrList)."""
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -75,10 +109,28 @@ def freeze_attr(value: Any, where: str = "attribute") -> Any:
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (list, tuple, np.ndarray)):
-        return AttrList(freeze_attr(v, where) for v in value)
+        if depth >= MAX_ATTR_DEPTH:
+            raise IRError(f"{where}: lists nested more than {MAX_ATTR_DEPTH} deep")
+        return AttrList(freeze_attr(v, where, depth + 1) for v in value)
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return np.dtype(value).name
-    raise IRError(f"{where}: {value!r} is not JSON-like (int, float, bool, str, None or a list)")
+    raise IRError(f"{where}: {_bounded(value)} is not JSON-like "
+                  "(int, float, bool, str, None or a list)")
+
+
+def attr_key(value: Any, depth: int = 0) -> Any:
+    """A hashable key for an attribute value that tells apart what == conflates: True, 1
+    and 1.0 get different keys, and NaN equals itself. Lists and tuples share keys.
+    Raises TypeError for values that cannot be keys (unhashable or nested too deep)."""
+    kind = type(value)
+    if kind is list or kind is tuple or kind is AttrList:
+        if depth >= MAX_ATTR_DEPTH:
+            raise TypeError("attribute lists nested too deep")
+        return (list, tuple(attr_key(v, depth + 1) for v in value))
+    if kind is float:
+        return (float, repr(value))
+    hash(value)
+    return (kind, value)
 
 
 def thaw_attr(value: Any) -> Any:
@@ -91,7 +143,7 @@ def thaw_attr(value: Any) -> Any:
 class Attrs(Mapping):
     """An immutable, hashable mapping of attribute names to JSON-like values."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_key")
 
     def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), *,
                  _frozen: bool = False):
@@ -99,8 +151,9 @@ class Attrs(Mapping):
         if _frozen:
             self._items = dict(pairs)
         else:
-            self._items = {str(k): freeze_attr(v, f"attribute {k!r}") for k, v in pairs}
-        self._hash = None
+            self._items = {str(k): freeze_attr(v, f"attribute {_bounded(k)}")
+                           for k, v in pairs}
+        self._key = None
 
     def __getitem__(self, key):
         return self._items[key]
@@ -111,16 +164,24 @@ class Attrs(Mapping):
     def __len__(self):
         return len(self._items)
 
+    def key(self) -> frozenset:
+        """The attributes as a hashable key that tells True, 1 and 1.0 apart (key order
+        does not matter, as for dicts)."""
+        if self._key is None:
+            self._key = frozenset((k, attr_key(v)) for k, v in self._items.items())
+        return self._key
+
     def __hash__(self):
-        if self._hash is None:
-            self._hash = hash(tuple((k, _hashable(v)) for k, v in self._items.items()))
-        return self._hash
+        return hash(self.key())
 
     def __eq__(self, other):
         if isinstance(other, Attrs):
-            return self._items == other._items
+            return self is other or self.key() == other.key()
         if isinstance(other, Mapping):
-            return self._items == dict(other)
+            try:
+                return self.key() == Attrs(other).key()
+            except IRError:
+                return False
         return NotImplemented
 
     def __repr__(self):
@@ -128,11 +189,6 @@ class Attrs(Mapping):
 
     def to_json(self) -> dict:
         return {k: thaw_attr(v) for k, v in self._items.items()}
-
-
-def _hashable(value):
-    # float('nan') != itself; hash by repr keeps cache keys stable for NaN attributes
-    return repr(value) if isinstance(value, float) else value
 
 
 EMPTY_ATTRS = Attrs()
@@ -197,9 +253,22 @@ class Origin:
                 "rules": list(self.rules)}
 
     @staticmethod
-    def from_json(obj: dict) -> "Origin":
-        return Origin(obj["op"], Attrs(obj.get("attrs", {})), obj["source"],
-                      tuple(obj.get("rules", ())))
+    def from_json(obj: Any) -> "Origin":
+        """The inverse of to_json; IRError names what is missing or mistyped."""
+        if not isinstance(obj, dict):
+            raise IRError(f"an origin must be a JSON object, not {_bounded(obj)}")
+        unknown = sorted(set(obj) - {"op", "attrs", "source", "rules"})
+        if unknown:
+            raise IRError(f"origin: unknown key {_bounded(unknown[0])}")
+        for key in ("op", "source"):
+            if not isinstance(obj.get(key), str):
+                raise IRError(f"origin: {key!r} must be a string, got {_bounded(obj.get(key))}")
+        attrs, rules = obj.get("attrs", {}), obj.get("rules", [])
+        if not isinstance(attrs, dict):
+            raise IRError(f"origin: 'attrs' must be a JSON object, got {_bounded(attrs)}")
+        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+            raise IRError(f"origin: 'rules' must be a list of strings, got {_bounded(rules)}")
+        return Origin(obj["op"], Attrs(attrs), obj["source"], tuple(rules))
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -7,7 +7,11 @@
     }
 
 Attributes and origins are JSON. Constants of more than 64 elements are base64 of their
-little-endian bytes, so weights round-trip exactly.
+little-endian bytes, so weights round-trip exactly. Unnamed values print as numbers
+(`%0`); a name that is not an identifier prints as a JSON string (`%"input:0"`).
+
+The parser reads each line with a forward-only scanner (`_Line`), so its time is linear
+in the size of the text however long a line is.
 """
 from __future__ import annotations
 
@@ -17,11 +21,12 @@ import re
 
 import numpy as np
 
-from .errors import ParseError
-from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value
+from .errors import IRError, LegatoError, ParseError
+from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value, _bounded
 
 INLINE_LIMIT = 64
-_NAME_OK = re.compile(r"^[A-Za-z_][\w.]*$")
+_NAME_OK = re.compile(r"[A-Za-z_][\w.]*\Z")
+_SYMBOL_OK = re.compile(r"[\w.]+\Z")
 
 
 def print_module(module: Module) -> str:
@@ -30,31 +35,35 @@ def print_module(module: Module) -> str:
 
 def print_function(name: str, fn: Function) -> str:
     names: dict[int, str] = {}
+    taken: set[str] = set()
     params = []
     for i, p in enumerate(fn.params):
-        pname = p.name if p.name and _NAME_OK.match(p.name) and \
-            p.name not in names.values() else f"arg{i}"
-        names[id(p)] = "%" + pname
-        params.append(f"%{pname}: {p.type}")
-    header = f"func @{name}({', '.join(params)}) -> ({', '.join(map(str, fn.result_types))})"
+        pname = _symbol("%", p.name) if _printable_name(p.name, taken) else f"%{i}"
+        taken.add(pname)
+        names[id(p)] = pname
+        params.append(f"{pname}: {p.type}")
+    header = f"func {_symbol('@', name)}({', '.join(params)}) -> " \
+             f"({', '.join(map(str, fn.result_types))})"
     if fn.kind != "default":
         header += f" kind={fn.kind}"
     if fn.attrs:
         header += f" attrs {json.dumps(fn.attrs.to_json())}"
     lines = [header + " {"]
-    counter = 0
+    counter = len(fn.params)  # unnamed parameters use the numbers below this
 
     def ref(value):
         if value is None:
             return "None"
         if id(value) not in names:
             if not isinstance(value, Const):
-                raise ParseError(f"function @{name}: value {value!r} is used before definition")
-            names[id(value)] = f"%c{len(lines) - 1}"
+                raise IRError(f"function @{name}: value {value!r} is used before definition")
+            names[id(value)] = _fresh("%c", len(lines) - 1, taken)
             lines.append(f"  {names[id(value)]} = const {value.type} {_encode(value.data)}")
         return names[id(value)]
 
     for call in fn.calls:
+        if not call.outputs:
+            raise IRError(f"function @{name}: call of {call.op} has no results")
         args = ", ".join(ref(v) for v in call.inputs)
         outs = []
         for out in call.outputs:
@@ -73,6 +82,21 @@ def print_function(name: str, fn: Function) -> str:
     return "\n".join(lines)
 
 
+def _printable_name(pname, taken) -> bool:
+    return isinstance(pname, str) and _symbol("%", pname) not in taken
+
+
+def _symbol(sigil: str, name: str) -> str:
+    return sigil + (name if _NAME_OK.match(name) else json.dumps(name))
+
+
+def _fresh(prefix: str, number: int, taken: set[str]) -> str:
+    while f"{prefix}{number}" in taken:
+        number += 1
+    taken.add(f"{prefix}{number}")
+    return f"{prefix}{number}"
+
+
 def _encode(data: np.ndarray) -> str:
     if data.size <= INLINE_LIMIT:
         return json.dumps(data.ravel().tolist())
@@ -80,53 +104,218 @@ def _encode(data: np.ndarray) -> str:
     return 'b64"' + base64.b64encode(raw).decode("ascii") + '"'
 
 
+# --- constant data ------------------------------------------------------------------------
+
+def _numpy_dtype(name: str, where: str) -> np.dtype:
+    if name == "bfloat16":  # numpy knows bfloat16 only once ml_dtypes is imported
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ParseError(f"{where}: bfloat16 constants need the ml_dtypes package") \
+                from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def _decode(text: str, ttype: TensorType, where: str) -> np.ndarray:
-    dtype = np.dtype(ttype.dtype)
+    dtype = _numpy_dtype(ttype.dtype, where)
     try:
-        if text.startswith('b64"') and text.endswith('"'):
-            raw = base64.b64decode(text[4:-1], validate=True)
-            if len(raw) != ttype.size * dtype.itemsize:
-                raise ValueError(f"{len(raw)} bytes for {ttype} which needs "
-                                 f"{ttype.size * dtype.itemsize}")
-            flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
+        if text.startswith('b64"'):
+            flat = _decode_base64(text, ttype, dtype)
         else:
-            flat = np.array(json.loads(text), dtype=dtype).ravel()
-            if flat.size != ttype.size:
-                raise ValueError(f"{flat.size} values for {ttype}")
-    except ValueError as err:
+            flat = _decode_json(_json(text, where, "constant data"), ttype, dtype)
+    except _BadData as err:
         raise ParseError(f"{where}: bad constant data: {err}") from None
     return flat.reshape(ttype.shape)
 
 
+class _BadData(ValueError):
+    """Constant data that does not fit its type (the caller names the line)."""
+
+
+def _decode_base64(text, ttype, dtype) -> np.ndarray:
+    if not text.endswith('"') or len(text) < 5:
+        raise _BadData("base64 data must end with '\"'")
+    try:
+        raw = base64.b64decode(text[4:-1], validate=True)
+    except ValueError as err:
+        raise _BadData(f"bad base64: {err}") from None
+    if len(raw) != ttype.size * dtype.itemsize:
+        raise _BadData(f"{len(raw)} bytes for {ttype}, which needs "
+                       f"{ttype.size * dtype.itemsize}")
+    flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
+    if dtype == np.bool_ and flat.size and flat.view(np.uint8).max() > 1:
+        raise _BadData("bool data holds bytes other than 0 and 1")
+    return flat
+
+
+def _decode_json(items, ttype, dtype) -> np.ndarray:
+    if not isinstance(items, list):
+        raise _BadData(f"expected a JSON list or b64\"...\", got {_bounded(items)}")
+    if len(items) != ttype.size:
+        raise _BadData(f"{len(items)} values for {ttype}, which needs {ttype.size}")
+    # exact types: numpy would silently truncate 1.5 or 2 into an int or bool
+    allowed = {bool} if dtype.kind == "b" else {int} if dtype.kind in "iu" else {int, float}
+    if not set(map(type, items)) <= allowed:
+        wrong = next(v for v in items if type(v) not in allowed)
+        raise _BadData(f"value {_bounded(wrong)} is not a {ttype.dtype}")
+    if dtype.kind in "iu":
+        return _exact_ints(items, dtype, ttype)
+    if dtype.kind == "f" or ttype.dtype == "bfloat16":
+        return _floats(items, dtype, ttype)
+    return np.array(items, dtype=dtype)
+
+
+def _exact_ints(items, dtype, ttype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    if items and (min(items) < info.min or max(items) > info.max):
+        wrong = next(v for v in items if not info.min <= v <= info.max)
+        raise _BadData(f"value {_bounded(wrong)} is out of range for {ttype.dtype} "
+                       f"[{info.min}, {info.max}]")
+    return np.array(items, dtype=dtype)
+
+
+def _floats(items, dtype, ttype) -> np.ndarray:
+    """Floats narrowed to `dtype`; a finite value that would become inf is refused."""
+    try:
+        wide = np.array(items, dtype=np.float64)
+    except OverflowError:  # an integer beyond float64
+        wide = None
+    if wide is not None:
+        with np.errstate(over="ignore"):
+            narrow = wide.astype(dtype)
+        if not (np.isinf(narrow) & np.isfinite(wide)).any():
+            return narrow
+    wrong = next(v for v in items if _overflows(v, dtype))
+    raise _BadData(f"value {_bounded(wrong)} is out of range for {ttype.dtype}")
+
+
+def _overflows(value, dtype) -> bool:
+    try:
+        wide = float(value)
+    except OverflowError:
+        return True
+    with np.errstate(over="ignore"):
+        return bool(np.isinf(np.array(wide).astype(dtype))) and not np.isinf(wide)
+
+
 # --- parsing ------------------------------------------------------------------------------
 
-_TYPE = r"[a-z0-9]+\[[\d,\s]*\]"
-_HEADER = re.compile(r"^func @(?P<name>[\w.]+)\((?P<params>.*?)\)\s*->\s*\((?P<results>.*?)\)"
-                     r"(?:\s+kind=(?P<kind>\w+))?(?:\s+attrs\s+(?P<attrs>\{.*\}))?\s*\{$")
-_CONST = re.compile(rf"^(?P<name>%[\w.]+)\s*=\s*const\s+(?P<type>{_TYPE})\s+(?P<data>.+)$")
-_CALL = re.compile(r"^(?P<outs>%[\w.]+(?:\s*,\s*%[\w.]+)*)\s*=\s*(?P<op>[\w.]+)"
-                   r"\((?P<args>[^)]*)\)\s*(?P<rest>.*)$")
-_TYPE_PARTS = re.compile(r"^([a-z0-9]+)\[([\d,\s]*)\]$")
+_WORD = re.compile(r"[\w.]+")
+_DTYPE = re.compile(r"[a-z0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
+_SPACE = re.compile(r"[ \t]*")
+_MAX_DIGITS = 19  # dims beyond int64 are refused before int() reads them
+
+
+class _Line:
+    """A forward-only cursor over one line; its errors name the line and column."""
+
+    def __init__(self, text: str, number: int):
+        self.text, self.pos, self.number = text, 0, number
+        self.where = f"line {number}"
+
+    def error(self, message: str) -> ParseError:
+        return ParseError(f"line {self.number}, column {self.pos + 1}: {message}")
+
+    def skip(self) -> None:
+        self.pos = _SPACE.match(self.text, self.pos).end()
+
+    def at(self, literal: str) -> bool:
+        self.skip()
+        return self.text.startswith(literal, self.pos)
+
+    def take(self, literal: str) -> bool:
+        if self.at(literal):
+            self.pos += len(literal)
+            return True
+        return False
+
+    def expect(self, literal: str) -> None:
+        if not self.take(literal):
+            raise self.error(f"expected {literal!r}, got {self.rest()}")
+
+    def rest(self) -> str:
+        tail = self.text[self.pos:self.pos + 40]
+        return repr(tail + ("..." if self.pos + 40 < len(self.text) else "")) if tail \
+            else "the end of the line"
+
+    def match(self, pattern: re.Pattern, what: str) -> str:
+        self.skip()
+        found = pattern.match(self.text, self.pos)
+        if not found:
+            raise self.error(f"expected {what}, got {self.rest()}")
+        self.pos = found.end()
+        return found.group()
+
+    def symbol(self, sigil: str) -> tuple[str, str | None]:
+        """`%name`, `@name` or a sigil and a JSON string: (key, name). Plain digits (`%0`)
+        name nothing (name None); a quoted `%"0"` is the name "0" under another key."""
+        self.expect(sigil)
+        if not self.text.startswith('"', self.pos):
+            key = self.match(_WORD, f"a name after {sigil!r}")
+            return key, None if key.isdigit() else key
+        start = self.pos
+        name = self.json(f"a {sigil} name")
+        if not isinstance(name, str):
+            raise self.error(f"a {sigil} name must be a string")
+        return (self.text[start:self.pos] if name.isdigit() else name), name
+
+    def json(self, what: str):
+        self.skip()
+        value, self.pos = _raw_json(self.text, self.pos, self.where, what)
+        return value
+
+    def type(self) -> TensorType:
+        dtype = self.match(_DTYPE, "a type like float32[4, 8]")
+        self.expect("[")
+        dims = []
+        while not self.take("]"):
+            if dims:
+                self.expect(",")
+            digits = self.match(_DIGITS, "a dimension")
+            if len(digits) > _MAX_DIGITS:
+                raise self.error(f"dimension of {len(digits)} digits is too large")
+            dims.append(int(digits))
+            if len(dims) > 64:  # far past any rank limit; stop reading
+                break
+        try:
+            return TensorType(tuple(dims), dtype)
+        except IRError as err:
+            raise self.error(str(err)) from None
+
+    def types(self) -> list[TensorType]:
+        """A comma-separated list of types, possibly empty."""
+        if not _DTYPE.match(self.text, _SPACE.match(self.text, self.pos).end()):
+            return []
+        found = [self.type()]
+        while self.take(","):
+            found.append(self.type())
+        return found
+
+    def end(self) -> None:
+        self.skip()
+        if self.pos != len(self.text):
+            raise self.error(f"unexpected {self.rest()}")
 
 
 def parse_type(text: str, where: str = "type") -> TensorType:
-    match = _TYPE_PARTS.match(text.strip())
-    if not match:
-        raise ParseError(f"{where}: {text.strip()!r} is not a type like float32[4, 8]")
-    dims = [d for d in match.group(2).replace(" ", "").split(",") if d]
+    line = _Line(text, 0)
     try:
-        return TensorType(tuple(int(d) for d in dims), match.group(1))
-    except Exception as err:
-        raise ParseError(f"{where}: {err}") from None
-
-
-def _types(text: str, where: str) -> list[TensorType]:
-    return [parse_type(t, where) for t in re.findall(_TYPE, text)] if text.strip() else []
+        found = line.type()
+        line.end()
+    except ParseError as err:
+        raise ParseError(f"{where}: {_bounded(text.strip())} is not a type like "
+                         f"float32[4, 8] ({str(err).split(': ', 1)[-1]})") from None
+    return found
 
 
 def parse(text: str, registry=None) -> Module:
     """Read the text form back into a Module (verified)."""
     from .verify import verify
+    if registry is None:
+        from .builder import default_registry
+        registry = default_registry()
     functions: dict[str, Function] = {}
     lines = text.splitlines()
     i = 0
@@ -135,105 +324,194 @@ def parse(text: str, registry=None) -> Module:
         if not line or line.startswith("#"):
             i += 1
             continue
-        if not line.startswith("func "):
-            raise ParseError(f"line {i + 1}: expected 'func @name(...)', got {line[:60]!r}")
-        name, fn, i = _parse_function(lines, i, registry)
+        start = i + 1
+        name, parsed, i = _parse_function(lines, i, registry)
         if name in functions:
-            raise ParseError(f"line {i}: function @{name} is defined twice")
-        functions[name] = fn
+            raise ParseError(f"line {start}: function @{_bounded(name)} is defined twice")
+        functions[name] = parsed
     if "main" not in functions:
         raise ParseError("no function @main in the text")
-    module = Module(functions)
-    verify(module, registry)
+    module = Module({name: fn for name, (fn, _, _) in functions.items()})
+    verify(module, registry)  # first: a wrongly typed call explains a wrong result type
+    for name, (fn, declared, line) in functions.items():
+        _check_declared_results(name, fn, declared, line)
     return module
 
 
 def _parse_function(lines, start, registry):
-    head = _HEADER.match(lines[start].strip())
-    where = f"line {start + 1}"
-    if not head:
-        raise ParseError(f"{where}: malformed function header {lines[start].strip()[:80]!r}")
-    env: dict[str, Value] = {}
-    params = []
-    for part in filter(None, (p.strip() for p in _split_params(head["params"]))):
-        pname, _, ptype = part.partition(":")
-        value = Value(parse_type(ptype, where), pname.strip().lstrip("%"))
-        env[pname.strip()] = value
-        params.append(value)
+    head = _Line(lines[start].strip(), start + 1)
+    if not head.at("func"):
+        raise head.error(f"expected 'func @name(...)', got {head.rest()}")
+    name, env, params, result_types, kind, attrs = _parse_header(head)
     calls, results = [], None
     i = start + 1
     while i < len(lines):
-        line, where = lines[i].strip(), f"line {i + 1}"
+        line = _Line(lines[i].strip(), i + 1)
         i += 1
-        if not line or line.startswith("#"):
+        if not line.text or line.text.startswith("#"):
             continue
-        if line == "}":
+        if line.text == "}":
             break
-        if line.startswith("return"):
-            results = tuple(_lookup(env, r.strip(), where) for r in line[6:].split(",")
-                            if r.strip())
-        elif m := _CONST.match(line):
-            ttype = parse_type(m["type"], where)
-            env[m["name"]] = Const.of(_decode(m["data"].strip(), ttype, where))
-        elif m := _CALL.match(line):
-            calls.append(_parse_call(m, env, where))
+        if results is not None:
+            raise line.error("nothing may follow 'return' but '}'")
+        if line.take("return"):
+            results = _parse_return(line, env)
         else:
-            raise ParseError(f"{where}: cannot read {line[:80]!r}")
+            call = _parse_statement(line, env, registry)
+            if call is not None:
+                calls.append(call)
     else:
-        raise ParseError(f"line {start + 1}: function @{head['name']} has no closing '}}'")
+        raise ParseError(f"line {start + 1}: function @{_bounded(name)} has no closing '}}'")
     if results is None:
-        raise ParseError(f"line {start + 1}: function @{head['name']} has no return")
-    attrs = Attrs(_json(head["attrs"], f"line {start + 1}")) if head["attrs"] else Attrs()
+        raise ParseError(f"line {start + 1}: function @{_bounded(name)} has no return")
     try:
-        fn = Function(tuple(params), tuple(calls), results, head["kind"] or "default", attrs)
-    except Exception as err:
+        fn = Function(tuple(params), tuple(calls), results, kind, attrs)
+    except IRError as err:
         raise ParseError(f"line {start + 1}: {err}") from None
-    return head["name"], fn, i
+    return name, (fn, result_types, start + 1), i
 
 
-def _split_params(text: str):
-    # commas inside type brackets are not separators
-    return re.split(r",(?![^\[]*\])", text)
+def _check_declared_results(name: str, fn: Function, declared, line: int) -> None:
+    if list(fn.result_types) != declared:
+        raise ParseError(f"line {line}: function @{_bounded(name)} declares results "
+                         f"{_bounded([str(t) for t in declared])} but returns "
+                         f"{_bounded([str(t) for t in fn.result_types])}")
 
 
-def _parse_call(match, env, where) -> Call:
-    args = [a.strip() for a in match["args"].split(",") if a.strip()]
-    inputs = tuple(None if a == "None" else _lookup(env, a, where) for a in args)
-    rest = match["rest"]
-    attrs, origin = {}, None
-    if rest.startswith("{"):
-        attrs, end = _raw_json(rest, where)
-        rest = rest[end:].strip()
-    if not rest.startswith(":"):
-        raise ParseError(f"{where}: expected ': <result types>' after the call")
-    types_text, _, origin_text = rest[1:].partition(" origin ")
-    if origin_text:
-        origin = Origin.from_json(_json(origin_text, where))
-    outs = [o.strip() for o in match["outs"].split(",")]
-    types = _types(types_text, where)
+def _parse_header(head: _Line):
+    head.expect("func")
+    name = head.symbol("@")[1]
+    if name is None:
+        raise head.error("a function name cannot be a plain number")
+    head.expect("(")
+    env: dict[str, Value] = {}
+    params = []
+    while not head.take(")"):
+        if params:
+            head.expect(",")
+        key, pname = head.symbol("%")
+        head.expect(":")
+        value = Value(head.type(), pname)
+        _define(env, key, value, head)
+        params.append(value)
+    head.expect("->")
+    head.expect("(")
+    result_types = head.types()
+    head.expect(")")
+    kind, attrs = "default", Attrs()
+    if head.take("kind="):
+        kind = head.match(_WORD, "a function kind")
+    if head.take("attrs"):
+        found = head.json("function attributes")
+        if not isinstance(found, dict):
+            raise head.error(f"function attributes must be a JSON object, got {_bounded(found)}")
+        attrs = _attrs(found, head)
+    head.expect("{")
+    head.end()
+    return name, env, params, result_types, kind, attrs
+
+
+def _parse_return(line: _Line, env) -> tuple[Value, ...]:
+    results = []
+    if line.at("%"):
+        results.append(_lookup(env, line.symbol("%")[0], line))
+        while line.take(","):
+            results.append(_lookup(env, line.symbol("%")[0], line))
+    line.end()
+    return tuple(results)
+
+
+def _parse_statement(line: _Line, env, registry) -> Call | None:
+    """A constant definition (returns None) or a call."""
+    outs = [line.symbol("%")[0]]
+    while line.take(","):
+        outs.append(line.symbol("%")[0])
+    line.expect("=")
+    op = line.match(_WORD, "an op name or 'const'")
+    if op == "const" and len(outs) == 1 and not line.at("("):
+        ttype = line.type()
+        line.skip()
+        const = Const.of(_decode(line.text[line.pos:], ttype, line.where))
+        _define(env, outs[0], const, line)
+        return None
+    return _parse_call(line, op, outs, env, registry)
+
+
+def _parse_call(line: _Line, op: str, outs: list[str], env, registry) -> Call:
+    line.expect("(")
+    inputs = []
+    while not line.take(")"):
+        if inputs:
+            line.expect(",")
+        inputs.append(None if line.take("None") else _lookup(env, line.symbol("%")[0], line))
+    attrs = {}
+    if line.at("{"):
+        attrs = line.json("attributes")
+    line.expect(":")
+    types = line.types()
+    origin = None
+    if line.take("origin"):
+        try:
+            origin = Origin.from_json(line.json("origin"))
+        except IRError as err:
+            raise line.error(str(err)) from None
+    line.end()
     if len(types) != len(outs):
-        raise ParseError(f"{where}: {len(outs)} results but {len(types)} types")
+        raise line.error(f"{len(outs)} results but {len(types)} types")
     values = tuple(Value(t) for t in types)
-    for name, value in zip(outs, values):
-        if name in env:
-            raise ParseError(f"{where}: {name} is defined twice")
-        env[name] = value
-    return Call(match["op"], inputs, Attrs(attrs), values, origin)
+    for out, value in zip(outs, values):
+        _define(env, out, value, line)
+    return Call(op, tuple(inputs), _call_attrs(op, attrs, line, registry), values, origin)
 
 
-def _lookup(env, name, where):
+def _call_attrs(op: str, attrs: dict, line: _Line, registry) -> Attrs:
+    # the registry's normal form: defaults filled, ints where a float is expected widened
+    try:
+        return registry.get(op).normalize_attrs(attrs) if op in registry else Attrs(attrs)
+    except LegatoError as err:
+        raise line.error(str(err)) from None
+
+
+def _attrs(found: dict, line: _Line) -> Attrs:
+    try:
+        return Attrs(found)
+    except IRError as err:
+        raise line.error(str(err)) from None
+
+
+def _define(env, name: str, value: Value, line: _Line) -> None:
+    if name in env:
+        raise line.error(f"{_shown(name)} is defined twice")
+    env[name] = value
+
+
+def _lookup(env, name, line: _Line):
     try:
         return env[name]
     except KeyError:
-        raise ParseError(f"{where}: {name} is not defined") from None
+        raise ParseError(f"{line.where}: {_shown(name)} is not defined") from None
 
 
-def _raw_json(text, where):
+def _shown(key: str) -> str:
+    text = "%" + key if _SYMBOL_OK.match(key) else _symbol("%", key)
+    return text if len(text) <= 60 else text[:56] + " ..."
+
+
+def _raw_json(text: str, pos: int, where: str, what: str):
     try:
-        return json.JSONDecoder().raw_decode(text)
+        return json.JSONDecoder().raw_decode(text, pos)
     except json.JSONDecodeError as err:
-        raise ParseError(f"{where}: bad JSON: {err}") from None
+        raise ParseError(f"{where}: bad JSON in {what}: {err.msg} at column {err.colno}") \
+            from None
+    except RecursionError:
+        raise ParseError(f"{where}: {what} nests too deep") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python reads
+        raise ParseError(f"{where}: bad JSON in {what}: {_bounded(str(err))}") from None
 
 
-def _json(text, where):
-    return _raw_json(text.strip(), where)[0]
+def _json(text, where, what):
+    value, end = _raw_json(text, 0, where, what)
+    if text[end:].strip():
+        raise ParseError(f"{where}: unexpected text after the {what}: "
+                         f"{_bounded(text[end:].strip())}")
+    return value

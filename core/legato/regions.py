@@ -79,31 +79,53 @@ def group_calls(calls: tuple[Call, ...], key_of: Callable[[Call], Hashable | Non
     return list(zip(groups.keys, groups.members))
 
 
-def region_interface(members: list[Call], fn: Function) -> tuple[list[Value], list[Value]]:
+def region_interface(members: list[Call], fn: Function, readers=None
+                     ) -> tuple[list[Value], list[Value]]:
     """(inputs, outputs) of a region: values it reads but does not define (constants stay
-    inside), and values it defines that are read outside or returned."""
+    inside), and values it defines that are read outside or returned. `readers` (from
+    `value_readers(fn)`) saves recomputing the uses of every value for each region."""
     defined = {o for c in members for o in c.outputs}
     inside = set(map(id, members))
     inputs: list[Value] = []
+    seen: set[Value] = set()
     for c in members:
         for v in c.inputs:
-            if v is not None and v not in defined and not isinstance(v, Const) and v not in inputs:
+            if v is not None and v not in defined and not isinstance(v, Const) and v not in seen:
+                seen.add(v)
                 inputs.append(v)
-    used_outside = {v for c in fn.calls if id(c) not in inside for v in c.inputs}
-    used_outside |= set(fn.results)
-    outputs = [o for c in members for o in c.outputs if o in used_outside]
+    readers = value_readers(fn) if readers is None else readers
+    outputs = [o for c in members for o in c.outputs
+               if any(r not in inside for r in readers.get(o, ()))]
     return inputs, outputs
+
+
+def value_readers(fn: Function) -> dict[Value, set]:
+    """For each value, the ids of the calls that read it; None stands for `return`."""
+    readers: dict[Value, set] = {}
+    for c in fn.calls:
+        for v in c.inputs:
+            if v is not None:
+                readers.setdefault(v, set()).add(id(c))
+    for r in fn.results:
+        readers.setdefault(r, set()).add(None)
+    return readers
 
 
 def lift_regions(module: Module, fn_name: str, regions: list[tuple[str, str, Attrs,
                                                                    list[Call]]]) -> Module:
     """Replace each region (name, kind, attrs, calls) of function `fn_name` by a call of a
-    new module-level function holding those calls; the rest keeps its order."""
+    new module-level function holding those calls; the rest keeps its order. A region
+    none of whose values is used is dead code: it is dropped, as a call with no results
+    would be meaningless."""
     fn = module.functions[fn_name]
+    readers = value_readers(fn)
     new_functions, units = {}, []
     in_region = {}
     for name, kind, attrs, members in regions:
-        inputs, outputs = region_interface(members, fn)
+        inputs, outputs = region_interface(members, fn, readers)
+        if not outputs:
+            in_region.update((id(m), None) for m in members)
+            continue
         params = tuple(Value(v.type, v.name) for v in inputs)
         body = _rebind(members, dict(zip(inputs, params)))
         results = tuple(body[1].get(o, o) for o in outputs)
@@ -115,7 +137,7 @@ def lift_regions(module: Module, fn_name: str, regions: list[tuple[str, str, Att
     seen = set()
     for c in fn.calls:
         unit = in_region.get(id(c), c)
-        if id(unit) not in seen:
+        if unit is not None and id(unit) not in seen:
             seen.add(id(unit))
             units.append(unit)
     main = Function(fn.params, tuple(_topological(units)), fn.results, fn.kind, fn.attrs)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import OpError, RegistrationError, ShapeError
-from .ir import DTYPES, AttrList, Attrs, TensorType, freeze_attr
+from .ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
 REQUIRED = object()
@@ -73,7 +73,8 @@ class AttrSpec:
             return value
         if spec.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if spec == "floats" and isinstance(value, tuple):
+        if spec == "floats" and isinstance(value, tuple) and \
+                all(_TYPE_CHECKS["float"](v) for v in value):
             value = AttrList(float(v) for v in value)
         if not any(_TYPE_CHECKS[t](value) for t in spec.split("|")):
             raise OpError(f"{op}: attribute {self.name}={_show(value)} must be of type {self.type}")
@@ -127,9 +128,10 @@ class OpDef:
     def normalize_attrs(self, attrs: dict) -> Attrs:
         """Validate attributes, fill defaults, freeze; errors name the op and attribute."""
         try:  # decompositions emit the same few attribute sets over and over
-            key = tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items())
+            # keyed by type too: True, 1 and 1.0 are equal in Python but not as attributes
+            key = tuple((k, attr_key(v)) for k, v in attrs.items())
             cached = self._attr_cache.get(key)
-        except TypeError:  # unhashable (e.g. nested lists): validate without caching
+        except TypeError:  # unhashable or nested too deep: validate without caching
             key, cached = None, None
         if cached is None:
             cached = self._normalize(attrs)

@@ -28,6 +28,8 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
         defined.add(id(p))
     for index, call in enumerate(fn.calls):
         where = f"function @{name}, call {index} ({call.op})"
+        if not call.outputs:  # a pure call without results is dead and has no text form
+            raise IRError(f"{where}: a call needs at least one result")
         for value in call.inputs:
             if value is not None and id(value) not in defined and not isinstance(value, Const):
                 raise IRError(f"{where}: input {value!r} is not defined before use")
