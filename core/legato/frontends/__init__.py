@@ -1,7 +1,8 @@
 """Importers that turn models from other frameworks into legato modules.
 
-- `legato.frontends.onnx.load(path_or_model_proto, input_shapes=None)`: ONNX models
-  (needs the `onnx` package: `pip install legato[onnx]`).
+- `legato.frontends.onnx.load(path_or_model_proto, input_shapes=None, *, base_dir=None)`:
+  ONNX models (needs the `onnx` package: `pip install legato[onnx]`); external tensor data
+  is read from inside `base_dir` (for a path, the file's directory).
 - `legato.frontends.torch.load(module, example_inputs)`: PyTorch modules via torch.export.
 
 Each importer is imported on demand, so the core never needs onnx or torch.
