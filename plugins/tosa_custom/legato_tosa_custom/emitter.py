@@ -3,22 +3,27 @@
 The generic form (`"tosa.add"(%a, %b) : (...) -> ...`) is the one tosa-opt, torch-mlir and
 IREE all parse. Each legal call maps to one TOSA operator plus the operands TOSA spells
 out (shapes as tosa.const_shape, zero points, mul's shift, a zero bias); the printer never
-adapts ranks or layouts: legalization (rules.py) already did.
+adapts ranks or layouts: legalization (rules.py) already did. A call the backend does not
+take as it stands, or a tensor TOSA 1.0 has no type for, is refused (LegalizationError)
+before anything is printed for it: the printer never writes a module tosa-opt rejects.
 """
 from __future__ import annotations
 
 import json
 
 import numpy as np
-from legato.errors import LegatoError
+from legato.errors import LegalizationError, LegatoError
 from legato.ir import Const, Function, Module, TensorType, Value
 from legato.ops.base import norm_axes, norm_axis
 from legato.ops.primitives import slice_params
 
 from . import mlir
+from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, type_problem
+
+BACKEND = "tosa_custom"
 
 BINARY = {"add": "tosa.add", "subtract": "tosa.sub", "maximum": "tosa.maximum",
-          "minimum": "tosa.minimum", "power": "tosa.pow", "equal": "tosa.equal",
+          "minimum": "tosa.minimum", "tosa.pow": "tosa.pow", "equal": "tosa.equal",
           "greater": "tosa.greater", "logical_and": "tosa.logical_and",
           "logical_or": "tosa.logical_or", "where": "tosa.select"}
 UNARY = {"abs": "tosa.abs", "exp": "tosa.exp", "log": "tosa.log", "rsqrt": "tosa.rsqrt",
@@ -128,8 +133,11 @@ def _negative(body, call):
 
 def _clamp(body, call, low, high):
     dtype = call.inputs[0].dtype
-    low = -np.inf if low is None else low
-    high = np.inf if high is None else high
+    low = np.array(-np.inf if low is None else low, dtype)
+    high = np.array(np.inf if high is None else high, dtype)
+    # CLAMP needs min_val <= max_val. legato's clip bounds below first, then above, so
+    # bounds out of order give max everywhere (NaN stays NaN): CLAMP to [max, max].
+    low = min(low, high)
     return body.call_op("tosa.clamp", call, _inputs(body, call),
                         f"max_val = {mlir.float_attr(high, dtype)}, "
                         f"min_val = {mlir.float_attr(low, dtype)}")
@@ -208,7 +216,11 @@ def _avg_pool(body, call):
 def _custom(body, call):
     """tosa.custom: the tunnelled op's name and its non-tensor arguments as JSON."""
     attrs = call.attrs
-    payload = json.dumps(json.loads(attrs["implementation_attrs"]), sort_keys=True)
+    try:
+        payload = json.dumps(json.loads(attrs["implementation_attrs"]), sort_keys=True)
+    except ValueError as err:
+        raise LegatoError(f"tosa_custom emitter: custom op {attrs['operator_name']!r} has "
+                          f"implementation_attrs that are not JSON: {err}") from None
     props = (f"domain_name = {mlir.string(attrs['domain_name'])}, "
              f"implementation_attrs = {mlir.string(payload)}, "
              f"operator_name = {mlir.string(attrs['operator_name'])}")
@@ -232,20 +244,58 @@ PRINTERS = {
 }
 
 
+# --- what may be printed ------------------------------------------------------------------
+
+def _refuse(where: str, why: str):
+    raise LegalizationError(f"tosa_custom emitter: {where}: {why}; it has no valid TOSA 1.0 "
+                            "form (legalize the module for tosa_custom first)")
+
+
+def _check_call(call, backend) -> None:
+    """A custom call carries any TOSA tensors; any other call must be legal as it stands."""
+    if call.op == "custom":
+        where = f"custom op {call.attrs['operator_name']}"
+        if len(call.inputs) > MAX_TENSOR_LIST:
+            _refuse(where, f"{len(call.inputs)} operands (at most {MAX_TENSOR_LIST})")
+        for value in [v for v in call.inputs if v is not None] + list(call.outputs):
+            problem = type_problem(value.type, CUSTOM_DTYPES)
+            if problem is not None:
+                _refuse(where, problem)
+        return
+    if call.op not in PRINTERS:
+        _refuse(call.op, "no TOSA operator prints it")
+    why = backend.why_not(call)
+    if why is not None:
+        _refuse(call.op, why)
+
+
+def _check_signature(name: str, fn: Function) -> None:
+    for kind, values in (("parameter", fn.params), ("result", fn.results)):
+        for index, value in enumerate(values):
+            problem = type_problem(value.type, CUSTOM_DTYPES)
+            if problem is not None:
+                _refuse(f"function {name} {kind} {index}", problem)
+
+
+def _backend():
+    from legato.plugins import get_host  # the host, once plugins have registered
+    return get_host().backend(BACKEND)
+
+
 # --- functions and the module -------------------------------------------------------------
 
-def emit_function(name: str, fn: Function) -> list[str]:
+def emit_function(name: str, fn: Function, backend=None) -> list[str]:
+    backend = backend or _backend()
+    for call in fn.calls:
+        _check_call(call, backend)
+    _check_signature(name, fn)
     body = _Body()
     args = []
     for index, param in enumerate(fn.params):
         body.bind(param, f"%arg{index}")
         args.append(f"%arg{index}: {body.types[f'%arg{index}']}")
     for call in fn.calls:
-        printer = PRINTERS.get(call.op)
-        if printer is None:
-            raise LegatoError(f"tosa_custom emitter: {call.op} has no TOSA form; "
-                              "legalize the module for tosa_custom first")
-        for value, result in zip(call.outputs, printer(body, call)):
+        for value, result in zip(call.outputs, PRINTERS[call.op](body, call)):
             body.names[value] = result
     results = [body.value(r) for r in fn.results]
     result_types = [mlir.tensor_type(r.type) for r in fn.results]
@@ -260,12 +310,13 @@ def emit_function(name: str, fn: Function) -> list[str]:
 def emit_mlir(module: Module) -> str:
     """The module as TOSA 1.0 MLIR text (generic op form); main first."""
     names = ["main"] + [n for n in module.functions if n != "main"]
+    backend = _backend()
     lines = ['"builtin.module"() ({']
     for name in names:
         fn = module.functions[name]
         if fn.kind == "external":
             raise LegatoError(f"tosa_custom emitter: function {name} is external "
                               f"(codegen {fn.attrs.get('codegen')!r}); it has no TOSA form")
-        lines += ["  " + line for line in emit_function(name, fn)]
+        lines += ["  " + line for line in emit_function(name, fn, backend)]
     lines.append("}) : () -> ()")
     return "\n".join(lines) + "\n"

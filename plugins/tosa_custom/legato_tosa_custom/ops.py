@@ -6,7 +6,7 @@ inference, and only this backend declares them legal.
 from __future__ import annotations
 
 from legato.ir import TensorType
-from legato.ops.base import fail, float_unary_infer
+from legato.ops.base import broadcast_shapes, fail, float_unary_infer, is_float
 
 INDEX_DTYPE = "int32"
 
@@ -21,6 +21,13 @@ def _gather(types, attrs):
     return TensorType((values.shape[0], indices.shape[1], values.shape[2]), values.dtype)
 
 
+def _pow(types, attrs):
+    a, b = types
+    if a.dtype != b.dtype or not is_float(a.dtype):
+        fail(f"operands must be floats of one type, got {a.dtype} and {b.dtype}")
+    return TensorType(broadcast_shapes(a.shape, b.shape), a.dtype)
+
+
 def _cast(types, attrs):
     return TensorType(types[0].shape, attrs["dtype"])
 
@@ -29,5 +36,7 @@ def register_all(register):
     # 1/x: TOSA has no float divide; legato's divide becomes multiply by this
     register("tosa.reciprocal", "a", float_unary_infer, "elemwise")
     register("tosa.gather", "values, indices", _gather, "injective")
+    # TOSA POW: defined for a finite base > 0 (or 0 to a positive power) and a finite exponent
+    register("tosa.pow", "a, b", _pow, "broadcast")
     # TOSA CAST: float to int rounds to nearest (legato's cast truncates toward zero)
     register("tosa.cast", "data", _cast, "elemwise", attrs={"dtype": ("dtype", "int32")})

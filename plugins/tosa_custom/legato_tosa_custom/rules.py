@@ -7,6 +7,10 @@ it does (legato ops and the TOSA ops of ops.py), or returns None to leave the ca
 generic decomposition; the legalizer sends whatever a rule emits through the same steps.
 So 2-D matmuls, NCHW convolutions and rank-mismatched adds are adapted here, and the
 emitter prints only calls that are already legal.
+
+Every check also applies the limits of limits.py (no empty tensors, rank at most 6, pro_fp
+element types); the rules of ops listed as legal decline calls whose tensors break them, so
+the refusal names the limit.
 """
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ from legato.ir import Const
 from legato.ops.base import broadcast_shapes, is_float, norm_axes, norm_axis
 from legato.ops.primitives import slice_params, split_sizes
 
+from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule
 from .ops import INDEX_DTYPE
 
-TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool")
 INT_DTYPES = ("int32", "int16", "int8")
 NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 TO_OHWI = {"OIHW": (0, 2, 3, 1), "HWIO": (3, 0, 1, 2), "OHWI": None}
@@ -59,41 +63,96 @@ def _index_const(b, indices):
 
 # --- checks -------------------------------------------------------------------------------
 
-def same_rank(call):
+tosa_tensors = checked()  # for ops whose only conditions are dtypes, ranks and attributes
+
+
+def _same_rank(call):
     ranks = sorted({v.rank for v in call.inputs if v is not None})
     return None if len(ranks) <= 1 else f"operands of ranks {ranks} (TOSA needs equal ranks)"
 
 
+same_rank = checked(_same_rank)
+
+
+@checked
 def select_form(call):
     cond, x, _ = call.inputs
     if not is_float(x.dtype):
         return f"{x.dtype} data (pro_fp selects float tensors)"
-    return same_rank(call)
+    return _same_rank(call)
 
 
+def _rank_1_up(call, tosa_op: str):
+    if call.inputs[0].rank == 0:
+        return f"a rank-0 operand (TOSA {tosa_op} takes rank 1 and up)"
+    return None
+
+
+@checked
+def gather_form(call):
+    values = call.inputs[0]
+    if not is_float(values.dtype):
+        return f"{values.dtype} values (pro_fp gathers float tensors; integers need pro_int)"
+    return None
+
+
+@checked
+def pad_form(call):
+    return _rank_1_up(call, "PAD")
+
+
+@checked
+def transpose_form(call):
+    return _rank_1_up(call, "TRANSPOSE")
+
+
+@checked
+def concat_form(call):
+    if len(call.inputs) > MAX_TENSOR_LIST:
+        return f"{len(call.inputs)} operands (TOSA CONCAT takes at most {MAX_TENSOR_LIST})"
+    return _rank_1_up(call, "CONCAT")
+
+
+@checked
+def clamp_bounds(call):
+    """CLAMP's bounds are numbers (clip's inference refuses NaN bounds today; should one
+    arrive, MAXIMUM / MINIMUM propagate it as the reference does); bounds out of order the
+    emitter handles."""
+    bounds = [call.attrs[k] for k in ("min", "max") if call.attrs[k] is not None]
+    if any(math.isnan(bound) for bound in bounds):
+        return "a NaN bound (TOSA CLAMP needs numeric bounds)"
+    return None
+
+
+@checked
 def single_axis(call):
     axes = norm_axes(call.attrs["axes"], call.inputs[0].rank)
     return None if len(axes) == 1 else f"axes {list(axes)} (TOSA reduces one axis at a time)"
 
 
+@checked
 def same_batch(call):
     a, b = call.inputs
     return None if a.shape[0] == b.shape[0] else \
         f"batch {a.shape[0]} vs {b.shape[0]} (TOSA MATMUL needs equal N)"
 
 
+@checked
 def full_rank_shape(call):
     x, shape = call.inputs[0], call.attrs["shape"]
-    return None if x.rank == len(shape) else \
-        f"rank {x.rank} to {len(shape)} (TOSA TILE keeps the rank)"
+    return _rank_1_up(call, "TILE") or (None if x.rank == len(shape) else
+                                        f"rank {x.rank} to {len(shape)} (TOSA TILE keeps the rank)")
 
 
+@checked
 def unit_strides(call):
     strides = call.attrs["strides"]
-    return None if strides is None or all(s == 1 for s in strides) else \
-        f"strides {list(strides)} (TOSA SLICE has unit strides)"
+    return _rank_1_up(call, "SLICE") or (
+        None if strides is None or all(s == 1 for s in strides) else
+        f"strides {list(strides)} (TOSA SLICE has unit strides)")
 
 
+@checked
 def cast_supported(call):
     """TOSA CAST under pro_fp, where it means what legato's cast means: to a float type."""
     src, dst = call.inputs[0].dtype, call.attrs["dtype"]
@@ -110,6 +169,7 @@ def _window_fit(hw, kernel, strides, dilation, padding):
             % strides[i] for i in range(2)]
 
 
+@checked
 def conv2d_fits(call):
     x, w = call.inputs[:2]
     a = call.attrs
@@ -118,6 +178,7 @@ def conv2d_fits(call):
         f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
 
 
+@checked
 def pool2d_fits(call):
     a = _pool_attrs(call.attrs)
     if any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
@@ -137,6 +198,7 @@ def _pool_attrs(attrs) -> dict:
 
 # --- elementwise --------------------------------------------------------------------------
 
+@shaped_rule
 def broadcast_ranks(b, call):
     """Reshape lower-rank operands to the result's rank (TOSA broadcasts size-1 dims only)."""
     rank = call.outputs[0].rank
@@ -156,9 +218,52 @@ def divide(b, call):
     x, y = call.inputs
     if not is_float(x.dtype):
         return None
-    inverse = b.const(np.reciprocal(y.data)) if isinstance(y, Const) else \
-        b.call("tosa.reciprocal", y)
+    if isinstance(y, Const):
+        with np.errstate(divide="ignore"):  # x / 0 is +-inf (or NaN), as in numpy
+            inverse = b.const(np.reciprocal(y.data))
+    else:
+        inverse = b.call("tosa.reciprocal", y)
     return b.multiply(x, inverse)
+
+
+def power(b, call):
+    """numpy's power from TOSA POW, which is only defined for a finite base > 0 and a finite
+    exponent: small integer exponents become products; otherwise POW of |x| on inputs made
+    valid, exp(y * log|x|) for zero / infinite / NaN operands, then numpy's sign and special
+    cases (negative bases: odd integer powers negate, others are NaN; x**0 = 1**y = 1)."""
+    x, y = call.inputs
+    if not is_float(x.dtype):
+        return None
+    if isinstance(y, Const) and y.data.size == 1 and float(y.data) in (1, 2, 3, 4, -1, -2):
+        n = int(y.data.reshape(()))
+        z = x
+        for _ in range(abs(n) - 1):
+            z = b.multiply(z, x)
+        z = z if n > 0 else b.call("tosa.reciprocal", z)
+        return reshape(b, broadcast(b, z, call.outputs[0].shape), call.outputs[0].shape)
+    return _general_power(b, x, y, x.dtype)
+
+
+def _finite(b, v):
+    return b.equal(b.subtract(v, v), 0.0)  # inf - inf and NaN - NaN are NaN
+
+
+def _general_power(b, x, y, dtype):
+    one, nan = b.scalar(1.0, dtype), b.scalar(float("nan"), dtype)
+    ax = b.abs(x)
+    valid = b.logical_and(b.logical_and(b.greater(ax, 0.0), _finite(b, ax)), _finite(b, y))
+    base, expo = b.where(valid, ax, one), b.where(valid, y, one)
+    magnitude = b.where(valid, b.call("tosa.pow", base, expo), b.exp(b.multiply(y, b.log(ax))))
+    integer = b.equal(b.floor(y), y)
+    odd = b.logical_and(integer, b.equal(
+        b.subtract(y, b.multiply(b.floor(b.multiply(y, 0.5)), 2.0)), 1.0))
+    negative = b.logical_or(b.less(x, 0.0), b.less(b.call("tosa.reciprocal", x), 0.0))  # -0
+    signed = b.where(b.logical_and(negative, odd), b.negative(magnitude), magnitude)
+    signed = b.where(b.logical_and(b.logical_and(negative, valid), b.logical_not(integer)),
+                     nan, signed)
+    unit = b.logical_or(b.logical_or(b.equal(y, 0.0), b.equal(x, 1.0)),
+                        b.logical_and(b.equal(ax, 1.0), b.equal(b.abs(y), float("inf"))))
+    return b.where(unit, one, signed)
 
 
 def sqrt(b, call):
@@ -176,6 +281,7 @@ def round_half_even(b, call):
                    b.where(b.less(frac, 0.5), low, tie))
 
 
+@shaped_rule
 def cast(b, call):
     x, dst = call.inputs[0], call.attrs["dtype"]
     src = x.dtype
@@ -200,6 +306,7 @@ def cast(b, call):
 
 # --- reductions and matmul ----------------------------------------------------------------
 
+@shaped_rule
 def reduce_axes(b, call):
     """One keepdims reduction per axis, then a reshape drops the kept axes if asked."""
     x = call.inputs[0]
@@ -209,6 +316,7 @@ def reduce_axes(b, call):
     return reshape(b, x, call.outputs[0].shape)
 
 
+@shaped_rule
 def matmul(b, call):
     """numpy matmul as one 3-D TOSA MATMUL [N, M, K] x [N, K, W] between reshapes."""
     x, y = call.inputs
@@ -229,8 +337,11 @@ def matmul(b, call):
 
 # --- data movement ------------------------------------------------------------------------
 
+@shaped_rule
 def broadcast_to(b, call):
     x, shape = call.inputs[0], tuple(call.attrs["shape"])
+    if x.shape == shape:  # nothing to tile (a rank-0 TILE is not TOSA)
+        return x
     return b.broadcast_to(reshape(b, x, (1,) * (len(shape) - x.rank) + x.shape),
                           shape=list(shape))
 
@@ -260,6 +371,7 @@ def take(b, call):
     return reshape(b, b.call("tosa.gather", values, indices), call.outputs[0].shape)
 
 
+@shaped_rule
 def strided_slice(b, call):
     """Non-unit steps become a gather of the picked indices; the rest one unit slice."""
     x = call.inputs[0]
@@ -276,6 +388,13 @@ def strided_slice(b, call):
     return x
 
 
+@shaped_rule
+def permute_dims(b, call):
+    """A permutation of a rank-0 tensor (empty perms) is the tensor: no TOSA TRANSPOSE."""
+    x = call.inputs[0]
+    return x if x.rank == 0 else None
+
+
 def split(b, call):
     x = call.inputs[0]
     axis = norm_axis(call.attrs["axis"], x.rank)
@@ -286,9 +405,12 @@ def split(b, call):
     return tuple(parts)
 
 
+@shaped_rule
 def pad(b, call):
     """reflect / edge padding as a gather of mirrored or clamped indices per axis."""
     x, pads, mode = call.inputs[0], call.attrs["pads"], call.attrs["mode"]
+    if not any(pads):  # nothing to pad (a rank-0 PAD is not TOSA)
+        return x
     if mode == "constant":
         return None
     rank = x.rank
@@ -319,6 +441,7 @@ def _fit_windows(b, x, kernel, strides, dilation, padding):
     return x, padding
 
 
+@shaped_rule
 def conv2d(b, call):
     x, w, bias = call.inputs
     a = call.attrs
@@ -333,6 +456,7 @@ def conv2d(b, call):
     return permute(b, y, NHWC_TO_NCHW if nchw else None)
 
 
+@shaped_rule
 def pool2d(b, call):
     a = _pool_attrs(call.attrs)
     padded = any(a["padding"])

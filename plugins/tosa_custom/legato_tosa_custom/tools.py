@@ -17,6 +17,7 @@ import numpy as np
 from legato.errors import LegatoError
 
 TARGET = "profiles=pro_fp level=8k specification_version=1.0"
+STRICT = "--tosa-validate=strict-op-spec-alignment"
 RUNNER = Path(__file__).with_name("_refrun.py")
 
 
@@ -50,19 +51,21 @@ class TosaTools:
 
     def validate(self, text: str, strict: bool = True) -> None:
         """tosa-opt --tosa-attach-target=... --tosa-validate; raises ToolError if invalid."""
-        validate = "--tosa-validate=strict-op-spec-alignment" if strict else "--tosa-validate"
+        validate = STRICT if strict else "--tosa-validate"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "module.mlir"
             path.write_text(text)
             self._opt(path, f"--tosa-attach-target={TARGET}", validate)
 
-    def run_reference(self, text: str, inputs) -> list[np.ndarray]:
-        """Serialize with tosa-opt and run the TOSA reference model on `inputs`."""
+    def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
+        """Serialize with tosa-opt and run the TOSA reference model on `inputs`; with
+        `validate`, the same tosa-opt call validates first (strictly), saving a process."""
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "module.mlir").write_text(text)
             flatbuffer = tmp / "module.tosa"
-            self._opt(tmp / "module.mlir", "--tosa-serialize",
+            checks = (f"--tosa-attach-target={TARGET}", STRICT) if validate else ()
+            self._opt(tmp / "module.mlir", *checks, "--tosa-serialize",
                       f"--tosa-flatbuffer-filename={flatbuffer}")
             for i, array in enumerate(inputs):
                 np.save(tmp / f"in{i}.npy", np.ascontiguousarray(array))

@@ -1,0 +1,61 @@
+"""What every tensor of a TOSA 1.0 module obeys under profile pro_fp, level 8K.
+
+The specification allows ranks 0 to MAX_RANK (6 at level 8K), needs every dimension to be
+at least 1 (there are no empty tensors), and pro_fp knows only these element types. The
+legality checks (rules.py) refuse calls that break them, so legalization reports them, and
+the emitter refuses to print a tensor that breaks them, so no invalid module is written.
+"""
+from __future__ import annotations
+
+import functools
+
+from legato.ir import TensorType
+
+MAX_RANK = 6
+MAX_TENSOR_LIST = 64          # operands of one CONCAT or CUSTOM
+TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool")
+# tosa.custom also carries int64, so that int64 results (argmax) can be tunnelled
+CUSTOM_DTYPES = TOSA_DTYPES + ("int64",)
+
+
+def shape_problem(t: TensorType) -> str | None:
+    """Why a tensor of this shape is not a TOSA 1.0 tensor, or None."""
+    if t.rank > MAX_RANK:
+        return f"{t} has rank {t.rank} (TOSA 1.0 level 8K allows rank 0 to {MAX_RANK})"
+    if any(d < 1 for d in t.shape):
+        return f"{t} is empty (TOSA 1.0 tensors need every dim >= 1)"
+    return None
+
+
+def type_problem(t: TensorType, dtypes=TOSA_DTYPES) -> str | None:
+    """Why this tensor type cannot appear in a TOSA 1.0 pro_fp module, or None."""
+    if t.dtype not in dtypes:
+        return f"{t} has element type {t.dtype} (not a TOSA 1.0 pro_fp type)"
+    return shape_problem(t)
+
+
+def _tensors(call):
+    return [v.type for v in call.inputs if v is not None] + [v.type for v in call.outputs]
+
+
+def call_problem(call, problem_of=type_problem) -> str | None:
+    """The first operand or result of `call` that no TOSA operator takes, or None."""
+    return next(filter(None, map(problem_of, _tensors(call))), None)
+
+
+def checked(check=None):
+    """A legality check `check(call)` that first applies the limits on every tensor."""
+    def with_limits(call):
+        return call_problem(call) or (check(call) if check is not None else None)
+    if check is not None:
+        functools.update_wrapper(with_limits, check)
+    return with_limits
+
+
+def shaped_rule(rule):
+    """A lowering rule that declines calls with a tensor no TOSA shape can hold: no rewrite
+    makes an empty or rank-7 operand or result valid, and declining reports why."""
+    @functools.wraps(rule)
+    def declining(b, call):
+        return None if call_problem(call, shape_problem) is not None else rule(b, call)
+    return declining

@@ -1,0 +1,198 @@
+"""tosa_custom never writes invalid TOSA: every call either becomes valid TOSA 1.0 (pro_fp,
+level 8K) or is refused with a LegalizationError that names the constraint. Cases found by
+fuzzing (tests/fuzz/target_tosa.py): empty tensors, rank-0 operands to PAD / TILE / SLICE
+/ TRANSPOSE, clip bounds out of order or NaN, float64 / uint8, rank above 6."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import legato
+from legato.errors import LegalizationError
+from legato_tosa_custom import emit_mlir
+from legato_tosa_custom.kernels import simulate
+
+from ._tosa_cases import KEEP, assert_matches, keep
+from .test_tosa_tools import tools  # noqa: F401 - the fixture (skips, loudly, without tools)
+
+
+def one_call(op, in_shape, dtype="float32", /, *extra, **attrs):
+    b = legato.GraphBuilder()
+    return b.build(b.call(op, b.input("x", in_shape, dtype), *extra, **attrs))
+
+
+def feed(module, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(-8, 9, p.shape) / 4).astype(p.dtype) for p in module.main.params]
+
+
+# --- refused at legalization --------------------------------------------------------------
+
+EMPTY = {
+    "exp": ("exp", (0, 3), {}),
+    "broadcast_to": ("broadcast_to", (0, 1), {"shape": [0, 3]}),
+    "pad": ("pad", (2, 0), {"pads": [0, 1, 0, 1]}),
+    "sum": ("sum", (3, 0), {"axes": [0], "keepdims": True}),
+    "strided_slice to empty": ("strided_slice", (4,), {"begin": [2], "end": [2]}),
+    "softmax": ("nn.softmax", (2, 0), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_empty_tensors_are_refused_with_the_reason(name):
+    op, shape, attrs = EMPTY[name]
+    module = one_call(op, shape, **attrs)
+    with pytest.raises(LegalizationError, match=r"is empty \(TOSA 1.0 tensors need every dim"):
+        legato.compile(module, backend=KEEP)
+
+
+def test_empty_broadcast_is_a_legalization_error_not_a_zero_division():
+    module = one_call("broadcast_to", (0, 1), shape=[0, 3])
+    report = legato.legalize(module, backend=KEEP, mode="analysis").report
+    assert report.failures and "broadcast_to" in report.failures[0]
+    with pytest.raises(LegalizationError, match="broadcast_to"):
+        legato.compile(module, backend=KEEP)
+
+
+def test_rank_above_6_is_refused_naming_the_level():
+    module = one_call("exp", (1,) * 7)
+    with pytest.raises(LegalizationError, match="rank 7 .*level 8K allows rank 0 to 6"):
+        legato.compile(module, backend=KEEP)
+    partial = legato.legalize(module, backend=KEEP, mode="partial")
+    assert "rank 7" in partial.report.failures[0]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "uint8"])
+def test_types_outside_pro_fp_are_refused_also_as_custom_ops(dtype):
+    with pytest.raises(LegalizationError, match=f"custom op abs: .*element type {dtype}"):
+        legato.compile(one_call("abs", (2, 3), dtype), backend=KEEP, config=keep("abs"))
+    b = legato.GraphBuilder()
+    with pytest.raises(LegalizationError, match=f"parameter 0: .*element type {dtype}"):
+        legato.compile(b.build(b.input("x", (2, 3), dtype)), backend=KEEP)  # no call
+
+
+def test_custom_op_with_an_empty_operand_is_refused():
+    module = one_call("nn.gelu", (0, 3))
+    with pytest.raises(LegalizationError, match="is empty"):
+        legato.compile(module, backend=KEEP, config=keep("nn.gelu"))
+
+
+def test_emitter_refuses_calls_that_were_not_legalized():
+    """emit_mlir on a module legalized for nothing: a clear error, not a raw one."""
+    with pytest.raises(LegalizationError, match="sum.*one axis at a time"):
+        emit_mlir(one_call("sum", (2, 3), axes=[0, 1], keepdims=True))
+    with pytest.raises(LegalizationError, match="divide.*no TOSA operator"):
+        b = legato.GraphBuilder()
+        x = b.input("x", (2,))
+        emit_mlir(b.build(b.divide(x, x)))
+    with pytest.raises(LegalizationError, match="rank-0 operand .*TOSA PAD"):
+        emit_mlir(one_call("pad", (), pads=[]))
+
+
+# --- emitted validly ----------------------------------------------------------------------
+
+VALID = {
+    "pad rank 0": ("pad", (), {"pads": []}),
+    "tile rank 0": ("broadcast_to", (), {"shape": []}),
+    "tile rank 0 to 2": ("broadcast_to", (), {"shape": [2, 3]}),
+    "slice rank 0": ("strided_slice", (), {"begin": [], "end": []}),
+    "transpose rank 0, empty perms": ("permute_dims", (), {"axes": []}),
+    "transpose rank 0, no perms": ("permute_dims", (), {}),
+    "sum rank 0": ("sum", (), {}),
+    "clip min > max": ("clip", (2, 3), {"min": 2.0, "max": -1.5}),
+    "clip min = inf": ("clip", (2, 3), {"min": float("inf"), "max": 1.25}),
+    "clip f16 min > max": ("clip", (4,), {"min": 7.0, "max": 0.0}, "float16"),
+    "rank 6": ("exp", (1, 2, 1, 2, 1, 2), {}),
+}
+
+
+def valid_case(name):
+    op, shape, attrs, *dtype = VALID[name]
+    module = one_call(op, shape, *dtype, **attrs)
+    return module, legato.compile(module, backend=KEEP)
+
+
+def expected(name, module, feeds):
+    if name == "pad rank 0":  # cpu_ref's pad fails on rank 0; padding nothing is identity
+        return feeds[0]
+    return legato.reference(module)(*feeds)
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_edge_forms_compute_what_cpu_ref_computes(name):
+    module, compiled = valid_case(name)
+    feeds = feed(module)
+    assert_matches(simulate(compiled.module)(*feeds), expected(name, module, feeds))
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_edge_forms_validate_and_run_on_the_reference_model(tools, name):  # noqa: F811
+    module, compiled = valid_case(name)
+    feeds = feed(module)
+    outputs = tools.run_reference(compiled.artifact, feeds, validate=True)
+    assert_matches(outputs, expected(name, module, feeds))
+
+
+def test_clip_out_of_order_is_one_clamp_to_the_upper_bound():
+    _, compiled = valid_case("clip min > max")
+    (line,) = [ln for ln in compiled.artifact.splitlines() if "tosa.clamp" in ln]
+    assert line.count("0xBFC00000 : f32") == 2  # min_val = max_val = -1.5
+
+
+def test_clip_out_of_order_keeps_nan_inputs_nan(tools):  # noqa: F811
+    _, compiled = valid_case("clip min > max")
+    x = np.array([[np.nan, 0, 9], [-9, 1, np.nan]], np.float32)
+    (out,) = tools.run_reference(compiled.artifact, [x])
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(x))
+    assert (out[~np.isnan(x)] == -1.5).all()
+
+
+# --- power: TOSA POW only takes a finite base > 0 and a finite exponent ---------------------
+
+SPECIAL = np.array([0., -0., 1., -1., 2., -2., 0.5, -0.5, 3., -2.5, np.inf, -np.inf, np.nan])
+
+
+def power_grid(dtype):
+    x, y = (a.astype(dtype) for a in np.meshgrid(SPECIAL, SPECIAL))
+    b = legato.GraphBuilder()
+    module = b.build(b.power(b.input("x", x.shape, dtype), b.input("y", y.shape, dtype)))
+    return module, [x, y]
+
+
+def assert_same_values(got, want):
+    same = (got == want) | (np.isnan(got) & np.isnan(want)) | np.isclose(got, want, rtol=1e-3)
+    assert same.all(), (got[~same], want[~same])
+
+
+def test_power_matches_numpy_on_negative_zero_infinite_and_nan_operands():
+    module, feeds = power_grid("float32")
+    compiled = legato.compile(module, backend=KEEP)
+    assert any(c.op == "tosa.pow" for c in compiled.module.main.calls)
+    assert_same_values(simulate(compiled.module)(*feeds), legato.reference(module)(*feeds))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_power_runs_on_the_reference_model_for_every_operand(tools, dtype):  # noqa: F811
+    """Before, tosa.pow got negative and zero bases: the reference model refused to run
+    (REQUIRE: x > 0 || y > 0) and (-2) ** 2 had no defined result."""
+    module, feeds = power_grid(dtype)
+    compiled = legato.compile(module, backend=KEEP)
+    (out,) = tools.run_reference(compiled.artifact, feeds, validate=True)
+    assert_same_values(out, legato.reference(module)(*feeds))
+
+
+def test_small_integer_powers_are_products():
+    b = legato.GraphBuilder()
+    x = b.input("x", (4,))
+    module = b.build(b.power(x, b.const(np.float32(3))), b.power(x, b.const(np.float32(-2))))
+    ops = [c.op for c in legato.compile(module, backend=KEEP).module.main.calls]
+    assert "tosa.pow" not in ops and ops.count("multiply") == 3
+
+
+def test_integer_gather_is_refused_not_emitted_without_pro_int():
+    legato.list_ops()  # the plugin's ops are registered with the plugins
+    b = legato.GraphBuilder()
+    values = b.input("v", (1, 3, 2), "int32")
+    module = b.build(b.call("tosa.gather", values, b.const(np.array([[2, 0]], np.int32))))
+    with pytest.raises(LegalizationError, match="int32 values .*pro_int"):
+        legato.compile(module, backend=KEEP)
