@@ -415,3 +415,30 @@ def test_decompositions_hold_up_to_their_input_limit(op):
     got = legato.compile(mod, backend="cpu_ref")(*feeds).astype(np.float64)
     assert np.all(np.isfinite(got))
     assert np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1) <= error_bound(op)
+
+
+# --- findings of the fuzz targets ---------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_of_a_scalar_is_the_identity_everywhere(mode):
+    result, outs, mod, feeds = _run_everywhere("pad", [np.int8(3)], {"pads": [], "mode": mode})
+    for name, out in outs.items():
+        assert out.shape == () and out == 3, name
+    assert legato.compile(mod, backend="c_kernels")(*feeds) == 3
+
+
+def test_pool_inference_does_not_grow_with_the_input():
+    """The padding-only window check once allocated one entry per output position."""
+    import tracemalloc
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 1, 2**33, 4))
+    tracemalloc.start()
+    try:
+        y = b.call("nn.max_pool2d", x, pool_size=[2, 2], strides=[2, 2], padding=[1, 0, 1, 0])
+        z = b.call("nn.avg_pool2d", x, pool_size=[3, 1], strides=[1, 1], dilation=[5, 1],
+                   padding=[10, 0, 0, 0])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert y.shape == (1, 1, 2**32 + 1, 2) and z.shape == (1, 1, 2**33, 4)
+    assert peak < 64 << 20  # bytes; one entry per output position would be 64 GiB

@@ -357,6 +357,8 @@ def pad(data, *, pads, value=0.0, mode="constant"):
         raise LegatoError(f"unknown pad mode {mode!r}; expected one of {', '.join(_PAD_MODES)}")
     rank = data.ndim
     pads = _ints(pads, 2 * rank, "pads", 0)
+    if rank == 0:  # nothing to pad (numpy reads an empty pad_width as floats)
+        return _fresh(data)
     widths = list(zip(pads[:rank], pads[rank:]))
     # numpy would reflect repeatedly; ONNX runtimes reject a reflection wider than the dim.
     if mode == "reflect" and any(max(w) >= d for w, d in zip(widths, data.shape) if any(w)):
