@@ -172,3 +172,20 @@ def test_cli_run_counts_nan_equal_to_nan(tmp_path, capsys):
     x = b.input("x", (4,))
     model.write_text(str(b.build(b.call("sqrt", b.call("negative", b.call("abs", x))))))
     assert main(["run", str(model)]) == 0, capsys.readouterr().out
+
+
+def test_an_executor_or_emitter_that_raises_is_named(backend_factory):
+    def executor(*args):
+        raise MemoryError("Unable to allocate 4.00 TiB")
+
+    def emitter(module):
+        raise KeyError("tosa.pow")
+
+    backend_factory({"backend": "oom", "legal_levels": [0, 1, 2]}, executor=executor)
+    backend_factory({"backend": "emits", "executes": False, "legal_levels": [0, 1, 2]},
+                    emitter=emitter)
+    mod, _ = mlp_and_inputs()
+    with pytest.raises(legato.ExecutionError, match="backend oom's executor ran out of memory"):
+        legato.compile(mod, "oom")
+    with pytest.raises(legato.PluginError, match="backend emits's emitter raised KeyError"):
+        legato.compile(mod, "emits")

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from .backend import Backend, parse_capability
 from .config import load_config
-from .errors import ExecutionError, LegatoError
+from .errors import ExecutionError, LegatoError, PluginError
 from .executor import Interpreter
 from .ir import Function, Module
 from .layout import convert_layout
@@ -148,11 +148,26 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     if not be.executes:
         if be.emitter is None:
             raise LegatoError(f"backend {be.name} neither executes nor emits")
-        return Compiled(result.module, result.report, be, None,
-                        be.emitter(result.module), source)
+        artifact = _backend_step(be, "emitter", be.emitter, result.module)
+        return Compiled(result.module, result.report, be, None, artifact, source)
     factory = be.executor or Interpreter
-    runner = factory(result.module, be, fallback, result.fallback_calls, host.registry)
+    runner = _backend_step(be, "executor", factory, result.module, be, fallback,
+                           result.fallback_calls, host.registry)
     return Compiled(result.module, result.report, be, runner, None, source)
+
+
+def _backend_step(be: Backend, what: str, fn, *args):
+    """Run a backend's emitter or executor factory; what it raises names the backend."""
+    try:
+        return fn(*args)
+    except LegatoError:
+        raise
+    except MemoryError as err:
+        raise ExecutionError(f"backend {be.name}'s {what} ran out of memory: "
+                             f"{_first_line(err)}") from err
+    except Exception as err:
+        raise PluginError(f"backend {be.name}'s {what} raised {type(err).__name__}: "
+                          f"{_first_line(err)}") from err
 
 
 def _compile_multi(source: Module, backends: list, config, max_level) -> Compiled:
