@@ -268,7 +268,7 @@ def test_a_backend_rule_that_crashes_is_a_legalization_error(backend_factory):
     b = legato.GraphBuilder()
     mod = b.build(b.call("nn.relu", b.input("x", (2, 3))))
     with pytest.raises(legato.LegalizationError, match=r"rule lower:nn.relu of crashy failed "
-                                                       r"on nn.relu.*KeyError.*a bug"):
+                                                       r"on nn.relu.*KeyError"):
         legato.legalize(mod, "crashy")
 
 
