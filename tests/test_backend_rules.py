@@ -132,3 +132,62 @@ def test_unimportable_rule_names_the_backend_and_op(backend_factory):
     backend_factory(capability(rules={"matmul": "no_such_module:rule"}))
     with pytest.raises(legato.LegatoError, match="rules_npu rule for matmul"):
         legato.legalize(matmul_module(), backend="rules_npu")
+
+
+def broken_check(call):
+    raise KeyError("shape")
+
+
+@pytest.mark.parametrize("mode", ["full", "partial"])
+def test_a_check_that_raises_names_the_backend_op_and_check(backend_factory, mode):
+    cap = capability()
+    cap["legal"]["add"] = {"check": broken_check}
+    backend_factory(cap)
+    g = legato.GraphBuilder()
+    mod = g.build(g.add(g.input("x", (2, 3)), g.input("y", (2, 3))))
+    with pytest.raises(LegalizationError, match=r"backend rules_npu: check broken_check for "
+                                                r"add raised KeyError: 'shape'"):
+        legato.legalize(mod, backend="rules_npu", mode=mode)
+
+
+@pytest.mark.parametrize("answer", [False, 0, ["too", "wide"]])
+def test_a_check_must_answer_none_or_a_reason(backend_factory, answer):
+    cap = capability()
+    cap["legal"]["add"] = {"check": lambda call: answer}
+    backend_factory(cap)
+    g = legato.GraphBuilder()
+    mod = g.build(g.add(g.input("x", (2, 3)), g.input("y", (2, 3))))
+    with pytest.raises(LegalizationError, match="returned .*; expected None"):
+        legato.legalize(mod, backend="rules_npu")
+
+
+def test_a_check_reference_to_something_not_callable_is_a_config_error(backend_factory):
+    cap = capability()
+    cap["legal"]["add"] = {"check": "os:sep"}
+    backend_factory(cap)
+    g = legato.GraphBuilder()
+    mod = g.build(g.add(g.input("x", (2, 3)), g.input("y", (2, 3))))
+    with pytest.raises(ConfigError, match="backend rules_npu: check for add: 'os:sep' is a "
+                                          "str, not a function"):
+        legato.legalize(mod, backend="rules_npu")
+
+
+def test_a_rule_that_raises_names_the_backend_and_rule(backend_factory):
+    def buggy(b, call):
+        return call.inputs[5]
+    backend_factory(capability(rules={"matmul": buggy}))
+    with pytest.raises(LegalizationError, match=r"rule lower:matmul of rules_npu failed on "
+                       r"matmul.*: backend rules_npu: rule .*buggy for matmul raised IndexError"):
+        legato.legalize(matmul_module(), backend="rules_npu")
+
+
+@pytest.mark.parametrize("body, raised", [("1 / 0", "ZeroDivisionError"),
+                                          ("raise SystemExit(2)", "SystemExit")])
+def test_a_rule_module_that_raises_on_import_is_a_config_error(
+        backend_factory, tmp_path, monkeypatch, body, raised):
+    (tmp_path / "raising_rules_module.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    backend_factory(capability(rules={"matmul": "raising_rules_module:rule"}))
+    with pytest.raises(ConfigError, match="rules_npu rule for matmul: cannot import "
+                                          f"'raising_rules_module:rule': {raised}"):
+        legato.legalize(matmul_module(), backend="rules_npu")

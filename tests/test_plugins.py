@@ -166,3 +166,70 @@ def test_repository_configs_are_valid():
     from pathlib import Path
     for path in sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml")):
         legato.legalize("example:layernorm", backend="cpu_ref", config=str(path))
+
+
+def test_a_hook_that_raises_midway_leaves_nothing_half_registered(install_plugins):
+    def ops(register):
+        register("acme.half", "data", _double_infer, "elemwise", level=1,
+                 decompose=_double, examples=[((f32(2),), {})])
+        raise RuntimeError("second op failed")
+
+    def backends(register):
+        register({"backend": "half_npu", "legal": {"add": {}}, "executes": False})
+        raise SystemExit(1)  # a plugin's exit must not end the host
+
+    host = install_plugins({"half": plugin_module(legato_register_ops=ops,
+                                                  legato_register_backends=backends)})
+    problems = [m for p, m in host.problems if p == "half"]
+    assert problems == ["legato_register_ops raised RuntimeError: second op failed",
+                        "legato_register_backends raised SystemExit: 1"]
+    assert "acme.half" not in legato.list_ops()
+    assert "half_npu" not in legato.list_backends()
+
+
+def test_a_plugin_that_exits_while_importing_is_a_problem(install_plugins, monkeypatch,
+                                                         tmp_path):
+    (tmp_path / "fake_legato_plugin_exiting.py").write_text("raise SystemExit('no device')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = install_plugins({"exiting": None})
+    (message,) = [m for p, m in host.problems if p == "exiting"]
+    assert "failed to load" in message and "SystemExit" in message
+    assert "cpu_ref" in legato.list_backends()
+
+
+@pytest.mark.parametrize("args, message", [
+    ((5, "data", _double_infer, "elemwise"), "op name 5 is not a dotted identifier"),
+    (("acme.x", ["data"], _double_infer, "elemwise"), r"op acme.x: inputs must be a string"),
+    (("acme.x", "data", None, "elemwise"), "op acme.x: infer must be a function"),
+    (("acme.x", "data", _double_infer, "elemwise", "1"), "op acme.x: level must be an int"),
+    (("acme.x", "data", _double_infer, "elemwise", 0, None, (), [1]),
+     "op acme.x: attrs must be a mapping"),
+])
+def test_bad_op_registration_arguments_are_registration_errors(install_plugins, args,
+                                                               message):
+    def ops(register):
+        register(*args)
+
+    host = install_plugins({"badops": plugin_module(legato_register_ops=ops)})
+    (problem,) = [m for p, m in host.problems if p == "badops"]
+    assert problem.startswith("legato_register_ops: ") and message in problem
+    assert 5 not in legato.list_ops() and "acme.x" not in legato.list_ops()
+
+
+def test_add_plugin_with_a_hook_of_the_wrong_signature_is_a_plugin_error():
+    import types
+    module = types.ModuleType("wrong_signature")
+    module.legato_register_backends = legato.hookimpl(lambda reg: None)
+    host = legato.plugins.PluginHost(legato.ops.REGISTRY)
+    with pytest.raises(legato.PluginError, match=r"plugin 'wrong': PluginValidationError"):
+        host.add_plugin(module, "wrong")
+
+
+def test_a_fallback_that_only_emits_code_is_refused(backend_factory):
+    backend_factory({"backend": "leans_on_tosa", "legal": {"nn.relu": {}},
+                     "fallback": "tosa_custom", "kernels": CPU_KERNELS})
+    g = legato.GraphBuilder()
+    mod = g.build(g.add(g.input("x", (2,)), g.input("y", (2,))))
+    with pytest.raises(legato.PluginError, match="fallback tosa_custom, which does not "
+                                                 "execute"):
+        legato.compile(mod, backend="leans_on_tosa")

@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from typing import Mapping
 
-from .backend import check_keys, check_op, load_yaml
-from .errors import ConfigError
-from .registry import suggest
+from .errors import ConfigError, quote
+from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
 BACKEND_KEYS = {"keep", "decompose", "max_level"}
 
@@ -42,16 +42,23 @@ def load_config(source, backend: str | None, registry, installed=()) -> BackendC
         return EMPTY_CONFIG
     if isinstance(source, BackendConfig):
         return source
+    if not isinstance(source, (str, PathLike, Mapping)):
+        raise ConfigError(f"config: expected a path, a dict or None, got "
+                          f"{type(source).__name__} {quote(source)}")
     data, label = load_yaml(source, "config")
     check_keys(data, {"backends"}, label, "")
-    sections = data.get("backends") or {}
+    sections = data.get("backends")
+    if sections is None:
+        sections = {}
     if not isinstance(sections, Mapping):
-        raise ConfigError(f"{label}: key 'backends' must map backend names to settings")
+        raise ConfigError(f"{label}: key 'backends' must map backend names to settings, "
+                          f"got {quote(sections)}")
     parsed = {}
     for name, section in sections.items():
-        if name not in installed and suggest(str(name), installed):
-            raise ConfigError(f"{label}: backends: {name!r} is not an installed backend"
-                              f"{suggest(str(name), installed)}")
+        expect(isinstance(name, str), name, label, "backends", "backend names (strings)")
+        if name not in installed and hint(name, installed):
+            raise ConfigError(f"{label}: backends: {quote(name)} is not an installed backend"
+                              f"{hint(name, installed)}")
         parsed[name] = _parse_section(section, f"backends.{name}", registry, label)
     return parsed.get(backend, BackendConfig(source=label))
 
@@ -60,13 +67,12 @@ def _parse_section(section, where, registry, label) -> BackendConfig:
     if section is None:
         return BackendConfig(source=label)
     if not isinstance(section, Mapping):
-        raise ConfigError(f"{label}: {where}: expected a mapping with keep/decompose/max_level")
+        raise ConfigError(f"{label}: {where}: expected a mapping with keep/decompose/max_level, "
+                          f"got {quote(section)}")
     check_keys(section, BACKEND_KEYS, label, f"{where}.")
     lists = {}
     for key in ("keep", "decompose"):
-        ops = section.get(key) or []
-        if not isinstance(ops, list):
-            raise ConfigError(f"{label}: {where}.{key}: expected a list of op names, got {ops!r}")
+        ops = as_list(section.get(key), label, f"{where}.{key}", "a list of op names")
         for op in ops:
             check_op(op, registry, label, f"{where}.{key}")
         lists[key] = frozenset(ops)
@@ -78,6 +84,5 @@ def _parse_section(section, where, registry, label) -> BackendConfig:
     if both:
         raise ConfigError(f"{label}: {where}: {sorted(both)[0]} is in both keep and decompose")
     level = section.get("max_level")
-    if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 0):
-        raise ConfigError(f"{label}: {where}.max_level: expected an int >= 0, got {level!r}")
+    expect(level is None or is_int(level), level, label, f"{where}.max_level", "an int >= 0")
     return BackendConfig(lists["keep"], lists["decompose"], level, label)

@@ -1,4 +1,6 @@
-"""Every error legato raises derives from LegatoError."""
+"""Every error legato raises derives from LegatoError; `quote` bounds what a message shows
+of user data."""
+import reprlib
 
 
 class LegatoError(Exception):
@@ -39,3 +41,38 @@ class LegalizationError(LegatoError):
 
 class ExecutionError(LegatoError):
     """Running a compiled module failed; the message names the failing call."""
+
+
+class _BoundedRepr(reprlib.Repr):
+    """reprlib with small limits everywhere, including ints too long to print."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = 4
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = 6
+        self.maxstring = self.maxother = 60
+        self.maxlong = 40
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 128:  # repr() of a 5000-digit int raises ValueError
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_BOUNDED = _BoundedRepr()
+
+
+def quote(value, limit: int = 80) -> str:
+    """A repr of user data for an error message, at most `limit` characters, computed in
+    bounded time however large (or deeply shared, or self-containing) the value is."""
+    try:
+        text = _BOUNDED.repr(value)
+    except Exception:  # a user object whose __repr__ raises
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def clip(text: str, limit: int = 300) -> str:
+    """`text` (a message from elsewhere: an exception, a check's reason) cut to `limit`."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -7,16 +7,22 @@ file is recorded in `problems` under its name; the other plugins load as usual.
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Any, Callable
+import re
+from typing import Any, Callable, Mapping
 
 import pluggy
 
 from . import hookspecs
-from .backend import Backend, parse_capability
-from .errors import LegatoError, PluginError, RegistrationError
+from .backend import Backend
+from .capability import parse_capability
+from .errors import LegatoError, PluginError, RegistrationError, clip, quote
 from .registry import OpDef, Registry, suggest
 
 GROUP = "legato"
+OP_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# what a plugin's code may raise that the host records as that plugin's problem; a plugin
+# module that calls sys.exit() while importing must not end the host process
+PLUGIN_FAILURES = (Exception, SystemExit)
 
 
 class PluginHost:
@@ -36,25 +42,28 @@ class PluginHost:
         """Import every `legato` entry point (like pluggy's load_setuptools_entrypoints,
         but one broken plugin does not stop the others)."""
         names = []
-        for dist in list(importlib.metadata.distributions()):
-            for ep in dist.entry_points:
-                if ep.group != GROUP or ep.name in names or self.pm.has_plugin(ep.name):
-                    continue
-                names.append(ep.name)
-                try:
-                    plugin = ep.load()
-                    self.pm.register(plugin, name=ep.name)
-                except Exception as err:  # a plugin's own bug must not break the host
-                    self.problems.append((ep.name, f"failed to load {ep.value!r}: "
-                                                   f"{type(err).__name__}: {err}"))
-                    names.remove(ep.name)
+        for ep in _entry_points():
+            if ep.name in names or self.pm.has_plugin(ep.name):
+                continue
+            names.append(ep.name)
+            try:
+                plugin = ep.load()
+                self.pm.register(plugin, name=ep.name)
+            except PLUGIN_FAILURES as err:  # a plugin's own bug must not break the host
+                self.problems.append((ep.name, f"failed to load {quote(ep.value)}: "
+                                               f"{type(err).__name__}: {clip(str(err))}"))
+                names.remove(ep.name)
         self._run_hooks(names)
 
     def add_plugin(self, plugin: Any, name: str) -> None:
         """Register a plugin object in-process (tests, notebooks) and run its hooks."""
         if self.pm.has_plugin(name):
             raise RegistrationError(f"plugin {name!r} is already registered")
-        self.pm.register(plugin, name=name)
+        try:
+            self.pm.register(plugin, name=name)
+        except PLUGIN_FAILURES as err:  # e.g. a hook whose arguments are not the spec's
+            raise PluginError(f"plugin {quote(name)}: {type(err).__name__}: "
+                              f"{clip(str(err))}") from None
         self._run_hooks([name])
 
     def _run_hooks(self, names: list[str]) -> None:
@@ -64,24 +73,37 @@ class PluginHost:
             for impl in hook.get_hookimpls():
                 if impl.plugin_name not in names:
                     continue
+                added: list[tuple[str, str]] = []
                 try:
-                    impl.function(register=make(impl.plugin_name))
-                except Exception as err:
+                    impl.function(register=make(impl.plugin_name, added))
+                except PLUGIN_FAILURES as err:
+                    self._undo(added)  # nothing half-registered stays behind
                     self.problems.append((impl.plugin_name, _describe(hook.name, err)))
 
-    def _op_registrar(self, plugin: str) -> Callable:
+    def _undo(self, added: list[tuple[str, str]]) -> None:
+        for kind, name in added:
+            if kind == "op":
+                self.registry.unregister(name)
+                self._ops_added.remove(name)
+            else:
+                self.backends.pop(name, None)
+
+    def _op_registrar(self, plugin: str, added: list) -> Callable:
         def register(name, inputs, infer, kind, level=0, decompose=None, examples=(),
                      attrs=None):
-            self.registry.register(OpDef(name, inputs, attrs or {}, infer, kind, level,
+            _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs)
+            self.registry.register(OpDef(name, inputs, dict(attrs or {}), infer, kind, level,
                                          decompose, examples))
             self._ops_added.append(name)
+            added.append(("op", name))
         return register
 
-    def _backend_registrar(self, plugin: str) -> Callable:
+    def _backend_registrar(self, plugin: str, added: list) -> Callable:
         def register(capability, kernels=None, executor=None, emitter=None):
-            self.add_backend(parse_capability(capability, self.registry, kernels=kernels,
-                                              executor=executor, emitter=emitter,
-                                              plugin=plugin))
+            backend = self.add_backend(parse_capability(
+                capability, self.registry, kernels=kernels, executor=executor,
+                emitter=emitter, plugin=plugin))
+            added.append(("backend", backend.name))
         return register
 
     # --- backends -----------------------------------------------------------------------
@@ -112,7 +134,11 @@ class PluginHost:
         if backend.fallback not in self.backends:
             raise PluginError(f"backend {backend.name} names fallback {backend.fallback!r}, "
                               "which is not installed")
-        return self.backends[backend.fallback]
+        fallback = self.backends[backend.fallback]
+        if not fallback.executes:
+            raise PluginError(f"backend {backend.name} names fallback {fallback.name}, "
+                              "which does not execute (it emits code)")
+        return fallback
 
     def close(self) -> None:
         """Forget the ops this host's plugins added to the registry."""
@@ -121,10 +147,44 @@ class PluginHost:
         self._ops_added.clear()
 
 
-def _describe(hook: str, err: Exception) -> str:
+def _entry_points() -> list:
+    """The `legato` entry points of every installed distribution; a distribution whose
+    metadata cannot be read is skipped, not fatal."""
+    found = []
+    for dist in list(importlib.metadata.distributions()):
+        try:
+            found.extend(ep for ep in dist.entry_points if ep.group == GROUP)
+        except Exception:  # broken metadata of some unrelated distribution
+            continue
+    return found
+
+
+def _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs) -> None:
+    """The types of register(...)'s arguments, so a plugin's slip is a RegistrationError
+    naming the op rather than an op with a strange name or a crash deep in the registry."""
+    if not isinstance(name, str) or not OP_NAME.fullmatch(name):
+        raise RegistrationError(f"op name {quote(name)} is not a dotted identifier")
+    checks = [
+        ("inputs", inputs, isinstance(inputs, str), "a string such as 'data, gamma?'"),
+        ("infer", infer, callable(infer), "a function (input types, attrs) -> output types"),
+        ("kind", kind, isinstance(kind, str), "a pattern kind"),
+        ("level", level, isinstance(level, int) and not isinstance(level, bool)
+         and level >= 0, "an int >= 0"),
+        ("decompose", decompose, decompose is None or callable(decompose),
+         "a function or None"),
+        ("examples", examples, isinstance(examples, (list, tuple)),
+         "a list of (input types, attrs)"),
+        ("attrs", attrs, attrs is None or isinstance(attrs, Mapping), "a mapping"),
+    ]
+    for arg, value, ok, wanted in checks:
+        if not ok:
+            raise RegistrationError(f"op {name}: {arg} must be {wanted}, got {quote(value)}")
+
+
+def _describe(hook: str, err: BaseException) -> str:
     if isinstance(err, LegatoError):
-        return f"{hook}: {err}"
-    return f"{hook} raised {type(err).__name__}: {err}"
+        return f"{hook}: {clip(str(err), 1000)}"
+    return f"{hook} raised {type(err).__name__}: {clip(str(err))}"
 
 
 _HOST: PluginHost | None = None
