@@ -299,8 +299,10 @@ def cast(b, call):
         if dst in INT_DTYPES:
             return b.call("tosa.cast", x, dtype=dst)
         return x if dst == "float32" else b.cast(x, dtype=dst)
-    # float to int: truncate toward zero first, then TOSA's rounding cast is exact
+    # float to int: truncate toward zero first, then TOSA's rounding cast is exact (and
+    # saturates); NaN, which TOSA leaves undefined, is 0 as in legato's cast
     trunc = b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
+    trunc = b.where(b.equal(x, x), trunc, b.scalar(0.0, x.dtype))
     return b.call("tosa.cast", trunc, dtype=dst)
 
 
