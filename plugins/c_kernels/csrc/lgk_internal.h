@@ -203,14 +203,16 @@ static inline float lgk_tanhf(float x)
     return ax < 0.625f ? small : big;
 }
 
-/* With e = exp(-|x|) <= 1: 1/(1+e) for x >= 0 and e/(1+e) for x < 0. One exp,
- * no overflow, and full relative accuracy in the negative tail (down to the
- * subnormal range) where 1/(1+exp(-x)) would flush to 0 early. */
+/* With e = exp(-|x|) <= 1 and t = e/(1+e) = sigmoid(-|x|): t for x < 0 and 1 - t
+ * for x >= 0. One exp and one division, no overflow, full relative accuracy in the
+ * negative tail (down to the subnormal range), and near 1 a single rounding of
+ * 1 - t: 1/(1+e) would round 1 + e first and reach 1.0 at x ~ 16.6 instead of
+ * ~ 17.3, where float32 has no value between sigmoid(x) and 1. */
 static inline float lgk_sigmoidf(float x)
 {
     float e = lgk_expf(x < 0.0f ? x : -x);
-    float s = 1.0f / (1.0f + e);
-    return x < 0.0f ? e * s : s;
+    float t = e / (1.0f + e);
+    return x < 0.0f ? t : 1.0f - t;
 }
 
 /* erfc(x) for x >= 1 as exp(-x^2) h(1/x) / x, h fitted on 1/x in (0, 1]. One

@@ -8,6 +8,8 @@
  * down columns, a tile of COL_TILE columns at a time so the running
  * statistics stay in L1 and every row access is a unit-stride vector loop.
  */
+#include <float.h>
+
 #include "lgk_internal.h"
 
 #define LANES 16
@@ -103,10 +105,11 @@ LGK_CLONES static void row_moments_block(const float *x, int64_t n, float c, flo
     *sq = s2;
 }
 
-/* Mean (as shift + offset) and population variance of a row in one read. Shifting by
- * the row's first element keeps sum(d^2) - sum(d)^2/n well conditioned when the mean is
- * large compared with the spread (the case that makes E[x^2] - E[x]^2 cancel). */
-static void row_mean_var(const float *x, int64_t n, float *shift, float *offset, float *var)
+/* Mean (as shift + offset) and population variance (in double, see needs_wide) of a
+ * row in one read. Shifting by the row's first element keeps sum(d^2) - sum(d)^2/n
+ * well conditioned when the mean is large compared with the spread (the case that
+ * makes E[x^2] - E[x]^2 cancel). */
+static double row_mean_var(const float *x, int64_t n, float *shift, float *offset)
 {
     double s = 0.0, s2 = 0.0;
     const float c = x[0];
@@ -122,7 +125,41 @@ static void row_mean_var(const float *x, int64_t n, float *shift, float *offset,
     /* the float nearest the mean, and what it misses: x - shift is exact near the mean */
     *shift = (float)mean;
     *offset = (float)(mean - (double)*shift);
-    *var = (float)(v > 0.0 ? v : 0.0);
+    return v < 0.0 ? 0.0 : v; /* rounding may go below 0; NaN (overflow) stays */
+}
+
+/* The float statistics hold for rows whose squared deviations stay in float range.
+ * Beyond |x - mean| ~ 1.8e19 the squares overflow (the variance is inf or NaN); below
+ * ~1e-19 they lose bits to underflow, which matters only when epsilon does not
+ * dominate. Given var + epsilon in float, such rows are rare and go through
+ * row_norm_wide. */
+static int needs_wide(float var_eps)
+{
+    return __builtin_expect(!(var_eps >= 1e-30f && var_eps <= FLT_MAX), 0);
+}
+
+/* y = (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * gamma + beta, everything in
+ * double (two passes; mean = 0 for rms_norm): double holds the square of any float
+ * difference, so no input can overflow or underflow the statistics. */
+__attribute__((noinline, cold)) static void row_norm_wide(const float *x, int64_t n,
+                                                           int centered, const float *gamma,
+                                                           const float *beta, float epsilon,
+                                                           float *y)
+{
+    double mean = 0.0, ss = 0.0;
+    if (centered) {
+        for (int64_t i = 0; i < n; ++i)
+            mean += x[i];
+        mean /= (double)n;
+    }
+    for (int64_t i = 0; i < n; ++i)
+        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double rstd = 1.0 / sqrt(ss / (double)n + (double)epsilon);
+    for (int64_t i = 0; i < n; ++i) {
+        double v = ((double)x[i] - mean) * rstd;
+        v = gamma != NULL ? v * gamma[i] : v;
+        y[i] = (float)(beta != NULL ? v + beta[i] : v);
+    }
 }
 
 /* y = exp(x - shift), returning the sum of y (y may equal x). */
@@ -264,9 +301,13 @@ int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
         return LGK_OK;
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * n;
-        float shift, offset, var;
-        row_mean_var(xr, n, &shift, &offset, &var);
-        float rstd = 1.0f / sqrtf(var + epsilon);
+        float shift, offset;
+        float var_eps = (float)row_mean_var(xr, n, &shift, &offset) + epsilon;
+        if (needs_wide(var_eps)) {
+            row_norm_wide(xr, n, 1, gamma, beta, epsilon, y + r * n);
+            continue;
+        }
+        float rstd = 1.0f / sqrtf(var_eps);
         row_affine(xr, n, shift, offset, rstd, gamma, beta, y + r * n);
     }
     return LGK_OK;
@@ -280,8 +321,12 @@ int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, fl
         return LGK_OK;
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * n;
-        float ms = (float)(row_sq_dev(xr, n, 0.0f) / (double)n);
-        row_affine(xr, n, 0.0f, 0.0f, 1.0f / sqrtf(ms + epsilon), gamma, NULL, y + r * n);
+        float ms_eps = (float)(row_sq_dev(xr, n, 0.0f) / (double)n) + epsilon;
+        if (needs_wide(ms_eps)) {
+            row_norm_wide(xr, n, 0, gamma, NULL, epsilon, y + r * n);
+            continue;
+        }
+        row_affine(xr, n, 0.0f, 0.0f, 1.0f / sqrtf(ms_eps), gamma, NULL, y + r * n);
     }
     return LGK_OK;
 }

@@ -599,6 +599,62 @@ static void test_softmax_norms(void)
     free(x), free(g), free(b);
 }
 
+/* layer_norm (centered) or rms_norm of one row, in double. */
+static void norm_ref(const float *x, int64_t n, int centered, float eps, double *want)
+{
+    double mean = 0, ss = 0;
+    for (int64_t i = 0; centered && i < n; ++i) mean += x[i] / (double)n;
+    for (int64_t i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+    for (int64_t i = 0; i < n; ++i) want[i] = (x[i] - mean) / sqrt(ss / (double)n + eps);
+}
+
+/* Rows far outside [1e-19, 1.8e19], where squares overflow or underflow a float, and
+ * rows with a mean much larger than their spread. */
+static void test_norm_ranges(void)
+{
+    enum { N = 300 };
+    const float scales[] = {1e-30f, 1e-20f, 1.0f, 1e19f, 1e20f, 1e30f, 1e38f};
+    const float epsilons[] = {1e-5f, 0.0f};
+    float *unit = rand_buf(N), x[N], y[N];
+    double want[N];
+    for (size_t k = 0; k < sizeof scales / sizeof scales[0]; ++k)
+        for (int e = 0; e < 2; ++e)
+            for (int offset = 0; offset < 2; ++offset) {
+                for (int i = 0; i < N; ++i) /* offset: |mean| 100x the spread (not at 1e38) */
+                    x[i] = unit[i] * scales[k] * (offset && k < 6 ? 0.01f : 1.0f)
+                           + (offset && k < 6 ? scales[k] : 0.0f);
+                float eps = epsilons[e];
+                int tiny = scales[k] < 1e-10f;
+                EXPECT_STATUS(lgk_layer_norm(1, N, x, NULL, NULL, eps, y), LGK_OK);
+                norm_ref(x, N, 1, eps, want);
+                EXPECT(all_close(y, want, N, offset ? 1e-3 : 1e-4, tiny && eps > 0 ? 1e-6 : 1e-5));
+                EXPECT_STATUS(lgk_rms_norm(1, N, x, NULL, eps, y), LGK_OK);
+                norm_ref(x, N, 0, eps, want);
+                EXPECT(all_close(y, want, N, 1e-5, tiny && eps > 0 ? 1e-6 : 1e-6));
+            }
+    free(unit);
+}
+
+/* sigmoid against double over [-100, 100]: a few ulp everywhere (subnormals: within
+ * one step), and correctly
+ * rounded just below 1 (x in [10, 20]), where float32 steps by 2^-24. */
+static void test_sigmoid_tails(void)
+{
+    enum { N = 20001 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    for (int i = 0; i < N; ++i) x[i] = -100.0f + 0.01f * (float)i;
+    EXPECT_STATUS(lgk_unary(LGK_UNARY_SIGMOID, N, x, y), LGK_OK);
+    int bad = 0;
+    for (int i = 0; i < N; ++i) {
+        double v = x[i], want = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));
+        double err = fabs(y[i] - want);
+        if (v >= 10 && v <= 20 ? err > 0.5 * 5.9604645e-8 * 1.001 : err > 4 * 1.1920929e-7 * want + 1.5e-45)
+            ++bad;
+    }
+    EXPECT(bad == 0);
+    free(x), free(y);
+}
+
 static void test_reduce(void)
 {
     enum { OUTER = 3, R = 70, INNER = 5 };
@@ -651,6 +707,8 @@ int main(void)
     test_binary();
     test_strided_copy();
     test_softmax_norms();
+    test_norm_ranges();
+    test_sigmoid_tails();
     test_reduce();
     test_strerror();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
