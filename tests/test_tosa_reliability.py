@@ -199,3 +199,20 @@ def test_float_to_int_cast_of_nan_is_zero_on_the_reference_model(tools):  # noqa
     (out,) = tools.run_reference(legato.compile(module, backend=KEEP).artifact, [x])
     np.testing.assert_array_equal(out, legato.reference(module)(x))
     assert out[0] == 0
+
+
+@pytest.mark.parametrize("src, dst", [("float32", "bool"), ("float16", "bool"),
+                                      ("float32", "float32"), ("float16", "float16")])
+def test_tosa_casts_outside_the_pro_fp_modes_are_refused(src, dst):
+    """f32 -> bool needs TOSA 1.1; a same-type CAST is no TOSA mode at all."""
+    legato.list_ops()
+    with pytest.raises(LegalizationError, match=f"{src} to {dst} .*CAST mode"):
+        legato.compile(one_call("tosa.cast", (2,), src, dtype=dst), backend=KEEP)
+
+
+@pytest.mark.parametrize("src, dst", [("float32", "int8"), ("float16", "int32"),
+                                      ("float32", "float16"), ("float16", "float32")])
+def test_tosa_casts_in_the_pro_fp_modes_validate(tools, src, dst):  # noqa: F811
+    legato.list_ops()
+    tools.validate(legato.compile(one_call("tosa.cast", (2,), src, dtype=dst),
+                                  backend=KEEP).artifact)

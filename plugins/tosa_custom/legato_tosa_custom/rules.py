@@ -25,6 +25,10 @@ from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule
 from .ops import INDEX_DTYPE
 
 INT_DTYPES = ("int32", "int16", "int8")
+# TOSA 1.0 CAST modes of profile pro_fp (bool and integer-to-integer casts need pro_int)
+PRO_FP_CASTS = {(src, dst) for src in INT_DTYPES + ("float32", "float16")
+                for dst in ("float32", "float16") if src != dst} | \
+               {(src, dst) for src in ("float32", "float16") for dst in INT_DTYPES}
 NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 TO_OHWI = {"OIHW": (0, 2, 3, 1), "HWIO": (3, 0, 1, 2), "OHWI": None}
 
@@ -153,13 +157,22 @@ def unit_strides(call):
 
 
 @checked
-def cast_supported(call):
-    """TOSA CAST under pro_fp, where it means what legato's cast means: to a float type."""
+def tosa_cast_mode(call):
+    """TOSA CAST as it stands: one of the modes pro_fp has in TOSA 1.0."""
     src, dst = call.inputs[0].dtype, call.attrs["dtype"]
-    if src not in TOSA_DTYPES or dst not in TOSA_DTYPES:
-        return f"{src} to {dst} (not a TOSA 1.0 type)"
-    if src == dst or src == "bool" or not is_float(dst):
-        return f"{src} to {dst} (pro_fp CAST: no bool, float to int rounds to nearest)"
+    if (src, dst) not in PRO_FP_CASTS:
+        return f"{src} to {dst} (not a TOSA 1.0 pro_fp CAST mode)"
+    return None
+
+
+@checked
+def cast_supported(call):
+    """TOSA CAST where it means what legato's cast means: to a float type (TOSA rounds
+    floats to the nearest integer, legato truncates: the cast rule handles those)."""
+    src, dst = call.inputs[0].dtype, call.attrs["dtype"]
+    if (src, dst) not in PRO_FP_CASTS or not is_float(dst):
+        return f"{src} to {dst} (pro_fp CAST: no bool, no integer to integer, float to int " \
+               "rounds to nearest)"
     return None
 
 
