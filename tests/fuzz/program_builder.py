@@ -19,6 +19,8 @@ import legato
 FLOAT = "float32"
 INTS = ("int32", "int64", "int8", "uint8", "int16")
 MAX_DIM = 5
+LARGE_DIM = 40
+MAX_SIZE = 4096   # elements of a fresh tensor
 
 # ops whose float output is exactly the same everywhere when the inputs are exact
 EXACT_OPS = {"abs", "negative", "maximum", "minimum", "max", "min", "where", "reshape",
@@ -64,11 +66,16 @@ class ProgramContext:
     def dim(self, nonzero: bool = False) -> int:
         if not nonzero and self.chance(0.12 if self.edge else 0.04):
             return 0
+        if self.chance(0.08):  # past the vector width and blocking of the C kernels
+            return self.int(MAX_DIM + 1, LARGE_DIM)
         return 1 if self.chance(0.25) else self.int(2, MAX_DIM)
 
     def shape(self, min_rank: int = 0, max_rank: int = 4, nonzero: bool = False) -> tuple:
         rank = self.int(min_rank, max_rank)
-        return tuple(self.dim(nonzero) for _ in range(rank))
+        dims = [self.dim(nonzero) for _ in range(rank)]
+        while np.prod(dims) > MAX_SIZE:  # several large dims: shrink the largest
+            dims[int(np.argmax(dims))] = self.int(1, MAX_DIM)
+        return tuple(dims)
 
     def broadcast_partner(self, shape: tuple) -> tuple:
         """A shape that broadcasts with `shape`: a suffix of it, dims set to 1, or dims of
