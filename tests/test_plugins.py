@@ -233,3 +233,14 @@ def test_a_fallback_that_only_emits_code_is_refused(backend_factory):
     with pytest.raises(legato.PluginError, match="fallback tosa_custom, which does not "
                                                  "execute"):
         legato.compile(mod, backend="leans_on_tosa")
+
+
+@pytest.mark.parametrize("name, message", [
+    (None, "a backend is a name or a Backend, got NoneType None"),
+    (["cpu_ref"], r"got list \['cpu_ref'\]"),
+    ("x" * 100_000, r"no backend named 'xxx.*\.\.\..*' \(installed: "),
+])
+def test_backend_lookup_by_a_bad_name_is_a_short_plugin_error(name, message):
+    with pytest.raises(legato.PluginError, match=message) as info:
+        legato.get_backend(name)
+    assert len(str(info.value)) < 300

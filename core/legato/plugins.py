@@ -1,8 +1,9 @@
 """The plugin host: finds plugins through the `legato` entry-point group, calls their
 hooks with register callbacks, validates what they register and keeps the backends.
 
-A plugin that fails to import, raises from a hook, or registers a bad op or capability
-file is recorded in `problems` under its name; the other plugins load as usual.
+A plugin that fails to import, raises (or calls sys.exit) from a hook, or registers a bad
+op or capability file is recorded in `problems` under its name, and what that hook had
+registered before failing is removed again; the other plugins load as usual.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from . import hookspecs
 from .backend import Backend
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
-from .registry import OpDef, Registry, suggest
+from .registry import OpDef, Registry
+from .yamlsource import hint
 
 GROUP = "legato"
 OP_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -118,6 +120,9 @@ class PluginHost:
     def backend(self, name: str) -> Backend:
         if isinstance(name, Backend):
             return name
+        if not isinstance(name, str):
+            raise PluginError(f"a backend is a name or a Backend, got {type(name).__name__} "
+                              f"{quote(name)}")
         try:
             return self.backends[name]
         except KeyError:
@@ -125,7 +130,7 @@ class PluginHost:
         broken = [f"{p}: {m}" for p, m in self.problems if p == name]
         detail = f"; plugin problem: {broken[0]}" if broken else ""
         installed = ", ".join(sorted(self.backends)) or "none"
-        raise PluginError(f"no backend named {name!r}{suggest(name, self.backends)}"
+        raise PluginError(f"no backend named {quote(name)}{hint(name, self.backends)}"
                           f" (installed: {installed}){detail}")
 
     def fallback_of(self, backend: Backend) -> Backend | None:

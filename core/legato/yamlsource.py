@@ -24,6 +24,7 @@ MAX_BYTES = 512 * 1024      # a real capability file or config is a few KB
 MAX_DEPTH = 32              # real files nest five levels deep
 MAX_VALUES = 100_000        # values in a document, each alias counted at every use
 CONTAINERS = (list, tuple, set, frozenset)
+SCALARS = (str, int, float, bytes)
 
 
 class _LimitError(ComposerError):
@@ -160,7 +161,9 @@ def check_bounds(data: Mapping, label: str) -> None:
         count += 1
         if count > MAX_VALUES:
             raise ConfigError(f"{label}: more than {MAX_VALUES} values")
-        if isinstance(value, Mapping):
+        if value is None or isinstance(value, SCALARS):
+            continue  # most values: checked first, as Mapping's isinstance is slow
+        if isinstance(value, (dict, Mapping)):
             children = [*value.keys(), *value.values()]
         elif isinstance(value, CONTAINERS):
             children = value
