@@ -319,6 +319,50 @@ def mutate_tensor_data(rng, model):
         tensor.external_data.add(key="location", value=rng.choice(["w.bin", "../w.bin"]))
 
 
+def mutate_small_attribute(rng, model):
+    """A plausible value of the right type: the converters' own checks, not the schema's."""
+    attrs = [a for n in model.graph.node for a in n.attribute if a.type in (2, 7)]
+    if not attrs:
+        return
+    attr = rng.choice(attrs)
+    if attr.type == 2:
+        attr.i = rng.randrange(-3, 4)
+    else:
+        count = max(0, len(attr.ints) + rng.choice([-1, 0, 0, 1]))
+        del attr.ints[:]
+        attr.ints.extend(rng.randrange(-2, 4) for _ in range(count))
+
+
+def mutate_small_dims(rng, model):
+    values = [v for v in model.graph.input if v.type.tensor_type.shape.dim]
+    if values:
+        dims = rng.choice(values).type.tensor_type.shape.dim
+        dims[rng.randrange(len(dims))].dim_value = rng.choice([0, 1, 2, 3, 5])
+
+
+def mutate_initializer_shape(rng, model):
+    tensors = [t for t in model.graph.initializer if t.data_location != 1]
+    if not tensors:
+        return
+    tensor = rng.choice(tensors)
+    try:
+        array = numpy_helper.to_array(tensor)
+    except ValueError:   # damaged by an earlier mutation
+        return
+    shape = [rng.choice([0, 1, 2, 3, 4]) for _ in range(rng.randrange(0, 4))]
+    values = np.resize(array, shape) if array.size else np.zeros(shape, array.dtype)
+    if array.dtype.kind == "i":
+        values = np.random.default_rng(rng.randrange(1 << 30)).integers(-3, 5, shape)
+    tensor.CopyFrom(numpy_helper.from_array(values.astype(array.dtype), tensor.name))
+
+
+def mutate_newer_opset(rng, model):
+    if model.opset_import[0].version >= 13:
+        model.opset_import[0].version = rng.randrange(13, onnx.defs.onnx_opset_version() + 1)
+
+
+GENTLE = (mutate_small_attribute, mutate_small_dims, mutate_initializer_shape,
+          mutate_newer_opset)
 MUTATIONS = (mutate_attribute_type, mutate_attribute_value, mutate_attribute_presence,
              mutate_dims, mutate_rank, mutate_inputs, mutate_graph_io, mutate_opset,
              mutate_order, mutate_op_type, mutate_tensor_data)
@@ -328,7 +372,7 @@ def mutate_shapes(rng, shapes: dict) -> dict:
     key = rng.choice(list(shapes) + ["x", "batch"])
     shapes = dict(shapes)
     shapes[key] = rng.choice([2.5, "3", True, None, -1, -(2 ** 40), 2 ** 62, [2, 8], (1.0, 8),
-                              [-1, 8], [2, 8, 3], {}, np.int64(3), [None]])
+                              [-1, 8], [2, 8, 3], {}, np.int64(3), [None], 0, 1, 3, 2 ** 33])
     return shapes
 
 
@@ -392,7 +436,7 @@ def make_case(seed: int):
     if external:
         externalize(model, case_dir, rng)
     for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
-        rng.choice(MUTATIONS)(rng, model)
+        rng.choice(GENTLE if rng.random() < 0.5 else MUTATIONS)(rng, model)
     if rng.random() < 0.15:
         shapes = mutate_shapes(rng, shapes)
     if rng.random() < 0.2 or (external and rng.random() < 0.5):

@@ -23,6 +23,7 @@ from ..ir import Const, Module, Value
 from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
 from .onnx_check import check_graph, check_opset_range, check_shape, check_size, check_text
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
+from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
 
 MIN_OPSET = 13
@@ -162,12 +163,8 @@ def upgrade(proto, opset: int):
     is only handed models that `check_graph` accepted."""
     if opset >= MIN_OPSET:
         return proto, opset
-    onnx = _onnx()
-    try:
-        upgraded = onnx.version_converter.convert_version(proto, MIN_OPSET)
-    except Exception as err:  # noqa: BLE001 - the converter raises RuntimeError and others
-        raise LegatoError(f"ONNX opset {opset} is older than {MIN_OPSET} and could not be "
-                          f"upgraded: {' '.join(str(err).split())[:200]}") from None
+    upgraded = run_isolated(b"C", proto, "onnx's version converter", f"ONNX opset {opset} "
+                            f"is older than {MIN_OPSET} and could not be upgraded")
     check_graph(upgraded.graph, MIN_OPSET)
     return upgraded, MIN_OPSET
 
@@ -191,25 +188,17 @@ def check_input_shapes(input_shapes) -> dict:
 
 def check_shapes(proto, input_shapes: Mapping) -> None:
     """Run ONNX's strict shape inference with the bound input shapes; refuse on failure."""
-    onnx = _onnx()
-    bound = onnx.ModelProto()
-    bound.CopyFrom(proto)
-    initializers = {t.name for t in bound.graph.initializer}
+    initializers = {t.name for t in proto.graph.initializer}
+    shapes = {value.name: input_shape(value, input_shapes) for value in proto.graph.input
+              if value.name not in initializers}
+    bound, _ = without_large_data(proto)
     for value in bound.graph.input:
-        if value.name in initializers:
-            continue
-        shape = input_shape(value, input_shapes)
-        dims = value.type.tensor_type.shape.dim
-        del dims[:]
-        for size in shape:
-            dims.add().dim_value = size
-    try:
-        # no data propagation: it materializes 1-D shape data of a declared length, so a
-        # large declared dimension would take time and memory in proportion to it
-        onnx.shape_inference.infer_shapes(bound, check_type=True, strict_mode=True)
-    except Exception as err:  # noqa: BLE001 - onnx raises InferenceError and others
-        message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise LegatoError(f"the model's shapes do not infer: {message[:300]}") from None
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for size in shapes[value.name]:
+                dims.add().dim_value = size
+    run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
 
 
 def input_shape(value, input_shapes: Mapping) -> tuple[int, ...]:
