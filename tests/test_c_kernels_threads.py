@@ -90,3 +90,58 @@ def test_calls_really_run_in_parallel(backend_factory):
     for a, g in zip(inputs, got):
         np.testing.assert_allclose(g, np.exp(np.tanh(a)), rtol=1e-6)
     assert compiled._runner.stats()["instances"] == 2
+
+
+def test_pool_waits_at_its_limit_and_recovers_from_a_failed_build():
+    from legato_c_kernels.pool import RunnerPool
+
+    inside, release = threading.Event(), threading.Event()
+    builds = []
+
+    def build():
+        builds.append(1)
+        if len(builds) == 2:
+            raise RuntimeError("no memory for another runner")
+
+        def runner(value):
+            if value == "block":
+                inside.set()
+                assert release.wait(timeout=30)
+            return value
+        return runner
+
+    pool = RunnerPool(build, limit=2)
+    with ThreadPoolExecutor(3) as threads:
+        first = threads.submit(pool, "block")
+        assert inside.wait(timeout=30)
+        with pytest.raises(RuntimeError, match="no memory"):  # the second build fails...
+            pool("x")
+        assert pool.size == 1                                 # ...and is not counted
+        waiting = threads.submit(pool, "y")  # builds the second runner (limit 2)
+        assert waiting.result(timeout=30) == "y"
+        third = threads.submit(pool, "z")    # both runners exist: reuses a free one
+        assert third.result(timeout=30) == "z"
+        release.set()
+        assert first.result(timeout=30) == "block"
+    assert pool.size == 2
+
+
+def test_pool_at_its_limit_makes_calls_wait_for_a_free_runner():
+    from legato_c_kernels.pool import RunnerPool
+
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def runner(value):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        threading.Event().wait(0.01)
+        with lock:
+            active[0] -= 1
+        return value * 2
+
+    pool = RunnerPool(lambda: runner, limit=2)
+    with ThreadPoolExecutor(6) as threads:
+        assert list(threads.map(pool, range(30))) == [2 * v for v in range(30)]
+    assert pool.size <= 2 and most[0] <= 2
