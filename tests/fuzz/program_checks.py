@@ -49,6 +49,18 @@ def check_untouched(before, after, where: str) -> None:
             raise Mismatch(f"{where} modified input {i}")
 
 
+def check_fresh(results, feeds, where: str) -> None:
+    """Results are the caller's to keep: no result is an input's memory, and no two
+    results are one array (writing to one would change the other)."""
+    for i, result in enumerate(results):
+        if not isinstance(result, np.ndarray):
+            continue
+        if any(np.shares_memory(result, feed) for feed in feeds):
+            raise Mismatch(f"{where}: result {i} shares memory with an input")
+        if any(result is other for other in results[:i]):
+            raise Mismatch(f"{where}: result {i} is the same array as an earlier result")
+
+
 def compare(got, want, ops, where: str, values_too: bool) -> None:
     """Same count, shapes and dtypes; with `values_too`, values within the tolerance of
     the ops involved (NaN equals NaN)."""

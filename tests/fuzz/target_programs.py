@@ -24,8 +24,8 @@ from legato import LegatoError
 from . import Mismatch
 from .op_generators import GENERATORS
 from .program_builder import ProgramContext
-from .program_checks import (EMITTING, EXECUTING, as_tuple, check_untouched, compare, copies,
-                             name, ordinary, round_trip, validate_tosa)
+from .program_checks import (EMITTING, EXECUTING, as_tuple, check_fresh, check_untouched,
+                             compare, copies, name, ordinary, round_trip, validate_tosa)
 
 QUICK_CASES = 210  # three programs starting with each op
 CASE_TIMEOUT = 60.0
@@ -119,6 +119,7 @@ def _run(compiled, feeds, who: str):
     before = copies(feeds)
     result = as_tuple(compiled(*feeds))
     check_untouched(before, feeds, who)
+    check_fresh(result, feeds, who)
     return result
 
 
