@@ -216,3 +216,31 @@ def test_tosa_casts_in_the_pro_fp_modes_validate(tools, src, dst):  # noqa: F811
     legato.list_ops()
     tools.validate(legato.compile(one_call("tosa.cast", (2,), src, dtype=dst),
                                   backend=KEEP).artifact)
+
+
+# --- level 8K limits beyond rank ----------------------------------------------------------
+
+def test_tensors_over_2_gib_are_refused():
+    with pytest.raises(LegalizationError, match="more than 2147483647 bytes"):
+        legato.compile(one_call("exp", (2**29,)), backend=KEEP)
+
+
+def test_pool_windows_over_the_level_limit_use_the_generic_decomposition(tools):  # noqa: F811
+    """A stride of 9000 is beyond MAX_STRIDE 8192: the rule declines, no TOSA MAX_POOL2D."""
+    module = one_call("nn.max_pool2d", (1, 1, 9001, 1), pool_size=[1, 1],
+                      strides=[9000, 1])
+    compiled = legato.compile(module, backend=KEEP)
+    assert "tosa.max_pool2d" not in compiled.artifact
+    tools.validate(compiled.artifact)
+
+
+def test_float16_bounds_beyond_its_range_are_infinities_without_warnings():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clip = legato.compile(one_call("clip", (3,), "float16", min=-1e10, max=1e10),
+                              backend=KEEP).artifact
+        pad = legato.compile(one_call("pad", (3,), "float16", pads=[1, 1], value=1e10),
+                             backend=KEEP).artifact
+    assert "max_val = 0x7C00 : f16, min_val = 0xFC00 : f16" in clip
+    assert 'dense<"0x007C"> : tensor<1xf16>' in pad

@@ -89,7 +89,8 @@ class _Body:
 
     def zero(self, dtype: str, value: float = 0) -> str:
         """A one-element tensor: zero points, pad values, a missing bias."""
-        return self.const(np.full((1,), value, dtype=dtype))
+        with np.errstate(over="ignore"):  # a pad value beyond float16's range is +-inf
+            return self.const(np.full((1,), value, dtype=dtype))
 
     def _cached(self, key, make) -> str:
         if key not in self._consts:
@@ -133,8 +134,9 @@ def _negative(body, call):
 
 def _clamp(body, call, low, high):
     dtype = call.inputs[0].dtype
-    low = np.array(-np.inf if low is None else low, dtype)
-    high = np.array(np.inf if high is None else high, dtype)
+    with np.errstate(over="ignore"):  # bounds beyond float16's range are +-inf there
+        low = np.array(-np.inf if low is None else low, dtype)
+        high = np.array(np.inf if high is None else high, dtype)
     # CLAMP needs min_val <= max_val. legato's clip bounds below first, then above, so
     # bounds out of order give max everywhere (NaN stays NaN): CLAMP to [max, max].
     low = min(low, high)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from legato.ir import TensorType
 
 MAX_RANK = 6
+MAX_BYTES = (1 << 31) - 1     # MAX_LOG2_SIZE 31: bytes of one tensor
+MAX_KERNEL = MAX_STRIDE = 8192  # window extent (dilated), padding; stride
 MAX_TENSOR_LIST = 64          # operands of one CONCAT or CUSTOM
 TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool")
 # tosa.custom also carries int64, so that int64 results (argmax) can be tunnelled
@@ -31,7 +34,20 @@ def type_problem(t: TensorType, dtypes=TOSA_DTYPES) -> str | None:
     """Why this tensor type cannot appear in a TOSA 1.0 pro_fp module, or None."""
     if t.dtype not in dtypes:
         return f"{t} has element type {t.dtype} (not a TOSA 1.0 pro_fp type)"
-    return shape_problem(t)
+    problem = shape_problem(t)
+    if problem is None and t.size * np.dtype(t.dtype).itemsize > MAX_BYTES:
+        problem = f"{t} holds more than {MAX_BYTES} bytes (TOSA 1.0 level 8K)"
+    return problem
+
+
+def window_problem(kernel, strides, padding) -> str | None:
+    """Level 8K's limits on a window: `kernel` already multiplied by the dilation."""
+    if max(kernel) > MAX_KERNEL or max(padding) > MAX_KERNEL:
+        return f"kernel {list(kernel)}, padding {list(padding)} (TOSA 1.0 level 8K allows " \
+               f"at most {MAX_KERNEL})"
+    if max(strides) > MAX_STRIDE:
+        return f"strides {list(strides)} (TOSA 1.0 level 8K allows at most {MAX_STRIDE})"
+    return None
 
 
 def _tensors(call):

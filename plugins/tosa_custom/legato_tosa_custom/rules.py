@@ -21,7 +21,7 @@ from legato.ir import Const
 from legato.ops.base import broadcast_shapes, is_float, norm_axes, norm_axis
 from legato.ops.primitives import slice_params, split_sizes
 
-from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule
+from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule, window_problem
 from .ops import INDEX_DTYPE
 
 INT_DTYPES = ("int32", "int16", "int8")
@@ -186,6 +186,10 @@ def _window_fit(hw, kernel, strides, dilation, padding):
 def conv2d_fits(call):
     x, w = call.inputs[:2]
     a = call.attrs
+    extent = [k * d for k, d in zip(w.shape[1:3], a["dilation"])]
+    level = window_problem(extent, a["strides"], a["padding"])
+    if level is not None:
+        return level
     rest = _window_fit(x.shape[1:3], w.shape[1:3], a["strides"], a["dilation"], a["padding"])
     return None if not any(rest) else \
         f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
@@ -196,6 +200,9 @@ def pool2d_fits(call):
     a = _pool_attrs(call.attrs)
     if any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
         return f"padding {list(a['padding'])} (TOSA needs padding below the kernel size)"
+    level = window_problem(a["pool_size"], a["strides"], a["padding"])
+    if level is not None:
+        return level
     rest = _window_fit(call.inputs[0].shape[1:3], a["pool_size"], a["strides"], (1, 1),
                        a["padding"])
     return None if not any(rest) else \
@@ -456,12 +463,18 @@ def _fit_windows(b, x, kernel, strides, dilation, padding):
     return x, padding
 
 
+def _kernel_hw(w, layout):
+    return w.shape[1:3] if layout == "OHWI" else w.shape[2:4] if layout == "OIHW" else \
+        w.shape[0:2]
+
+
 @shaped_rule
 def conv2d(b, call):
     x, w, bias = call.inputs
     a = call.attrs
-    if a["groups"] != 1:
-        return None  # TOSA CONV2D has no groups: the generic decomposition handles it
+    extent = [k * d for k, d in zip(_kernel_hw(w, a["kernel_layout"]), a["dilation"])]
+    if a["groups"] != 1 or window_problem(extent, a["strides"], a["padding"]):
+        return None  # no TOSA CONV2D (groups, level 8K): the generic decomposition
     nchw = a["data_layout"] == "NCHW"
     x = permute(b, x, NCHW_TO_NHWC if nchw else None)
     w = permute(b, w, TO_OHWI[a["kernel_layout"]])
@@ -477,7 +490,8 @@ def pool2d(b, call):
     padded = any(a["padding"])
     if a["ceil_mode"] or tuple(a["dilation"]) != (1, 1) or \
             (a.get("count_include_pad") and padded) or \
-            any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
+            any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)) or \
+            window_problem(a["pool_size"], a["strides"], a["padding"]):
         return None  # no TOSA form: the generic decomposition handles it
     nchw = a["data_layout"] == "NCHW"
     x = permute(b, call.inputs[0], NCHW_TO_NHWC if nchw else None)
