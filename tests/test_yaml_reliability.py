@@ -212,10 +212,12 @@ def cap(**entries) -> dict:
     (cap(custom_ops=None), r"key 'custom_ops' must be true or false"),
     (cap(fallback=5), r"key 'fallback': expected the name of another backend, got 5"),
     (cap(fallback="typed"), r"key 'fallback': expected the name of another backend"),
+    (cap(fallback="x" * 100_000), r"key 'fallback': expected the name of another backend"),
+    ({"backend": "y" * 65}, r"key 'backend' must name the backend \(an identifier of at most"),
     (cap(domain="a b"), r"key 'domain': expected a domain name"),
     (cap(layout="NCWH"), r"key 'layout': expected one of NCHW, NHWC, got 'NCWH'"),
     (cap(description=5), r"key 'description': expected a string"),
-    ({"backend": ["x"]}, r"key 'backend' must name the backend \(an identifier\), got \['x'\]"),
+    ({"backend": ["x"]}, r"key 'backend' must name the backend .*, got \['x'\]"),
 ])
 def test_wrongly_typed_capability_values_name_the_key(capability, match):
     message = capability_error(capability, match)

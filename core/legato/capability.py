@@ -19,6 +19,7 @@ CAPABILITY_KEYS = {"backend", "description", "executes", "fallback", "custom_ops
 CONDITION_KEYS = {"dtypes", "ranks", "attrs", "check"}
 REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")    # 'package.module:attribute'
 DOMAIN = re.compile(r"[A-Za-z_][\w.\-]{0,63}")
+NAME = re.compile(r"[A-Za-z_]\w{0,63}")                 # a backend's name
 
 
 def parse_capability(source, registry, *, kernels=None, executor=None, emitter=None,
@@ -27,9 +28,9 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
     data, label = load_yaml(source, "capability file")
     check_keys(data, CAPABILITY_KEYS, label, "")
     name = data.get("backend")
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ConfigError(f"{label}: key 'backend' must name the backend (an identifier), "
-                          f"got {quote(name)}")
+    if not _is_name(name):
+        raise ConfigError(f"{label}: key 'backend' must name the backend (an identifier of "
+                          f"at most 64 characters), got {quote(name)}")
     _check_settings(data, name, label)
     legal = _parse_legal(data.get("legal"), registry, label)
     _add_levels(legal, data.get("legal_levels"), registry, label)
@@ -55,8 +56,7 @@ def _check_settings(data: Mapping, name: str, label: str) -> None:
                                   f"got {quote(data[key])}")
     checks = {
         "description": (lambda v: isinstance(v, str), "a string"),
-        "fallback": (lambda v: isinstance(v, str) and v.isidentifier() and v != name,
-                     "the name of another backend"),
+        "fallback": (lambda v: _is_name(v) and v != name, "the name of another backend"),
         "domain": (lambda v: isinstance(v, str) and DOMAIN.fullmatch(v) is not None,
                    "a domain name (letters, digits, '_', '.', '-'; at most 64)"),
         "layout": (lambda v: v in LAYOUTS, f"one of {', '.join(LAYOUTS)}"),
@@ -64,6 +64,10 @@ def _check_settings(data: Mapping, name: str, label: str) -> None:
     for key, (ok, wanted) in checks.items():
         value = data.get(key)
         expect(value is None or ok(value), value, label, f"key {key!r}", wanted)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and NAME.fullmatch(value) is not None
 
 
 def _parse_legal(legal, registry, label) -> dict[str, Condition]:

@@ -137,8 +137,8 @@ class PluginHost:
         if not backend.fallback:
             return None
         if backend.fallback not in self.backends:
-            raise PluginError(f"backend {backend.name} names fallback {backend.fallback!r}, "
-                              "which is not installed")
+            raise PluginError(f"backend {backend.name} names fallback "
+                              f"{quote(backend.fallback)}, which is not installed")
         fallback = self.backends[backend.fallback]
         if not fallback.executes:
             raise PluginError(f"backend {backend.name} names fallback {fallback.name}, "
