@@ -82,5 +82,9 @@ class RunnerPool:
     def _release(self, runner) -> None:
         self._free.append(runner)
         if self._waiting:
-            with self._cond:
-                self._cond.notify()
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake a call waiting for a runner (after one was put back)."""
+        with self._cond:
+            self._cond.notify()
