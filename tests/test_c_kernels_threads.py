@@ -92,6 +92,11 @@ def test_calls_really_run_in_parallel(backend_factory):
     assert compiled._runner.stats()["instances"] == 2
 
 
+class _Runner:
+    def __init__(self, fn):
+        self.run = lambda args, kwargs: fn(*args, **kwargs)
+
+
 def test_pool_waits_at_its_limit_and_recovers_from_a_failed_build():
     from legato_c_kernels.pool import RunnerPool
 
@@ -108,7 +113,7 @@ def test_pool_waits_at_its_limit_and_recovers_from_a_failed_build():
                 inside.set()
                 assert release.wait(timeout=30)
             return value
-        return runner
+        return _Runner(runner)
 
     pool = RunnerPool(build, limit=2)
     with ThreadPoolExecutor(3) as threads:
@@ -141,7 +146,7 @@ def test_pool_at_its_limit_makes_calls_wait_for_a_free_runner():
             active[0] -= 1
         return value * 2
 
-    pool = RunnerPool(lambda: runner, limit=2)
+    pool = RunnerPool(lambda: _Runner(runner), limit=2)
     with ThreadPoolExecutor(6) as threads:
         assert list(threads.map(pool, range(30))) == [2 * v for v in range(30)]
     assert pool.size <= 2 and most[0] <= 2

@@ -373,9 +373,6 @@ class _PlannedInstance:
                                                    self.results[index].dtype)
         return spare
 
-    def __call__(self, *args, **kwargs):
-        return self.run(args, kwargs)
-
     def run(self, args: tuple, kwargs: dict):
         """One run on the caller's inputs (positional `args`, named `kwargs`)."""
         bases = []
@@ -445,20 +442,6 @@ class PlannedExecutor(RunnerPool):
         calls = set(fallback_calls)
         super().__init__(lambda: _PlannedInstance(module, backend, fallback, calls, packed))
         self.module, self.backend, self.fallback, self.fn = module, backend, fallback, module.main
-
-    def __call__(self, *args, **kwargs):
-        # RunnerPool.__call__ with the instance's run() called directly: one Python call
-        # less per run, which is a tenth of a tiny model's time
-        try:
-            instance = self._free.pop()
-        except IndexError:
-            instance = self._acquire()
-        try:
-            return instance.run(args, kwargs)
-        finally:
-            self._free.append(instance)
-            if self._waiting:
-                self._notify()
 
     @property
     def steps(self) -> list:

@@ -18,7 +18,8 @@ DEFAULT_LIMIT = max(4, 2 * (os.cpu_count() or 1))
 
 
 class RunnerPool:
-    """Calls go to a free runner; `build()` makes another when none is free."""
+    """Calls go to a free runner (`runner.run(args, kwargs)`); `build()` makes another
+    when none is free."""
 
     def __init__(self, build: Callable[[], Any], first: Any = None, limit: int = DEFAULT_LIMIT):
         self._build, self.limit = build, max(1, int(limit))
@@ -39,9 +40,11 @@ class RunnerPool:
         except IndexError:
             runner = self._acquire()
         try:
-            return runner(*args, **kwargs)
+            return runner.run(args, kwargs)
         finally:
-            self._release(runner)
+            self._free.append(runner)  # _release, inlined: this is every call's path
+            if self._waiting:
+                self._notify()
 
     @contextmanager
     def borrow(self):
