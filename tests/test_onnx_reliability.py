@@ -155,12 +155,24 @@ def test_shape_inference_time_and_memory_do_not_grow_with_declared_sizes():
     assert out.startswith("LOADED"), out
 
 
-def test_names_that_are_not_utf8_are_refused():
+def test_names_that_are_not_utf8_are_refused_or_ignored():
     node = helper.make_node("Relu", ["x"], ["y"], name="r")
     data = model([node], [tensor("x", [2])], [tensor("y", None)]).SerializeToString()
     damaged = onnx.ModelProto.FromString(data.replace(b"Relu", b"R\xffel"))
     with pytest.raises(LegatoError, match=r"node #0: b'R\\xffel' is not valid UTF-8"):
         lonnx.load(damaged)
+    unnamed = onnx.ModelProto.FromString(data.replace(b"\x12\x01g", b"\x12\x01\xd3"))
+    assert unnamed.graph.name == b"\xd3"   # the graph's own name is never read
+    assert [c.op for c in lonnx.load(unnamed).main.calls] == ["nn.relu"]
+
+
+def test_constant_operands_of_the_wrong_size_or_type_are_named():
+    pad = helper.make_node("Pad", ["x", "pads", "value"], ["y"], name="p")
+    inits = [numpy_helper.from_array(np.array([0, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.zeros(0, np.float32), "value")]
+    bad = model([pad], [tensor("x", [2])], [tensor("y", None)], inits)
+    with pytest.raises(LegatoError, match="Pad node 'p': input 2 must hold one value, not 0"):
+        lonnx.load(bad)
 
 
 def test_a_negative_declared_dimension_is_refused():
@@ -402,3 +414,55 @@ def test_import_time_grows_linearly_with_the_graph():
         lonnx.load(proto)
         timings.append(time.perf_counter() - start)
     assert timings[1] < 40 * timings[0] + 0.5, timings   # 10x the nodes; quadratic is 100x
+
+
+# --- converters check what onnx's shape inference may let through ---------------------------
+
+def convert(op, inputs, **attrs):
+    """Run the converter of `op` directly: shapes (tuples) become graph inputs, arrays
+    constants, None an absent input."""
+    import legato
+    from legato.frontends.onnx_convert import CONVERTERS, Node
+    from legato.ir import Const
+    b = legato.GraphBuilder()
+    values = [None if v is None else b.input(f"i{k}", v) if isinstance(v, tuple)
+              else Const.of(np.asarray(v)) for k, v in enumerate(inputs)]
+    outputs = ["y", "y2"] if op == "Split" else ["y"]
+    proto = helper.make_node(op, [f"i{k}" if v is not None else "" for k, v in enumerate(inputs)],
+                             outputs, name="n")
+    return CONVERTERS[op].fn(Node(b, proto, values, attrs, 23))
+
+
+@pytest.mark.parametrize("op, inputs, attrs, message", [
+    ("Reshape", [(2, 3), np.array([0, 0, 0])], {},
+     r"shape \[0, 0, 0\] copies a dimension \(0\) that the rank-2 input does not have"),
+    ("Constant", [], {}, "needs exactly one value attribute, has 0"),
+    ("Pad", [(2,), np.array([0, 1, 1])], {}, r"pads \[0, 1, 1\] must hold two values for each"),
+    ("Pad", [(2,), np.array([0, 1]), np.zeros(2, np.float32)], {},
+     "input 2 must hold one value, not 2"),
+    ("Reshape", [(2, 3), np.array([6.0])], {}, "input 1 must hold integers, not float64"),
+    ("Conv", [(1, 1, 4, 4), (1, 1, 2, 2)], {"strides": [0, 1]},
+     r"attribute 'strides' = \[0, 1\] must be 2 values of at least 1"),
+    ("Conv", [(1, 1, 4, 4), (1, 1, 2, 2)], {"pads": [1, 1]},
+     r"attribute 'pads' = \[1, 1\] must be 4 values of at least 0"),
+    ("Conv", [(1, 1, 4, 4), (1, 1, 2, 2)], {"group": 0}, "attribute 'group' = 0 must be at "
+                                                         "least 1"),
+    ("MaxPool", [(1, 1, 4, 4)], {"kernel_shape": [0, 2]},
+     r"kernel_shape \[0, 2\] does not fit an input of shape \[1, 1, 4, 4\]"),
+    ("MaxPool", [(1, 4, 4)], {"kernel_shape": [2, 2]},
+     r"kernel_shape \[2, 2\] does not fit an input of shape \[1, 4, 4\]"),
+    ("GroupNormalization", [(1, 4, 2), (4,), (4,)], {"num_groups": 0},
+     "attribute 'num_groups' = 0 must be at least 1"),
+    ("Attention", [(1, 2, 8), (1, 2, 8), (1, 2, 8)], {},
+     "attribute 'q_num_heads' = 0 must be at least 1"),
+    ("Attention", [(1, 2, 8), (1, 1, 2, 8), (1, 2, 8)], {"q_num_heads": 2},
+     "Q, K and V must all be 3-D or all 4-D, not of ranks 3, 4, 3"),
+    ("LayerNormalization", [(), (1,)], {}, "attribute 'axis' = -1 is out of range for an input "
+                                           "of rank 0"),
+    ("Split", [(4,)], {"num_outputs": 3}, "attribute 'num_outputs' = 3 differs from the 2 "
+                                          "outputs"),
+    ("Add", [(2,), None], {}, r"input 1 is required but missing"),
+])
+def test_converters_name_bad_values_that_reach_them(op, inputs, attrs, message):
+    with pytest.raises(LegatoError, match=f"{op} node 'n': {message}"):
+        convert(op, inputs, **attrs)

@@ -46,14 +46,17 @@ def attention(node):
     q, k, v = node.arg(0), node.arg(1), node.arg(2)
     mask, past_k, past_v, nonpad = (node.input(i) for i in range(3, 7))
     three_d = q.rank == 3
+    node.require(q.rank in (3, 4) and k.rank == v.rank == q.rank,
+                 f"Q, K and V must all be 3-D or all 4-D, not of ranks {q.rank}, {k.rank}, "
+                 f"{v.rank}")
     if three_d:
-        q = split_heads(node, q, node.attr("q_num_heads"))
-        k, v = (split_heads(node, t, node.attr("kv_num_heads")) for t in (k, v))
+        q = split_heads(node, q, node.positive("q_num_heads", 0))
+        k, v = (split_heads(node, t, node.positive("kv_num_heads", 0)) for t in (k, v))
     if past_k is not None:
         k = node.call("concat", past_k, k, axis=2)
         v = node.call("concat", past_v, v, axis=2)
     present_k, present_v = k, v
-    node.require(q.shape[1] % k.shape[1] == 0, f"{q.shape[1]} query heads do not group "
+    node.require(k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0, f"{q.shape[1]} query heads do not group "
                                                f"into {k.shape[1]} KV heads")
     k, v = (repeat_heads(node, t, q.shape[1] // k.shape[1]) for t in (k, v))
     scale = node.attr("scale")

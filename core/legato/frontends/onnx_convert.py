@@ -113,12 +113,21 @@ class Node:
         return value.data
 
     def ints(self, index: int, default=None) -> list[int] | None:
+        """A constant integer input (shape, axes, pads, ...) as a list."""
         data = self.const(index)
-        return default if data is None else [int(v) for v in np.ravel(data)]
+        if data is None:
+            return default
+        self.require(data.dtype.kind in "iu", f"input {index} must hold integers, not "
+                                              f"{data.dtype}")
+        return [int(v) for v in np.ravel(data)]
 
     def scalar(self, index: int, default=None):
+        """A constant input that holds one value."""
         data = self.const(index)
-        return default if data is None else np.ravel(data)[0].item()
+        if data is None:
+            return default
+        self.require(data.size == 1, f"input {index} must hold one value, not {data.size}")
+        return np.ravel(data)[0].item()
 
     def wants(self, index: int) -> bool:
         """Whether output `index` is used (present and named)."""

@@ -107,7 +107,7 @@ def without_large_data(model):
     light.ir_version = model.ir_version
     light.opset_import.extend(model.opset_import)   # local functions: no node can use them
     target = light.graph
-    target.name = graph.name
+    target.name = "graph"   # the model's own name need not even be valid UTF-8
     for field in ("node", "input", "output", "value_info"):
         getattr(target, field).extend(getattr(graph, field))
     stripped = {}

@@ -11,10 +11,13 @@ from .onnx_convert import converter
 def window_attrs(node, kernel):
     """strides, dilations and [begins..., ends...] pads of a sliding window, with auto_pad."""
     n, spatial = len(kernel), node.arg(0).shape[2:]
-    strides = list(node.attr("strides", [1] * n))
-    dilations = list(node.attr("dilations", [1] * n))
+    strides = window_ints(node, "strides", n, 1)
+    dilations = window_ints(node, "dilations", n, 1)
     auto_pad = node.attr("auto_pad", "NOTSET")
-    pads = list(node.attr("pads", [0] * (2 * n)))
+    pads = window_ints(node, "pads", 2 * n, 0)
+    node.require(len(spatial) == n and all(k >= 1 for k in kernel),
+                 f"kernel_shape {list(kernel)} does not fit an input of shape "
+                 f"{list(node.arg(0).shape)}")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0] * (2 * n)
         for i in range(n):
@@ -26,6 +29,14 @@ def window_attrs(node, kernel):
     elif auto_pad == "VALID":
         pads = [0] * (2 * n)
     return strides, dilations, pads
+
+
+def window_ints(node, name: str, count: int, least: int) -> list[int]:
+    """A per-axis window attribute: `count` ints of at least `least` (default all `least`)."""
+    values = list(node.attr(name, [least] * count))
+    node.require(len(values) == count and all(v >= least for v in values),
+                 f"attribute {name!r} = {values[:8]} must be {count} values of at least {least}")
+    return values
 
 
 def as_2d(node, x, kernel, strides, dilations, pads):
@@ -44,7 +55,7 @@ def from_2d(node, y, rank: int):
 def conv_attrs(node, kernel):
     strides, dilations, pads = window_attrs(node, kernel)
     return {"strides": strides, "dilation": dilations, "padding": pads,
-            "groups": node.attr("group", 1)}
+            "groups": node.positive("group", 1)}
 
 
 @converter("Conv")
@@ -195,7 +206,8 @@ def rms_norm(node):
 @converter("GroupNormalization")
 def group_norm(node):
     x, scale, bias = node.arg(0), node.arg(1), node.arg(2)
-    groups, channels = node.attr("num_groups"), x.shape[1]
+    node.require(x.rank >= 2, f"input of rank {x.rank} has no channel axis")
+    groups, channels = node.positive("num_groups", 1), x.shape[1]
     if scale.shape[0] != channels:  # opset 18: one scale per group; legato's is per channel
         scale, bias = (per_group_to_channel(node, p, groups, channels) for p in (scale, bias))
     return node.call("nn.group_norm", x, scale, bias, num_groups=groups,

@@ -9,6 +9,7 @@ import numpy as np
 from ..ir import Const
 from ..ops.base import broadcast_shapes, norm_axes
 from .onnx_convert import converter, onnx_dtype
+from .onnx_tensors import quote
 
 # --- elementwise ----------------------------------------------------------------------------
 
@@ -123,6 +124,9 @@ def gemm(node):
 def reshape(node):
     x, shape = node.arg(0), node.ints(1)
     if not node.attr("allowzero", 0):  # 0 copies the input's dimension
+        node.require(all(i < x.rank for i, d in enumerate(shape) if d == 0),
+                     f"shape {quote(shape)} copies a dimension (0) that the rank-{x.rank} "
+                     "input does not have")
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     return node.call("reshape", x, shape=shape)
 
@@ -205,6 +209,8 @@ def size(node):
 
 @converter("Constant")
 def constant(node):
+    node.require(len(node.attrs) == 1, f"needs exactly one value attribute, has "
+                                       f"{len(node.attrs)}")
     (key, value), = node.attrs.items()
     dtypes = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
               "value_ints": np.int64}
@@ -219,7 +225,9 @@ def constant(node):
 def pad(node):
     x, mode = node.arg(0), node.attr("mode", "constant")
     pads, value = node.ints(1), node.scalar(2, 0)
-    axes = [a % x.rank for a in node.ints(3, list(range(x.rank)))]
+    axes = norm_axes(node.ints(3, list(range(x.rank))), x.rank)
+    node.require(len(pads) == 2 * len(axes), f"pads {quote(pads)} must hold two values for "
+                                             f"each of the {len(axes)} axes")
     full = [0] * (2 * x.rank)
     for i, axis in enumerate(axes):
         full[axis], full[x.rank + axis] = pads[i], pads[len(axes) + i]
