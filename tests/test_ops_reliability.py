@@ -442,3 +442,36 @@ def test_pool_inference_does_not_grow_with_the_input():
         tracemalloc.stop()
     assert y.shape == (1, 1, 2**32 + 1, 2) and z.shape == (1, 1, 2**33, 4)
     assert peak < 64 << 20  # bytes; one entry per output position would be 64 GiB
+
+
+@pytest.mark.parametrize("op, arrays, attrs", [
+    ("subtract", [np.ones(2, bool), np.ones(2, bool)], {}),
+    ("negative", [np.ones(2, bool)], {}),
+    ("add", [np.ones(2, bool), np.ones(2, bool)], {}),
+    ("matmul", [np.ones((2, 2), bool), np.ones((2, 2), bool)], {}),
+    ("clip", [np.ones(2, bool)], {"min": 0.0}),
+    ("nn.max_pool2d", [np.ones((1, 1, 2, 2), bool)], {"pool_size": [1, 1]}),
+    ("nn.conv2d", [np.ones((1, 1, 2, 2), bool), np.ones((1, 1, 1, 1), bool), None], {}),
+    ("nn.linear", [np.ones((2, 3), bool), np.ones((4, 3), bool), None], {}),
+])
+def test_arithmetic_on_bool_is_refused_at_inference(op, arrays, attrs):
+    """numpy refuses some of these at run time and decompositions others; ONNX has none."""
+    with pytest.raises(ShapeError, match="got bool"):
+        build(op, arrays, attrs)
+
+
+def test_max_pool_of_bfloat16_pads_with_minus_infinity():
+    import ml_dtypes
+    x = randn(1, 1, 3, 3).astype(ml_dtypes.bfloat16)
+    attrs = {"pool_size": [2, 2], "strides": [1, 1], "padding": [1, 1, 1, 1]}
+    result, outs, _, _ = _run_everywhere("nn.max_pool2d", [x], attrs)
+    for name, out in outs.items():
+        np.testing.assert_array_equal(out.astype(F32), outs["decomposed"].astype(F32), name)
+
+
+def test_low_precision_dtypes_get_bounds_in_their_own_ulps():
+    from legato.ops.tolerance import error_bound
+    assert error_bound("reshape", "bfloat16") == 0
+    assert error_bound("exp", "float16") == 32 * 2.0**-10 > error_bound("exp")
+    assert error_bound("nn.layer_norm", "bfloat16") == 32 * 2.0**-7
+    assert error_bound("nn.layer_norm", "float64") == error_bound("nn.layer_norm")

@@ -57,6 +57,8 @@ def leaky_relu(b, x, alpha):
 
 
 def _clip(types, attrs):
+    if types[0].dtype == "bool":
+        fail("clip needs a numeric tensor, got bool")
     for key in ("min", "max"):
         if attrs[key] is not None and math.isnan(attrs[key]):
             fail(f"clip {key} is NaN; leave the bound out (None) to not clip")
@@ -172,6 +174,8 @@ def _linear(types, attrs):
         fail(f"bias {list(bias.shape)} must be ({weight.shape[0]},)")
     if len({t.dtype for t in types if t is not None}) != 1:
         fail("data, weight and bias must share one dtype")
+    if data.dtype == "bool":
+        fail("nn.linear needs numeric tensors, got bool")
     return TensorType(data.shape[:-1] + (weight.shape[0],), data.dtype)
 
 

@@ -99,7 +99,8 @@ def _conv2d(types, attrs):
     data, weight, bias = types
     if data.rank != 4 or weight.rank != 4:
         fail(f"data {list(data.shape)} and weight {list(weight.shape)} must be 4-D")
-    same_dtype(types)
+    if same_dtype(types) == "bool":
+        fail("convolution needs numeric tensors, got bool")
     _check_window_attrs(attrs, "conv2d")
     n, c, h, w = _layout(data.shape, attrs["data_layout"])
     o, cg, kh, kw = oihw_shape(weight.shape, attrs["kernel_layout"])
@@ -189,6 +190,8 @@ def _pool(types, attrs):
     (data,) = types
     if data.rank != 4:
         fail(f"data {list(data.shape)} must be 4-D")
+    if data.dtype == "bool":
+        fail("pooling needs a numeric tensor, got bool")
     attrs = _pool_attrs(attrs)
     if len(attrs["pool_size"]) != 2 or not all(1 <= k < WINDOW_ATTR_LIMIT
                                                 for k in attrs["pool_size"]):

@@ -19,6 +19,12 @@ def _binary(types, attrs):
     return TensorType(broadcast_shapes(a.shape, b.shape), same_dtype(types))
 
 
+def _arithmetic(types, attrs):
+    if any(t.dtype == "bool" for t in types):  # as in ONNX; numpy refuses some of them too
+        fail("arithmetic needs numeric tensors, got bool (use the logical ops)")
+    return _binary(types, attrs) if len(types) == 2 else types[0]
+
+
 def _compare(types, attrs):
     return TensorType(_binary(types, attrs).shape, "bool")
 
@@ -36,7 +42,9 @@ def _where(types, attrs):
     return TensorType(broadcast_shapes(cond.shape, x.shape, y.shape), same_dtype([x, y]))
 
 
-for _name in ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum"):
+for _name in ("add", "subtract", "multiply", "divide", "power"):
+    primitive(_name, "a, b", _arithmetic, "broadcast")
+for _name in ("maximum", "minimum"):  # on bool: or, and
     primitive(_name, "a, b", _binary, "broadcast")
 for _name in ("equal", "less", "greater"):
     primitive(_name, "a, b", _compare, "broadcast")
@@ -44,8 +52,8 @@ for _name in ("logical_and", "logical_or"):
     primitive(_name, "a, b", _logical, "broadcast")
 primitive("logical_not", "a", _logical, "elemwise")
 primitive("where", "cond, x, y", _where, "broadcast")
-for _name in ("negative", "abs"):
-    primitive(_name, "a", unary_infer, "elemwise")
+primitive("negative", "a", _arithmetic, "elemwise")
+primitive("abs", "a", unary_infer, "elemwise")
 for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "round", "floor", "ceil"):
     primitive(_name, "a", float_unary_infer, "elemwise")
 
@@ -90,6 +98,8 @@ primitive("argmax", "data", _argmax, "reduce",
 def _matmul(types, attrs):
     a, b = types
     dtype = same_dtype(types)
+    if dtype == "bool":
+        fail("matmul needs numeric tensors, got bool")
     if a.rank == 0 or b.rank == 0:
         fail("matmul inputs must have rank >= 1")
     ash = (1,) + a.shape if a.rank == 1 else a.shape
@@ -158,13 +168,13 @@ def _concat(types, attrs):
     return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
 
 
-MAX_SPLIT_PARTS = 1 << 16
+MAX_EMPTY_PARTS = 1 << 16  # a zero-size dim splits into any number of empty parts
 
 
 def split_sizes(dim: int, sections) -> tuple[int, ...]:
-    parts = sections if isinstance(sections, int) else len(sections)
-    if parts > MAX_SPLIT_PARTS:
-        fail(f"split into {parts} parts: at most {MAX_SPLIT_PARTS} results")
+    if isinstance(sections, int) and dim == 0 and sections > MAX_EMPTY_PARTS:
+        fail(f"split of an empty dimension into {sections} parts: at most "
+             f"{MAX_EMPTY_PARTS} results")
     if isinstance(sections, int):
         if sections <= 0 or dim % sections:
             fail(f"cannot split a dimension of {dim} into {sections} equal parts")

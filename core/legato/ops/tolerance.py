@@ -52,9 +52,19 @@ INPUT_LIMIT: dict[str, float] = {
 }
 
 
-def error_bound(op: str) -> float:
-    """The largest error relative to max(|reference|, 1) a float32 result of `op` may have."""
-    return ERROR_BOUND.get(op, DEFAULT_ERROR)
+# machine epsilon of the narrower float dtypes, which a backend may compute in throughout
+_EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+LOW_PRECISION_ULPS = 32  # rounding at each step of a decomposition, in the result's ulps
+
+
+def error_bound(op: str, dtype: str = "float32") -> float:
+    """The largest error relative to max(|reference|, 1) a result of `op` in `dtype` may
+    have (float32 and float64 use the float32 table; float16 and bfloat16 allow
+    LOW_PRECISION_ULPS ulps of their own where the op is not exact)."""
+    bound = ERROR_BOUND.get(op, DEFAULT_ERROR)
+    if dtype in _EPSILON and bound > 0:
+        bound = max(bound, LOW_PRECISION_ULPS * _EPSILON[dtype])
+    return bound
 
 
 def input_limit(op: str) -> float | None:

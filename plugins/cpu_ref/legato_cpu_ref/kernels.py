@@ -591,7 +591,7 @@ def _pool_windows(x, axes, fill):
 
 def _lowest(dtype):
     """The padding value max pooling can never pick over a real cell."""
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf  # bfloat16's kind is V
 
 
 def max_pool2d(data, *, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1, 1),
