@@ -183,7 +183,7 @@ REFUSED = {  # id: (op, inputs, attrs, what the message must name)
     "conv-groups0": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 2, 2), None],
                      {"groups": 0}, "groups=0"),
     "conv-window-too-big": ("nn.conv2d", [randn(1, 2, 3, 3), randn(4, 2, 4, 2), None], {},
-                            "window of 4"),
+                            r"window of 4 \(kernel 4, dilation 1\) does not fit input 3"),
     "pool-window-over-padding-only": ("nn.avg_pool2d", [randn(1, 1, 2, 2)],
                                       {"pool_size": [2, 2], "strides": [1, 1],
                                        "padding": [2, 0, 0, 0]}, "only padding"),

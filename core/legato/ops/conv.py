@@ -22,7 +22,8 @@ def window_dims(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, d
     span = dilation * (kernel - 1) + 1
     room = size + pad_lo + pad_hi - span
     if room < 0:
-        fail(f"window of {span} does not fit input {size} with padding {pad_lo}+{pad_hi}")
+        fail(f"window of {span} (kernel {kernel}, dilation {dilation}) does not fit input "
+             f"{size} with padding {pad_lo}+{pad_hi}")
     out = (-(-room // stride) if ceil_mode else room // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_lo:
         out -= 1  # the last window must start inside the input or the left padding
