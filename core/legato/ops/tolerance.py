@@ -10,9 +10,10 @@ over the finite elements (NaN equals NaN, an infinity must be matched exactly). 
 and bool results are exact except for the ops in ROUNDING_OPS, which may be one step apart
 where a float quotient lands on the other side of a rounding tie.
 
-`input_limit(op)` is the magnitude of float32 inputs beyond which the decomposition of the
-op may overflow where the reference does not (None: no such limit). Checks should only
-compare values below it; docs/ops.md explains each limit.
+`input_limit(op, count)` is the magnitude of float32 inputs beyond which the decomposition
+of the op may overflow where the reference does not (None: no such limit); `count` is the
+number of elements the op reduces together. Checks should only compare values below it;
+docs/ops.md explains each limit.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ _EXACT_OPS = (
     "ceil", "cast", "max", "min", "argmax", "reshape", "permute_dims", "broadcast_to",
     "concat", "split", "strided_slice", "take", "pad", "squeeze", "expand_dims", "flatten",
     "nn.relu", "clip", "nn.max_pool2d", "qnn.dequantize")
-_ULPS_OPS = ("add", "subtract", "divide", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "nn.leaky_relu",
-             "nn.silu")
+_ULPS_OPS = ("add", "subtract", "divide", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+             "nn.leaky_relu", "nn.silu")
 
 ERROR_BOUND: dict[str, float] = {
     **{op: EXACT for op in _EXACT_OPS},
@@ -43,13 +44,11 @@ ERROR_BOUND: dict[str, float] = {
 
 ROUNDING_OPS = frozenset({"qnn.quantize", "qnn.conv2d"})
 
-# sum(x * x) over the normalized elements overflows float32 (3.4e38) once |x| reaches about
-# 1.8e19 / sqrt(n); 1e18 leaves room for n up to ~300. The reference scales before squaring.
-_SQUARES_LIMIT = 1e18
-INPUT_LIMIT: dict[str, float] = {
-    "variance": _SQUARES_LIMIT, "nn.layer_norm": _SQUARES_LIMIT, "nn.rms_norm": _SQUARES_LIMIT,
-    "nn.group_norm": _SQUARES_LIMIT, "nn.instance_norm": _SQUARES_LIMIT,
-}
+# Their decompositions sum squares of (x - mean) in the input dtype: float32 (max 3.4e38)
+# overflows once count * (2 max|x|)**2 reaches it. The reference scales before squaring.
+SUM_OF_SQUARES_OPS = frozenset({"variance", "nn.layer_norm", "nn.rms_norm", "nn.group_norm",
+                                "nn.instance_norm"})
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 # machine epsilon of the narrower float dtypes, which a backend may compute in throughout
@@ -67,6 +66,9 @@ def error_bound(op: str, dtype: str = "float32") -> float:
     return bound
 
 
-def input_limit(op: str) -> float | None:
-    """The input magnitude up to which the float32 decomposition of `op` cannot overflow."""
-    return INPUT_LIMIT.get(op)
+def input_limit(op: str, count: int = 256) -> float | None:
+    """The input magnitude up to which the float32 decomposition of `op`, reducing `count`
+    elements together, cannot overflow (None: any)."""
+    if op not in SUM_OF_SQUARES_OPS:
+        return None
+    return (_FLOAT32_MAX / max(count, 1)) ** 0.5 / 2 * 0.99
