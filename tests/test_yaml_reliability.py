@@ -70,6 +70,15 @@ def test_aliases_below_the_bound_are_quoted_briefly(tmp_path):
     assert len(message) < 200
 
 
+@pytest.mark.parametrize("text", ["backends: &a [*a]\n", "backends: &a {cpu_ref: *a}\n",
+                                  "backends:\n  cpu_ref: &s\n    keep: [nn.relu, {<<: *s}]\n"])
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path, text):
+    path = tmp_path / "self.yaml"
+    path.write_text(text)
+    config_error(str(path), r"self.yaml: line \d+, column \d+: alias \*\w+ inside its own "
+                            r"anchor \(a structure that contains itself\)")
+
+
 def test_self_containing_dict_is_refused():
     data = {"backends": {"cpu_ref": {}}}
     data["backends"]["cpu_ref"]["keep"] = [data]
@@ -248,3 +257,11 @@ def test_quote_is_bounded_for_any_value():
     cyclic["self"] = cyclic
     for value in (shared, cyclic, 10 ** 5000, "y" * 10 ** 6, b"z" * 10 ** 6):
         assert len(quote(value)) <= 80
+
+
+def test_a_kernel_reference_to_something_not_callable_is_a_config_error(backend_factory):
+    backend = backend_factory({"backend": "sep_kernels", "legal": {"add": {}},
+                               "kernels": {"add": "os:sep"}})
+    with pytest.raises(legato.ConfigError, match="sep_kernels kernel for add: 'os:sep' is a "
+                                                 "str, not a function"):
+        backend.kernel("add")

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 from yaml.composer import ComposerError
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, SequenceNode
 
 from .errors import ConfigError, clip, quote
@@ -32,10 +33,11 @@ class _LimitError(ComposerError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing documents nested deeper than MAX_DEPTH or holding
-    more than MAX_VALUES values once aliases are expanded. Aliases stay legal (capability
-    files use them to share conditions); only their expanded size is counted, per node and
-    memoized, so counting is linear in the file."""
+    """PyYAML's safe loader, refusing documents nested deeper than MAX_DEPTH, holding
+    more than MAX_VALUES values once aliases are expanded, or containing themselves (an
+    alias inside its own anchor). Aliases stay legal (capability files use them to share
+    conditions); only their expanded size is counted, per node and memoized, so counting
+    is linear in the file."""
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -43,9 +45,14 @@ class _BoundedLoader(yaml.SafeLoader):
         self._values: dict[int, int] = {}  # id(node) -> values it stands for
 
     def compose_node(self, parent, index):
+        event = self.peek_event()
         if self._depth >= MAX_DEPTH:
             raise _LimitError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                              self.peek_event().start_mark)
+                              event.start_mark)
+        if isinstance(event, AliasEvent) and event.anchor in self.anchors \
+                and id(self.anchors[event.anchor]) not in self._values:  # not finished
+            raise _LimitError(None, None, f"alias *{clip(event.anchor, 40)} inside its own "
+                              "anchor (a structure that contains itself)", event.start_mark)
         self._depth += 1
         try:
             node = super().compose_node(parent, index)

@@ -170,6 +170,8 @@ def laughs(rng, text):
 
 def anchor_alias(rng, text):
     """An anchor on one value and an alias in place of another (perhaps before it)."""
+    if rng.random() < 0.2:  # an alias inside its own anchor
+        return _replace(rng, text, VALUE, lambda rng, old: f"&fz [{old}, *fz]")
     text = _replace(rng, text, VALUE, lambda rng, old: f"&fz {old}")
     return _replace(rng, text, VALUE, lambda rng, old: rng.choice(("*fz", "*fz", "*nope",
                                                                    "{<<: *fz}")))
