@@ -237,7 +237,7 @@ def mutate_data(rng, data):
         lambda: _shared(rng), lambda: _nested(rng), lambda: "x" * 100_000,
         lambda: {"unknown_key": 1, **old} if isinstance(old, dict) else old,
         lambda: list(old) if isinstance(old, dict) else old,
-        lambda: object(), lambda: len,
+        lambda: object(), lambda: len, lambda: _cycle(old),
     ))()
     if not path:
         return new
@@ -262,6 +262,13 @@ def _shared(rng):
     for _ in range(rng.choice((3, 6, 12))):
         value = [value] * 9
     return value
+
+
+def _cycle(value):
+    """A list that contains itself (and the old value)."""
+    cycle = [value]
+    cycle.append(cycle)
+    return cycle
 
 
 def _nested(rng):
