@@ -18,7 +18,7 @@ from legato.ops.base import norm_axes, norm_axis
 from legato.ops.primitives import slice_params
 
 from . import mlir
-from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, type_problem
+from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, TOSA_DTYPES, type_problem
 
 BACKEND = "tosa_custom"
 
@@ -272,9 +272,12 @@ def _check_call(call, backend) -> None:
 
 
 def _check_signature(name: str, fn: Function) -> None:
+    """Parameters and results carry what custom ops may (int64); a constant result is
+    printed as a tosa.const, which takes TOSA types only."""
     for kind, values in (("parameter", fn.params), ("result", fn.results)):
         for index, value in enumerate(values):
-            problem = type_problem(value.type, CUSTOM_DTYPES)
+            dtypes = TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES
+            problem = type_problem(value.type, dtypes)
             if problem is not None:
                 _refuse(f"function {name} {kind} {index}", problem)
 

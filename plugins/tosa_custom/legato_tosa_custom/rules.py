@@ -286,6 +286,12 @@ def _general_power(b, x, y, dtype):
     return b.where(unit, one, signed)
 
 
+def tosa_cast(b, call):
+    """A CAST to the type it has is the tensor (TOSA has no such CAST mode)."""
+    x = call.inputs[0]
+    return x if x.dtype == call.attrs["dtype"] else None
+
+
 def sqrt(b, call):
     return b.call("tosa.reciprocal", b.rsqrt(call.inputs[0]))
 
