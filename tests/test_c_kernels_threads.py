@@ -150,3 +150,26 @@ def test_pool_at_its_limit_makes_calls_wait_for_a_free_runner():
     with ThreadPoolExecutor(6) as threads:
         assert list(threads.map(pool, range(30))) == [2 * v for v in range(30)]
     assert pool.size <= 2 and most[0] <= 2
+
+
+def test_recording_logs_only_the_recording_threads_calls():
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    started, done = threading.Event(), threading.Event()
+    others = []
+
+    def other_thread():
+        assert started.wait(timeout=30)
+        others.append(K.tanh(x))  # runs while the main thread records
+        done.set()
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(other_thread)
+        with K.recording() as calls:
+            started.set()
+            assert done.wait(timeout=30)
+            K.exp(x)
+        future.result(timeout=30)
+    assert len(calls) == 1 and calls[0][0] is K.lib.lgk_unary
+    assert calls[0][1][0] == K.lib.LGK_UNARY_EXP
+    np.testing.assert_allclose(others[0], np.tanh(x), rtol=1e-6)
+    assert not isinstance(K.lib, K._Recorder)  # the real library is back
