@@ -136,3 +136,16 @@ def validate_tosa(text: str) -> None:
         raise InvalidOutput("tosa-opt rejects the emitted module: "
                             + (lines[0].split("error:", 1)[1].strip() if lines
                                else one_line(err))) from None
+
+
+def run_tosa(text: str, feeds):
+    """Results of the TOSA reference model on `feeds` (None without the tools)."""
+    tools = tosa_tools()
+    if tools is None:
+        return None
+    from legato_tosa_custom.tools import ToolError
+    try:
+        return tools.run_reference(text, feeds)
+    except ToolError as err:
+        raise InvalidOutput(f"the TOSA reference model fails on a module tosa-opt accepts: "
+                            f"{one_line(err)}") from None

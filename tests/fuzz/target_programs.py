@@ -25,11 +25,13 @@ from . import Mismatch
 from .op_generators import GENERATORS
 from .program_builder import ProgramContext
 from .program_checks import (EMITTING, EXECUTING, as_tuple, check_fresh, check_untouched,
-                             compare, copies, name, ordinary, round_trip, validate_tosa)
+                             compare, copies, name, ordinary, round_trip, tolerance,
+                             run_tosa, validate_tosa)
 
 QUICK_CASES = 210  # three programs starting with each op
 CASE_TIMEOUT = 60.0
 EDGE_SHARE = 0.15
+TOSA_RUN_SHARE = 0.3  # the TOSA reference model takes half a second a run
 
 
 def build(seed: int) -> ProgramContext | None:
@@ -90,13 +92,45 @@ def run(seed: int) -> str:
             raise Mismatch(f"the reference fails at run time on a program that type-checks: "
                            f"{str(err)[:300]}") from None
         return _refused(module, feeds, err)
-    values_too = not ctx.edge and ordinary(want) and ordinary(want_other)
+    # exact programs agree on any values; others on ordinary ones
+    values_too = tolerance(ctx.ops) == 0 or (
+        not ctx.edge and ordinary(want) and ordinary(want_other))
+    runs = ((feeds, want), (other, want_other))
+    options = compile_options(ctx)
     for backend in EXECUTING:
-        _check_backend(module, backend, ((feeds, want), (other, want_other)), ctx.ops,
-                       values_too)
+        _check_backend(module, backend, runs, ctx.ops, values_too, options)
+    if ctx.chance(0.5):
+        _check_layout(module, runs, ctx.ops, values_too)
     _check_passes(module)
-    _check_tosa(module)
+    compiled = _check_tosa(module, options)
+    if compiled is not None and ctx.chance(TOSA_RUN_SHARE):
+        _check_tosa_results(compiled, runs[0], ctx.ops, values_too)
     return "ok"
+
+
+def compile_options(ctx: ProgramContext) -> dict:
+    """legato.compile keyword arguments: sometimes a config that keeps one of the
+    program's composite ops (a custom op where the backend has no kernel for it), or a
+    max_level that stops decomposition early."""
+    options = {}
+    composites = sorted({op for op in ctx.ops if legato.get_op(op).level > 0})
+    if composites and ctx.chance(0.3):
+        keep = {"keep": [ctx.choice(composites)]}
+        options["config"] = {"backends": {name: keep for name in
+                                          ("cpu_ref", "c_kernels", EMITTING)}}
+    elif ctx.chance(0.2):
+        options["max_level"] = 1
+    return options
+
+
+def _check_layout(module, runs, ops, values_too: bool) -> None:
+    """The program converted to NHWC computes the same results."""
+    converted = legato.convert_layout(module, "NHWC")
+    round_trip(converted, "the program converted to NHWC")
+    reference = legato.reference(converted)
+    for feeds, want in runs:
+        compare(_run(reference, feeds, "the NHWC program"), want, ops,
+                "the program converted to NHWC", values_too)
 
 
 def _refused(module, feeds, err) -> str:
@@ -131,11 +165,11 @@ def _refusal_only(module, backend, feeds) -> None:
         pass
 
 
-def _check_backend(module, backend, runs, ops, values_too: bool) -> None:
-    where = name(backend)
+def _check_backend(module, backend, runs, ops, values_too: bool, options: dict) -> None:
+    where = name(backend) + (f" with {options}" if options else "")
     try:
         compiled = legato.compile(module, list(backend) if isinstance(backend, tuple)
-                                  else backend)
+                                  else backend, **options)
     except LegatoError:
         return  # legalization may refuse (capabilities); the reference's verdict stands
     round_trip(compiled.module, f"the module compiled for {where}")
@@ -148,10 +182,23 @@ def _check_backend(module, backend, runs, ops, values_too: bool) -> None:
         compare(got, want, ops, where, values_too)
 
 
-def _check_tosa(module) -> None:
+def _check_tosa(module, options=None):
+    """The compiled TOSA module (None if refused), checked by tosa-opt."""
     try:
-        compiled = legato.compile(module, EMITTING)
+        compiled = legato.compile(module, EMITTING, **(options or {}))
     except LegatoError:
-        return
+        return None
     round_trip(compiled.module, f"the module compiled for {EMITTING}")
     validate_tosa(compiled.artifact)
+    return compiled
+
+
+def _check_tosa_results(compiled, run, ops, values_too: bool) -> None:
+    """The TOSA reference model computes the reference's results (modules with custom
+    ops excepted: only their backend knows what those compute)."""
+    feeds, want = run
+    if '"tosa.custom"' in compiled.artifact:
+        return
+    got = run_tosa(compiled.artifact, feeds)
+    if got is not None:
+        compare(got, want, ops, "the TOSA reference model", values_too)
