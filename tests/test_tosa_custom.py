@@ -249,3 +249,22 @@ def test_decoder_reads_escapes_and_rejects_malformed_lines():
     assert call.op == "cast" and call.attrs["dtype"] == "int32"
     with pytest.raises(legato.LegatoError, match="cannot read"):
         decode_tosa_custom('%0 = "tosa.custom"(%arg0) garbage')
+
+
+GOOD_CUSTOM = ('%0 = "tosa.custom"(%arg0) <{domain_name = "legato", implementation_attrs = '
+               '"{\\22attrs\\22: {\\22dtype\\22: \\22int32\\22}, \\22inputs\\22: [true]}", '
+               'operator_name = "cast"}> : (tensor<2xf32>) -> tensor<2xi32>')
+
+
+@pytest.mark.parametrize("broken, message", [
+    (GOOD_CUSTOM.replace("operator_name", "operatorname"), "without operator_name"),
+    (GOOD_CUSTOM.replace("\\22dtype", "\\2gdtype"), "bad escape"),
+    (GOOD_CUSTOM.replace("tensor<2xf32>", "tensor<?xf32>"), "not a static tensor shape"),
+    (GOOD_CUSTOM.replace("\\22int32", "\\FFint32"), "not UTF-8"),
+])
+def test_decoder_refuses_edited_lines_with_legato_errors(broken, message):
+    """Found by fuzzing (tests/fuzz/target_tosa_decode.py): these raised KeyError or
+    ValueError."""
+    decode_tosa_custom(GOOD_CUSTOM)
+    with pytest.raises(legato.LegatoError, match=message):
+        decode_tosa_custom(broken)

@@ -39,6 +39,10 @@ def decode_tosa_custom(text: str, registry=None) -> list[Call]:
                 raise LegatoError(f"cannot read tosa.custom op: {line.strip()}")
             continue
         props = {k: mlir.unescape(v) for k, v in _PROP.findall(match["props"])}
+        missing = {"operator_name", "implementation_attrs"} - set(props)
+        if missing:
+            raise LegatoError(f"tosa.custom op without {', '.join(sorted(missing))}: "
+                              f"{line.strip()[:200]}")
         inputs = [Value(t) for t in _types(match["ins"])]
         outputs = _types(match["outs"])
         attrs = {"operator_name": props["operator_name"],

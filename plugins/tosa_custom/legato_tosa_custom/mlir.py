@@ -23,7 +23,9 @@ def parse_tensor_type(text: str) -> TensorType:
         raise LegatoError(f"not a ranked tensor type: {text!r}")
     *dims, element = text[len("tensor<"):-1].split("x")
     if element not in DTYPES:
-        raise LegatoError(f"unknown element type {element!r} in {text!r}")
+        raise LegatoError(f"unknown element type {element[:40]!r} in {text[:80]!r}")
+    if not all(d.isdigit() for d in dims):  # ASCII digits only: a static shape
+        raise LegatoError(f"not a static tensor shape: {text[:80]!r}")
     return TensorType(tuple(int(d) for d in dims), DTYPES[element])
 
 
@@ -90,14 +92,23 @@ def unescape(body: str) -> str:
     simple = {"n": b"\n", "t": b"\t", '"': b'"', "\\": b"\\"}
     while i < len(body):
         if body[i] == "\\":
-            nxt = body[i + 1]
+            nxt = body[i + 1:i + 2]
             if nxt in simple:
                 out += simple[nxt]
                 i += 2
             else:
-                out.append(int(body[i + 1:i + 3], 16))
+                out.append(_hex_byte(body[i + 1:i + 3]))
                 i += 3
         else:
             out += body[i].encode("utf-8")
             i += 1
-    return out.decode("utf-8")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise LegatoError(f"MLIR string escapes are not UTF-8: {err.reason}") from None
+
+
+def _hex_byte(digits: str) -> int:
+    if len(digits) != 2 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        raise LegatoError(f"bad escape in an MLIR string: \\{digits!r}")
+    return int(digits, 16)
