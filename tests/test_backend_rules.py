@@ -191,3 +191,14 @@ def test_a_rule_module_that_raises_on_import_is_a_config_error(
     with pytest.raises(ConfigError, match="rules_npu rule for matmul: cannot import "
                                           f"'raising_rules_module:rule': {raised}"):
         legato.legalize(matmul_module(), backend="rules_npu")
+
+
+def test_a_checks_long_reason_is_cut_short(backend_factory):
+    cap = capability()
+    cap["legal"]["add"] = {"check": lambda call: "too wide " * 10_000}
+    backend = backend_factory(cap)
+    g = legato.GraphBuilder()
+    mod = g.build(g.add(g.input("x", (2, 3)), g.input("y", (2, 3))))
+    reason = backend.why_not(mod.main.calls[0])
+    assert reason.startswith("rules_npu lists add as legal but not for too wide too wide")
+    assert len(reason) < 600
