@@ -462,7 +462,12 @@ def convert(op, inputs, **attrs):
     ("Split", [(4,)], {"num_outputs": 3}, "attribute 'num_outputs' = 3 differs from the 2 "
                                           "outputs"),
     ("Add", [(2,), None], {}, r"input 1 is required but missing"),
+    # onnxruntime reads keepdims=-1 as false, legato read it as true: neither is agreed
+    ("ReduceMean", [(2, 3), np.array([1])], {"keepdims": -1},
+     "attribute 'keepdims' = -1 must be 0 or 1"),
+    ("Gemm", [(2, 2), (2, 2)], {"transB": 2}, "attribute 'transB' = 2 must be 0 or 1"),
 ])
 def test_converters_name_bad_values_that_reach_them(op, inputs, attrs, message):
     with pytest.raises(LegatoError, match=f"{op} node 'n': {message}"):
         convert(op, inputs, **attrs)
+

@@ -9,8 +9,9 @@ removed or renamed, another opset, shuffled nodes, tensor data of the wrong leng
 external data pointing elsewhere, and wrongly typed `input_shapes`.
 
 `legato.frontends.onnx.load` must return a Module or raise a LegatoError; a Module is then
-compiled for cpu_ref and, when its inputs are small, run. Anything else is a raw exception,
-and a crash of onnx's C++ code kills the worker (a crash with its seed).
+compiled for cpu_ref and, when its inputs are small, run; when onnxruntime is installed and
+also accepts the model, the results must agree with its (a Mismatch otherwise). Anything
+else is a raw exception, and a crash kills the worker (a crash with its seed).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import legato
+from tests.fuzz import Mismatch
 
 QUICK_CASES = 150
 CASE_TIMEOUT = 20.0
@@ -347,7 +349,7 @@ def mutate_initializer_shape(rng, model):
     tensor = rng.choice(tensors)
     try:
         array = numpy_helper.to_array(tensor)
-    except ValueError:   # damaged by an earlier mutation
+    except (ValueError, TypeError, KeyError):   # damaged by an earlier mutation
         return
     shape = [rng.choice([0, 1, 2, 3, 4]) for _ in range(rng.randrange(0, 4))]
     values = np.resize(array, shape) if array.size else np.zeros(shape, array.dtype)
@@ -466,7 +468,36 @@ def run(seed: int) -> str:
     inputs = [rng.standard_normal(p.type.shape).astype(p.type.dtype)
               if p.type.dtype != "bool" else rng.random(p.type.shape) < 0.5 for p in params]
     try:
-        compiled(*inputs)
+        outputs = compiled(*inputs)
     except legato.LegatoError:
         return "refused"
+    if isinstance(model, onnx.ModelProto) and base_dir is None:
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        compare_with_onnxruntime(model, {p.name: a for p, a in zip(params, inputs)}, outputs)
     return "ok"
+
+
+def compare_with_onnxruntime(model, feed: dict, outputs) -> None:
+    """A model both legato and onnxruntime accept must give the same numbers."""
+    try:
+        import onnxruntime
+        options = onnxruntime.SessionOptions()
+        # onnxruntime's graph optimizations have bugs of their own (a fused
+        # LayerNormalization over two axes computes something else)
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        expected = session.run(None, feed)
+    except ImportError:
+        return
+    except Exception:  # noqa: BLE001 - onnxruntime refusing a model is not legato's problem
+        return
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        got, want = np.asarray(got), np.asarray(want)
+        if got.shape != want.shape:
+            raise Mismatch(f"output {index}: shape {got.shape}, onnxruntime {want.shape}")
+        got, want = got.astype(np.float64), want.astype(np.float64)
+        scale = max(1.0, float(np.nanmax(np.abs(want), initial=0.0, where=np.isfinite(want))))
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True):
+            worst = np.nanmax(np.abs(got - want), initial=0.0)
+            raise Mismatch(f"output {index}: differs from onnxruntime by up to {worst:.3g}")

@@ -64,7 +64,7 @@ def attention(node):
              and not node.attr("softcap", 0.0) and _window(node) == (-1, -1))
     if plain:
         y, qk = node.call("nn.attention", q, k, v, None, scale=scale,
-                          causal=bool(node.attr("is_causal", 0))), None
+                          causal=node.flag("is_causal", 0)), None
     else:
         y, qk = composed(node, q, k, v, mask, past_k, nonpad, scale)
     return (merge_heads(node, y) if three_d else y), present_k, present_v, qk
@@ -113,7 +113,7 @@ def attention_bias(node, q, k, mask, past_k, nonpad):
         offset = node.call("reshape", node.call("subtract", nonpad, q_len), shape=[-1, 1, 1, 1])
     distance = np.arange(kv_len)[None, :] - np.arange(q_len)[:, None]  # j - i
     left, right = _window(node)
-    if node.attr("is_causal", 0):
+    if node.flag("is_causal", 0):
         terms.append(allowed_bias(node, _le(node, _minus(node, distance, offset), 0), dtype))
     if left >= 0 or right >= 0:  # sliding window: -left <= (j - i - offset) <= right
         bounds = []

@@ -95,6 +95,12 @@ class Node:
                                            f"for an input of rank {rank}")
         return axis % rank
 
+    def flag(self, name: str, default: int) -> bool:
+        """A 0/1 attribute (keepdims, transA, ...): other values have no agreed meaning."""
+        value = self.attr(name, default)
+        self.require(value in (0, 1), f"attribute {name!r} = {value} must be 0 or 1")
+        return bool(value)
+
     def positive(self, name: str, default: int) -> int:
         """An attribute that counts something: an int of at least 1."""
         value = self.attr(name, default)

@@ -86,7 +86,7 @@ MAX_INDEX_TAPS = 1024   # MaxPool Indices are built from one comparison per kern
 
 def pool2d(node, op, x, kernel, strides, dilations, pads, **extra):
     return node.call(op, x, pool_size=kernel, strides=strides, dilation=dilations,
-                     padding=pads, ceil_mode=bool(node.attr("ceil_mode", 0)), **extra)
+                     padding=pads, ceil_mode=node.flag("ceil_mode", 0), **extra)
 
 
 def pool3d(node, op, x, kernel, strides, dilations, pads, **extra):
@@ -108,7 +108,7 @@ def pool(node):
     x, kernel = node.arg(0), list(node.attr("kernel_shape"))
     op = "nn.max_pool2d" if node.op == "MaxPool" else "nn.avg_pool2d"
     extra = {} if node.op == "MaxPool" else \
-        {"count_include_pad": bool(node.attr("count_include_pad", 0))}
+        {"count_include_pad": node.flag("count_include_pad", 0)}
     strides, dilations, pads = window_attrs(node, kernel)
     if len(kernel) == 3:
         node.require(not node.wants(1), "the Indices output of 3-D MaxPool is not supported")
@@ -147,7 +147,7 @@ def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
             candidate = node.call("where", node.call("equal", tap, y), index,
                                   node.b.scalar(np.iinfo(np.int64).max, "int64"))
             best = candidate if best is None else node.call("minimum", best, candidate)
-    if node.attr("storage_order", 0):  # column-major: look the row-major index up
+    if node.flag("storage_order", 0):  # column-major: look the row-major index up
         n, c, h, w = x.shape
         table = np.arange(x.type.size, dtype=np.int64).reshape(n, c, w, h).transpose(0, 1, 3, 2)
         best = node.call("take", node.b.const(table.ravel()), best)
@@ -167,7 +167,7 @@ def global_pool(node):
 def batch_norm(node):
     x, scale, bias, mean, var = (node.arg(i) for i in range(5))
     epsilon = node.attr("epsilon", 1e-5)
-    if not node.attr("training_mode", 0):
+    if not node.flag("training_mode", 0):
         return node.call("nn.batch_norm", x, scale, bias, mean, var, epsilon=epsilon)
     axes = [0] + list(range(2, x.rank))  # training: normalise with the batch statistics
     batch_mean = node.call("mean", x, axes=axes)

@@ -105,9 +105,9 @@ def matmul(node):
 @converter("Gemm")
 def gemm(node):
     a, b, c = node.arg(0), node.arg(1), node.input(2)
-    if node.attr("transA", 0):
+    if node.flag("transA", 0):
         a = node.call("permute_dims", a, axes=[1, 0])
-    if node.attr("transB", 0):
+    if node.flag("transB", 0):
         b = node.call("permute_dims", b, axes=[1, 0])
     y = node.call("matmul", a, b)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
@@ -123,7 +123,7 @@ def gemm(node):
 @converter("Reshape", const_inputs=(1,))
 def reshape(node):
     x, shape = node.arg(0), node.ints(1)
-    if not node.attr("allowzero", 0):  # 0 copies the input's dimension
+    if not node.flag("allowzero", 0):  # 0 copies the input's dimension
         node.require(all(i < x.rank for i, d in enumerate(shape) if d == 0),
                      f"shape {quote(shape)} copies a dimension (0) that the rank-{x.rank} "
                      "input does not have")
@@ -265,9 +265,9 @@ REDUCTIONS = {"ReduceSum": ("sum", 0.0), "ReduceMean": ("mean", math.nan),
 @converter(*REDUCTIONS, const_inputs=(1,))
 def reduction(node):
     x, (op, empty) = node.arg(0), REDUCTIONS[node.op]
-    axes, keepdims = _axes(node), bool(node.attr("keepdims", 1))
+    axes, keepdims = _axes(node), node.flag("keepdims", 1)
     if not axes:
-        if node.attr("noop_with_empty_axes", 0):
+        if node.flag("noop_with_empty_axes", 0):
             return x
         axes = None
     axes = norm_axes(axes, x.rank)
@@ -290,5 +290,5 @@ def _empty_identity(value: float, dtype: str, shape) -> np.ndarray:
 @converter("ArgMax")
 def argmax(node):
     return node.call("argmax", node.arg(0), axis=node.attr("axis", 0),
-                     keepdims=bool(node.attr("keepdims", 1)),
-                     select_last_index=bool(node.attr("select_last_index", 0)))
+                     keepdims=node.flag("keepdims", 1),
+                     select_last_index=node.flag("select_last_index", 0))
