@@ -254,8 +254,9 @@ def power(b, call):
     x, y = call.inputs
     if not is_float(x.dtype):
         return None
-    if isinstance(y, Const) and y.data.size == 1 and float(y.data) in (1, 2, 3, 4, -1, -2):
-        n = int(y.data.reshape(()))
+    exponent = float(y.data.reshape(())) if isinstance(y, Const) and y.data.size == 1 else None
+    if exponent in (1, 2, 3, 4, -1, -2):
+        n = int(exponent)
         z = x
         for _ in range(abs(n) - 1):
             z = b.multiply(z, x)
@@ -368,10 +369,9 @@ def matmul(b, call):
 @shaped_rule
 def broadcast_to(b, call):
     x, shape = call.inputs[0], tuple(call.attrs["shape"])
-    if x.shape == shape:  # nothing to tile (a rank-0 TILE is not TOSA)
-        return x
-    return b.broadcast_to(reshape(b, x, (1,) * (len(shape) - x.rank) + x.shape),
-                          shape=list(shape))
+    x = reshape(b, x, (1,) * (len(shape) - x.rank) + x.shape)
+    # nothing left to tile: no TILE (a rank-0 one is not TOSA)
+    return x if x.shape == shape else b.broadcast_to(x, shape=list(shape))
 
 
 def take(b, call):
