@@ -12,10 +12,8 @@ import numpy as np
 import legato
 from legato.builder import make_call
 
-from .program_builder import FLOAT, INTS, ProgramContext
+from .program_builder import INTS, ProgramContext
 
-NUMERIC = (FLOAT,) + INTS
-ALL = NUMERIC + ("bool",)
 GENERATORS: dict = {}
 
 
@@ -28,7 +26,7 @@ def generator(*ops):
 
 
 def _numeric(ctx: ProgramContext) -> tuple:
-    return (FLOAT,) if ctx.chance(0.8) else (ctx.choice(INTS),)
+    return (ctx.float,) if ctx.chance(0.8) else (ctx.choice(INTS),)
 
 
 # --- elementwise and broadcasting -------------------------------------------------------
@@ -50,10 +48,10 @@ def gen_divide(ctx, op):
 
 @generator("power", "tosa.pow")
 def gen_power(ctx, op):
-    dtype = ctx.choice([FLOAT, FLOAT, "int32", "int64"]) if op == "power" else FLOAT
+    dtype = ctx.choice([ctx.float, ctx.float, "int32", "int64"]) if op == "power" else ctx.float
     base = ctx.value(dtype, kind="positive")
     exponent = ctx.data(ctx.broadcast_partner(base.shape), dtype)
-    exponent = np.abs(exponent) % 4 if dtype != FLOAT else exponent.clip(-2, 2)
+    exponent = np.abs(exponent) % 4 if dtype != ctx.float else exponent.clip(-2, 2)
     return ctx.call(op, base, ctx.scalar_const(exponent.astype(dtype)) if ctx.chance(0.3)
                     else ctx.feed(exponent))
 
@@ -93,42 +91,42 @@ def gen_signed_unary(ctx, op):
 @generator("exp", "tanh", "sigmoid", "erf", "nn.relu", "nn.silu", "nn.gelu")
 def gen_float_unary(ctx, op):
     attrs = {"approximate": ctx.choice(["none", "tanh"])} if op == "nn.gelu" else {}
-    return ctx.call(op, ctx.value(FLOAT), **attrs)
+    return ctx.call(op, ctx.value(ctx.float), **attrs)
 
 
 @generator("log", "sqrt", "rsqrt")
 def gen_positive_unary(ctx, op):
-    return ctx.call(op, ctx.value(FLOAT, kind="positive"))
+    return ctx.call(op, ctx.value(ctx.float, kind="positive"))
 
 
 @generator("tosa.reciprocal")
 def gen_reciprocal(ctx, op):
-    return ctx.call(op, ctx.value(FLOAT, kind="nonzero"))
+    return ctx.call(op, ctx.value(ctx.float, kind="nonzero"))
 
 
 @generator("round", "floor", "ceil")
 def gen_rounding(ctx, op):
-    return ctx.call(op, ctx.value(FLOAT, exact=True))
+    return ctx.call(op, ctx.value(ctx.float, exact=True))
 
 
 @generator("cast", "tosa.cast")
 def gen_cast(ctx, op):
-    dtype = ctx.choice(ALL) if op == "cast" else ctx.choice(["int32", "int8", FLOAT])
-    source = ctx.choice(ALL)
-    kind = "positive" if dtype == "uint8" and source == FLOAT else "normal"
+    dtype = ctx.choice(ctx.all) if op == "cast" else ctx.choice(["int32", "int8", ctx.float])
+    source = ctx.choice(ctx.all)
+    kind = "positive" if dtype == "uint8" and source == ctx.float else "normal"
     return ctx.call(op, ctx.value(source, exact=True, kind=kind), dtype=dtype)
 
 
 @generator("nn.leaky_relu")
 def gen_leaky_relu(ctx, op):
-    return ctx.call(op, ctx.value(FLOAT), alpha=float(ctx.rng.uniform(0, 1)))
+    return ctx.call(op, ctx.value(ctx.float), alpha=float(ctx.rng.uniform(0, 1)))
 
 
 @generator("clip")
 def gen_clip(ctx, op):
     low, high = sorted(ctx.rng.uniform(-3, 3, size=2).round(3).tolist())
     attrs = {"min": low if ctx.chance(0.7) else None, "max": high if ctx.chance(0.7) else None}
-    return ctx.call(op, ctx.value(FLOAT), **attrs)
+    return ctx.call(op, ctx.value(ctx.float), **attrs)
 
 
 # --- reductions ---------------------------------------------------------------------------
@@ -144,7 +142,7 @@ def _axes(ctx, rank: int):
 
 @generator("sum", "max", "min", "mean", "variance")
 def gen_reduce(ctx, op):
-    dtypes = (FLOAT,) if op in ("mean", "variance") else _numeric(ctx)
+    dtypes = (ctx.float,) if op in ("mean", "variance") else _numeric(ctx)
     data = ctx.value(dtypes, nonempty=op in ("max", "min"))
     attrs = {"axes": _axes(ctx, data.rank), "keepdims": ctx.chance(0.5)}
     if op == "variance":
@@ -163,7 +161,7 @@ def gen_argmax(ctx, op):
 
 @generator("reshape")
 def gen_reshape(ctx, op):
-    data = ctx.value(ALL)
+    data = ctx.value(ctx.all)
     return ctx.call(op, data, shape=_reshaped(ctx, data.shape))
 
 
@@ -186,14 +184,14 @@ def _reshaped(ctx, shape) -> list:
 
 @generator("permute_dims")
 def gen_permute(ctx, op):
-    data = ctx.value(ALL)
+    data = ctx.value(ctx.all)
     axes = None if ctx.chance(0.3) else ctx.rng.permutation(data.rank).tolist()
     return ctx.call(op, data, axes=axes)
 
 
 @generator("broadcast_to")
 def gen_broadcast_to(ctx, op):
-    data = ctx.value(ALL, max_rank=3)
+    data = ctx.value(ctx.all, max_rank=3)
     shape = [d if d != 1 or ctx.chance(0.5) else ctx.int(0 if ctx.edge else 2, 4)
              for d in data.shape]
     shape = [ctx.dim() for _ in range(ctx.int(0, 2))] + shape
@@ -202,7 +200,7 @@ def gen_broadcast_to(ctx, op):
 
 @generator("concat")
 def gen_concat(ctx, op):
-    first = ctx.value(ALL, min_rank=1)
+    first = ctx.value(ctx.all, min_rank=1)
     axis = ctx.int(-first.rank, first.rank - 1)
     parts = [first]
     for _ in range(ctx.int(0, 2)):
@@ -215,7 +213,7 @@ def gen_concat(ctx, op):
 
 @generator("split")
 def gen_split(ctx, op):
-    data = ctx.value(ALL, min_rank=1)
+    data = ctx.value(ctx.all, min_rank=1)
     axis = ctx.int(-data.rank, data.rank - 1)
     dim = data.shape[axis]
     divisors = [n for n in range(1, 5) if dim % n == 0] if dim else [1, 2]
@@ -230,7 +228,7 @@ def gen_split(ctx, op):
 
 @generator("strided_slice")
 def gen_strided_slice(ctx, op):
-    data = ctx.value(ALL, min_rank=1)
+    data = ctx.value(ctx.all, min_rank=1)
     count = ctx.int(1, data.rank)
     axes = ctx.rng.permutation(data.rank)[:count].tolist()
     begin, end, strides = [], [], []
@@ -251,7 +249,7 @@ def gen_strided_slice(ctx, op):
 
 @generator("take")
 def gen_take(ctx, op):
-    data = ctx.value(ALL, min_rank=1)
+    data = ctx.value(ctx.all, min_rank=1)
     axis = ctx.int(-data.rank, data.rank - 1)
     d = data.shape[axis]
     shape = ctx.shape(0, 2) if d else (0,)
@@ -263,21 +261,21 @@ def gen_take(ctx, op):
 @generator("tosa.gather")
 def gen_tosa_gather(ctx, op):
     n, k, c, w = ctx.dim(), ctx.dim(nonzero=True), ctx.dim(), ctx.dim()
-    values = ctx.fresh((n, k, c), ctx.choice([FLOAT, "int32", "int8"]))
+    values = ctx.fresh((n, k, c), ctx.choice([ctx.float, "int32", "int8"]))
     indices = ctx.rng.integers(0, k, size=(n, w)).astype("int32")
     return ctx.call(op, values, ctx.feed(indices))
 
 
 @generator("pad")
 def gen_pad(ctx, op):
-    data = ctx.value(NUMERIC)
+    data = ctx.value(ctx.numeric)
     mode = ctx.choice(["constant", "constant", "reflect", "edge"])
     pads = []
     for _ in range(2):
         for d in data.shape:
             limit = {"reflect": max(d - 1, 0), "edge": 2 if d else 0}.get(mode, 2)
             pads.append(ctx.int(0, limit))
-    value = float(ctx.int(-3, 3)) if data.dtype != FLOAT else round(ctx.rng.uniform(-3, 3), 2)
+    value = float(ctx.int(-3, 3)) if data.dtype != ctx.float else round(ctx.rng.uniform(-3, 3), 2)
     if data.dtype == "uint8":
         value = abs(value)
     return ctx.call(op, data, pads=pads, value=value, mode=mode)
@@ -285,7 +283,7 @@ def gen_pad(ctx, op):
 
 @generator("squeeze")
 def gen_squeeze(ctx, op):
-    data = ctx.value(ALL)
+    data = ctx.value(ctx.all)
     ones = [i for i, d in enumerate(data.shape) if d == 1]
     if ctx.chance(0.3) or not ones:
         return ctx.call(op, data, axes=None if ctx.chance(0.7) else [])
@@ -295,7 +293,7 @@ def gen_squeeze(ctx, op):
 
 @generator("expand_dims")
 def gen_expand_dims(ctx, op):
-    data = ctx.value(ALL, max_rank=4)
+    data = ctx.value(ctx.all, max_rank=4)
     rank = data.rank + ctx.int(1, 2)
     axes = ctx.rng.permutation(rank)[:rank - data.rank].tolist()
     return ctx.call(op, data, axes=[a - rank if ctx.chance(0.3) else a for a in axes])
@@ -303,7 +301,7 @@ def gen_expand_dims(ctx, op):
 
 @generator("flatten")
 def gen_flatten(ctx, op):
-    data = ctx.value(ALL)
+    data = ctx.value(ctx.all)
     return ctx.call(op, data, axis=ctx.int(-data.rank, data.rank))
 
 
@@ -311,7 +309,7 @@ def gen_flatten(ctx, op):
 
 @generator("nn.softmax", "nn.log_softmax")
 def gen_softmax(ctx, op):
-    data = ctx.value(FLOAT, min_rank=1)
+    data = ctx.value(ctx.float, min_rank=1)
     return ctx.call(op, data, axis=ctx.int(-data.rank, data.rank - 1))
 
 
@@ -322,12 +320,12 @@ def _trailing_axes(ctx, rank: int) -> list:
 
 
 def _maybe(ctx, shape, kind="normal"):
-    return ctx.fresh(shape, FLOAT, kind) if ctx.chance(0.7) else None
+    return ctx.fresh(shape, ctx.float, kind) if ctx.chance(0.7) else None
 
 
 @generator("nn.layer_norm", "nn.rms_norm")
 def gen_layer_norm(ctx, op):
-    data = ctx.value(FLOAT, min_rank=1)
+    data = ctx.value(ctx.float, min_rank=1)
     axes = _trailing_axes(ctx, data.rank)
     params = data.shape[len(data.shape) - len(axes):]
     epsilon = ctx.choice([1e-5, 1e-6, 1e-3])
@@ -339,17 +337,17 @@ def gen_layer_norm(ctx, op):
 
 @generator("nn.batch_norm")
 def gen_batch_norm(ctx, op):
-    data = ctx.value(FLOAT, min_rank=2)
+    data = ctx.value(ctx.float, min_rank=2)
     axis = 1 if ctx.chance(0.6) else ctx.int(-data.rank, data.rank - 1)
     c = data.shape[axis]
     gamma, beta, mean = (ctx.fresh((c,)) for _ in range(3))
-    return ctx.call(op, data, gamma, beta, mean, ctx.fresh((c,), FLOAT, "positive"),
+    return ctx.call(op, data, gamma, beta, mean, ctx.fresh((c,), ctx.float, "positive"),
                     axis=axis, epsilon=ctx.choice([1e-5, 1e-3]))
 
 
 @generator("nn.group_norm")
 def gen_group_norm(ctx, op):
-    data = ctx.value(FLOAT, min_rank=2, max_rank=4)
+    data = ctx.value(ctx.float, min_rank=2, max_rank=4)
     c = data.shape[1]
     groups = ctx.choice([g for g in range(1, 5) if c % g == 0] if c else [1])
     return ctx.call(op, data, ctx.fresh((c,)), ctx.fresh((c,)), num_groups=groups,
@@ -358,7 +356,7 @@ def gen_group_norm(ctx, op):
 
 @generator("nn.instance_norm")
 def gen_instance_norm(ctx, op):
-    data = ctx.value(FLOAT, min_rank=3, max_rank=4)
+    data = ctx.value(ctx.float, min_rank=3, max_rank=4)
     c = data.shape[1]
     return ctx.call(op, data, ctx.fresh((c,)), ctx.fresh((c,)), epsilon=1e-5)
 
@@ -367,7 +365,7 @@ def gen_instance_norm(ctx, op):
 
 @generator("matmul")
 def gen_matmul(ctx, op):
-    a = ctx.value(FLOAT if ctx.chance(0.85) else "int32", min_rank=1)
+    a = ctx.value(ctx.float if ctx.chance(0.85) else "int32", min_rank=1)
     k = a.shape[-1]
     if a.rank == 1 or ctx.chance(0.2):
         b_shape = (k,)
@@ -385,10 +383,10 @@ def _swap_matmul(ctx, a, b):
 
 @generator("nn.linear")
 def gen_linear(ctx, op):
-    data = ctx.value(FLOAT, min_rank=1)
+    data = ctx.value(ctx.float, min_rank=1)
     out = ctx.dim()
-    weight = ctx.fresh((out, data.shape[-1]), FLOAT, const=ctx.chance(0.6))
-    bias = ctx.fresh((out,), FLOAT, const=ctx.chance(0.6)) if ctx.chance(0.7) else None
+    weight = ctx.fresh((out, data.shape[-1]), ctx.float, const=ctx.chance(0.6))
+    bias = ctx.fresh((out,), ctx.float, const=ctx.chance(0.6)) if ctx.chance(0.7) else None
     return ctx.call(op, data, weight, bias)
 
 
@@ -397,7 +395,7 @@ def gen_linear(ctx, op):
 def _image(ctx, nonempty_spatial=True):
     """(data value, layout, (n, c, h, w))."""
     layout = ctx.choice(["NCHW", "NCHW", "NHWC"])
-    data = ctx.value(FLOAT, min_rank=4, max_rank=4, reuse=0.5)
+    data = ctx.value(ctx.float, min_rank=4, max_rank=4, reuse=0.5)
     n, a, b, c = data.shape
     nchw = (n, a, b, c) if layout == "NCHW" else (n, c, a, b)
     return data, layout, nchw
@@ -424,7 +422,7 @@ def gen_conv2d(ctx, op):
     out = groups * ctx.int(1, 2)
     kernel_layout = ctx.choice(["OIHW", "HWIO", "OHWI"])
     dims = {"O": out, "I": c // groups, "H": kernel[0], "W": kernel[1]}
-    weight = ctx.fresh(tuple(dims[d] for d in kernel_layout), FLOAT, const=ctx.chance(0.5))
+    weight = ctx.fresh(tuple(dims[d] for d in kernel_layout), ctx.float, const=ctx.chance(0.5))
     bias = ctx.fresh((out,)) if ctx.chance(0.6) else None
     return ctx.call(op, data, weight, bias, strides=strides, padding=padding,
                     dilation=dilation, groups=groups, data_layout=layout,
@@ -452,14 +450,14 @@ def _qparams(ctx, data_shape, axis: int, dtype: str):
         shape = ()
     else:
         shape = (data_shape[axis],)
-    scale = ctx.rng.uniform(0.05, 0.5, size=shape).astype(FLOAT)
+    scale = ctx.rng.uniform(0.05, 0.5, size=shape).astype(ctx.float)
     zero = ctx.rng.integers(-3 if dtype == "int8" else 0, 10, size=shape).astype(dtype)
     return ctx.scalar_const(scale), ctx.scalar_const(zero)
 
 
 @generator("qnn.quantize")
 def gen_quantize(ctx, op):
-    data = ctx.value(FLOAT, exact=True)
+    data = ctx.value(ctx.float, exact=True)
     dtype = ctx.choice(["int8", "uint8"])
     axis = ctx.int(-data.rank, data.rank - 1) if data.rank else 1
     scale, zero = _qparams(ctx, data.shape, axis, dtype)
@@ -486,9 +484,9 @@ def gen_qconv2d(ctx, op):
     weight = ctx.fresh((out, c // groups, *kernel), "int8", const=True)
     scalar = lambda value, dt: ctx.scalar_const(np.array(value, dt))  # noqa: E731
     bias = ctx.fresh((out,), "int32") if ctx.chance(0.6) else None
-    return ctx.call(op, data, scalar(0.5, FLOAT), scalar(3, dtype), weight,
-                    ctx.scalar_const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype(FLOAT)),
-                    ctx.scalar_const(np.zeros(out, "int8")), scalar(0.75, FLOAT),
+    return ctx.call(op, data, scalar(0.5, ctx.float), scalar(3, dtype), weight,
+                    ctx.scalar_const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype(ctx.float)),
+                    ctx.scalar_const(np.zeros(out, "int8")), scalar(0.75, ctx.float),
                     scalar(5, out_dtype), bias, strides=strides, padding=padding,
                     dilation=dilation, groups=groups)
 
@@ -503,7 +501,7 @@ def gen_attention(ctx, op):
     mask = None
     if ctx.chance(0.4):
         mask_shape = ctx.choice([(s, sk), (b, 1, s, sk), (1, sk)])
-        mask = ctx.fresh(mask_shape, ctx.choice(["bool", FLOAT]))
+        mask = ctx.fresh(mask_shape, ctx.choice(["bool", ctx.float]))
     return ctx.call(op, q, k, v, mask, scale=None if ctx.chance(0.5) else
                     float(ctx.rng.uniform(0.1, 1)), causal=ctx.chance(0.4))
 
@@ -511,7 +509,7 @@ def gen_attention(ctx, op):
 @generator("custom")
 def gen_custom(ctx, op):
     """A tunnelled sigmoid/gelu/softmax: what a backend that keeps an op receives."""
-    data = ctx.value(FLOAT, min_rank=1)
+    data = ctx.value(ctx.float, min_rank=1)
     inner = make_call(ctx.b.registry, ctx.choice(["sigmoid", "nn.gelu", "nn.softmax"]),
                       [data], {})
     call = legato.encode_custom(inner, "legato", ctx.b.registry)

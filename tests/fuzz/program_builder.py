@@ -17,6 +17,7 @@ import numpy as np
 import legato
 
 FLOAT = "float32"
+FLOATS = ("float32", "float64", "float16")
 INTS = ("int32", "int64", "int8", "uint8", "int16")
 MAX_DIM = 5
 LARGE_DIM = 40
@@ -43,6 +44,10 @@ class Entry:
 class ProgramContext:
     def __init__(self, rng: np.random.Generator, edge: bool):
         self.rng, self.edge = rng, edge
+        # the float dtype of this program: mostly float32, sometimes float64 or float16
+        self.float = FLOATS[int(rng.choice(3, p=[0.85, 0.08, 0.07]))]
+        self.numeric = (self.float,) + INTS
+        self.all = self.numeric + ("bool",)
         self.b = legato.GraphBuilder()
         self.pool: list[Entry] = []
         self.feeds: list[np.ndarray] = []
@@ -121,12 +126,14 @@ class ProgramContext:
         array = np.asarray(array).astype(dtype)
         if self.edge and array.size and self.chance(0.5):
             mask = rng.random(shape) < 0.3
-            array[mask] = rng.choice(EDGE_FLOATS, size=int(mask.sum()))
+            with np.errstate(over="ignore"):  # float16: huge values become infinities
+                array[mask] = rng.choice(EDGE_FLOATS, size=int(mask.sum())).astype(dtype)
         return array
 
-    def fresh(self, shape, dtype: str = FLOAT, kind: str = "normal",
+    def fresh(self, shape, dtype: str | None = None, kind: str = "normal",
               const: bool | None = None) -> legato.Value:
         """A new parameter (fed at run time) or constant with values of `kind`."""
+        dtype = dtype or self.float
         array = self.data(shape, dtype, kind)
         if const is None:
             const = self.chance(0.25)
@@ -154,13 +161,14 @@ class ProgramContext:
 
     # --- picking inputs -----------------------------------------------------------------
 
-    def value(self, dtypes=(FLOAT,), min_rank: int = 0, max_rank: int = 4,
+    def value(self, dtypes=None, min_rank: int = 0, max_rank: int = 4,
               exact: bool = False, kind: str = "normal", nonempty: bool = False,
               reuse: float = 0.7) -> legato.Value:
         """A value of one of `dtypes` and rank in [min_rank, max_rank]: from the pool
         (with probability `reuse`, only ordinary-valued ones for a special `kind`), else
         fresh."""
-        dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
+        dtypes = (dtypes or self.float,) if isinstance(dtypes, (str, type(None))) \
+            else tuple(dtypes)
         candidates = [e.value for e in self.pool
                       if e.value.dtype in dtypes and min_rank <= e.value.rank <= max_rank
                       and (e.exact or not exact) and (e.fresh or kind == "normal")
@@ -181,7 +189,7 @@ class ProgramContext:
             entries[id(v)].exact for v in inputs if isinstance(v, legato.Value)
             and id(v) in entries)
         for out in outputs:
-            self.pool.append(Entry(out, exact=exact or out.dtype != FLOAT, fresh=False))
+            self.pool.append(Entry(out, exact=exact or out.dtype not in FLOATS, fresh=False))
         self.ops.append(op)
         return result
 
