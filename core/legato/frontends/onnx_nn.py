@@ -208,6 +208,10 @@ def group_norm(node):
     x, scale, bias = node.arg(0), node.arg(1), node.arg(2)
     node.require(x.rank >= 2, f"input of rank {x.rank} has no channel axis")
     groups, channels = node.positive("num_groups", 1), x.shape[1]
+    for name, param in (("scale", scale), ("bias", bias)):
+        node.require(param.shape in ((channels,), (groups,)) and channels % groups == 0,
+                     f"{name} of shape {list(param.shape)} fits neither {channels} channels "
+                     f"nor {groups} groups")
     if scale.shape[0] != channels:  # opset 18: one scale per group; legato's is per channel
         scale, bias = (per_group_to_channel(node, p, groups, channels) for p in (scale, bias))
     return node.call("nn.group_norm", x, scale, bias, num_groups=groups,
