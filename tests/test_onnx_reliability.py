@@ -115,11 +115,20 @@ SPLIT_CRASHING_SHAPE_INFERENCE = """
 
 
 def test_a_crash_in_onnx_shape_inference_is_a_legato_error_and_the_next_load_works():
-    out = load_in_subprocess(SPLIT_CRASHING_SHAPE_INFERENCE)
+    # without the up-front check of Split, onnx's shape inference sees the model and dies
+    out = load_in_subprocess("from legato.frontends import onnx_check\n"
+                             "onnx_check.VALUE_CHECKS.clear()\n"
+                             + textwrap.dedent(SPLIT_CRASHING_SHAPE_INFERENCE))
     first, second = out.splitlines()
     assert first.startswith("first: onnx's shape inference crashed on this model (signal "
                             "SIGABRT)") or "do not infer" in first, out
     assert second == "LOADED", out
+
+
+def test_a_split_whose_num_outputs_differs_from_its_outputs_is_named():
+    out = load_in_subprocess(SPLIT_CRASHING_SHAPE_INFERENCE)
+    assert out.splitlines() == ["first: Split node 's': attribute 'num_outputs' = 1 differs "
+                                "from the 2 outputs", "LOADED"], out
 
 
 def test_onnx_checks_run_from_many_threads_at_once():
@@ -459,6 +468,8 @@ def convert(op, inputs, **attrs):
      r"scale of shape \[3\] fits neither 4 channels nor 3 groups"),
     ("Attention", [(1, 2, 8), (1, 2, 8), (1, 2, 8)], {},
      "attribute 'q_num_heads' = 0 must be at least 1"),
+    ("Attention", [(1, 2, 2, 0), (1, 2, 2, 0), (1, 2, 2, 0)], {"softcap": 1.0},
+     r"head size 0 leaves the default scale 1/sqrt\(head size\) undefined"),
     ("Attention", [(1, 2, 8), (1, 1, 2, 8), (1, 2, 8)], {"q_num_heads": 2},
      "Q, K and V must all be 3-D or all 4-D, not of ranks 3, 4, 3"),
     ("LayerNormalization", [(), (1,)], {}, "attribute 'axis' = -1 is out of range for an input "

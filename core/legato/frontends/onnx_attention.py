@@ -75,6 +75,8 @@ def _window(node):
 
 
 def composed(node, q, k, v, mask, past_k, nonpad, scale):
+    node.require(scale is not None or q.shape[3] > 0, "head size 0 leaves the default scale "
+                                                     "1/sqrt(head size) undefined")
     scale = 1 / math.sqrt(q.shape[3]) if scale is None else scale
     root = math.sqrt(scale)  # ONNX scales q and k by sqrt(scale) each
     scores = node.call("matmul", node.call("multiply", q, root), node.call(

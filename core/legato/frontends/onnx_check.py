@@ -156,6 +156,19 @@ def check_node(node, opset: int, where: str) -> None:
                  f"{where}: input")
     _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output,
                  f"{where}: output")
+    if node.op_type in VALUE_CHECKS:
+        VALUE_CHECKS[node.op_type](node, where)
+
+
+def _check_split(node, where: str) -> None:
+    for attr in node.attribute:
+        if attr.name == "num_outputs" and attr.i != len(node.output):
+            raise LegatoError(f"{where}: attribute 'num_outputs' = {attr.i} differs from the "
+                              f"{len(node.output)} outputs")
+
+
+# attribute values that onnx's shape inference trusts (and crashes on when they are wrong)
+VALUE_CHECKS = {"Split": _check_split}
 
 
 # AttributeProto fields that hold the value of each single-valued attribute type
