@@ -46,6 +46,10 @@ class ProgramContext:
         self.rng, self.edge = rng, edge
         # the float dtype of this program: mostly float32, sometimes float64 or float16
         self.float = FLOATS[int(rng.choice(3, p=[0.85, 0.08, 0.07]))]
+        # ordinary magnitudes: mostly [-3, 3]; wider in some programs (function tails)
+        self.spread = float(rng.choice([3.0, 30.0, 1000.0], p=[0.75, 0.17, 0.08]))
+        if self.float == "float16":  # products of wide values overflow float16
+            self.spread = 3.0
         self.numeric = (self.float,) + INTS
         self.all = self.numeric + ("bool",)
         self.b = legato.GraphBuilder()
@@ -116,7 +120,7 @@ class ProgramContext:
             if kind in ("nonzero", "positive"):
                 array[array == 0] = 1
             return array
-        array = rng.uniform(-3, 3, size=shape)
+        array = rng.uniform(-self.spread, self.spread, size=shape)
         if kind == "positive":
             array = rng.uniform(0.5, 3, size=shape)
         elif kind == "nonzero":

@@ -98,16 +98,22 @@ def _compare_values(got, want, ops, where: str) -> None:
     tol = tolerance(ops)
     if want.dtype == np.float16 and tol:  # 11-bit mantissa: every rounding costs more
         tol = max(tol, FLOAT16_ERROR)
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-    finite = np.isfinite(w)
-    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1.0)
-    err = np.where(same_special, 0.0, np.abs(g - w) / scale)
-    err = np.where(np.isnan(err), np.inf, err)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: compared apart
+        err, scale = _errors(got.astype(np.float64), want.astype(np.float64))
     if err.max() > tol:
         at = np.unravel_index(int(err.argmax()), err.shape)
         raise Mismatch(f"{where} differs by {err.max():.2e} of scale {scale:.3g} (tol {tol}) "
                        f"at {list(at)}: {got[at]} vs reference {want[at]}")
+
+
+def _errors(g: np.ndarray, w: np.ndarray):
+    """|g - w| relative to max(|w|, 1) per element (0 where both are the same NaN or
+    infinity, inf where only one is), and that scale."""
+    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    finite = np.isfinite(w)
+    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1.0)
+    err = np.where(same_special, 0.0, np.abs(g - w) / scale)
+    return np.where(np.isnan(err), np.inf, err), scale
 
 
 def ordinary(results) -> bool:
@@ -115,7 +121,7 @@ def ordinary(results) -> bool:
     nothing huge (NaN is fine: it must come out as NaN everywhere)."""
     for r in results:
         if r.dtype.kind == "f" and r.size:
-            magnitude = np.abs(r[~np.isnan(r)])
+            magnitude = np.abs(r[~np.isnan(r)].astype(np.float64))
             if magnitude.size and magnitude.max() > HUGE:
                 return False
     return True
