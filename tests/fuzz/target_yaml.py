@@ -28,7 +28,7 @@ import legato
 from legato.ir import DTYPES
 from tests.fuzz import InvalidOutput
 
-QUICK_CASES = 200
+QUICK_CASES = 400
 CASE_TIMEOUT = 20.0
 MAX_MESSAGE = 2000
 FUZZ_BACKEND = "fuzz_yaml"
