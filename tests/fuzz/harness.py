@@ -56,7 +56,7 @@ class Worker:
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buffer = b""
         self.case: Case | None = None
-        self.started = 0.0
+        self.started = self.submitted = 0.0
         self.deadline = float("inf")
         self.log_offset = 0
         self.killed = False
@@ -66,7 +66,8 @@ class Worker:
         return self.proc.stdout.fileno()
 
     def submit(self, case: Case) -> None:
-        self.case, self.started = case, time.monotonic()
+        self.case = case
+        self.submitted = self.started = time.monotonic()
         self.deadline = self.started + LOAD_TIMEOUT
         self.log_offset = self.log.seek(0, os.SEEK_END)
         self.proc.stdin.write((json.dumps({"target": case.target, "seed": case.seed})
@@ -202,7 +203,9 @@ def run_plan(plan: Plan, target_dir: Path, jobs: int = 2, memory: int = DEFAULT_
         worker.close()
 
     def finish(worker, result):
-        seconds = time.monotonic() - worker.started
+        # the wall time of the whole round trip: cheap cases must pay their overhead too,
+        # or a target of sub-millisecond cases would take the workers over
+        seconds = time.monotonic() - worker.submitted
         scheduler.charge(worker.case.target, seconds)
         done = Finished(worker.case, result, seconds)
         results.append(done)

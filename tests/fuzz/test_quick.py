@@ -86,6 +86,12 @@ FAKE_TARGETS = {
                 bytearray(2 << 30)  # over the worker's address-space limit of 1 GiB
             return "refused"
     """,
+    "slow": """
+        import time
+        def run(seed):
+            time.sleep(0.1)
+            return "ok"
+    """,
     "calm": """
         def run(seed):
             return ("ok", "refused", "skipped")[seed % 3]
@@ -138,6 +144,14 @@ def test_harness_runs_for_a_time_budget(fake_dir):
                                 "--target", "crash")
     assert figures["targets"]["calm"]["cases"] > 0 and figures["targets"]["crash"]["cases"] > 0
     assert proc.returncode == (1 if figures["problems"] else 0)
+
+
+def test_harness_shares_time_between_fast_and_slow_targets(fake_dir):
+    """Time-sliced: a target of 0.1 s cases still gets about half of a 3 s run (15
+    cases) next to one whose cases take no time."""
+    _, figures = run_harness(fake_dir, "--minutes", "0.05", "--jobs", "1",
+                             "--target", "calm", "--target", "slow")
+    assert figures["targets"]["slow"]["cases"] >= 5
 
 
 def test_harness_deduplicates_problems_by_message_signature(tmp_path):
