@@ -136,6 +136,33 @@ def old_opset(rng):
     return _model(nodes, [_info("x", [3, 4])], outputs, (), opset), {}
 
 
+def old_opset_nn(rng):
+    """A conv net at opsets 8-9, with Slice and Pad in their attribute forms."""
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             node("BatchNormalization", ["c", "s", "o", "m", "v"], ["bn"]),
+             node("LeakyRelu", ["bn"], ["lr"], alpha=0.2),
+             node("MaxPool", ["lr"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+             node("Pad", ["mp"], ["pd"], pads=[0, 0, 1, 0, 0, 0, 0, 1], value=0.5),
+             node("Slice", ["pd"], ["sl"], starts=[0, 1], ends=[2, 4], axes=[1, 2]),
+             node("Transpose", ["sl"], ["tr"], perm=[0, 2, 3, 1]),
+             node("Flatten", ["tr"], ["fl"], axis=1),
+             node("Gemm", ["fl", "gw", "gb"], ["g"], transB=1),
+             node("Cast", ["g"], ["gc"], to=TensorProto.DOUBLE),
+             node("Cast", ["gc"], ["gf"], to=TensorProto.FLOAT),
+             node("Concat", ["gf", "gf"], ["cc"], axis=1),
+             node("Gather", ["cc", "idx"], ["ga"], axis=1),
+             node("ArgMax", ["ga"], ["am"], axis=1, keepdims=0),
+             node("Constant", [], ["shape"], value=numpy_helper.from_array(
+                 np.array([2, 1, 3], np.int64))),
+             node("Expand", ["ga", "shape"], ["y"])]
+    inits = [_init(rng, "w", (4, 2, 3, 3)), _init(rng, "s", (4,)), _init(rng, "o", (4,)),
+             _init(rng, "m", (4,)), numpy_helper.from_array(np.ones(4, np.float32), "v"),
+             _init(rng, "gw", (5, 24)), _init(rng, "gb", (5,)), _ints("idx", [0, 7, 2])]
+    outputs = [_info("y", None), _info("am", None, I64)]
+    return _model(nodes, [_info("x", [1, 2, 6, 6])], outputs, inits, rng.choice([8, 9])), {}
+
+
 def quantized(rng):
     nodes = [helper.make_node("QuantizeLinear", ["x", "sc", "zp"], ["q"], axis=1),
              helper.make_node("DequantizeLinear", ["q", "sc", "zp"], ["d"], axis=1),
@@ -222,8 +249,8 @@ def qlinear_conv(rng):
     return _model(nodes, [_info("x", [1, 1, 5, 5], u8)], [_info("y", None, u8)], inits, 13), {}
 
 
-BASES = (mlp, convnet, attention, old_opset, quantized, elementwise, normalizations,
-         qlinear_conv)
+BASES = (mlp, convnet, attention, old_opset, old_opset_nn, quantized, elementwise,
+         normalizations, qlinear_conv)
 
 
 # --- mutations --------------------------------------------------------------------------------
