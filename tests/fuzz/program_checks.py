@@ -18,7 +18,6 @@ from .harness import REPO
 EXECUTING = ("cpu_ref", "c_kernels", ("c_kernels", "cpu_ref"))
 EMITTING = "tosa_custom"
 HUGE = 1e6
-FLOAT16_ERROR = 2e-2
 
 
 def name(backend) -> str:
@@ -78,10 +77,10 @@ def compare(got, want, ops, where: str, values_too: bool) -> None:
             _compare_values(g, w, ops, f"{where}: result {i}")
 
 
-def tolerance(ops) -> float:
+def tolerance(ops, dtype: str = "float32") -> float:
     """The error bound of a program: exact when every op is, the op's own bound for a
     single inexact op, and at least the default for a chain of them."""
-    bounds = [error_bound(op) for op in ops if error_bound(op) > 0]
+    bounds = [error_bound(op, dtype) for op in ops if error_bound(op, dtype) > 0]
     if len(bounds) <= 1:
         return max(bounds, default=0.0)
     return max(max(bounds), DEFAULT_ERROR)
@@ -95,9 +94,7 @@ def _compare_values(got, want, ops, where: str) -> None:
             at = np.unravel_index(int(diff.argmax()), diff.shape)
             raise Mismatch(f"{where} differs at {list(at)}: {got[at]} vs reference {want[at]}")
         return
-    tol = tolerance(ops)
-    if want.dtype == np.float16 and tol:  # 11-bit mantissa: every rounding costs more
-        tol = max(tol, FLOAT16_ERROR)
+    tol = tolerance(ops, want.dtype.name)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: compared apart
         err, scale = _errors(got.astype(np.float64), want.astype(np.float64))
     if err.max() > tol:

@@ -23,12 +23,7 @@ from .op_generators import GENERATORS
 TARGETS = discover()
 # Open bugs, filed with their owners (by a part of the problem's message): cases that hit
 # them make the test xfail instead of fail, until the fix lands. Nothing else may fail.
-KNOWN = {
-    "'tosa.cast' op illegal: operation operand/result data types did not align":
-        "tosa_custom emits tosa.cast from float32 to float32",
-    "'tosa.const' op illegal: requires specification version compatible with 1.1.draft":
-        "tosa_custom emits an int64 constant result",
-}
+KNOWN: dict = {}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
