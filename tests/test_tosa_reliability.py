@@ -264,3 +264,22 @@ def test_float16_bounds_beyond_its_range_are_infinities_without_warnings():
                              backend=KEEP).artifact
     assert "max_val = 0x7C00 : f16, min_val = 0xFC00 : f16" in clip
     assert 'dense<"0x007C"> : tensor<1xf16>' in pad
+
+
+@pytest.mark.parametrize("dtype, tiny", [("float32", 1e-40), ("float16", 1e-6)])
+def test_division_by_a_constant_whose_reciprocal_overflows(tools, dtype, tiny):  # noqa: F811
+    """1 / y is inf for a subnormal y: x * (1 / y) gave inf where x / y is finite."""
+    import warnings
+    b = legato.GraphBuilder()
+    x = b.input("x", (4,), dtype)
+    module = b.build(b.divide(x, b.const(np.array([tiny, 2.0, 0.0, -tiny], dtype))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = legato.compile(module, backend=KEEP)
+    feeds = [np.array([1e-30 if dtype == "float32" else 1e-3, 3.0, 1.0, -2e-30
+                       if dtype == "float32" else -2e-3], dtype)]
+    want = legato.reference(module)(*feeds)
+    assert np.isfinite(want[[0, 1, 3]]).all() and want[2] == np.inf
+    (out,) = tools.run_reference(compiled.artifact, feeds, validate=True)
+    for got in (simulate(compiled.module)(*feeds), out):
+        np.testing.assert_allclose(got, want, rtol=1e-3)

@@ -239,11 +239,21 @@ def divide(b, call):
     if not is_float(x.dtype):
         return None
     if isinstance(y, Const):
-        with np.errstate(divide="ignore"):  # x / 0 is +-inf (or NaN), as in numpy
-            inverse = b.const(np.reciprocal(y.data))
-    else:
-        inverse = b.call("tosa.reciprocal", y)
-    return b.multiply(x, inverse)
+        return _divide_by_constant(b, x, y.data)
+    return b.multiply(x, b.call("tosa.reciprocal", y))
+
+
+def _divide_by_constant(b, x, y):
+    """x * (1 / y) folded. Where 1 / y overflows (|y| below 1 / max: subnormals) it is
+    (x * (1 / (y * s))) * s with a power of two s, so that x / y stays finite where it is;
+    x / 0 is +-inf (or NaN), as in numpy."""
+    with np.errstate(divide="ignore", over="ignore"):
+        inverse = np.reciprocal(y)
+        tiny = np.isinf(inverse) & (y != 0)
+        if not tiny.any():
+            return b.multiply(x, b.const(inverse))
+        scale = np.where(tiny, 2.0 ** (np.finfo(y.dtype).maxexp - 1), 1.0).astype(y.dtype)
+        return b.multiply(b.multiply(x, b.const(np.reciprocal(y * scale))), b.const(scale))
 
 
 def power(b, call):
