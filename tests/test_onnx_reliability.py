@@ -285,6 +285,15 @@ def test_a_graph_out_of_order_or_reassigning_a_name_is_refused():
         lonnx.load(model(nodes, [tensor("x", [2])], [tensor("x", None)]))
 
 
+def test_a_path_that_is_not_a_regular_file_is_refused_without_reading(tmp_path):
+    os.mkfifo(tmp_path / "pipe.onnx")   # reading it would block forever
+    with pytest.raises(LegatoError, match="pipe.onnx is not a regular file"):
+        lonnx.load(tmp_path / "pipe.onnx")
+    with pytest.raises(LegatoError, match="an ONNX model is a path or an onnx.ModelProto, "
+                                          "not bytes"):
+        lonnx.load(b"\x08\x07")
+
+
 # --- sizes a model lies about ---------------------------------------------------------------
 
 def add_with(initializer):

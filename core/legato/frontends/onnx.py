@@ -30,6 +30,7 @@ MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 FOLD_DTYPES = ("int64", "int32", "bool")
 FOLD_MAX_ELEMENTS = 4096
+MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
 
 
 def _onnx():
@@ -101,6 +102,7 @@ def read_model(model, base_dir=None):
         raise LegatoError(f"an ONNX model is a path or an onnx.ModelProto, not "
                           f"{type(model).__name__}")
     path = Path(model)
+    _check_model_file(path)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except OSError as err:
@@ -109,6 +111,21 @@ def read_model(model, base_dir=None):
         raise LegatoError(f"{path} is not a readable ONNX model: "
                           f"{quote(str(err))}") from None
     return proto, path.parent if base_dir is None else base_dir
+
+
+def _check_model_file(path: Path) -> None:
+    """Refuse what cannot be read whole: a FIFO or device would block or never end."""
+    try:
+        if not path.exists():
+            return  # onnx.load names the missing file
+        regular, size = path.is_file(), path.stat().st_size
+    except OSError as err:
+        raise LegatoError(f"cannot read ONNX model {path}: {err.strerror or err}") from None
+    if not regular:
+        raise LegatoError(f"{path} is not a regular file")
+    if size > MAX_PROTO_BYTES:
+        raise LegatoError(f"{path} has {size} bytes: an ONNX file holds at most 2 GiB "
+                          "(larger weights go to external data files)")
 
 
 def with_external_data(proto, base_dir):

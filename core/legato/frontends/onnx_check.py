@@ -10,6 +10,7 @@ integer. Tensor data is checked by `onnx_tensors`.
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..errors import LegatoError
 from .onnx_tensors import check_tensor, quote
@@ -21,7 +22,7 @@ MAX_ELEMENTS = 2 ** 48   # per declared tensor shape: far beyond any real tensor
 
 def check_size(size, where: str) -> int:
     """A dimension given by the user or the model: an int in [0, MAX_DIM]."""
-    if isinstance(size, bool) or not _is_int(size):
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
         raise LegatoError(f"{where}: size {quote(size)} is not an integer")
     size = int(size)
     if size < 0:
@@ -43,11 +44,6 @@ def check_shape(shape, where: str) -> tuple[int, ...]:
         raise LegatoError(f"{where}: shape {list(dims)} has {elements} elements, more than "
                           f"the limit of {MAX_ELEMENTS}")
     return dims
-
-
-def _is_int(value) -> bool:
-    import numbers
-    return isinstance(value, numbers.Integral)
 
 
 def check_opset_range(opset) -> None:
