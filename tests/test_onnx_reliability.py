@@ -274,6 +274,18 @@ def test_numpy_sizes_are_accepted_in_input_shapes():
     assert mod.main.params[0].type.shape == (4, 3)
 
 
+def test_outputs_may_leave_their_type_out_but_inputs_may_not():
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    untyped = onnx.ValueInfoProto(name="y")
+    mod = lonnx.load(model([relu], [tensor("x", [2])], [untyped]))
+    assert mod.main.results[0].type.shape == (2,)
+    sequence = helper.make_tensor_sequence_value_info("y", F, None)
+    with pytest.raises(LegatoError, match="graph output 'y' is not a tensor"):
+        lonnx.load(model([relu], [tensor("x", [2])], [sequence]))
+    with pytest.raises(LegatoError, match="input 'x': ONNX element type UNDEFINED"):
+        lonnx.load(model([relu], [tensor("x", [2], 0)], [untyped]))
+
+
 def test_a_graph_out_of_order_or_reassigning_a_name_is_refused():
     nodes = [helper.make_node("Relu", ["h"], ["y"], name="second"),
              helper.make_node("Relu", ["x"], ["h"], name="first")]

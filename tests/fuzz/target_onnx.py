@@ -27,7 +27,7 @@ import numpy as np
 import legato
 from tests.fuzz import Mismatch
 
-QUICK_CASES = 150
+QUICK_CASES = 300
 CASE_TIMEOUT = 20.0
 RUN_MAX_ELEMENTS = 1 << 16
 

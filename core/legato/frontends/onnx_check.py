@@ -103,7 +103,7 @@ def check_graph(graph, opset: int) -> None:
                               "input or initializer")
     for kind, values in (("graph output", graph.output), ("value_info", graph.value_info)):
         for value in values:
-            check_value_info(value, f"{kind} {quote(value.name)}")
+            check_value_info(value, f"{kind} {quote(value.name)}", typed=False)
 
 
 def _check_graph_inputs(graph) -> set:
@@ -124,13 +124,17 @@ def _check_graph_inputs(graph) -> set:
     return defined | inputs
 
 
-def check_value_info(value, where: str) -> None:
-    """A declared type: a tensor of a known element type with bounded, non-negative dims."""
+def check_value_info(value, where: str, typed: bool = True) -> None:
+    """A declared type: a tensor with bounded, non-negative dims, of a known element type
+    (`typed`), or for outputs and intermediate values perhaps of none at all."""
+    if not typed and value.type.WhichOneof("value") is None:
+        return
     if not value.type.HasField("tensor_type"):
         raise LegatoError(f"{where} is not a tensor: legato imports tensors only")
     tensor_type = value.type.tensor_type
     from .onnx_convert import onnx_dtype
-    onnx_dtype(tensor_type.elem_type, where)
+    if typed or tensor_type.elem_type:
+        onnx_dtype(tensor_type.elem_type, where)
     if tensor_type.HasField("shape"):
         dims = tensor_type.shape.dim
         if len(dims) > MAX_RANK:
