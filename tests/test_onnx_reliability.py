@@ -140,6 +140,31 @@ def test_onnx_checks_run_from_many_threads_at_once():
     assert shapes == [(1, 2)] * 32
 
 
+def test_a_forked_child_starts_its_own_onnx_worker():
+    old = model([helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])], [tensor("x", [2])],
+                [tensor("y", None)], opset=9)
+    lonnx.load(old)   # the parent's worker runs
+    from legato.frontends.onnx_isolate import _WORKER
+    parent = _WORKER.process
+    with _WORKER.lock:   # held at fork time, as by another thread of the parent
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                shape = lonnx.load(old).main.results[0].type.shape
+                ok = shape == (1, 2) and _WORKER.process is not parent
+            finally:
+                os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60   # a child stuck on the parent's lock never ends
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
+    assert _WORKER.process is parent
+
+
 def test_the_version_converter_gets_large_initializers_back_by_name():
     w = numpy_helper.from_array(np.arange(5000, dtype=np.float32).reshape(50, 100), "w")
     old = model([helper.make_node("Unsqueeze", ["w"], ["y"], axes=[0])], [], [tensor("y", None)],

@@ -64,6 +64,10 @@ class _Worker:
             self.owner = os.getpid()
         return self.process
 
+    def forget(self) -> None:
+        """In a forked child: the parent's worker and lock are the parent's, never used."""
+        self.lock, self.process = threading.Lock(), None
+
     def close(self) -> None:
         process, self.process = self.process, None
         if process is not None and self.owner == os.getpid():
@@ -76,6 +80,8 @@ class _Worker:
 
 _WORKER = _Worker()
 atexit.register(_WORKER.close)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER.forget)
 
 
 def run_isolated(command: bytes, model, what: str, failed: str):
