@@ -152,6 +152,7 @@ class ProgramContext:
 
     def feed(self, array: np.ndarray) -> legato.Value:
         """A parameter fed with exactly `array`."""
+        array = np.asarray(array)  # arithmetic on 0-d arrays gives numpy scalars
         value = self.b.input(f"x{len(self.feeds)}", array.shape, array.dtype.name)
         self.feeds.append(array)
         self.kinds.append(None)  # structure (indices, exponents): fed the same each run
@@ -201,6 +202,26 @@ class ProgramContext:
         """Different values of the same kinds, for a second run."""
         return [self.data(f.shape, f.dtype.name, kind) if kind is not None else f.copy()
                 for f, kind in zip(self.feeds, self.kinds)]
+
+    def odd_layout(self, array: np.ndarray) -> np.ndarray:
+        """The same values in a memory layout callers hand over too: a strided or
+        reversed view, Fortran order, big-endian bytes, a read-only array."""
+        layout = self.choice(["as is", "as is", "strided", "reversed", "fortran",
+                              "big-endian", "read-only"])
+        if layout == "strided" and array.ndim:
+            wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), array.dtype)
+            wide[..., ::2] = array
+            return wide[..., ::2]
+        if layout == "reversed" and array.ndim:
+            return np.ascontiguousarray(array[::-1])[::-1]
+        if layout == "fortran" and array.ndim:  # (asfortranarray makes a 0-d array 1-d)
+            return np.asfortranarray(array)
+        if layout == "big-endian" and array.dtype.itemsize > 1:
+            return array.astype(array.dtype.newbyteorder(">"))
+        if layout == "read-only":
+            array = array.copy()
+            array.flags.writeable = False
+        return array
 
     def adopt(self, call: legato.Call) -> None:
         """Append a call made outside the builder (a custom call, say)."""
