@@ -256,17 +256,20 @@ def quant_param(node, param, x, axis: int):
     return node.call("reshape", param, shape=shape)
 
 
-def quant_axis(node, x, scale) -> int:
-    """The quantization axis; ONNX ignores it (whatever its value) for a per-tensor scale."""
-    if scale.rank == 0 or scale.shape == (1,):
+def quant_axis(node, x, *params) -> int:
+    """The quantization axis; ONNX ignores it (whatever its value) when the scale and the
+    zero point are per tensor."""
+    if all(p is None or p.rank == 0 or p.shape == (1,) for p in params):
         return node.attr("axis", 1) % max(x.rank, 1)
+    block = node.attr("block_size", 0)
+    node.require(block >= 0, f"attribute 'block_size' = {block} is negative")
     return node.axis("axis", x.rank, 1)
 
 
 @converter("QuantizeLinear")
 def quantize(node):
     x, scale, zero = node.arg(0), node.arg(1), node.input(2)
-    axis = quant_axis(node, x, scale)
+    axis = quant_axis(node, x, scale, zero)
     dtype = zero.dtype if zero is not None else _output_dtype(node, "uint8")
     if zero is None:
         zero = node.b.const(np.zeros(scale.shape, dtype=dtype))
@@ -282,7 +285,7 @@ def quantize(node):
 @converter("DequantizeLinear")
 def dequantize(node):
     x, scale, zero = node.arg(0), node.arg(1), node.input(2)
-    axis = quant_axis(node, x, scale)
+    axis = quant_axis(node, x, scale, zero)
     if zero is None:
         zero = node.b.const(np.zeros(scale.shape, dtype=x.dtype))
     if x.dtype in QUANT_RANGES and x.dtype != "int16" and not node.attr("block_size", 0):
