@@ -283,3 +283,15 @@ def test_division_by_a_constant_whose_reciprocal_overflows(tools, dtype, tiny): 
     (out,) = tools.run_reference(compiled.artifact, feeds, validate=True)
     for got in (simulate(compiled.module)(*feeds), out):
         np.testing.assert_allclose(got, want, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_round_keeps_infinities_and_nan(tools, dtype):  # noqa: F811
+    """Found by fuzzing: round(-inf) came out NaN (-inf - floor(-inf) is NaN)."""
+    x = np.array([-np.inf, np.inf, np.nan, -2.5, -0.5, 0.5, 1.5, 2.5, -0.0], dtype)
+    module = one_call("round", x.shape, dtype)
+    compiled = legato.compile(module, backend=KEEP)
+    want = legato.reference(module)(x)
+    (out,) = tools.run_reference(compiled.artifact, [x], validate=True)
+    for got in (simulate(compiled.module)(x), out):
+        np.testing.assert_array_equal(got, want)

@@ -308,14 +308,16 @@ def sqrt(b, call):
 
 
 def round_half_even(b, call):
-    """numpy rint from floor: ties go to the even neighbour (TOSA 1.0 has no ROUND)."""
+    """numpy rint from floor: ties go to the even neighbour (TOSA 1.0 has no ROUND);
+    +-inf and NaN are their own rounding (inf - floor(inf) would be NaN)."""
     x = call.inputs[0]
     low = b.floor(x)
     frac = b.subtract(x, low)
     parity = b.subtract(low, b.multiply(b.floor(b.multiply(low, 0.5)), 2.0))
     tie = b.add(low, parity)
-    return b.where(b.greater(frac, 0.5), b.add(low, 1.0),
-                   b.where(b.less(frac, 0.5), low, tie))
+    rounded = b.where(b.greater(frac, 0.5), b.add(low, 1.0),
+                      b.where(b.less(frac, 0.5), low, tie))
+    return b.where(_finite(b, x), rounded, x)
 
 
 @shaped_rule
