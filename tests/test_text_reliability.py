@@ -289,3 +289,33 @@ def test_verifier_refuses_calls_without_results():
     empty = Call("exp", (x,), Attrs(), ())
     with pytest.raises(legato.IRError, match="needs at least one result"):
         legato.verify(Module({"main": Function((x,), (empty,), (x,))}))
+
+
+def test_calls_between_functions_may_not_form_a_cycle():
+    text = ("func @main(%x: float32[2]) -> (float32[2]) {\n"
+            "  %0 = call(%x) {\"callee\": \"f\"} : float32[2]\n  return %0\n}\n\n"
+            "func @f(%x: float32[2]) -> (float32[2]) {\n"
+            "  %0 = call(%x) {\"callee\": \"%s\"} : float32[2]\n  return %0\n}\n")
+    assert legato.parse(text.replace("%s", "g").replace(
+        "func @f", "func @g(%x: float32[2]) -> (float32[2]) {\n  return %x\n}\n\nfunc @f"))
+    for callee in ("f", "main"):
+        with pytest.raises(legato.IRError, match="may not form a cycle"):
+            legato.parse(text.replace("%s", callee))
+
+
+def test_messages_quote_bounded_amounts_of_text():
+    name = "x" * 100_000
+    texts = [
+        "func @main(%x: float32[2]) -> (float32[2]) {\n  return %" + name + "\n}",
+        "func @main(%x: float32[2]) -> (float32[2]) {\n  %0 = " + name + "(%x) : "
+        "float32[2]\n  return %0\n}",
+        "func @main(%x: float32[2]) -> (float32[2]) {\n  %0 = exp(%x) {\"" + name +
+        "\": 1} : float32[2]\n  return %0\n}",
+        "func @main(%x: float32[2]) -> (float32[2]) {\n  %0 = reshape(%x) {\"shape\": [" +
+        "1, " * 50_000 + "2]} : float32[2]\n  return %0\n}",
+        "func @" + name + "(%x: float32[2]) -> (float32[2]) {\n  return %x\n}",
+    ]
+    for text in texts:
+        with pytest.raises(legato.IRError) as info:
+            legato.parse(text)
+        assert len(str(info.value)) < 600

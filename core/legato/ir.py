@@ -71,13 +71,18 @@ def _dims(shape) -> tuple[int, ...]:
         raise IRError(f"shape {_bounded(shape)} is not a sequence of integers") from None
 
 
+def _cut(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters, for names quoted in messages."""
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
+
+
 def _bounded(value, limit: int = 80) -> str:
     """repr(value), cut to `limit` characters: messages never quote unbounded user data."""
     try:
         text = repr(value)
     except ValueError:  # an integer with more digits than Python converts to text
         text = "<a number too long to print>"
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
+    return _cut(text, limit)
 
 
 class AttrList(tuple):
@@ -214,7 +219,7 @@ class Value:
         return len(self.type.shape)
 
     def __repr__(self):
-        return f"Value({self.name or hex(id(self))}: {self.type})"
+        return f"Value({_cut(self.name or hex(id(self)), 60)}: {self.type})"
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -232,7 +237,7 @@ class Const(Value):
         return Const(TensorType(data.shape, data.dtype.name), name, data)
 
     def __repr__(self):
-        return f"Const({self.name or hex(id(self))}: {self.type})"
+        return f"Const({_cut(self.name or hex(id(self)), 60)}: {self.type})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +308,8 @@ class Function:
 
     def __post_init__(self):
         if self.kind not in FUNCTION_KINDS:
-            raise IRError(f"function kind {self.kind!r} is not one of {', '.join(FUNCTION_KINDS)}")
+            raise IRError(f"function kind {_bounded(self.kind)} is not one of "
+                          f"{', '.join(FUNCTION_KINDS)}")
         if not isinstance(self.attrs, Attrs):
             object.__setattr__(self, "attrs", Attrs(self.attrs))
         for name in ("params", "calls", "results"):

@@ -22,7 +22,8 @@ import re
 import numpy as np
 
 from .errors import IRError, LegatoError, ParseError
-from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value, _bounded
+from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
+                 _bounded)
 
 INLINE_LIMIT = 64
 _NAME_OK = re.compile(r"[A-Za-z_][\w.]*\Z")
@@ -206,6 +207,9 @@ _DTYPE = re.compile(r"[a-z0-9]+")
 _DIGITS = re.compile(r"[0-9]+")
 _SPACE = re.compile(r"[ \t]*")
 _MAX_DIGITS = 19  # dims beyond int64 are refused before int() reads them
+# one attempt at one position: no backtracking over the line, however long it is
+_TYPE = re.compile(r"([a-z0-9]+)\[([0-9, \t]*)\]")
+_TYPE_CACHE: dict[str, TensorType] = {}
 
 
 class _Line:
@@ -219,14 +223,16 @@ class _Line:
         return ParseError(f"line {self.number}, column {self.pos + 1}: {message}")
 
     def skip(self) -> None:
-        self.pos = _SPACE.match(self.text, self.pos).end()
+        text, pos = self.text, self.pos
+        if pos < len(text) and text[pos] in " \t":
+            self.pos = _SPACE.match(text, pos).end()
 
     def at(self, literal: str) -> bool:
         self.skip()
         return self.text.startswith(literal, self.pos)
 
     def take(self, literal: str) -> bool:
-        if self.at(literal):
+        if self.text.startswith(literal, self.pos) or self.at(literal):
             self.pos += len(literal)
             return True
         return False
@@ -267,22 +273,45 @@ class _Line:
         return value
 
     def type(self) -> TensorType:
-        dtype = self.match(_DTYPE, "a type like float32[4, 8]")
-        self.expect("[")
+        self.skip()
+        found = _TYPE.match(self.text, self.pos)
+        if found is None:
+            self._type_by_parts()  # raises, naming the part at fault
+        self.pos = found.end()
+        ttype = _TYPE_CACHE.get(found.group())
+        if ttype is None:
+            ttype = self._make_type(found.group(1), found.group(2))
+            if len(_TYPE_CACHE) >= 4096:
+                _TYPE_CACHE.clear()
+            _TYPE_CACHE[found.group()] = ttype
+        return ttype
+
+    def _make_type(self, dtype: str, dims_text: str) -> TensorType:
+        parts = dims_text.split(",") if dims_text.strip() else []
+        if len(parts) > MAX_RANK:  # before reading a million dims
+            raise self.error(f"rank {len(parts)} is above the limit of {MAX_RANK}")
         dims = []
-        while not self.take("]"):
-            if dims:
-                self.expect(",")
-            digits = self.match(_DIGITS, "a dimension")
+        for part in parts:
+            digits = part.strip(" \t")
+            if not digits.isdigit():
+                raise self.error(f"bad dimension {_bounded(digits)} in a type")
             if len(digits) > _MAX_DIGITS:
                 raise self.error(f"dimension of {len(digits)} digits is too large")
             dims.append(int(digits))
-            if len(dims) > 64:  # far past any rank limit; stop reading
-                break
         try:
             return TensorType(tuple(dims), dtype)
         except IRError as err:
             raise self.error(str(err)) from None
+
+    def _type_by_parts(self) -> None:
+        self.match(_DTYPE, "a type like float32[4, 8]")
+        self.expect("[")
+        for _ in range(MAX_RANK + 1):
+            if self.take("]"):
+                raise self.error("malformed type")
+            self.match(_DIGITS, "a dimension")
+            self.take(",")
+        raise self.error(f"expected ']' to close the type, got {self.rest()}")
 
     def types(self) -> list[TensorType]:
         """A comma-separated list of types, possibly empty."""
@@ -327,7 +356,7 @@ def parse(text: str, registry=None) -> Module:
         start = i + 1
         name, parsed, i = _parse_function(lines, i, registry)
         if name in functions:
-            raise ParseError(f"line {start}: function @{_bounded(name)} is defined twice")
+            raise ParseError(f"line {start}: function {_shown_function(name)} is defined twice")
         functions[name] = parsed
     if "main" not in functions:
         raise ParseError("no function @main in the text")
@@ -361,9 +390,9 @@ def _parse_function(lines, start, registry):
             if call is not None:
                 calls.append(call)
     else:
-        raise ParseError(f"line {start + 1}: function @{_bounded(name)} has no closing '}}'")
+        raise ParseError(f"line {start + 1}: function {_shown_function(name)} has no closing '}}'")
     if results is None:
-        raise ParseError(f"line {start + 1}: function @{_bounded(name)} has no return")
+        raise ParseError(f"line {start + 1}: function {_shown_function(name)} has no return")
     try:
         fn = Function(tuple(params), tuple(calls), results, kind, attrs)
     except IRError as err:
@@ -373,7 +402,7 @@ def _parse_function(lines, start, registry):
 
 def _check_declared_results(name: str, fn: Function, declared, line: int) -> None:
     if list(fn.result_types) != declared:
-        raise ParseError(f"line {line}: function @{_bounded(name)} declares results "
+        raise ParseError(f"line {line}: function {_shown_function(name)} declares results "
                          f"{_bounded([str(t) for t in declared])} but returns "
                          f"{_bounded([str(t) for t in fn.result_types])}")
 
@@ -490,6 +519,11 @@ def _lookup(env, name, line: _Line):
         return env[name]
     except KeyError:
         raise ParseError(f"{line.where}: {_shown(name)} is not defined") from None
+
+
+def _shown_function(name: str) -> str:
+    text = _symbol("@", name)
+    return text if len(text) <= 60 else text[:56] + " ..."
 
 
 def _shown(key: str) -> str:

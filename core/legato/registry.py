@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import OpError, RegistrationError, ShapeError
-from .ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
+from .ir import DTYPES, AttrList, Attrs, TensorType, _bounded, attr_key, freeze_attr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
 REQUIRED = object()
@@ -69,7 +69,8 @@ class AttrSpec:
         if spec.startswith("str:"):
             choices = spec[4:].split("|")
             if value not in choices:
-                raise OpError(f"{op}: attribute {self.name}={value!r} must be one of {choices}")
+                raise OpError(f"{op}: attribute {self.name}={_show(value)} must be one of "
+                              f"{choices}")
             return value
         if spec.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
@@ -82,7 +83,7 @@ class AttrSpec:
 
 
 def _show(value):
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+    return _bounded(list(value) if isinstance(value, tuple) else value)
 
 
 class OpDef:
@@ -129,7 +130,8 @@ class OpDef:
         """Validate attributes, fill defaults, freeze; errors name the op and attribute."""
         try:  # decompositions emit the same few attribute sets over and over
             # keyed by type too: True, 1 and 1.0 are equal in Python but not as attributes
-            key = tuple((k, attr_key(v)) for k, v in attrs.items())
+            key = attrs.key() if isinstance(attrs, Attrs) else \
+                tuple((k, attr_key(v)) for k, v in attrs.items())
             cached = self._attr_cache.get(key)
         except TypeError:  # unhashable or nested too deep: validate without caching
             key, cached = None, None
@@ -145,7 +147,7 @@ class OpDef:
         unknown = [k for k in attrs if k not in self.attr_specs]
         if unknown:
             hint = _suggest(unknown[0], self.attr_specs)
-            raise OpError(f"{self.name}: unknown attribute {unknown[0]!r}{hint}; "
+            raise OpError(f"{self.name}: unknown attribute {_bounded(unknown[0])}{hint}; "
                           f"signature is {self.signature()}")
         out = {}
         for key, spec in self.attr_specs.items():
@@ -175,7 +177,9 @@ class OpDef:
             result = self.infer(input_types, attrs)
         except ShapeError as err:
             types = ", ".join(str(t) if t is not None else "None" for t in input_types)
-            raise ShapeError(f"{self.name}({types}) {attrs.to_json()}: {err}") from None
+            types = types if len(types) <= 200 else types[:196] + " ..."
+            raise ShapeError(f"{self.name}({types}) "
+                             f"{_bounded(attrs.to_json(), 200)}: {err}") from None
         return result if isinstance(result, tuple) else (result,)
 
 
@@ -195,7 +199,7 @@ class Registry:
         try:
             return self._ops[name]
         except KeyError:
-            raise OpError(f"unknown op {name!r}{_suggest(name, self._ops)}") from None
+            raise OpError(f"unknown op {_bounded(name)}{_suggest(name, self._ops)}") from None
 
     def register(self, opdef: OpDef) -> OpDef:
         if opdef.name in self._ops:
@@ -242,6 +246,8 @@ def _example_str(input_types, attrs) -> str:
 
 
 def _suggest(name: str, known) -> str:
+    if not isinstance(name, str) or len(name) > 100:  # difflib's time grows with both lengths
+        return ""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import IRError, LegatoError
-from .ir import Call, Const, Function, Module, Value
+from .ir import Call, Const, Function, Module, Value, _bounded, _cut
 
 CALL_OP = "call"  # a call of a module-level function: attrs {"callee": name}
 
@@ -17,17 +17,44 @@ def verify(module: Module, registry=None) -> Module:
         registry = default_registry()
     for name, fn in module.functions.items():
         _verify_function(module, name, fn, registry)
+    _check_acyclic(module)
     return module
+
+
+def _check_acyclic(module: Module) -> None:
+    """Functions may call functions, never themselves, directly or not: there is no
+    control flow, so a cycle could only recurse forever."""
+    callees = {name: {c.attrs.get("callee") for c in fn.calls if c.op == CALL_OP}
+               for name, fn in module.functions.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in callees:
+        stack = [(root, iter(callees[root]))]
+        state.setdefault(root, 1)
+        if state[root] == 2:
+            continue
+        while stack:
+            name, pending = stack[-1]
+            callee = next(pending, None)
+            if callee is None:
+                state[name] = 2
+                stack.pop()
+            elif state.get(callee) == 1:
+                raise IRError(f"function {_bounded(name)} calls {_bounded(callee)}, which "
+                              "calls it back: "
+                              "calls between functions may not form a cycle")
+            elif callee not in state:
+                state[callee] = 1
+                stack.append((callee, iter(callees[callee])))
 
 
 def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
     defined: set[int] = set()
     for p in fn.params:
         if id(p) in defined:
-            raise IRError(f"function @{name}: parameter {p.name} appears twice")
+            raise IRError(f"function @{_cut(name)}: parameter {p!r} appears twice")
         defined.add(id(p))
     for index, call in enumerate(fn.calls):
-        where = f"function @{name}, call {index} ({call.op})"
+        where = f"function @{_cut(name)}, call {index} ({_cut(call.op)})"
         if not call.outputs:  # a pure call without results is dead and has no text form
             raise IRError(f"{where}: a call needs at least one result")
         for value in call.inputs:
@@ -43,29 +70,32 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
             raise IRError(f"{where}: {err}") from None
         got = tuple(o.type for o in call.outputs)
         if got != expected:
-            raise IRError(f"{where}: result types {[str(t) for t in got]} differ from the "
-                          f"inferred {[str(t) for t in expected]}")
+            raise IRError(f"{where}: result types {_types(got)} differ from the "
+                          f"inferred {_types(expected)}")
     for r in fn.results:
         if id(r) not in defined and not isinstance(r, Const):
-            raise IRError(f"function @{name}: result {r!r} is not defined")
+            raise IRError(f"function @{_cut(name)}: result {r!r} is not defined")
 
 
 def _expected_types(module: Module, call: Call, registry):
     if call.op == CALL_OP:
         callee = call.attrs.get("callee")
         if callee not in module.functions:
-            raise IRError(f"calls unknown function @{callee}")
+            raise IRError(f"calls unknown function {_bounded(callee)}")
         target = module.functions[callee]
         got = tuple(None if v is None else v.type for v in call.inputs)
         if got != target.param_types:
-            raise IRError(f"@{callee} takes {[str(t) for t in target.param_types]}, "
-                          f"got {[str(t) for t in got]}")
+            raise IRError(f"@{_cut(callee)} takes {_types(target.param_types)}, got {_types(got)}")
         return target.result_types
     opdef = registry.get(call.op)
     opdef.check_arity(len(call.inputs))
-    if opdef.normalize_attrs(dict(call.attrs)) != call.attrs:
-        raise IRError(f"attributes {call.attrs.to_json()} are not in normal form")
+    if opdef.normalize_attrs(call.attrs) != call.attrs:
+        raise IRError(f"attributes {_bounded(call.attrs.to_json())} are not in normal form")
     return opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
+
+
+def _types(types) -> str:
+    return _bounded([None if t is None else str(t) for t in types], 200)
 
 
 # --- structural equality ------------------------------------------------------------------
