@@ -124,7 +124,9 @@ def gen_leaky_relu(ctx, op):
 
 @generator("clip")
 def gen_clip(ctx, op):
-    low, high = sorted(ctx.rng.uniform(-3, 3, size=2).round(3).tolist())
+    low, high = ctx.rng.uniform(-3, 3, size=2).round(3).tolist()
+    if ctx.chance(0.9):  # min > max is allowed too (every element becomes max)
+        low, high = sorted((low, high))
     attrs = {"min": low if ctx.chance(0.7) else None, "max": high if ctx.chance(0.7) else None}
     return ctx.call(op, ctx.value(ctx.float), **attrs)
 
@@ -294,7 +296,7 @@ def gen_squeeze(ctx, op):
 @generator("expand_dims")
 def gen_expand_dims(ctx, op):
     data = ctx.value(ctx.all, max_rank=4)
-    rank = data.rank + ctx.int(1, 2)
+    rank = data.rank + ctx.int(1, 3)  # up to rank 7, past TOSA's 6
     axes = ctx.rng.permutation(rank)[:rank - data.rank].tolist()
     return ctx.call(op, data, axes=[a - rank if ctx.chance(0.3) else a for a in axes])
 

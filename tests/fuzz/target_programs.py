@@ -1,16 +1,21 @@
 """Random well-typed programs over every registered op, on every backend.
 
-A case builds a program of 2-6 calls (tests/fuzz/op_generators.py: shapes of rank 0-4
-with size-1, size-0 and broadcasting dims, attributes within their documented ranges,
-float32 and integer/bool dtypes), returns its last value and sometimes an intermediate,
-a reshape of a returned value (a view), a value twice or a parameter itself, and then:
+A case builds a program of 2-6 calls, sometimes up to 12 (tests/fuzz/op_generators.py:
+rank 0-4 shapes with size-1, size-0 and broadcasting dims, attributes within their
+documented ranges, float32 (sometimes float64 or float16) and integer/bool dtypes),
+returns its last value and sometimes an intermediate, a reshape of a returned value (a
+view), a value twice or a parameter itself, and then:
 
-- round-trips the program, every compiled module and the partitioned module through text;
+- round-trips through text the program and what compiling, partitioning, partial
+  lowering, fusion and NHWC conversion make of it;
 - runs the unlegalized reference (legato.reference) and each of cpu_ref, c_kernels and
-  c_kernels+cpu_ref (partitioned), twice with different inputs, and compares results
-  (values on ordinary inputs, only shapes and dtypes on edge values: inf, NaN, huge);
-- checks that no call changed its inputs;
-- validates the TOSA that tosa_custom emits with tosa-opt.
+  c_kernels+cpu_ref (partitioned), sometimes with a config that keeps an op or with
+  max_level, twice: the second time with other values in odd memory layouts (strided,
+  Fortran order, big-endian, read-only); compares results (values on ordinary inputs,
+  only shapes and dtypes on edge values: inf, NaN, huge; exact programs always);
+- checks that no call changed its inputs and no result is an input's memory;
+- validates the TOSA that tosa_custom emits with tosa-opt, and runs a share of it on the
+  TOSA reference model.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .program_checks import (EMITTING, EXECUTING, as_tuple, check_fresh, check_u
                              compare, copies, name, ordinary, round_trip, tolerance,
                              run_tosa, validate_tosa)
 
-QUICK_CASES = 210  # three programs starting with each op
+QUICK_CASES = 350  # five programs starting with each of the ~70 ops
 CASE_TIMEOUT = 60.0
 EDGE_SHARE = 0.15
 TOSA_RUN_SHARE = 0.3  # the TOSA reference model takes half a second a run
@@ -42,7 +47,7 @@ def build(seed: int) -> ProgramContext | None:
     # ops only a backend runs (tosa.*, no reference kernel) start programs but are not
     # drawn for the rest: a program with one is only compiled, never checked by value
     drawn = [op for op in ops if op == "custom" or legato.get_backend("cpu_ref").has_kernel(op)]
-    wanted, made = ctx.int(2, 6), 0
+    wanted, made = (ctx.int(2, 6) if ctx.chance(0.9) else ctx.int(7, 12)), 0
     for attempt in range(3 * wanted):
         if made == wanted:
             break
