@@ -1,6 +1,8 @@
 """The text form under hostile input: linear time, LegatoErrors naming the line, and a
 round trip of every module the library produces."""
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -319,3 +321,29 @@ def test_messages_quote_bounded_amounts_of_text():
         with pytest.raises(legato.IRError) as info:
             legato.parse(text)
         assert len(str(info.value)) < 600
+
+
+def test_plugin_ops_parse_and_build_in_a_fresh_process():
+    # nothing but parse and the builder: they must load the plugins that register ops
+    code = ("import legato\n"
+            "text = 'func @main(%x: float32[2]) -> (float32[2]) {\\n"
+            "  %0 = tosa.reciprocal(%x) : float32[2]\\n  return %0\\n}'\n"
+            "assert legato.parse(text).main.calls[0].op == 'tosa.reciprocal'\n"
+            "b = legato.GraphBuilder()\n"
+            "b.call('tosa.reciprocal', b.input('x', (2,)))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_many_builder_inputs_take_linear_time():
+    def build(n):
+        b = legato.GraphBuilder()
+        start = time.perf_counter()
+        for i in range(n):
+            b.input(f"x{i}", (2,))
+        return time.perf_counter() - start
+    build(1000)
+    assert build(50_000) < 10.0  # quadratic: minutes
+    b = legato.GraphBuilder()
+    b.input("x", (2,))
+    with pytest.raises(legato.IRError, match="'x' is already defined"):
+        b.input("x", (3,))

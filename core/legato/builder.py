@@ -10,12 +10,21 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import IRError, OpError
-from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value
+from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value, _bounded
 
 
 def default_registry():
+    """The core ops' registry (plugins add theirs to it once they are loaded)."""
     from .ops import REGISTRY
     return REGISTRY
+
+
+def plugin_registry():
+    """The registry with the ops of installed plugins, loaded on first use: what text,
+    builders and the verifier use, so they know every op in any fresh process. Not for
+    code that runs while legato is being imported (plugins import legato)."""
+    from .plugins import get_host
+    return get_host().registry
 
 
 def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
@@ -56,7 +65,7 @@ class _Recorder:
     """Shared core of GraphBuilder and Emitter: records calls, turns literals into consts."""
 
     def __init__(self, registry=None):
-        self.registry = registry if registry is not None else default_registry()
+        self.registry = registry if registry is not None else plugin_registry()
         self.calls: list[Call] = []
 
     def const(self, array, dtype: str | None = None, name: str | None = None) -> Const:
@@ -108,12 +117,14 @@ class GraphBuilder(_Recorder):
     def __init__(self, registry=None):
         super().__init__(registry)
         self.params: list[Value] = []
+        self._param_names: set = set()
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Value:
-        if any(p.name == name for p in self.params):
-            raise IRError(f"input {name!r} is already defined")
+        if name in self._param_names:
+            raise IRError(f"input {_bounded(name)} is already defined")
         value = Value(TensorType(tuple(shape), dtype), name)
         self.params.append(value)
+        self._param_names.add(name)
         return value
 
     def function(self, *results: Value, kind: str = "default", attrs=None) -> Function:

@@ -25,8 +25,8 @@ def _kind(registry, call: Call) -> str:
 def fuse(module: Module, registry=None) -> Module:
     """Group fusable chains of every default function into primitive functions."""
     if registry is None:
-        from .builder import default_registry
-        registry = default_registry()
+        from .builder import plugin_registry
+        registry = plugin_registry()
 
     def key_of(call):
         return "fused" if _kind(registry, call) in FUSABLE else None
@@ -64,8 +64,8 @@ def op_info(function: Function, registry=None) -> list[dict]:
     """Per call of `function`: op, attrs, pattern kind and origin (None if it is itself a
     source op)."""
     if registry is None:
-        from .builder import default_registry
-        registry = default_registry()
+        from .builder import plugin_registry
+        registry = plugin_registry()
     return [{"op": c.op, "attrs": c.attrs.to_json(), "kind": _kind(registry, c),
              "origin": None if c.origin is None else c.origin.to_json()}
             for c in function.calls]

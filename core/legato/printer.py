@@ -343,8 +343,8 @@ def parse(text: str, registry=None) -> Module:
     """Read the text form back into a Module (verified)."""
     from .verify import verify
     if registry is None:
-        from .builder import default_registry
-        registry = default_registry()
+        from .builder import plugin_registry
+        registry = plugin_registry()
     functions: dict[str, Function] = {}
     lines = text.splitlines()
     i = 0

@@ -13,8 +13,8 @@ def verify(module: Module, registry=None) -> Module:
     """Check SSA form, op existence, attributes and inferred types; raise IRError naming
     the function and call at fault. Returns the module so it can be chained."""
     if registry is None:
-        from .builder import default_registry
-        registry = default_registry()
+        from .builder import plugin_registry
+        registry = plugin_registry()
     for name, fn in module.functions.items():
         _verify_function(module, name, fn, registry)
     _check_acyclic(module)
