@@ -508,6 +508,7 @@ def convert(op, inputs, **attrs):
      r"kernel_shape \[2, 2\] does not fit an input of shape \[1, 4, 4\]"),
     ("GroupNormalization", [(1, 4, 2), (4,), (4,)], {"num_groups": 0},
      "attribute 'num_groups' = 0 must be at least 1"),
+    ("Squeeze", [(1, 3, 1), np.zeros(0, np.int64)], {}, "empty axes are read differently"),
     ("DequantizeLinear", [(), np.float32(0.5), np.array([0, 1], np.int8)], {},
      "attribute 'axis' = 1 is out of range for an input of rank 0"),
     ("QuantizeLinear", [(2, 4), np.ones(4, np.float32)], {"block_size": -2},

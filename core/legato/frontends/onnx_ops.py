@@ -187,7 +187,12 @@ def _axes(node, index: int = 1):
 
 @converter("Squeeze", const_inputs=(1,))
 def squeeze(node):
-    return node.call("squeeze", node.arg(0), axes=_axes(node))
+    axes = _axes(node)
+    # onnx's shape inference squeezes nothing for empty axes, onnxruntime every size-1 dim
+    node.require(axes is None or len(axes) > 0, "empty axes are read differently by ONNX "
+                 "implementations (no axis, or every size-1 axis): name the axes, or leave "
+                 "them out to squeeze every size-1 axis")
+    return node.call("squeeze", node.arg(0), axes=axes)
 
 
 @converter("Unsqueeze", const_inputs=(1,))
