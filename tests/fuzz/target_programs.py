@@ -75,6 +75,9 @@ def results_of(ctx: ProgramContext) -> list:
     params = ctx.b.params
     if params and ctx.chance(0.1):
         results.append(ctx.choice(params))
+    consts = [e.value for e in ctx.pool if isinstance(e.value, legato.Const)]
+    if consts and ctx.chance(0.05):
+        results.append(ctx.choice(consts))
     return results
 
 
