@@ -285,6 +285,7 @@ def test_optional_inputs_left_empty_are_accepted():
     ({"x": (2.5, 3)}, r"input_shapes\['x'\] dimension 0: size 2.5 is not an integer"),
     ({"x": (2, 3, 4)}, r"input 'x' has rank 2, the bound shape \[2, 3, 4\] rank 3"),
     ({"x": 2}, r"input 'x' needs a shape"),
+    ({"x": {2: 0, 3: 0}}, r"input_shapes\['x'\]: shape \{2: 0, 3: 0\} is not a sequence"),
     ({"batch": (2, 3)}, r"dimension 0 of input 'x' needs a size"),
     ({"batch": 2 ** 41}, r"size 2199023255552 exceeds the limit"),
     ([("batch", 2)], "input_shapes must be a mapping"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..errors import LegatoError
 from .onnx_tensors import check_tensor, quote
 
@@ -34,7 +36,7 @@ def check_size(size, where: str) -> int:
 
 def check_shape(shape, where: str) -> tuple[int, ...]:
     """A whole shape: a sequence of at most MAX_RANK sizes with a bounded element count."""
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
+    if not isinstance(shape, (list, tuple, np.ndarray)):
         raise LegatoError(f"{where}: shape {quote(shape)} is not a sequence of sizes")
     if len(shape) > MAX_RANK:
         raise LegatoError(f"{where}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
