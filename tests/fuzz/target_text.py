@@ -53,6 +53,7 @@ def _handmade() -> str:
     functions: the text features the examples lack."""
     b = legato.GraphBuilder()
     x = b.input("x", (2, 3))
+    b.input("input:0", (4,))  # printed quoted
     first, second = b.call("split", x, sections=[1, 2], axis=1)
     ints = b.call("cast", b.const(np.array([[1, -2, 3]], np.int8)), dtype="float32")
     flags = b.call("cast", b.const(np.array([True, False, True])), dtype="float32")
@@ -74,8 +75,12 @@ def random_program(seed: int) -> str | None:
 # --- mutations ----------------------------------------------------------------------------
 
 def char_edit(rng, text):
+    # at a place in a random line: base64 weights would take most uniform positions
+    lines = text.split("\n")
+    row = int(rng.integers(len(lines)))
+    before = sum(len(line) + 1 for line in lines[:row])
     for _ in range(int(rng.integers(1, 6))):
-        at = int(rng.integers(len(text) + 1))
+        at = before + int(rng.integers(len(lines[row]) + 1))
         what = rng.integers(3)
         char = chr(int(rng.choice([rng.integers(32, 127), rng.integers(0, 0x3000)])))
         if what == 0:
@@ -204,8 +209,51 @@ def json_value_edit(rng, text):
     return text[:at] + new + text[at + _json_extent(text, at):]
 
 
+ODD_VALUES = (0, -1, 1, 2, -2, 7, 64, -65, 2 ** 31, -2 ** 63, 2 ** 64, 10 ** 30, 0.5, -1e300,
+              float("nan"), float("inf"), True, False, None, "", "x", [], [0], [-1], [1, 1],
+              [0, 0, 0, 0], [-1, -1, -1, -1], [2 ** 62, 2 ** 62], [10 ** 20], [[1]], [0.5],
+              [1, 2, 3, 4, 5, 6, 7, 8, 9], [True], ["a"], [None])
+
+
+def attr_edit(rng, text):
+    """One attribute of one call set to an odd value: shape inference meets it."""
+    spots = list(re.finditer(r"\) (\{[^\n]*?\}) :", text))
+    if not spots:
+        return text
+    match = spots[int(rng.integers(len(spots)))]
+    try:
+        attrs = json.loads(match.group(1))
+    except (ValueError, RecursionError):  # an earlier mutation broke or deepened it
+        return text
+    if not isinstance(attrs, dict) or not attrs:
+        return text
+    key = sorted(attrs)[int(rng.integers(len(attrs)))]
+    attrs[key] = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
+    if rng.random() < 0.2:
+        attrs["unknown"] = 1
+    return text[:match.start(1)] + json.dumps(attrs) + text[match.end(1):]
+
+
+def benign_edit(rng, text):
+    """Changes that keep the text valid: spacing, blank and comment lines, a JSON value
+    rewritten in another spelling. Such cases must parse and round-trip."""
+    lines = text.split("\n")
+    for _ in range(int(rng.integers(1, 6))):
+        row = int(rng.integers(len(lines)))
+        what = rng.integers(4)
+        if what == 0:
+            lines.insert(row, str(rng.choice(["", "# a comment", "   ", "\t# x"])))
+        elif what == 1:
+            lines[row] = str(rng.choice([" ", "\t", "  "])) + lines[row] + " "
+        elif what == 2:
+            lines[row] = re.sub(r"([,(:=])", r"\1 ", lines[row], count=int(rng.integers(1, 9)))
+        else:
+            lines[row] = re.sub(r'(": )(-?\d+)\.0\b', r"\1\2.000", lines[row])
+    return "\n".join(lines)
+
+
 MUTATIONS = (char_edit, token_edit, number_edit, number_edit, deep_json, long_line,
-             dtype_swap, duplicate_name, line_edit, json_value_edit)
+             dtype_swap, duplicate_name, line_edit, json_value_edit, attr_edit, attr_edit)
 
 
 # --- the case -----------------------------------------------------------------------------
@@ -218,6 +266,8 @@ def source_text(rng, seed: int) -> str | None:
 
 
 def mutate(rng, text: str) -> str:
+    if rng.random() < 0.25:
+        return benign_edit(rng, text)
     # mostly one mutation, so that a good share of cases still parse and round-trip
     for _ in range(1 if rng.random() < 0.6 else int(rng.integers(2, 5))):
         text = MUTATIONS[int(rng.integers(len(MUTATIONS)))](rng, text)
