@@ -118,14 +118,14 @@ def run(seed: int) -> str:
 
 
 def compile_options(ctx: ProgramContext) -> dict:
-    """legato.compile keyword arguments: sometimes a config that keeps one of the
-    program's composite ops (a custom op where the backend has no kernel for it), or a
+    """legato.compile keyword arguments: sometimes a config that keeps (a custom op where
+    the backend has no kernel for it) or decomposes one or two of the program's ops, or a
     max_level that stops decomposition early."""
-    options = {}
-    composites = sorted({op for op in ctx.ops if legato.get_op(op).level > 0})
-    if composites and ctx.chance(0.3):
-        keep = {"keep": [ctx.choice(composites)]}
-        options["config"] = {"backends": {name: keep for name in
+    options, ops = {}, sorted(set(ctx.ops) - {"custom"})
+    if ops and ctx.chance(0.35):
+        chosen = ctx.rng.permutation(ops)[:ctx.int(1, 2)].tolist()
+        section = {ctx.choice(["keep", "keep", "decompose"]): chosen}
+        options["config"] = {"backends": {name: section for name in
                                           ("cpu_ref", "c_kernels", EMITTING)}}
     elif ctx.chance(0.2):
         options["max_level"] = 1
