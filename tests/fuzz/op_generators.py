@@ -52,7 +52,7 @@ def gen_power(ctx, op):
     base = ctx.value(dtype, kind="positive")
     exponent = ctx.data(ctx.broadcast_partner(base.shape), dtype)
     exponent = np.abs(exponent) % 4 if dtype != ctx.float else exponent.clip(-2, 2)
-    return ctx.call(op, base, ctx.scalar_const(exponent.astype(dtype)) if ctx.chance(0.3)
+    return ctx.call(op, base, ctx.const(exponent.astype(dtype)) if ctx.chance(0.3)
                     else ctx.feed(exponent))
 
 
@@ -394,8 +394,8 @@ def gen_linear(ctx, op):
 
 # --- convolution and pooling -----------------------------------------------------------
 
-def _image(ctx, nonempty_spatial=True):
-    """(data value, layout, (n, c, h, w))."""
+def _image(ctx):
+    """(data value, layout, its (n, c, h, w))."""
     layout = ctx.choice(["NCHW", "NCHW", "NHWC"])
     data = ctx.value(ctx.float, min_rank=4, max_rank=4, reuse=0.5)
     n, a, b, c = data.shape
@@ -454,7 +454,7 @@ def _qparams(ctx, data_shape, axis: int, dtype: str):
         shape = (data_shape[axis],)
     scale = ctx.rng.uniform(0.05, 0.5, size=shape).astype(ctx.float)
     zero = ctx.rng.integers(-3 if dtype == "int8" else 0, 10, size=shape).astype(dtype)
-    return ctx.scalar_const(scale), ctx.scalar_const(zero)
+    return ctx.const(scale), ctx.const(zero)
 
 
 @generator("qnn.quantize")
@@ -484,12 +484,14 @@ def gen_qconv2d(ctx, op):
     out = groups * ctx.int(1, 2)
     data = ctx.fresh((n, c, h, w), dtype, "positive")
     weight = ctx.fresh((out, c // groups, *kernel), "int8", const=True)
-    scalar = lambda value, dt: ctx.scalar_const(np.array(value, dt))  # noqa: E731
     bias = ctx.fresh((out,), "int32") if ctx.chance(0.6) else None
-    return ctx.call(op, data, scalar(0.5, ctx.float), scalar(3, dtype), weight,
-                    ctx.scalar_const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype(ctx.float)),
-                    ctx.scalar_const(np.zeros(out, "int8")), scalar(0.75, ctx.float),
-                    scalar(5, out_dtype), bias, strides=strides, padding=padding,
+    consts = [ctx.const(np.array(value, dt)) for value, dt in
+              ((0.5, ctx.float), (3, dtype), (0.75, ctx.float), (5, out_dtype))]
+    data_scale, data_zero, out_scale, out_zero = consts
+    weight_scale = ctx.const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype(ctx.float))
+    weight_zero = ctx.const(np.zeros(out, "int8"))
+    return ctx.call(op, data, data_scale, data_zero, weight, weight_scale, weight_zero,
+                    out_scale, out_zero, bias, strides=strides, padding=padding,
                     dilation=dilation, groups=groups)
 
 

@@ -159,7 +159,8 @@ class ProgramContext:
         self.pool.append(Entry(value, exact=True, fresh=True))
         return value
 
-    def scalar_const(self, array) -> legato.Value:
+    def const(self, array) -> legato.Value:
+        """A constant of exactly `array` (quantization parameters, exponents)."""
         value = self.b.const(np.asarray(array))
         self.pool.append(Entry(value, exact=True, fresh=True))
         return value
