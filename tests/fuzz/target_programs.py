@@ -158,9 +158,11 @@ def _check_passes(module) -> None:
     round_trip(legato.fuse(module), "the fused program")
 
 
-def _run(compiled, feeds, who: str):
+def _run(compiled, feeds, who: str, names=None):
+    """Call with the feeds (by parameter name when `names` are given); check that the
+    inputs are left alone and the results are fresh."""
     before = copies(feeds)
-    result = as_tuple(compiled(*feeds))
+    result = as_tuple(compiled(**dict(zip(names, feeds))) if names else compiled(*feeds))
     check_untouched(before, feeds, who)
     check_fresh(result, feeds, who)
     return result
@@ -182,9 +184,11 @@ def _check_backend(module, backend, runs, ops, values_too: bool, options: dict) 
     except LegatoError:
         return  # legalization may refuse (capabilities); the reference's verdict stands
     round_trip(compiled.module, f"the module compiled for {where}")
-    for feeds, want in runs:
+    str(compiled.report), repr(compiled)  # noqa: B018 - neither may raise
+    names = [p.name for p in module.main.params]
+    for index, (feeds, want) in enumerate(runs):
         try:
-            got = _run(compiled, feeds, where)
+            got = _run(compiled, feeds, where, names if index else None)
         except LegatoError as err:
             if any(f.dtype.byteorder == ">" for f in feeds) and "endian" in str(err):
                 continue  # refusing big-endian data is fine when the message says so
