@@ -15,7 +15,9 @@ artifact that its consumer rejects (tosa-opt refusing emitted MLIR, text that do
 parse back). Any other exception that is not a `legato.LegatoError` is a raw exception.
 The harness (`python -m tests.fuzz`, `make fuzz`) runs cases in worker processes, so a
 worker that dies is recorded as a crash with its seed, and a case over its time bound as
-a hang.
+a hang. Workers run under an address-space limit (4 GiB by default): a MemoryError, or a
+worker killed for memory, is a memory finding. `python -m tests.fuzz --help` lists the
+options; `--target T --seed S` reproduces one case and shows its traceback.
 """
 
 
