@@ -29,6 +29,9 @@ NUMBERS = ("0", "-1", "1", "2", "63", "64", "65", "-0", "1.0", "0.5", "-2.5", "1
 TOKEN = re.compile(r'%"[^"\n]*"|b64"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|[%@]?[\w.]+|\s+|.')
 NUMBER = re.compile(r"(?<![\w.%])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 _corpus: list[str] = []
+PASSES = (legato.fuse, lambda m: legato.partition(m, backends=["c_kernels"]),
+          lambda m: legato.legalize(m, backend="cpu_ref").module,
+          lambda m: legato.compile(m, backend="tosa_custom").module)
 
 
 def corpus() -> list[str]:
@@ -38,8 +41,7 @@ def corpus() -> list[str]:
         for name in sorted(EXAMPLES):
             mod = legato.load_model(f"example:{name}")
             _corpus.append(str(mod))
-            for make in (legato.fuse, lambda m: legato.partition(m, backends=["c_kernels"]),
-                         lambda m: legato.legalize(m, backend="cpu_ref").module):
+            for make in PASSES:
                 try:
                     _corpus.append(str(make(mod)))
                 except legato.LegatoError:
@@ -69,7 +71,13 @@ def random_program(seed: int) -> str | None:
     ctx = build(seed)
     if ctx is None:
         return None
-    return str(ctx.b.build(*results_of(ctx)))
+    module = ctx.b.build(*results_of(ctx))
+    if ctx.chance(0.5):  # what passes make of it: origins, external and primitive functions
+        try:
+            module = ctx.choice(PASSES)(module)
+        except legato.LegatoError:
+            pass
+    return str(module)
 
 
 # --- mutations ----------------------------------------------------------------------------
@@ -93,6 +101,8 @@ def char_edit(rng, text):
 
 
 def token_edit(rng, text):
+    if len(text) > 300_000:  # an unclosed quote makes TOKEN scan to the end from each quote
+        return char_edit(rng, text)
     tokens = TOKEN.findall(text)
     for _ in range(int(rng.integers(1, 4))):
         if not tokens:
@@ -217,10 +227,13 @@ ODD_VALUES = (0, -1, 1, 2, -2, 7, 64, -65, 2 ** 31, -2 ** 63, 2 ** 64, 10 ** 30,
 
 def attr_edit(rng, text):
     """One attribute of one call set to an odd value: shape inference meets it."""
-    spots = list(re.finditer(r"\) (\{[^\n]*?\}) :", text))
+    lines = text.split("\n")
+    # short lines only: the lazy pattern would take quadratic time on a long one
+    spots = [(row, m) for row, line in enumerate(lines) if len(line) < 5000
+             for m in re.finditer(r"\) (\{.*?\}) :", line)]
     if not spots:
         return text
-    match = spots[int(rng.integers(len(spots)))]
+    row, match = spots[int(rng.integers(len(spots)))]
     try:
         attrs = json.loads(match.group(1))
     except (ValueError, RecursionError):  # an earlier mutation broke or deepened it
@@ -231,7 +244,9 @@ def attr_edit(rng, text):
     attrs[key] = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
     if rng.random() < 0.2:
         attrs["unknown"] = 1
-    return text[:match.start(1)] + json.dumps(attrs) + text[match.end(1):]
+    line = lines[row]
+    lines[row] = line[:match.start(1)] + json.dumps(attrs) + line[match.end(1):]
+    return "\n".join(lines)
 
 
 def benign_edit(rng, text):
