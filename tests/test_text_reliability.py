@@ -347,3 +347,10 @@ def test_many_builder_inputs_take_linear_time():
     b.input("x", (2,))
     with pytest.raises(legato.IRError, match="'x' is already defined"):
         b.input("x", (3,))
+
+
+@pytest.mark.parametrize("array, dtype", [([1, 2], "float99"), ([300], "uint8"),
+                                          ([[1], [2, 3]], "float32"), (["a"], "int32")])
+def test_bad_constants_from_python_raise_ir_error(array, dtype):
+    with pytest.raises(legato.IRError, match="cannot make a constant"):
+        legato.Const.of(array, dtype=dtype)

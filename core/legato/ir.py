@@ -230,7 +230,11 @@ class Const(Value):
 
     @staticmethod
     def of(array, name: str | None = None, dtype: str | None = None) -> "Const":
-        data = np.array(array, dtype=dtype, copy=True)
+        try:
+            data = np.array(array, dtype=dtype, copy=True)
+        except (TypeError, ValueError, OverflowError) as err:  # e.g. bfloat16 without ml_dtypes
+            raise IRError(f"cannot make a constant of dtype {_bounded(dtype)}: "
+                          f"{_cut(str(err))}") from None
         if data.dtype.name not in DTYPES:
             raise IRError(f"constant of unsupported dtype {data.dtype.name}")
         data.setflags(write=False)

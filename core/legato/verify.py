@@ -39,7 +39,7 @@ def _check_acyclic(module: Module) -> None:
                 state[name] = 2
                 stack.pop()
             elif state.get(callee) == 1:
-                raise IRError(f"function {_bounded(name)} calls {_bounded(callee)}, which "
+                raise IRError(f"function @{_cut(name)} calls @{_cut(callee)}, which "
                               "calls it back: "
                               "calls between functions may not form a cycle")
             elif callee not in state:
