@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 LOAD_TIMEOUT = 300.0          # importing a target (legato, plugins, onnx) may be slow
 DEFAULT_MEMORY = 4 << 30      # RLIMIT_AS of a worker
 STDERR_TAIL = 4000
+GUESS = 1e-3                  # seconds charged to a target when one of its cases starts
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Worker:
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buffer = b""
         self.case: Case | None = None
-        self.started = self.submitted = 0.0
+        self.started = 0.0
+        self.ready_at = time.monotonic()  # since when the current case has had this worker
         self.deadline = float("inf")
         self.log_offset = 0
         self.killed = False
@@ -67,7 +69,7 @@ class Worker:
 
     def submit(self, case: Case) -> None:
         self.case = case
-        self.submitted = self.started = time.monotonic()
+        self.started = time.monotonic()
         self.deadline = self.started + LOAD_TIMEOUT
         self.log_offset = self.log.seek(0, os.SEEK_END)
         self.proc.stdin.write((json.dumps({"target": case.target, "seed": case.seed})
@@ -176,12 +178,13 @@ class Scheduler:
         self.issued[target] += 1
         seed = self.plan.seeds[target][n] if self.plan.seeds is not None \
             else self.plan.seed_start + n
-        # charge a guess now, the real time when the case ends
-        self.elapsed[target] += 1e-3
+        # charge a guess now (so two idle workers do not both pick this target for free),
+        # the real time when the case ends
+        self.elapsed[target] += GUESS
         return Case(target, seed)
 
     def charge(self, target: str, seconds: float) -> None:
-        self.elapsed[target] += seconds
+        self.elapsed[target] += seconds - GUESS
 
 
 def run_plan(plan: Plan, target_dir: Path, jobs: int = 2, memory: int = DEFAULT_MEMORY,
@@ -203,9 +206,11 @@ def run_plan(plan: Plan, target_dir: Path, jobs: int = 2, memory: int = DEFAULT_
         worker.close()
 
     def finish(worker, result):
-        # the wall time of the whole round trip: cheap cases must pay their overhead too,
-        # or a target of sub-millisecond cases would take the workers over
-        seconds = time.monotonic() - worker.submitted
+        # the worker's wall time since its last case, the harness's own work included:
+        # cheap cases must pay their overhead too, or a target of sub-millisecond cases
+        # would take the workers over
+        now = time.monotonic()
+        seconds, worker.ready_at = now - worker.ready_at, now
         scheduler.charge(worker.case.target, seconds)
         done = Finished(worker.case, result, seconds)
         results.append(done)
