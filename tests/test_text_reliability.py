@@ -132,6 +132,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
     (one_const("float32[9223372036854775808]", "[]"), r"line 2.*too large"),
     (one_const("float32[99999999999999999999999]", "[]"), r"line 2.*too large"),
     (one_const("float32[4294967296, 4294967296]", "[]"), r"line 2.*too large"),
+    (one_const("float32[0, 4294967296, 4294967296]", "[]"), r"line 2.*too large"),
     (one_const("float32[" + ", ".join(["1"] * 65) + "]", "[1.0]"), r"line 2.*rank"),
     ("func @main(%x: float32[" + ", ".join(["1"] * 65) + "]) -> (float32[1]) {\n"
      "  return %x\n}", r"line 1.*rank 65 is above the limit"),

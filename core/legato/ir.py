@@ -45,7 +45,9 @@ class TensorType:
             raise IRError(f"rank {len(self.shape)} is above the limit of {MAX_RANK}")
         if any(d < 0 for d in self.shape):
             raise IRError(f"negative dimension in shape {_bounded(list(self.shape))}")
-        if math.prod(self.shape) > MAX_ELEMENTS:
+        # zero dims do not count: numpy cannot make even an empty array whose other
+        # dims overflow
+        if math.prod(d for d in self.shape if d) > MAX_ELEMENTS:
             raise IRError(f"shape {_bounded(list(self.shape))} is too large: a tensor holds "
                           f"at most 2**45 elements")
 
