@@ -295,3 +295,14 @@ def test_round_keeps_infinities_and_nan(tools, dtype):  # noqa: F811
     (out,) = tools.run_reference(compiled.artifact, [x], validate=True)
     for got in (simulate(compiled.module)(x), out):
         np.testing.assert_array_equal(got, want)
+
+
+def test_custom_op_with_an_int64_constant_operand_is_refused():
+    """tosa.custom carries int64 values, but a constant is printed as a tosa.const, which
+    pro_fp rejects for int64 (found by fuzzing, even on dead code)."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (2,))
+    b.call("expand_dims", b.const(np.array([-5, -2], np.int64)), axes=[-1])  # dead
+    module = b.build(b.call("nn.relu", x))
+    with pytest.raises(LegalizationError, match=r"custom op expand_dims: int64\[2\]"):
+        legato.compile(module, backend=KEEP, config=keep("expand_dims"))

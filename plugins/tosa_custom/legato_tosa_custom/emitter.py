@@ -260,7 +260,7 @@ def _check_call(call, backend) -> None:
         if len(call.inputs) > MAX_TENSOR_LIST:
             _refuse(where, f"{len(call.inputs)} operands (at most {MAX_TENSOR_LIST})")
         for value in [v for v in call.inputs if v is not None] + list(call.outputs):
-            problem = type_problem(value.type, CUSTOM_DTYPES)
+            problem = _value_problem(value)
             if problem is not None:
                 _refuse(where, problem)
         return
@@ -271,13 +271,16 @@ def _check_call(call, backend) -> None:
         _refuse(call.op, why)
 
 
+def _value_problem(value) -> str | None:
+    """Values custom ops pass on may be int64; a constant is printed as a tosa.const, which
+    takes TOSA types only."""
+    return type_problem(value.type, TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES)
+
+
 def _check_signature(name: str, fn: Function) -> None:
-    """Parameters and results carry what custom ops may (int64); a constant result is
-    printed as a tosa.const, which takes TOSA types only."""
     for kind, values in (("parameter", fn.params), ("result", fn.results)):
         for index, value in enumerate(values):
-            dtypes = TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES
-            problem = type_problem(value.type, dtypes)
+            problem = _value_problem(value)
             if problem is not None:
                 _refuse(f"function {name} {kind} {index}", problem)
 
