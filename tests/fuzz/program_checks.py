@@ -15,7 +15,7 @@ from . import InvalidOutput, Mismatch
 from .cases import one_line
 from .harness import REPO
 
-EXECUTING = ("cpu_ref", "c_kernels", ("c_kernels", "cpu_ref"))
+EXECUTING = ("cpu_ref", "c_kernels", ("c_kernels", "cpu_ref"), ("cpu_ref", "c_kernels"))
 EMITTING = "tosa_custom"
 HUGE = 1e6
 

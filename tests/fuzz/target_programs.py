@@ -9,7 +9,7 @@ view), a value twice or a parameter itself, and then:
 - round-trips through text the program and what compiling, partitioning, partial
   lowering, fusion and NHWC conversion make of it;
 - runs the unlegalized reference (legato.reference) and each of cpu_ref, c_kernels and
-  c_kernels+cpu_ref (partitioned), sometimes with a config that keeps an op or with
+  the partitioned c_kernels+cpu_ref and cpu_ref+c_kernels, sometimes with a config that keeps an op or with
   max_level, twice: the second time with other values in odd memory layouts (strided,
   Fortran order, big-endian, read-only); compares results (values on ordinary inputs,
   only shapes and dtypes on edge values: inf, NaN, huge; exact programs always);
