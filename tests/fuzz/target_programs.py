@@ -13,7 +13,8 @@ view), a value twice or a parameter itself, and then:
   max_level, twice: the second time with other values in odd memory layouts (strided,
   Fortran order, big-endian, read-only); compares results (values on ordinary inputs,
   only shapes and dtypes on edge values: inf, NaN, huge; exact programs always);
-- checks that no call changed its inputs and no result is an input's memory;
+- checks that no call changed its inputs and no result is an input's memory, and that
+  calls with an input missing or of another shape are refused;
 - validates the TOSA that tosa_custom emits with tosa-opt, and runs a share of it on the
   TOSA reference model.
 """
@@ -195,6 +196,22 @@ def _check_backend(module, backend, runs, ops, values_too: bool, options: dict) 
             raise Mismatch(f"{where} refuses at run time what the reference computes: "
                            f"{type(err).__name__}: {str(err)[:200]}") from None
         compare(got, want, ops, where, values_too)
+    _check_bad_calls(compiled, runs[0][0], where)
+
+
+def _check_bad_calls(compiled, feeds, where: str) -> None:
+    """An input of another size, or one input too few, is refused with a LegatoError."""
+    if not feeds:
+        return
+    index = len(feeds) - 1
+    wrong = np.zeros(feeds[index].shape + (2,), feeds[index].dtype)
+    for bad in (feeds[:index] + [wrong], feeds[:index]):
+        try:
+            compiled(*bad)
+        except LegatoError:
+            continue
+        raise Mismatch(f"{where} accepts a call with input {index} "
+                       + ("missing" if len(bad) == index else f"of shape {list(wrong.shape)}"))
 
 
 def _check_tosa(module, options=None):
