@@ -538,3 +538,36 @@ def test_converters_name_bad_values_that_reach_them(op, inputs, attrs, message):
     with pytest.raises(LegatoError, match=f"{op} node 'n': {message}"):
         convert(op, inputs, **attrs)
 
+
+
+def run_pad(shape, pads, axes=None, mode="constant"):
+    inputs = ["x", "pads", "value"] + (["axes"] if axes is not None else [])
+    node = helper.make_node("Pad", inputs, ["y"], name="p", mode=mode)
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+             numpy_helper.from_array(np.array(9.0, np.float32), "value")]
+    if axes is not None:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    mod = lonnx.load(model([node], [tensor("x", list(shape))], [tensor("y", None)], inits))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    import legato
+    return x, legato.compile(mod, "cpu_ref")(x)
+
+
+def test_negative_pads_may_remove_padding_as_well_as_data():
+    # axis 0: two rows of padding in front, then two rows removed at the end: the input's
+    # only row goes, one padding row stays (ONNX: size 1 + 2 - 2)
+    _, y = run_pad((1, 3), [2, 0, -2, 0])
+    np.testing.assert_array_equal(y, np.full((1, 3), 9.0, np.float32))
+    x, y = run_pad((3, 2), [-1, 1, 0, 1])   # an ordinary crop and pad
+    np.testing.assert_array_equal(y, np.pad(x, ((0, 0), (1, 1)), constant_values=9.0)[1:])
+
+
+def test_pads_follow_the_order_of_their_axes():
+    x, y = run_pad((2, 3), [1, 0, 0, 2], axes=[1, 0])
+    np.testing.assert_array_equal(y, np.pad(x, ((0, 2), (1, 0)), constant_values=9.0))
+
+
+def test_negative_pads_beyond_the_data_are_refused_where_nothing_defines_them():
+    with pytest.raises(LegatoError, match=r"Pad node 'p': negative pads \[1, -2\] remove more "
+                                          r"than the dims \[1\] hold"):
+        run_pad((1,), [1, -2], mode="edge")

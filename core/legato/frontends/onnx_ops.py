@@ -7,7 +7,7 @@ from functools import reduce
 import numpy as np
 
 from ..ir import Const
-from ..ops.base import broadcast_shapes, norm_axes
+from ..ops.base import broadcast_shapes, norm_axes, norm_axis
 from .onnx_convert import converter, onnx_dtype
 from .onnx_tensors import quote
 
@@ -230,20 +230,33 @@ def constant(node):
 def pad(node):
     x, mode = node.arg(0), node.attr("mode", "constant")
     pads, value = node.ints(1), node.scalar(2, 0)
-    axes = norm_axes(node.ints(3, list(range(x.rank))), x.rank)
+    axes = [norm_axis(a, x.rank) for a in node.ints(3, list(range(x.rank)))]  # in given order
+    node.require(len(set(axes)) == len(axes), f"axes {quote(axes)} repeat an axis")
     node.require(len(pads) == 2 * len(axes), f"pads {quote(pads)} must hold two values for "
                                              f"each of the {len(axes)} axes")
     full = [0] * (2 * x.rank)
     for i, axis in enumerate(axes):
         full[axis], full[x.rank + axis] = pads[i], pads[len(axes) + i]
+    node.require(all(d + full[i] + full[x.rank + i] >= 0 for i, d in enumerate(x.shape)),
+                 f"pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
+    grow = [max(p, 0) for p in full]
     crop = [min(p, 0) for p in full]  # negative pads remove elements
-    if any(crop):
-        x = node.call("strided_slice", x, begin=[-c for c in crop[:x.rank]],
-                      end=[d + c for d, c in zip(x.shape, crop[x.rank:])])
-        full = [max(p, 0) for p in full]
+    if mode == "constant":  # pad, then remove: a removal may reach into the padding
+        return _crop(node, node.call("pad", x, pads=grow, value=float(value), mode=mode), crop)
+    node.require(all(-crop[i] - crop[x.rank + i] <= d for i, d in enumerate(x.shape)),
+                 f"negative pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
+    x = _crop(node, x, crop)
     if mode == "wrap":
-        return _wrap_pad(node, x, full)
-    return node.call("pad", x, pads=full, value=float(value), mode=mode)
+        return _wrap_pad(node, x, grow)
+    return node.call("pad", x, pads=grow, value=float(value), mode=mode)
+
+
+def _crop(node, x, crop):
+    """Remove -crop[i] elements at the start and -crop[rank + i] at the end of each axis."""
+    if not any(crop):
+        return x
+    return node.call("strided_slice", x, begin=[-c for c in crop[:x.rank]],
+                     end=[d + c for d, c in zip(x.shape, crop[x.rank:])])
 
 
 def _wrap_pad(node, x, pads):
