@@ -189,3 +189,16 @@ def test_an_executor_or_emitter_that_raises_is_named(backend_factory):
         legato.compile(mod, "oom")
     with pytest.raises(legato.PluginError, match="backend emits's emitter raised KeyError"):
         legato.compile(mod, "emits")
+
+
+def test_random_inputs_refuse_a_huge_declared_input(tmp_path, capsys):
+    from legato.examples import random_inputs
+    b = legato.GraphBuilder()
+    mod = b.build(b.call("abs", b.input("big", (4, 2**30), "float32")))
+    with pytest.raises(legato.ExecutionError, match=r"input 'big' \(float32\[4, 1073741824\], "
+                                                    r"17,179,869,184 bytes\)"):
+        random_inputs(mod)
+    model = tmp_path / "big.txt"
+    model.write_text(str(mod))
+    assert main(["run", str(model)]) == 1
+    assert "17,179,869,184 bytes" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from typing import Callable
 import numpy as np
 
 from .builder import GraphBuilder
-from .errors import LegatoError
+from .errors import ExecutionError, LegatoError
 from .ir import Module
 from .registry import suggest
 
@@ -115,11 +115,23 @@ def example(name: str) -> Module:
     return EXAMPLES[key]()
 
 
+RANDOM_INPUTS_LIMIT = 1 << 30  # bytes of random inputs `legato run` makes up
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2,
+             "int32": 4, "float32": 4}
+
+
 def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for `main`: standard normal floats, small non-negative ints, bools."""
     rng = np.random.default_rng(seed)
     arrays = []
+    total = 0
     for p in module.main.params:
+        nbytes = p.type.size * _ITEMSIZE.get(p.dtype, 8)
+        total += nbytes
+        if total > RANDOM_INPUTS_LIMIT:
+            raise ExecutionError(
+                f"input {p.name!r} ({p.type}, {nbytes:,} bytes) takes the random inputs past "
+                f"{RANDOM_INPUTS_LIMIT >> 20} MiB; run the model with inputs of your own")
         if p.dtype == "bool":
             arrays.append(rng.random(p.shape) < 0.5)
         elif p.dtype.startswith(("int", "uint")):
