@@ -22,33 +22,20 @@ from .harness import REPO
 from .op_generators import GENERATORS
 
 TARGETS = discover()
-# Open bugs, filed with their owners (by a part of the problem's message): cases that hit
-# them make the test xfail instead of fail, until the fix lands. Nothing else may fail.
-KNOWN = {
-    "'tosa.const' op illegal: requires specification version compatible with 1.1.draft":
-        "tosa_custom tunnels a kept op on int64 data with an i64 constant",
-}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_quick_cases(name):
     target = load_target(TARGETS[name])
-    problems, known, answers = [], set(), Counter()
+    problems, answers = [], Counter()
     for seed in range(target.QUICK_CASES):
         result = run_case(target, seed)
         answers[result.outcome] += 1
-        if result.outcome not in PROBLEMS:
-            continue
-        bug = next((k for k in KNOWN if k in result.message), None)
-        if bug is None:
+        if result.outcome in PROBLEMS:
             problems.append(f"target {name} seed {seed}: {result.outcome}: {result.message}")
-        else:
-            known.add(f"{KNOWN[bug]} (seed {seed})")
     assert not problems, "\n".join(problems)
     # a target whose every case is refused or skipped checks nothing (a broken set-up)
     assert answers["ok"] > 0, f"target {name}: no case ran to a checked result: {answers}"
-    if known:
-        pytest.xfail("open bugs: " + "; ".join(sorted(known)))
 
 
 def test_every_op_has_a_generator():
