@@ -143,11 +143,6 @@ def test_max_level_must_be_an_int(max_level):
         legato.legalize(mod, max_level=max_level)
 
 
-def test_inputs_numpy_cannot_read_are_execution_errors():
-    mod, _ = mlp_and_inputs()
-    with pytest.raises(legato.ExecutionError, match="ValueError"):
-        legato.compile(mod, "cpu_ref")([[1.0], [1.0, 2.0]])
-
 
 def test_random_inputs_for_bfloat16():
     from legato.examples import random_inputs

@@ -1,13 +1,14 @@
 """The public API: legalize, compile, and the registry and backend look-ups."""
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 from .backend import Backend, parse_capability
 from .config import load_config
-from .errors import ExecutionError, LegatoError, PluginError
+from .errors import ExecutionError, LegatoError, PluginError, quote
 from .executor import Interpreter
 from .ir import Function, Module
 from .layout import convert_layout
@@ -55,6 +56,8 @@ def register_backend(capability, kernels=None, executor=None, emitter=None,
 
 
 def unregister_backend(name: str) -> None:
+    if not isinstance(name, str):
+        raise PluginError(f"a backend name is a string, got {quote(name)}")
     get_host().backends.pop(name, None)
 
 
@@ -106,13 +109,18 @@ class Compiled:
         self.module, self.report, self.backend = module, report, backend
         self.artifact, self.source = artifact, source
         self._runner = runner
+        # a plugin's executor that does not say it is thread-safe gets one call at a time
+        self._lock = None if getattr(runner, "thread_safe", False) else threading.Lock()
 
     def __call__(self, *inputs, **named):
         if self._runner is None:
             raise LegatoError(f"backend {self.backend.name} emits code and does not execute; "
                               "read .artifact")
         try:
-            return self._runner(*inputs, **named)
+            if self._lock is None:
+                return self._runner(*inputs, **named)
+            with self._lock:
+                return self._runner(*inputs, **named)
         except LegatoError:
             raise
         except Exception as err:  # e.g. inputs numpy cannot turn into arrays

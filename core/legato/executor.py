@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ExecutionError, LegatoError
+from .errors import ExecutionError, LegatoError, clip
 from .ir import Call, Const, Function, Module, Value
 from .legalize import decode_custom
 from .verify import CALL_OP
@@ -31,7 +31,10 @@ class _Step:
 
 
 class Interpreter:
-    """Runs a legalized module with a backend's kernels (and its fallback's)."""
+    """Runs a legalized module with a backend's kernels (and its fallback's). Per-run
+    state lives in each call, so several threads may call one instance at once."""
+
+    thread_safe = True
 
     def __init__(self, module: Module, backend, fallback=None, fallback_calls=(),
                  registry=None, check_outputs: bool = True, callees=None):
@@ -200,11 +203,19 @@ def bind_inputs(fn: Function, args, kwargs) -> list[np.ndarray]:
         values = args
     arrays = []
     for param, value in zip(params, values):
-        array = value if type(value) is np.ndarray else np.asarray(value)
+        array = value if type(value) is np.ndarray else _as_array(param, value)
         if array.shape != param.shape or array.dtype != _np_dtype(param.dtype):
             array = _mismatched_input(param, array)
         arrays.append(array)
     return arrays
+
+
+def _as_array(param: Value, value) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as err:  # ragged lists, objects numpy cannot read
+        raise ExecutionError(f"input {param.name!r} ({param.type}) is not an array: "
+                             f"{clip(str(err), 200)}") from None
 
 
 def _mismatched_input(param: Value, array: np.ndarray) -> np.ndarray:

@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-import reprlib
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import LegatoError
+from ..errors import LegatoError, quote
 
-_QUOTE = reprlib.Repr()
-_QUOTE.maxstring = _QUOTE.maxother = 60
-_QUOTE.maxlist = _QUOTE.maxtuple = 8
 EXTERNAL = 1   # TensorProto.EXTERNAL
-
-
-def quote(value) -> str:
-    """A bounded repr of user data for error messages."""
-    return _QUOTE.repr(value)
 
 
 def element_type(tensor, where: str):

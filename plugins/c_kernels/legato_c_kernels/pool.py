@@ -21,6 +21,8 @@ class RunnerPool:
     """Calls go to a free runner (`runner.run(args, kwargs)`); `build()` makes another
     when none is free."""
 
+    thread_safe = True  # each call has a runner of its own
+
     def __init__(self, build: Callable[[], Any], first: Any = None, limit: int = DEFAULT_LIMIT):
         self._build, self.limit = build, max(1, int(limit))
         self.prototype = first if first is not None else build()
