@@ -522,6 +522,9 @@ def convert(op, inputs, **attrs):
      "attribute 'q_num_heads' = 0 must be at least 1"),
     ("Attention", [(1, 2, 2, 0), (1, 2, 2, 0), (1, 2, 2, 0)], {"softcap": 1.0},
      r"head size 0 leaves the default scale 1/sqrt\(head size\) undefined"),
+    # the ONNX reference skips a NaN softcap, onnxruntime applies it: neither is agreed
+    ("Attention", [(1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)], {"softcap": float("nan")},
+     "softcap is NaN"),
     ("Attention", [(1, 2, 8), (1, 1, 2, 8), (1, 2, 8)], {"q_num_heads": 2},
      "Q, K and V must all be 3-D or all 4-D, not of ranks 3, 4, 3"),
     ("LayerNormalization", [(), (1,)], {}, "attribute 'axis' = -1 is out of range for an input "

@@ -82,6 +82,8 @@ def composed(node, q, k, v, mask, past_k, nonpad, scale):
     scores = node.call("matmul", node.call("multiply", q, root), node.call(
         "permute_dims", node.call("multiply", k, root), axes=[0, 1, 3, 2]))
     softcap = node.attr("softcap", 0.0)
+    # the ONNX reference skips a NaN softcap (NaN > 0 is false), onnxruntime applies it
+    node.require(not math.isnan(softcap), "softcap is NaN")
     if softcap > 0:
         scores = node.call("multiply", node.call("tanh", node.call("divide", scores, softcap)),
                            softcap)
