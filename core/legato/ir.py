@@ -43,11 +43,15 @@ class TensorType:
                           f"expected one of {', '.join(DTYPES)}")
         if len(self.shape) > MAX_RANK:
             raise IRError(f"rank {len(self.shape)} is above the limit of {MAX_RANK}")
-        if any(d < 0 for d in self.shape):
+        if not self.shape:
+            return
+        if min(self.shape) < 0:
             raise IRError(f"negative dimension in shape {_bounded(list(self.shape))}")
         # zero dims do not count: numpy cannot make even an empty array whose other
         # dims overflow
-        if math.prod(d for d in self.shape if d) > MAX_ELEMENTS:
+        elements = math.prod(self.shape)
+        if elements > MAX_ELEMENTS or (elements == 0 and
+                                       math.prod(d for d in self.shape if d) > MAX_ELEMENTS):
             raise IRError(f"shape {_bounded(list(self.shape))} is too large: a tensor holds "
                           f"at most 2**45 elements")
 
@@ -130,6 +134,8 @@ def attr_key(value: Any, depth: int = 0) -> Any:
     and 1.0 get different keys, and NaN equals itself. Lists and tuples share keys.
     Raises TypeError for values that cannot be keys (unhashable or nested too deep)."""
     kind = type(value)
+    if kind is int or kind is str or kind is bool or value is None:
+        return (kind, value)
     if kind is list or kind is tuple or kind is AttrList:
         if depth >= MAX_ATTR_DEPTH:
             raise TypeError("attribute lists nested too deep")
