@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import IRError, OpError
-from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value, _bounded
+from .errors import IRError, OpError, quote
+from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value
 
 
 def default_registry():
@@ -121,7 +121,7 @@ class GraphBuilder(_Recorder):
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Value:
         if name in self._param_names:
-            raise IRError(f"input {_bounded(name)} is already defined")
+            raise IRError(f"input {quote(name)} is already defined")
         value = Value(TensorType(tuple(shape), dtype), name)
         self.params.append(value)
         self._param_names.add(name)

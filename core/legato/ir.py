@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import IRError
+from .errors import IRError, clip, quote
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16",
           "int8", "uint8", "bool")
@@ -39,20 +39,20 @@ class TensorType:
         if type(self.shape) is not tuple or any(type(d) is not int for d in self.shape):
             object.__setattr__(self, "shape", _dims(self.shape))
         if self.dtype not in DTYPES:
-            raise IRError(f"unknown dtype {_bounded(self.dtype)}; "
+            raise IRError(f"unknown dtype {quote(self.dtype)}; "
                           f"expected one of {', '.join(DTYPES)}")
         if len(self.shape) > MAX_RANK:
             raise IRError(f"rank {len(self.shape)} is above the limit of {MAX_RANK}")
         if not self.shape:
             return
         if min(self.shape) < 0:
-            raise IRError(f"negative dimension in shape {_bounded(list(self.shape))}")
+            raise IRError(f"negative dimension in shape {quote(list(self.shape))}")
         # zero dims do not count: numpy cannot make even an empty array whose other
         # dims overflow
         elements = math.prod(self.shape)
         if elements > MAX_ELEMENTS or (elements == 0 and
                                        math.prod(d for d in self.shape if d) > MAX_ELEMENTS):
-            raise IRError(f"shape {_bounded(list(self.shape))} is too large: a tensor holds "
+            raise IRError(f"shape {quote(list(self.shape))} is too large: a tensor holds "
                           f"at most 2**45 elements")
 
     @property
@@ -74,21 +74,7 @@ def _dims(shape) -> tuple[int, ...]:
             raise IRError(f"rank {len(dims)} is above the limit of {MAX_RANK}")
         return tuple(operator.index(d) for d in dims)
     except TypeError:
-        raise IRError(f"shape {_bounded(shape)} is not a sequence of integers") from None
-
-
-def _cut(text: str, limit: int = 80) -> str:
-    """`text` cut to `limit` characters, for names quoted in messages."""
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
-
-
-def _bounded(value, limit: int = 80) -> str:
-    """repr(value), cut to `limit` characters: messages never quote unbounded user data."""
-    try:
-        text = repr(value)
-    except ValueError:  # an integer with more digits than Python converts to text
-        text = "<a number too long to print>"
-    return _cut(text, limit)
+        raise IRError(f"shape {quote(shape)} is not a sequence of integers") from None
 
 
 class AttrList(tuple):
@@ -125,7 +111,7 @@ def freeze_attr(value: Any, where: str = "attribute", depth: int = 0) -> Any:
         return AttrList(freeze_attr(v, where, depth + 1) for v in value)
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return np.dtype(value).name
-    raise IRError(f"{where}: {_bounded(value)} is not JSON-like "
+    raise IRError(f"{where}: {quote(value)} is not JSON-like "
                   "(int, float, bool, str, None or a list)")
 
 
@@ -164,7 +150,7 @@ class Attrs(Mapping):
         if _frozen:
             self._items = dict(pairs)
         else:
-            self._items = {str(k): freeze_attr(v, f"attribute {_bounded(k)}")
+            self._items = {str(k): freeze_attr(v, f"attribute {quote(k)}")
                            for k, v in pairs}
         self._key = None
 
@@ -227,7 +213,7 @@ class Value:
         return len(self.type.shape)
 
     def __repr__(self):
-        return f"Value({_cut(self.name or hex(id(self)), 60)}: {self.type})"
+        return f"Value({clip(self.name or hex(id(self)), 60)}: {self.type})"
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -241,15 +227,15 @@ class Const(Value):
         try:
             data = np.array(array, dtype=dtype, copy=True)
         except (TypeError, ValueError, OverflowError) as err:  # e.g. bfloat16 without ml_dtypes
-            raise IRError(f"cannot make a constant of dtype {_bounded(dtype)}: "
-                          f"{_cut(str(err))}") from None
+            raise IRError(f"cannot make a constant of dtype {quote(dtype)}: "
+                          f"{clip(str(err))}") from None
         if data.dtype.name not in DTYPES:
             raise IRError(f"constant of unsupported dtype {data.dtype.name}")
         data.setflags(write=False)
         return Const(TensorType(data.shape, data.dtype.name), name, data)
 
     def __repr__(self):
-        return f"Const({_cut(self.name or hex(id(self)), 60)}: {self.type})"
+        return f"Const({clip(self.name or hex(id(self)), 60)}: {self.type})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,18 +259,18 @@ class Origin:
     def from_json(obj: Any) -> "Origin":
         """The inverse of to_json; IRError names what is missing or mistyped."""
         if not isinstance(obj, dict):
-            raise IRError(f"an origin must be a JSON object, not {_bounded(obj)}")
+            raise IRError(f"an origin must be a JSON object, not {quote(obj)}")
         unknown = sorted(set(obj) - {"op", "attrs", "source", "rules"})
         if unknown:
-            raise IRError(f"origin: unknown key {_bounded(unknown[0])}")
+            raise IRError(f"origin: unknown key {quote(unknown[0])}")
         for key in ("op", "source"):
             if not isinstance(obj.get(key), str):
-                raise IRError(f"origin: {key!r} must be a string, got {_bounded(obj.get(key))}")
+                raise IRError(f"origin: {key!r} must be a string, got {quote(obj.get(key))}")
         attrs, rules = obj.get("attrs", {}), obj.get("rules", [])
         if not isinstance(attrs, dict):
-            raise IRError(f"origin: 'attrs' must be a JSON object, got {_bounded(attrs)}")
+            raise IRError(f"origin: 'attrs' must be a JSON object, got {quote(attrs)}")
         if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-            raise IRError(f"origin: 'rules' must be a list of strings, got {_bounded(rules)}")
+            raise IRError(f"origin: 'rules' must be a list of strings, got {quote(rules)}")
         return Origin(obj["op"], Attrs(attrs), obj["source"], tuple(rules))
 
 
@@ -320,7 +306,7 @@ class Function:
 
     def __post_init__(self):
         if self.kind not in FUNCTION_KINDS:
-            raise IRError(f"function kind {_bounded(self.kind)} is not one of "
+            raise IRError(f"function kind {quote(self.kind)} is not one of "
                           f"{', '.join(FUNCTION_KINDS)}")
         if not isinstance(self.attrs, Attrs):
             object.__setattr__(self, "attrs", Attrs(self.attrs))

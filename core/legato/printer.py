@@ -21,9 +21,8 @@ import re
 
 import numpy as np
 
-from .errors import IRError, LegatoError, ParseError
-from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
-                 _bounded)
+from .errors import IRError, LegatoError, ParseError, quote
+from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value)
 
 INLINE_LIMIT = 64
 _NAME_OK = re.compile(r"[A-Za-z_][\w.]*\Z")
@@ -152,14 +151,14 @@ def _decode_base64(text, ttype, dtype) -> np.ndarray:
 
 def _decode_json(items, ttype, dtype) -> np.ndarray:
     if not isinstance(items, list):
-        raise _BadData(f"expected a JSON list or b64\"...\", got {_bounded(items)}")
+        raise _BadData(f"expected a JSON list or b64\"...\", got {quote(items)}")
     if len(items) != ttype.size:
         raise _BadData(f"{len(items)} values for {ttype}, which needs {ttype.size}")
     # exact types: numpy would silently truncate 1.5 or 2 into an int or bool
     allowed = {bool} if dtype.kind == "b" else {int} if dtype.kind in "iu" else {int, float}
     if not set(map(type, items)) <= allowed:
         wrong = next(v for v in items if type(v) not in allowed)
-        raise _BadData(f"value {_bounded(wrong)} is not a {ttype.dtype}")
+        raise _BadData(f"value {quote(wrong)} is not a {ttype.dtype}")
     if dtype.kind in "iu":
         return _exact_ints(items, dtype, ttype)
     if dtype.kind == "f" or ttype.dtype == "bfloat16":
@@ -171,7 +170,7 @@ def _exact_ints(items, dtype, ttype) -> np.ndarray:
     info = np.iinfo(dtype)
     if items and (min(items) < info.min or max(items) > info.max):
         wrong = next(v for v in items if not info.min <= v <= info.max)
-        raise _BadData(f"value {_bounded(wrong)} is out of range for {ttype.dtype} "
+        raise _BadData(f"value {quote(wrong)} is out of range for {ttype.dtype} "
                        f"[{info.min}, {info.max}]")
     return np.array(items, dtype=dtype)
 
@@ -188,7 +187,7 @@ def _floats(items, dtype, ttype) -> np.ndarray:
         if not (np.isinf(narrow) & np.isfinite(wide)).any():
             return narrow
     wrong = next(v for v in items if _overflows(v, dtype))
-    raise _BadData(f"value {_bounded(wrong)} is out of range for {ttype.dtype}")
+    raise _BadData(f"value {quote(wrong)} is out of range for {ttype.dtype}")
 
 
 def _overflows(value, dtype) -> bool:
@@ -294,7 +293,7 @@ class _Line:
         for part in parts:
             digits = part.strip(" \t")
             if not digits.isdigit():
-                raise self.error(f"bad dimension {_bounded(digits)} in a type")
+                raise self.error(f"bad dimension {quote(digits)} in a type")
             if len(digits) > _MAX_DIGITS:
                 raise self.error(f"dimension of {len(digits)} digits is too large")
             dims.append(int(digits))
@@ -334,7 +333,7 @@ def parse_type(text: str, where: str = "type") -> TensorType:
         found = line.type()
         line.end()
     except ParseError as err:
-        raise ParseError(f"{where}: {_bounded(text.strip())} is not a type like "
+        raise ParseError(f"{where}: {quote(text.strip())} is not a type like "
                          f"float32[4, 8] ({str(err).split(': ', 1)[-1]})") from None
     return found
 
@@ -403,8 +402,8 @@ def _parse_function(lines, start, registry):
 def _check_declared_results(name: str, fn: Function, declared, line: int) -> None:
     if list(fn.result_types) != declared:
         raise ParseError(f"line {line}: function {_shown_function(name)} declares results "
-                         f"{_bounded([str(t) for t in declared])} but returns "
-                         f"{_bounded([str(t) for t in fn.result_types])}")
+                         f"{quote([str(t) for t in declared])} but returns "
+                         f"{quote([str(t) for t in fn.result_types])}")
 
 
 def _parse_header(head: _Line):
@@ -433,7 +432,7 @@ def _parse_header(head: _Line):
     if head.take("attrs"):
         found = head.json("function attributes")
         if not isinstance(found, dict):
-            raise head.error(f"function attributes must be a JSON object, got {_bounded(found)}")
+            raise head.error(f"function attributes must be a JSON object, got {quote(found)}")
         attrs = _attrs(found, head)
     head.expect("{")
     head.end()
@@ -540,12 +539,12 @@ def _raw_json(text: str, pos: int, where: str, what: str):
     except RecursionError:
         raise ParseError(f"{where}: {what} nests too deep") from None
     except ValueError as err:  # e.g. an integer of more digits than Python reads
-        raise ParseError(f"{where}: bad JSON in {what}: {_bounded(str(err))}") from None
+        raise ParseError(f"{where}: bad JSON in {what}: {quote(str(err))}") from None
 
 
 def _json(text, where, what):
     value, end = _raw_json(text, 0, where, what)
     if text[end:].strip():
         raise ParseError(f"{where}: unexpected text after the {what}: "
-                         f"{_bounded(text[end:].strip())}")
+                         f"{quote(text[end:].strip())}")
     return value

@@ -12,8 +12,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .errors import OpError, RegistrationError, ShapeError
-from .ir import DTYPES, AttrList, Attrs, TensorType, _bounded, attr_key, freeze_attr
+from .errors import OpError, RegistrationError, ShapeError, quote
+from .ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
 REQUIRED = object()
@@ -83,7 +83,7 @@ class AttrSpec:
 
 
 def _show(value):
-    return _bounded(list(value) if isinstance(value, tuple) else value)
+    return quote(list(value) if isinstance(value, tuple) else value)
 
 
 class OpDef:
@@ -147,7 +147,7 @@ class OpDef:
         unknown = [k for k in attrs if k not in self.attr_specs]
         if unknown:
             hint = _suggest(unknown[0], self.attr_specs)
-            raise OpError(f"{self.name}: unknown attribute {_bounded(unknown[0])}{hint}; "
+            raise OpError(f"{self.name}: unknown attribute {quote(unknown[0])}{hint}; "
                           f"signature is {self.signature()}")
         out = {}
         for key, spec in self.attr_specs.items():
@@ -179,7 +179,7 @@ class OpDef:
             types = ", ".join(str(t) if t is not None else "None" for t in input_types)
             types = types if len(types) <= 200 else types[:196] + " ..."
             raise ShapeError(f"{self.name}({types}) "
-                             f"{_bounded(attrs.to_json(), 200)}: {err}") from None
+                             f"{quote(attrs.to_json(), 200)}: {err}") from None
         return result if isinstance(result, tuple) else (result,)
 
 
@@ -199,7 +199,7 @@ class Registry:
         try:
             return self._ops[name]
         except KeyError:
-            raise OpError(f"unknown op {_bounded(name)}{_suggest(name, self._ops)}") from None
+            raise OpError(f"unknown op {quote(name)}{_suggest(name, self._ops)}") from None
 
     def register(self, opdef: OpDef) -> OpDef:
         if opdef.name in self._ops:

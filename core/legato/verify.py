@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import IRError, LegatoError
-from .ir import Call, Const, Function, Module, Value, _bounded, _cut
+from .errors import IRError, LegatoError, clip, quote
+from .ir import Call, Const, Function, Module, Value
 
 CALL_OP = "call"  # a call of a module-level function: attrs {"callee": name}
 
@@ -39,7 +39,7 @@ def _check_acyclic(module: Module) -> None:
                 state[name] = 2
                 stack.pop()
             elif state.get(callee) == 1:
-                raise IRError(f"function @{_cut(name)} calls @{_cut(callee)}, which "
+                raise IRError(f"function @{clip(name)} calls @{clip(callee)}, which "
                               "calls it back: "
                               "calls between functions may not form a cycle")
             elif callee not in state:
@@ -51,10 +51,10 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
     defined: set[int] = set()
     for p in fn.params:
         if id(p) in defined:
-            raise IRError(f"function @{_cut(name)}: parameter {p!r} appears twice")
+            raise IRError(f"function @{clip(name)}: parameter {p!r} appears twice")
         defined.add(id(p))
     for index, call in enumerate(fn.calls):
-        where = f"function @{_cut(name)}, call {index} ({_cut(call.op)})"
+        where = f"function @{clip(name)}, call {index} ({clip(call.op)})"
         if not call.outputs:  # a pure call without results is dead and has no text form
             raise IRError(f"{where}: a call needs at least one result")
         for value in call.inputs:
@@ -74,28 +74,28 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
                           f"inferred {_types(expected)}")
     for r in fn.results:
         if id(r) not in defined and not isinstance(r, Const):
-            raise IRError(f"function @{_cut(name)}: result {r!r} is not defined")
+            raise IRError(f"function @{clip(name)}: result {r!r} is not defined")
 
 
 def _expected_types(module: Module, call: Call, registry):
     if call.op == CALL_OP:
         callee = call.attrs.get("callee")
         if callee not in module.functions:
-            raise IRError(f"calls unknown function {_bounded(callee)}")
+            raise IRError(f"calls unknown function {quote(callee)}")
         target = module.functions[callee]
         got = tuple(None if v is None else v.type for v in call.inputs)
         if got != target.param_types:
-            raise IRError(f"@{_cut(callee)} takes {_types(target.param_types)}, got {_types(got)}")
+            raise IRError(f"@{clip(callee)} takes {_types(target.param_types)}, got {_types(got)}")
         return target.result_types
     opdef = registry.get(call.op)
     opdef.check_arity(len(call.inputs))
     if opdef.normalize_attrs(call.attrs) != call.attrs:
-        raise IRError(f"attributes {_bounded(call.attrs.to_json())} are not in normal form")
+        raise IRError(f"attributes {quote(call.attrs.to_json())} are not in normal form")
     return opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
 
 
 def _types(types) -> str:
-    return _bounded([None if t is None else str(t) for t in types], 200)
+    return quote([None if t is None else str(t) for t in types], 200)
 
 
 # --- structural equality ------------------------------------------------------------------
