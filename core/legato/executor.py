@@ -2,20 +2,18 @@
 their last use), then a flat loop. Every error names the call that failed."""
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
 import numpy as np
 
 from .errors import ExecutionError, LegatoError, clip
 from .ir import Call, Const, Function, Module, Value
-from .legalize import decode_custom
+from .legalize import call_text, decode_custom
 from .verify import CALL_OP
 
 
 def describe_call(call: Call, where: str) -> str:
-    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
-    text = f"{where}: {call.op}({types}) {json.dumps(call.attrs.to_json())}"
+    text = f"{where}: {call_text(call)}"
     if call.origin is not None:
         text += f" [part of {call.origin.op} at {call.origin.source}]"
     return text

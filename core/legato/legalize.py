@@ -107,9 +107,7 @@ class _Legalizer:
             f"custom op: {backend.name} does not take custom ops"]))
 
     def _routes(self, call: Call, routes: list[str]) -> str:
-        types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
-        text = (f"cannot legalize {call.op}({types}) {json.dumps(call.attrs.to_json())} for "
-                f"backend {self.backend.name}")
+        text = f"cannot legalize {call_text(call)} for backend {self.backend.name}"
         if call.origin is not None:
             text += f" (part of {call.origin.op} at {call.origin.source})"
         return text + ":\n  - " + "\n  - ".join(routes)
@@ -214,11 +212,15 @@ def _rewire(call: Call, remap: dict) -> Call:
 def _rule_failed(rule: str, call: Call, err: Exception) -> LegalizationError:
     """A rule that raised: a LegatoError is the rule refusing the call; anything else is a
     bug in the rule, reported with its type so it can be told apart."""
-    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
     what = str(err) if isinstance(err, LegatoError) else \
         f"{type(err).__name__}: {err} (a bug in the rule)"
-    return LegalizationError(f"rule {rule} failed on {call.op}({types}) "
-                             f"{json.dumps(call.attrs.to_json())}: {what}")
+    return LegalizationError(f"rule {rule} failed on {call_text(call)}: {what}")
+
+
+def call_text(call: Call) -> str:
+    """A call as messages show it: op(input types) {attributes}."""
+    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
+    return f"{call.op}({types}) {json.dumps(call.attrs.to_json())}"
 
 
 def _child_origin(call: Call, source: str, rule: str) -> Origin:
