@@ -15,7 +15,7 @@ from .layout import LAYOUTS
 from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
 CAPABILITY_KEYS = {"backend", "description", "executes", "fallback", "custom_ops", "domain",
-                   "legal", "legal_levels", "kernels", "layout", "rules"}
+                   "legal", "legal_levels", "legal_from_kernels", "kernels", "layout", "rules"}
 CONDITION_KEYS = {"dtypes", "ranks", "attrs", "check"}
 REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")    # 'package.module:attribute'
 DOMAIN = re.compile(r"[A-Za-z_][\w.\-]{0,63}")
@@ -36,6 +36,7 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
     _add_levels(legal, data.get("legal_levels"), registry, label)
     table = _parse_kernels(data.get("kernels"), registry, label)
     table.update(_function_table(kernels, registry, label, "kernels argument"))
+    _add_kernel_ops(legal, table, data, registry, label)
     rules = _function_table(data.get("rules"), registry, label, "rules")
     for key, fn in (("executor", executor), ("emitter", emitter)):
         expect(fn is None or callable(fn), fn, label, f"{key} argument", "a callable")
@@ -78,15 +79,50 @@ def _parse_legal(legal, registry, label) -> dict[str, Condition]:
     out = {}
     for op, cond in legal.items():
         check_op(op, registry, label, "legal")
-        cond = {} if cond is None else cond
         where = f"legal.{op}"
-        expect(isinstance(cond, Mapping), cond, label, where,
-               "a mapping of conditions (dtypes, ranks, attrs, check)")
-        check_keys(cond, CONDITION_KEYS, label, f"{where}.")
-        out[op] = Condition(_dtypes(cond, label, where), _ranks(cond, label, where),
-                            _attr_conditions(cond.get("attrs"), registry.get(op), label),
-                            _callable_ref(cond.get("check"), label, f"{where}.check"))
+        cond = _condition_keys(cond, label, where)
+        out[op] = _condition(cond, _attr_conditions(cond.get("attrs"), registry.get(op), label,
+                                                    f"{where}.attrs"), label, where)
     return out
+
+
+def _condition_keys(cond, label: str, where: str) -> Mapping:
+    """A condition mapping with known keys only; null is the empty condition."""
+    cond = {} if cond is None else cond
+    expect(isinstance(cond, Mapping), cond, label, where,
+           "a mapping of conditions (dtypes, ranks, attrs, check)")
+    check_keys(cond, CONDITION_KEYS, label, f"{where}.")
+    return cond
+
+
+def _condition(cond: Mapping, attrs: dict, label: str, where: str) -> Condition:
+    return Condition(_dtypes(cond, label, where), _ranks(cond, label, where), attrs,
+                     _callable_ref(cond.get("check"), label, f"{where}.check"))
+
+
+def _add_kernel_ops(legal: dict, table: Mapping, data: Mapping, registry, label) -> None:
+    """legal_from_kernels: every op of the kernel table is legal under one shared
+    condition, unless `legal` (or `legal_levels`) already says when it is."""
+    if "legal_from_kernels" not in data:
+        return
+    where = "legal_from_kernels"
+    cond = _condition_keys(data[where], label, where)
+    ops = [op for op in table if op not in legal]
+    attrs = cond.get("attrs")
+    if attrs is not None:
+        expect(isinstance(attrs, Mapping), attrs, label, f"{where}.attrs",
+               "a mapping of attribute values")
+        known = {key for op in table for key in registry.get(op).attr_specs}
+        for key in attrs:
+            if key not in known:  # would constrain no kernel's op: a typo
+                raise ConfigError(f"{label}: {where}.attrs: no op of the kernel table has an "
+                                  f"attribute {quote(key)}{hint(key, known)}")
+    shared = _condition(cond, {}, label, where)
+    for op in ops:
+        opdef = registry.get(op)
+        mine = {k: v for k, v in (attrs or {}).items() if k in opdef.attr_specs}
+        legal[op] = Condition(shared.dtypes, shared.ranks, _attr_conditions(
+            mine, opdef, label, f"{where}.attrs"), shared.check) if mine else shared
 
 
 def _dtypes(cond, label, where):
@@ -110,11 +146,10 @@ def _ranks(cond, label, where):
     return frozenset(ranks)
 
 
-def _attr_conditions(attrs, opdef, label) -> dict[str, tuple]:
+def _attr_conditions(attrs, opdef, label, where) -> dict[str, tuple]:
     """attr: value (equality) or attr: [v1, v2] (one of); for list attributes, a list of
     lists is 'one of' and a flat list is equality. Each value is checked against the
     attribute's type, so a condition that no call could meet is an error."""
-    where = f"legal.{opdef.name}.attrs"
     if attrs is None:
         return {}
     expect(isinstance(attrs, Mapping), attrs, label, where, "a mapping of attribute values")
