@@ -398,7 +398,9 @@ def test_reference_norms_do_not_overflow_at_the_top_of_the_range(op, dtype):
 def test_every_op_has_a_tolerance_and_limits_name_real_ops():
     from legato.ops import tolerance
     ops = set(legato.list_ops())
-    assert set(tolerance.ERROR_BOUND) <= ops and tolerance.SUM_OF_SQUARES_OPS <= ops
+    assert tolerance.SUM_OF_SQUARES_OPS <= ops and tolerance.ROUNDING_OPS <= ops
+    assert tolerance.error_bound("erf") == legato.get_op("erf").tolerance == 3e-4
+    assert tolerance.error_bound("nn.conv2d") == tolerance.DEFAULT_ERROR  # says none
     assert all(tolerance.error_bound(op) >= 0 for op in ops)
     assert tolerance.error_bound("reshape") == 0 and tolerance.error_bound("sum") > 0
 

@@ -82,16 +82,40 @@ class AttrSpec:
         return value
 
 
+def _first_line(doc: str) -> str:
+    """The summary of a docstring: its first paragraph, on one line."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def _names(names, op: str, what: str) -> tuple[str, ...]:
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if not all(isinstance(n, str) and n for n in names):
+        raise RegistrationError(f"op {op}: {what} must be a list of op names, got "
+                                f"{quote(list(names))}")
+    return names
+
+
 def _show(value):
     return quote(list(value) if isinstance(value, tuple) else value)
 
 
 class OpDef:
-    """The definition of one operator."""
+    """The definition of one operator: everything the core, the frontends, the docs and
+    the test kit know about it.
+
+    Besides its signature, inference and decomposition, an op may name the ONNX op types
+    (`onnx`) and ATen op packets (`aten`) that map onto it one to one (same inputs in the
+    same order, attributes by name), from which the importers derive their converters; a
+    `tolerance` (the largest error of a float32 result relative to max(|reference|, 1),
+    None for the default); a `layout_rule` (legato.layout); and a `samples(rng)` hook for
+    ops whose inputs need values the test kit cannot guess (legato.testing).
+    """
 
     def __init__(self, name: str, inputs: str, attrs: dict, infer: Callable, kind: str,
                  level: int = 0, decompose: Callable | None = None,
-                 examples: Sequence = (), doc: str = ""):
+                 examples: Sequence = (), doc: str = "", *, onnx: Sequence[str] = (),
+                 aten: Sequence[str] = (), tolerance: float | None = None,
+                 layout_rule: Callable | None = None, samples: Callable | None = None):
         if kind not in PATTERN_KINDS:
             raise RegistrationError(f"op {name}: pattern kind {kind!r} is not one of "
                                     f"{', '.join(PATTERN_KINDS)}")
@@ -105,15 +129,27 @@ class OpDef:
                            for k, v in attrs.items()}
         self.infer = infer
         self.decompose = decompose
-        self.layout_rule = None  # set by legato.layout.register_layout_rule
+        self.layout_rule, self.samples = layout_rule, samples
         self.examples = tuple(examples)
-        self.doc = doc or (inspect.getdoc(decompose) or "" if decompose else "")
+        self.doc = _first_line(doc or (inspect.getdoc(decompose) or "" if decompose else ""))
+        self.onnx, self.aten = _names(onnx, name, "onnx"), _names(aten, name, "aten")
+        if tolerance is not None and not (isinstance(tolerance, (int, float))
+                                          and 0 <= tolerance < 1):
+            raise RegistrationError(f"op {name}: tolerance must be a number in [0, 1), "
+                                    f"got {quote(tolerance)}")
+        self.tolerance = None if tolerance is None else float(tolerance)
         self._attr_cache: dict = {}
         self._defaults = {k: freeze_attr(s.default) for k, s in self.attr_specs.items()
                           if s.default is not REQUIRED}
 
     def __repr__(self):
         return f"OpDef({self.name}, level={self.level}, kind={self.kind})"
+
+    @property
+    def elementwise(self) -> bool:
+        """Each result element depends only on the same-index elements of the
+        (broadcast) inputs, so a result may reuse the buffer of a dying input."""
+        return self.kind in ("elemwise", "broadcast")
 
     @property
     def variadic(self) -> bool:
@@ -188,6 +224,7 @@ class Registry:
 
     def __init__(self):
         self._ops: dict[str, OpDef] = {}
+        self._unchecked: list[str] = []
 
     def __contains__(self, name: str) -> bool:
         return name in self._ops
@@ -195,22 +232,51 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._ops)
 
+    def find(self, name: str) -> OpDef | None:
+        """The definition of `name`, or None."""
+        return self._ops.get(name)
+
     def get(self, name: str) -> OpDef:
         try:
             return self._ops[name]
         except KeyError:
             raise OpError(f"unknown op {quote(name)}{_suggest(name, self._ops)}") from None
 
-    def register(self, opdef: OpDef) -> OpDef:
+    def ops(self) -> list[OpDef]:
+        """Every definition, by name."""
+        return [self._ops[name] for name in sorted(self._ops)]
+
+    def register(self, opdef: OpDef, *, defer: bool = False) -> OpDef:
+        """Add a definition. Its decomposition is traced on its examples now, or, with
+        `defer`, at the next `validate()`: a set of definitions that use each other can
+        then be registered in any order."""
         if opdef.name in self._ops:
             raise RegistrationError(f"op {opdef.name!r} is already registered")
-        if opdef.decompose is not None:
-            self._check_decomposition(opdef)
         self._ops[opdef.name] = opdef
+        if opdef.decompose is not None:
+            self._unchecked.append(opdef.name)
+            if not defer:
+                self.validate()
         return opdef
+
+    def validate(self) -> None:
+        """Check every decomposition registered since the last validation: it runs on the
+        op's examples, emits only ops of lower level and gives the inferred types. An op
+        that fails is removed again, and the error names it."""
+        while self._unchecked:
+            name = self._unchecked[0]
+            try:
+                self._check_decomposition(self._ops[name])
+            except Exception:
+                self._unchecked.pop(0)
+                self._ops.pop(name, None)
+                raise
+            self._unchecked.pop(0)
 
     def unregister(self, name: str) -> None:
         self._ops.pop(name, None)
+        if name in self._unchecked:
+            self._unchecked.remove(name)
 
     def _check_decomposition(self, opdef: OpDef) -> None:
         """Trace the decomposition on each example; every op it emits must be lower level."""

@@ -7,28 +7,24 @@ from functools import reduce
 import numpy as np
 
 from ..ir import Const
+from ..ops import REGISTRY
 from ..ops.base import broadcast_shapes, norm_axes, norm_axis
 from .onnx_convert import converter, onnx_dtype
 from .onnx_tensors import quote
 
 # --- elementwise ----------------------------------------------------------------------------
 
-BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
-          "Equal": "equal", "Less": "less", "Greater": "greater",
-          "And": "logical_and", "Or": "logical_or"}
-UNARY = {"Neg": "negative", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-         "Tanh": "tanh", "Sigmoid": "sigmoid", "Erf": "erf", "Not": "logical_not",
-         "Floor": "floor", "Ceil": "ceil", "Round": "round"}
+def _direct(op: str):
+    def convert(node):
+        return node.call(op, *node.args())
+    convert.__name__ = f"direct_{op.replace('.', '_')}"
+    return convert
 
 
-@converter(*BINARY)
-def binary(node):
-    return node.call(BINARY[node.op], node.arg(0), node.arg(1))
-
-
-@converter(*UNARY)
-def unary(node):
-    return node.call(UNARY[node.op], node.arg(0))
+# ONNX op types that map one to one onto a legato op say so in the op's definition (`onnx`)
+for _opdef in REGISTRY.ops():
+    if _opdef.onnx:
+        converter(*_opdef.onnx)(_direct(_opdef.name))
 
 
 @converter("LessOrEqual", "GreaterOrEqual")
@@ -50,11 +46,6 @@ def pow_(node):
 def variadic(node):
     op = {"Max": "maximum", "Min": "minimum", "Sum": "add"}[node.op]
     return reduce(lambda a, b: node.call(op, a, b), node.args())
-
-
-@converter("Where")
-def where(node):
-    return node.call("where", node.arg(0), node.arg(1), node.arg(2))
 
 
 @converter("Reciprocal")
@@ -96,11 +87,6 @@ def identity(node):
 
 
 # --- linear algebra -------------------------------------------------------------------------
-
-@converter("MatMul")
-def matmul(node):
-    return node.call("matmul", node.arg(0), node.arg(1))
-
 
 @converter("Gemm")
 def gemm(node):

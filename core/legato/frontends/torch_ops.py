@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import Const
+from ..ops import REGISTRY
 from ..ops.base import broadcast_shapes
 
 ATEN: dict = {}
@@ -34,43 +35,30 @@ def _axes(dims, rank: int):
 
 # --- elementwise ----------------------------------------------------------------------------
 
-BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide",
-          "pow": "power", "maximum": "maximum", "minimum": "minimum", "eq": "equal",
-          "lt": "less", "gt": "greater", "logical_and": "logical_and"}
-UNARY = {"relu": "nn.relu", "gelu": "nn.gelu", "silu": "nn.silu", "sigmoid": "sigmoid",
-         "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
-         "neg": "negative", "abs": "abs", "erf": "erf", "logical_not": "logical_not"}
+OVERLOADS = ("default", "Tensor", "Scalar", "self", "Tensor_Tensor", "Tensor_Scalar",
+             "Scalar_Tensor")
 
 
-def _binary(op):
-    def convert(b, x, y, alpha=1):
+def _direct(opdef):
+    """The converter of an ATen op that maps one to one onto `opdef`: tensors and Python
+    scalars positionally, keyword arguments named as the op's attributes."""
+    def convert(b, *args, alpha=1, **kwargs):
+        like = next((a for a in args if hasattr(a, "type")), None)
+        args = list(args)
         if alpha != 1:  # add/sub: x + alpha * y
-            y = b.multiply(y, alpha)
-        if not hasattr(x, "type"):  # a Python scalar on the left: rsub-like forms
-            x = b.scalar(x, y.dtype)
-        return b.call(op, x, y)
+            args[1] = b.multiply(args[1], alpha)
+        inputs = [a if a is None or hasattr(a, "type") or like is None
+                  else b.scalar(a, like.dtype) for a in args]
+        attrs = {k: v for k, v in kwargs.items() if k in opdef.attr_specs}
+        return b.call(opdef.name, *inputs, **attrs)
+    convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
 
 
-for _name, _op in BINARY.items():
-    for _overload in ("Tensor", "Scalar", "default"):
-        aten(f"aten.{_name}.{_overload}")(_binary(_op))
-aten("aten.pow.Tensor_Scalar")(_binary("power"))
-
-
-def _unary(op):
-    def convert(b, x, approximate="none"):
-        return b.call(op, x, approximate=approximate) if op == "nn.gelu" else b.call(op, x)
-    return convert
-
-
-for _name, _op in UNARY.items():
-    aten(f"aten.{_name}.default")(_unary(_op))
-
-
-@aten("aten.where.self")
-def where(b, cond, x, y):
-    return b.where(cond, x, y)
+# ATen packets that map one to one onto a legato op say so in its definition (`aten`)
+for _opdef in REGISTRY.ops():
+    for _packet in _opdef.aten:
+        aten(*(f"aten.{_packet}.{overload}" for overload in OVERLOADS))(_direct(_opdef))
 
 
 @aten("aten.clamp.default")

@@ -1,9 +1,10 @@
 """The core operator set. Importing this package registers every core op in REGISTRY.
 
-Modules are imported in level order: a decomposition is traced at registration and may
-only use ops that are already registered at a lower level.
+The op modules register in any order; the decompositions are checked once all are in.
 """
-from . import primitives, composite, norms, conv, qnn  # noqa: F401  (registration)
+from . import composite, conv, elementwise, norms, primitives, qnn  # noqa: F401  (registration)
 from .base import REGISTRY, composite as define_composite, primitive as define_primitive
+
+REGISTRY.validate()
 
 __all__ = ["REGISTRY", "define_composite", "define_primitive"]

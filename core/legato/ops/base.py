@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable, Sequence
 
 import numpy as np
@@ -14,22 +15,29 @@ REGISTRY = Registry()
 
 
 def primitive(name: str, inputs: str, infer: Callable, kind: str, attrs: dict | None = None,
-              registry: Registry = REGISTRY, doc: str = "") -> OpDef:
-    """Register a level-0 op (no decomposition)."""
-    return registry.register(OpDef(name, inputs, attrs or {}, infer, kind, 0, doc=doc))
+              registry: Registry = REGISTRY, doc: str = "", **facts) -> OpDef:
+    """Register a level-0 op (no decomposition). `facts` are OpDef's keyword-only
+    arguments: onnx, aten, tolerance, layout_rule, samples."""
+    return registry.register(OpDef(name, inputs, attrs or {}, infer, kind, 0, doc=doc,
+                                   **facts))
 
 
 def composite(name: str, inputs: str, infer: Callable, kind: str, level: int,
-              examples: Sequence, attrs: dict | None = None, registry: Registry = REGISTRY):
-    """Decorator: register an op of `level` > 0 whose decomposition is the decorated function.
+              examples: Sequence, attrs: dict | None = None, registry: Registry = REGISTRY,
+              doc: str = "", **facts):
+    """Decorator: register an op of `level` > 0 whose decomposition is the decorated function
+    (its docstring's first line is the op's doc unless `doc` is given).
 
-    When every result of a call is empty, the registered decomposition emits empty
-    constants instead: any empty array of the inferred type is the right answer, and the
-    decomposition's own arithmetic (a max or a mean over an empty axis, a reshape with -1 of
-    an empty tensor) may be undefined there."""
+    The decomposition is checked at the registry's next validate(), so op modules need no
+    import order. When every result of a call is empty, the registered decomposition emits
+    empty constants instead: any empty array of the inferred type is the right answer, and
+    the decomposition's own arithmetic (a max or a mean over an empty axis, a reshape with
+    -1 of an empty tensor) may be undefined there."""
     def register(decompose: Callable) -> Callable:
         registry.register(OpDef(name, inputs, attrs or {}, infer, kind, level,
-                                _empty_results_first(decompose, infer), examples))
+                                _empty_results_first(decompose, infer), examples,
+                                doc=doc or inspect.getdoc(decompose) or "", **facts),
+                          defer=registry is REGISTRY)
         return decompose
     return register
 

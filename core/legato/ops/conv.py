@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
+from . import layout_rules
 from .base import composite, f32, fail, is_float, require_float, same_dtype
 
 SPATIAL_AXES = {"NCHW": (2, 3), "NHWC": (1, 2)}
@@ -152,8 +153,11 @@ def pad_spatial(b, x, pads_hw, axes, value):
              {"padding": [1, 1, 1, 1], "groups": 2, "strides": [2, 1]}),
             ((f32(1, 5, 5, 4), f32(3, 3, 4, 6), None),
              {"data_layout": "NHWC", "kernel_layout": "HWIO", "dilation": [2, 2]})],
-           CONV_ATTRS)
+           CONV_ATTRS, layout_rule=layout_rules.data_layout)
 def conv2d(b, x, weight, bias, strides, padding, dilation, groups, data_layout, kernel_layout):
+    """2-D convolution; padding `[top, left, bottom, right]`; `data_layout` NCHW or NHWC,
+    `kernel_layout` OIHW, HWIO or OHWI (its `I` is `C / groups`); the result in
+    `data_layout`"""
     if data_layout == "NHWC":
         x = b.permute_dims(x, axes=[0, 3, 1, 2])
     if KERNEL_PERM_TO_OIHW[kernel_layout]:
@@ -231,8 +235,11 @@ POOL_EXAMPLES = [((f32(1, 2, 5, 5),), {"pool_size": [2, 2], "ceil_mode": True}),
                                        "padding": [1, 1, 1, 1], "data_layout": "NHWC"})]
 
 
-@composite("nn.max_pool2d", "data", _pool, "opaque", 1, POOL_EXAMPLES, POOL_ATTRS)
+@composite("nn.max_pool2d", "data", _pool, "opaque", 1, POOL_EXAMPLES, POOL_ATTRS,
+           tolerance=0.0, layout_rule=layout_rules.data_layout)
 def max_pool2d(b, x, **attrs):
+    """the maximum of each window; `strides=None` is `pool_size`; padded cells are `-inf`
+    """
     lowest = float("-inf") if is_float(x.dtype) else float(np.iinfo(x.dtype).min)
     return _tree(b, "maximum", _pool_taps(b, x, attrs, lowest)[0])
 
@@ -258,8 +265,11 @@ def _avg_pool(types, attrs):
 
 
 @composite("nn.avg_pool2d", "data", _avg_pool, "opaque", 1, POOL_EXAMPLES,
-           {**POOL_ATTRS, "count_include_pad": ("bool", False)})
+           {**POOL_ATTRS, "count_include_pad": ("bool", False)},
+           layout_rule=layout_rules.data_layout)
 def avg_pool2d(b, x, count_include_pad, **attrs):
+    """ONNX AveragePool: the mean of each window, padded cells counted only with
+    `count_include_pad`"""
     taps, pads, full = _pool_taps(b, x, attrs, 0.0)
     total = _tree(b, "add", taps)
     axes = SPATIAL_AXES[full["data_layout"]]

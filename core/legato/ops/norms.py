@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir import TensorType
+from . import layout_rules
 from .base import broadcast_shapes, composite, f32, fail, norm_axes, require_float
 from .composite import count
 
@@ -37,16 +38,21 @@ X234 = f32(2, 3, 4)
 
 
 @composite("nn.layer_norm", "data, gamma?, beta?", _layer_norm, "opaque", 1, attrs=NORM_ATTRS,
-           examples=[((X234, f32(4), f32(4)), {}), ((X234, None, None), {"axes": [1, 2]})])
+           examples=[((X234, f32(4), f32(4)), {}), ((X234, None, None), {"axes": [1, 2]})],
+           tolerance=3e-4, layout_rule=layout_rules.norm)
 def layer_norm(b, x, gamma, beta, axes, epsilon):
+    """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over `axes` (population variance);
+    gamma and beta broadcast against the trailing dims"""
     y = normalize(b, x, axes, epsilon)
     y = y if gamma is None else b.multiply(y, gamma)
     return y if beta is None else b.add(y, beta)
 
 
 @composite("nn.rms_norm", "data, gamma?", _layer_norm, "opaque", 1, attrs=NORM_ATTRS,
-           examples=[((X234, f32(4)), {}), ((X234, None), {"axes": [-2, -1]})])
+           examples=[((X234, f32(4)), {}), ((X234, None), {"axes": [-2, -1]})],
+           tolerance=3e-4, layout_rule=layout_rules.norm)
 def rms_norm(b, x, gamma, axes, epsilon):
+    """`x / sqrt(mean(x^2) + epsilon) * gamma` over `axes`"""
     mean_square = b.divide(b.sum(b.multiply(x, x), axes=axes, keepdims=True),
                            float(count(x.shape, axes)))
     y = b.multiply(x, b.rsqrt(b.add(mean_square, epsilon)))
@@ -84,8 +90,11 @@ C4 = f32(4)
 @composite("nn.batch_norm", "data, gamma, beta, moving_mean, moving_var",
            _per_channel_infer("axis"), "opaque", 1,
            [((NCHW_EX, C4, C4, C4, C4), {}), ((f32(3, 4), C4, C4, C4, C4), {"axis": -1})],
-           {"axis": ("int", 1), "epsilon": ("float", 1e-5)})
+           {"axis": ("int", 1), "epsilon": ("float", 1e-5)}, tolerance=3e-4,
+           layout_rule=layout_rules.batch_norm)
 def batch_norm(b, x, gamma, beta, mean, var, axis, epsilon):
+    """inference: `(x - mean) / sqrt(var + epsilon) * gamma + beta` per channel along
+    `axis`"""
     scale = b.multiply(gamma, b.rsqrt(b.add(var, epsilon)))
     shift = b.subtract(beta, b.multiply(mean, scale))
     return b.add(b.multiply(x, channel_view(b, scale, x.rank, axis)),
@@ -99,15 +108,19 @@ def _scale_shift(b, y, gamma, beta):
 
 @composite("nn.group_norm", "data, gamma, beta", _per_channel_infer(None), "opaque", 1,
            [((NCHW_EX, C4, C4), {"num_groups": 2})],
-           {"num_groups": ("int", 1), "epsilon": ("float", 1e-5)})
+           {"num_groups": ("int", 1), "epsilon": ("float", 1e-5)}, tolerance=3e-4)
 def group_norm(b, x, gamma, beta, num_groups, epsilon):
+    """data `(N, C, ...)`: normalise each group of `C / num_groups` channels with all spatial
+    dims; gamma and beta per channel `(C,)`"""
     grouped = b.reshape(x, shape=[x.shape[0], num_groups, -1])
     y = b.reshape(normalize(b, grouped, [2], epsilon), shape=list(x.shape))
     return _scale_shift(b, y, gamma, beta)
 
 
 @composite("nn.instance_norm", "data, gamma, beta", _per_channel_infer(None), "opaque", 1,
-           [((NCHW_EX, C4, C4), {})], {"epsilon": ("float", 1e-5)})
+           [((NCHW_EX, C4, C4), {})], {"epsilon": ("float", 1e-5)}, tolerance=3e-4)
 def instance_norm(b, x, gamma, beta, epsilon):
+    """data `(N, C, ...)`: normalise the spatial dims of each (n, c); gamma and beta `(C,)`
+    """
     y = normalize(b, x, list(range(2, x.rank)), epsilon)
     return _scale_shift(b, y, gamma, beta)

@@ -1,4 +1,5 @@
-"""Level-0 ops: the primitives every decomposition bottoms out in."""
+"""Level-0 ops besides the elementwise ones (elementwise.py): reductions, matmul, data
+movement and the tunnelled custom op."""
 from __future__ import annotations
 
 import math
@@ -6,63 +7,11 @@ import math
 import numpy as np
 
 from ..ir import TensorType
-from .base import (broadcast_shapes, fail, float_unary_infer, is_float, norm_axes, norm_axis,
-                   primitive, reduced_shape, same_dtype, unary_infer)
+from . import layout_rules
+from .base import (broadcast_shapes, fail, is_float, norm_axes, norm_axis, primitive,
+                   reduced_shape, same_dtype)
 
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
-
-# --- elementwise --------------------------------------------------------------------------
-
-
-def _binary(types, attrs):
-    a, b = types
-    return TensorType(broadcast_shapes(a.shape, b.shape), same_dtype(types))
-
-
-def _arithmetic(types, attrs):
-    if any(t.dtype == "bool" for t in types):  # as in ONNX; numpy refuses some of them too
-        fail("arithmetic needs numeric tensors, got bool (use the logical ops)")
-    return _binary(types, attrs) if len(types) == 2 else types[0]
-
-
-def _compare(types, attrs):
-    return TensorType(_binary(types, attrs).shape, "bool")
-
-
-def _logical(types, attrs):
-    if any(t.dtype != "bool" for t in types):
-        fail(f"inputs must be bool, got {', '.join(t.dtype for t in types)}")
-    return TensorType(broadcast_shapes(*(t.shape for t in types)), "bool")
-
-
-def _where(types, attrs):
-    cond, x, y = types
-    if cond.dtype != "bool":
-        fail(f"condition must be bool, got {cond.dtype}")
-    return TensorType(broadcast_shapes(cond.shape, x.shape, y.shape), same_dtype([x, y]))
-
-
-for _name in ("add", "subtract", "multiply", "divide", "power"):
-    primitive(_name, "a, b", _arithmetic, "broadcast")
-for _name in ("maximum", "minimum"):  # on bool: or, and
-    primitive(_name, "a, b", _binary, "broadcast")
-for _name in ("equal", "less", "greater"):
-    primitive(_name, "a, b", _compare, "broadcast")
-for _name in ("logical_and", "logical_or"):
-    primitive(_name, "a, b", _logical, "broadcast")
-primitive("logical_not", "a", _logical, "elemwise")
-primitive("where", "cond, x, y", _where, "broadcast")
-primitive("negative", "a", _arithmetic, "elemwise")
-primitive("abs", "a", unary_infer, "elemwise")
-for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "round", "floor", "ceil"):
-    primitive(_name, "a", float_unary_infer, "elemwise")
-
-
-def _cast(types, attrs):
-    return TensorType(types[0].shape, attrs["dtype"])
-
-
-primitive("cast", "data", _cast, "elemwise", {"dtype": ("dtype", "float32")})
 
 # --- reductions ---------------------------------------------------------------------------
 
@@ -77,8 +26,12 @@ def _reduce(types, attrs):
 
 
 REDUCE_ATTRS = {"axes": ("ints?", None), "keepdims": ("bool", False)}
-for _name in ("sum", "max", "min"):
-    primitive(_name, "data", _reduce, "reduce", REDUCE_ATTRS)
+for _name, _doc in (("sum", "sum over `axes`"), ("max", "maximum over `axes`"),
+                   ("min", "minimum over `axes`")):
+    primitive(_name, "data", _reduce, "reduce", REDUCE_ATTRS, tolerance=None if
+              _name == "sum" else 0.0, layout_rule=layout_rules.reduce,
+              doc=f"{_doc} (`None`: every axis, `[]`: none; negative axes count from the "
+                  "end); a reduced axis may not be empty")
 
 
 def _argmax(types, attrs):
@@ -90,7 +43,9 @@ def _argmax(types, attrs):
 
 
 primitive("argmax", "data", _argmax, "reduce",
-          {"axis": ("int", 0), "keepdims": ("bool", True), "select_last_index": ("bool", False)})
+          {"axis": ("int", 0), "keepdims": ("bool", True), "select_last_index": ("bool", False)},
+          tolerance=0.0, doc="index of the maximum along `axis`, as int64 (ONNX ArgMax); the "
+                             "axis may not be empty")
 
 # --- matmul -------------------------------------------------------------------------------
 
@@ -111,7 +66,8 @@ def _matmul(types, attrs):
     return TensorType(out, dtype)
 
 
-primitive("matmul", "a, b", _matmul, "out_elemwise_fusable")
+primitive("matmul", "a, b", _matmul, "out_elemwise_fusable", onnx="MatMul",
+          doc="`numpy.matmul` (1-D operands promoted, batch dims broadcast)")
 
 # --- data movement ------------------------------------------------------------------------
 
@@ -249,19 +205,33 @@ def _pad(types, attrs):
                       t.dtype)
 
 
-primitive("reshape", "data", _reshape, "injective", {"shape": ("ints",)})
-primitive("permute_dims", "data", _permute, "injective", {"axes": ("ints?", None)})
-primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("ints",)})
-primitive("concat", "*data", _concat, "injective", {"axis": ("int", 0)})
+primitive("reshape", "data", _reshape, "injective", {"shape": ("ints",)}, tolerance=0.0,
+          doc="the same elements in a new shape; one `-1` is inferred")
+primitive("permute_dims", "data", _permute, "injective", {"axes": ("ints?", None)},
+          tolerance=0.0, layout_rule=layout_rules.permute_dims,
+          doc="`numpy.transpose`; `axes=None` reverses the dims")
+primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("ints",)},
+          tolerance=0.0, doc="`numpy.broadcast_to`")
+primitive("concat", "*data", _concat, "injective", {"axis": ("int", 0)}, tolerance=0.0,
+          layout_rule=layout_rules.concat, doc="`numpy.concatenate`, at least one input")
 primitive("split", "data", _split, "injective",
-          {"sections": ("int|ints", 2), "axis": ("int", 0)})
+          {"sections": ("int|ints", 2), "axis": ("int", 0)}, tolerance=0.0,
+          layout_rule=layout_rules.one_axis,
+          doc="several results: an int is that many equal parts (it must divide the dim), a "
+              "list the size of each part (summing to the dim)")
 primitive("strided_slice", "data", _strided_slice, "injective",
           {"begin": ("ints",), "end": ("ints",), "strides": ("ints?", None),
-           "axes": ("ints?", None)})
-primitive("take", "data, indices", _take, "injective", {"axis": ("int", 0)})
+           "axes": ("ints?", None)}, tolerance=0.0,
+          doc="ONNX Slice: `axes=None` is `0..len(begin)-1`; negative indices count from "
+              "the end; out-of-range indices are clamped; negative strides allowed")
+primitive("take", "data, indices", _take, "injective", {"axis": ("int", 0)}, tolerance=0.0,
+          doc="ONNX Gather: integer indices (negative ones count from the end); shape "
+              "`data.shape[:axis] + indices.shape + data.shape[axis+1:]`")
 primitive("pad", "data", _pad, "injective",
           {"pads": ("ints",), "value": ("float", 0.0), "mode": ("str:constant|reflect|edge",
-                                                                "constant")})
+                                                                "constant")}, tolerance=0.0,
+          doc="ONNX Pad: `pads` is all begins then all ends, non-negative; `mode` "
+              "`constant`, `reflect` or `edge`")
 
 # --- tunnelled custom ops -----------------------------------------------------------------
 
@@ -276,4 +246,5 @@ def _custom(types, attrs):
 primitive("custom", "*data", _custom, "opaque",
           {"operator_name": ("str",), "domain_name": ("str", "legato"),
            "implementation_attrs": ("str", "{}"), "result_types": ("any",)},
-          doc="A kept op tunnelled to a backend that handles it itself (docs/custom-ops.md).")
+          doc="a kept op tunnelled to a backend that handles it itself "
+              "(docs/custom-ops.md)")

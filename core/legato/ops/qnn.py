@@ -59,6 +59,8 @@ Q_EXAMPLES = [((f32(2, 3), f32(), T("int8")), {}),
 @composite("qnn.quantize", "data, scale, zero_point", _quantize, "elemwise", 1, Q_EXAMPLES,
            {"axis": ("int", 1), "dtype": ("str:int8|uint8", "int8")})
 def quantize(b, x, scale, zero_point, axis, dtype):
+    """ONNX QuantizeLinear: `saturate(round_half_even(x / scale) + zero_point)`; scale and
+    zero point one value or 1-D along `axis`; the result's dtype is `dtype`"""
     lo, hi = QUANT_RANGES[dtype]
     q = b.round(b.divide(x, along_axis(b, scale, x, axis)))
     q = b.add(q, along_axis(b, b.cast(zero_point, dtype=x.dtype), x, axis))
@@ -69,8 +71,10 @@ def quantize(b, x, scale, zero_point, axis, dtype):
            [((T("int8", 2, 3), f32(), T("int8")), {}),
             ((T("uint8", 2, 3), f32(3), T("uint8", 3)), {}),
             ((T("int8", 3, 2, 2), f32(3), T("int8", 3)), {"axis": 0})],
-           {"axis": ("int", 1)})
+           {"axis": ("int", 1)}, tolerance=0.0)
 def dequantize(b, x, scale, zero_point, axis):
+    """ONNX DequantizeLinear: `(float(x) - float(zero_point)) * scale`, in the dtype of
+    `scale`"""
     zero = along_axis(b, b.cast(zero_point, dtype=scale.dtype), x, axis)
     shifted = b.subtract(b.cast(x, dtype=scale.dtype), zero)
     return b.multiply(shifted, along_axis(b, scale, x, axis))
@@ -111,6 +115,9 @@ I8, U8 = T("int8"), T("uint8")
            [((T("uint8", 1, 2, 4, 4), f32(), U8, T("int8", 3, 2, 3, 3), f32(3), T("int8", 3),
               f32(), U8, T("int32", 3)), {"padding": [1, 1, 1, 1]})], CONV_ATTRS)
 def qconv2d(b, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, **conv):
+    """ONNX QLinearConv: int8/uint8 data and weight, an int32 bias at scale
+    `data_scale * weight_scale`; the result's dtype is that of `out_zero_point`; the
+    attributes of nn.conv2d"""
     o_axis = conv["kernel_layout"].index("O")
     xf = b.qnn_dequantize(x, x_scale, x_zp)
     wf = b.qnn_dequantize(w, w_scale, w_zp, axis=o_axis)
@@ -152,8 +159,12 @@ QKV = f32(1, 2, 3, 4)
 @composite("nn.attention", "q, k, v, mask?", _attention, "opaque", 2,
            [((QKV, QKV, QKV, None), {}), ((QKV, QKV, QKV, T("bool", 3, 3)), {"causal": True}),
             ((QKV, QKV, QKV, f32(1, 1, 3, 3)), {"scale": 0.5})],
-           {"scale": ("float?", None), "causal": ("bool", False)})
+           {"scale": ("float?", None), "causal": ("bool", False)},
+           tolerance=1e-3)  # exp of scores that carry a matmul's rounding
 def attention(b, q, k, v, mask, scale, causal):
+    """`softmax(q @ k^T * scale + mask) @ v`, q/k/v `(batch, heads, seq, head_dim)`; a bool
+    mask keeps `True`, a float mask is added; `causal` masks `j > i`; `scale=None` is
+    `1/sqrt(head_dim)`"""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = b.multiply(b.matmul(q, b.permute_dims(k, axes=[0, 1, 3, 2])), scale)
     if mask is not None and mask.dtype == "bool":

@@ -6,7 +6,9 @@ reference `want` of one op, the bound is
 
     max |got - want| / max(max |want|, 1)  <=  error_bound(op)
 
-over the finite elements (NaN equals NaN, an infinity must be matched exactly). Integer
+over the finite elements (NaN equals NaN, an infinity must be matched exactly). Each op's
+bound is its definition's `tolerance`: 0 for exact ops, a few float32 ulps for elementwise
+ones, DEFAULT_ERROR where the definition gives none. Integer
 and bool results are exact except for the ops in ROUNDING_OPS, which may be one step apart
 where a float quotient lands on the other side of a rounding tie.
 
@@ -17,30 +19,9 @@ docs/ops.md explains each limit.
 """
 from __future__ import annotations
 
+from .base import REGISTRY
+
 DEFAULT_ERROR = 1e-4  # reductions and contractions: the order of additions differs
-
-EXACT = 0.0
-_EXACT_OPS = (
-    "multiply", "maximum", "minimum", "equal", "less", "greater",
-    "logical_and", "logical_or", "logical_not", "where", "negative", "abs", "round", "floor",
-    "ceil", "cast", "max", "min", "argmax", "reshape", "permute_dims", "broadcast_to",
-    "concat", "split", "strided_slice", "take", "pad", "squeeze", "expand_dims", "flatten",
-    "nn.relu", "clip", "nn.max_pool2d", "qnn.dequantize")
-_ULPS_OPS = ("add", "subtract", "divide", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
-             "nn.leaky_relu", "nn.silu")
-
-ERROR_BOUND: dict[str, float] = {
-    **{op: EXACT for op in _EXACT_OPS},
-    # a few float32 ulps: a float64 result rounded to float32 can differ from the float32
-    # operation by one ulp (double rounding)
-    **{op: 1e-6 for op in _ULPS_OPS},
-    "erf": 3e-4,  # backends use polynomial approximations of erf
-    "nn.gelu": 3e-4,  # erf, and 1 + erf(x/sqrt2) cancelling in the left tail
-    "power": 1e-3,  # x ** y amplifies the error of x by |y|
-    "nn.attention": 1e-3,  # exp of scores that carry a matmul's rounding
-    "nn.log_softmax": 3e-4, "variance": 3e-4, "nn.layer_norm": 3e-4, "nn.rms_norm": 3e-4,
-    "nn.group_norm": 3e-4, "nn.instance_norm": 3e-4, "nn.batch_norm": 3e-4,
-}
 
 ROUNDING_OPS = frozenset({"qnn.quantize", "qnn.conv2d"})
 
@@ -60,7 +41,8 @@ def error_bound(op: str, dtype: str = "float32") -> float:
     """The largest error relative to max(|reference|, 1) a result of `op` in `dtype` may
     have (float32 and float64 use the float32 table; float16 and bfloat16 allow
     LOW_PRECISION_ULPS ulps of their own where the op is not exact)."""
-    bound = ERROR_BOUND.get(op, DEFAULT_ERROR)
+    opdef = REGISTRY.find(op)  # a plugin's op may be gone; unknown ops get the default
+    bound = DEFAULT_ERROR if opdef is None or opdef.tolerance is None else opdef.tolerance
     if dtype in _EPSILON and bound > 0:
         bound = max(bound, LOW_PRECISION_ULPS * _EPSILON[dtype])
     return bound
