@@ -19,19 +19,9 @@ from legato.ops.primitives import slice_params
 
 from . import mlir
 from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, TOSA_DTYPES, type_problem
+from .lowering import TOSA
 
 BACKEND = "tosa_custom"
-
-BINARY = {"add": "tosa.add", "subtract": "tosa.sub", "maximum": "tosa.maximum",
-          "minimum": "tosa.minimum", "tosa.pow": "tosa.pow", "equal": "tosa.equal",
-          "greater": "tosa.greater", "logical_and": "tosa.logical_and",
-          "logical_or": "tosa.logical_or", "where": "tosa.select"}
-UNARY = {"abs": "tosa.abs", "exp": "tosa.exp", "log": "tosa.log", "rsqrt": "tosa.rsqrt",
-         "tanh": "tosa.tanh", "sigmoid": "tosa.sigmoid", "erf": "tosa.erf",
-         "floor": "tosa.floor", "ceil": "tosa.ceil", "logical_not": "tosa.logical_not",
-         "tosa.reciprocal": "tosa.reciprocal", "cast": "tosa.cast", "tosa.cast": "tosa.cast",
-         "tosa.gather": "tosa.gather"}
-REDUCE = {"sum": "tosa.reduce_sum", "max": "tosa.reduce_max", "min": "tosa.reduce_min"}
 
 
 class _Body:
@@ -102,7 +92,9 @@ def _type_of(array) -> TensorType:
     return TensorType(array.shape, array.dtype.name)
 
 
-# --- one printer per legal op -------------------------------------------------------------
+# --- one printer per operand form (lowering.Lowering.form) --------------------------------
+# A printer `print(body, call, tosa_op)` appends the TOSA operator with the call's tensors and
+# whatever else that operator spells out; lowering.TOSA says which op uses which form.
 
 def _inputs(body, call):
     return [body.value(v) for v in call.inputs if v is not None]
@@ -122,17 +114,23 @@ def _window_props(attrs, kernel=None) -> str:
 ACC = "acc_type = f32"  # f32 accumulators for f32 and f16 alike
 
 
-def _multiply(body, call):
+def _operands(body, call, tosa_op):
+    return body.call_op(tosa_op, call, _inputs(body, call))
+
+
+def _mul(body, call, tosa_op):
     shift = body.const(np.zeros((1,), np.int8))  # TOSA MUL's shift: 0 for floats
-    return body.call_op("tosa.mul", call, _inputs(body, call) + [shift])
+    return body.call_op(tosa_op, call, _inputs(body, call) + [shift])
 
 
-def _negative(body, call):
+def _with_zero_points(body, call, tosa_op):
+    """NEGATE, MATMUL: the operands, then an input and an output (or second input) zero
+    point."""
     zp = body.zero(call.inputs[0].dtype)
-    return body.call_op("tosa.negate", call, _inputs(body, call) + [zp, zp])
+    return body.call_op(tosa_op, call, _inputs(body, call) + [zp, zp])
 
 
-def _clamp(body, call, low, high):
+def _clamp(body, call, tosa_op, low, high):
     dtype = call.inputs[0].dtype
     with np.errstate(over="ignore"):  # bounds beyond float16's range are +-inf there
         low = np.array(-np.inf if low is None else low, dtype)
@@ -140,79 +138,86 @@ def _clamp(body, call, low, high):
     # CLAMP needs min_val <= max_val. legato's clip bounds below first, then above, so
     # bounds out of order give max everywhere (NaN stays NaN): CLAMP to [max, max].
     low = min(low, high)
-    return body.call_op("tosa.clamp", call, _inputs(body, call),
+    return body.call_op(tosa_op, call, _inputs(body, call),
                         f"max_val = {mlir.float_attr(high, dtype)}, "
                         f"min_val = {mlir.float_attr(low, dtype)}")
 
 
-def _reduce(body, call):
-    x = call.inputs[0]
-    (axis,) = norm_axes(call.attrs["axes"], x.rank)
-    return body.call_op(REDUCE[call.op], call, _inputs(body, call), f"axis = {axis} : i32")
+def _clip(body, call, tosa_op):
+    return _clamp(body, call, tosa_op, call.attrs["min"], call.attrs["max"])
 
 
-def _matmul(body, call):
-    zp = body.zero(call.inputs[0].dtype)
-    return body.call_op("tosa.matmul", call, _inputs(body, call) + [zp, zp])
+def _relu(body, call, tosa_op):
+    return _clamp(body, call, tosa_op, 0.0, None)
 
 
-def _reshape(body, call):
-    return body.call_op("tosa.reshape", call, _inputs(body, call) +
+def _reduce(body, call, tosa_op):
+    (axis,) = norm_axes(call.attrs["axes"], call.inputs[0].rank)
+    return body.call_op(tosa_op, call, _inputs(body, call), f"axis = {axis} : i32")
+
+
+def _reshape(body, call, tosa_op):
+    return body.call_op(tosa_op, call, _inputs(body, call) +
                         [body.shape(call.outputs[0].shape)])
 
 
-def _transpose(body, call):
+def _transpose(body, call, tosa_op):
     x, axes = call.inputs[0], call.attrs["axes"]
     perms = list(reversed(range(x.rank))) if axes is None else [norm_axis(a, x.rank)
                                                                  for a in axes]
-    return body.call_op("tosa.transpose", call, _inputs(body, call),
-                        f"perms = {mlir.i32_array(perms)}")
+    return body.call_op(tosa_op, call, _inputs(body, call), f"perms = {mlir.i32_array(perms)}")
 
 
-def _tile(body, call):
+def _tile(body, call, tosa_op):
     x, out = call.inputs[0], call.outputs[0]
     multiples = [o // i for o, i in zip(out.shape, x.shape)]
-    return body.call_op("tosa.tile", call, _inputs(body, call) + [body.shape(multiples)])
+    return body.call_op(tosa_op, call, _inputs(body, call) + [body.shape(multiples)])
 
 
-def _concat(body, call):
+def _concat(body, call, tosa_op):
     axis = norm_axis(call.attrs["axis"], call.inputs[0].rank)
-    return body.call_op("tosa.concat", call, _inputs(body, call), f"axis = {axis} : i32")
+    return body.call_op(tosa_op, call, _inputs(body, call), f"axis = {axis} : i32")
 
 
-def _slice(body, call):
+def _slice(body, call, tosa_op):
     params = slice_params(call.inputs[0].shape, call.attrs)
-    return body.call_op("tosa.slice", call, _inputs(body, call) + [
+    return body.call_op(tosa_op, call, _inputs(body, call) + [
         body.shape([p[0] for p in params]), body.shape([p[3] for p in params])])
 
 
-def _pad(body, call):
+def _pad(body, call, tosa_op):
     x, pads = call.inputs[0], call.attrs["pads"]
     per_dim = [p for d in range(x.rank) for p in (pads[d], pads[d + x.rank])]
     value = body.zero(x.dtype, call.attrs["value"])
-    return body.call_op("tosa.pad", call, _inputs(body, call) + [body.shape(per_dim), value])
+    return body.call_op(tosa_op, call, _inputs(body, call) + [body.shape(per_dim), value])
 
 
-def _conv2d(body, call):
+def _conv2d(body, call, tosa_op):
     x, w, bias = call.inputs
     dtype = x.dtype
     bias_name = body.value(bias) if bias is not None else body.zero(dtype)
     zp = body.zero(dtype)
     props = f"{ACC}, dilation = {mlir.i64_array(call.attrs['dilation'])}, " \
             f"{_window_props(call.attrs)}"
-    return body.call_op("tosa.conv2d", call, [body.value(x), body.value(w), bias_name, zp, zp],
-                        props)
+    return body.call_op(tosa_op, call, [body.value(x), body.value(w), bias_name, zp, zp], props)
 
 
-def _max_pool(body, call):
-    return body.call_op("tosa.max_pool2d", call, _inputs(body, call),
+def _max_pool(body, call, tosa_op):
+    return body.call_op(tosa_op, call, _inputs(body, call),
                         _window_props(call.attrs, call.attrs["pool_size"]))
 
 
-def _avg_pool(body, call):
+def _avg_pool(body, call, tosa_op):
     zp = body.zero(call.inputs[0].dtype)
     props = f"{ACC}, {_window_props(call.attrs, call.attrs['pool_size'])}"
-    return body.call_op("tosa.avg_pool2d", call, _inputs(body, call) + [zp, zp], props)
+    return body.call_op(tosa_op, call, _inputs(body, call) + [zp, zp], props)
+
+
+FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
+         "matmul": _with_zero_points, "clip": _clip, "relu": _relu, "reduce": _reduce,
+         "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _concat,
+         "slice": _slice, "pad": _pad, "conv2d": _conv2d, "max_pool2d": _max_pool,
+         "avg_pool2d": _avg_pool}
 
 
 def _custom(body, call):
@@ -229,21 +234,17 @@ def _custom(body, call):
     return body.call_op("tosa.custom", call, _inputs(body, call), props)
 
 
-def _table(tosa_op: str):
-    return lambda body, call: body.call_op(tosa_op, call, _inputs(body, call))
+def _printer(op: str):
+    row = TOSA[op]
+    try:
+        form = FORMS[row.form]
+    except KeyError:
+        raise LegatoError(f"tosa_custom lowering.TOSA[{op!r}]: unknown form {row.form!r} "
+                          f"(emitter.FORMS has {', '.join(sorted(FORMS))})") from None
+    return lambda body, call: form(body, call, row.tosa)
 
 
-PRINTERS = {
-    **{op: _table(t) for op, t in {**BINARY, **UNARY}.items()},
-    **{op: _reduce for op in REDUCE},
-    "multiply": _multiply, "negative": _negative, "matmul": _matmul,
-    "clip": lambda body, call: _clamp(body, call, call.attrs["min"], call.attrs["max"]),
-    "nn.relu": lambda body, call: _clamp(body, call, 0.0, None),
-    "reshape": _reshape, "permute_dims": _transpose, "broadcast_to": _tile,
-    "concat": _concat, "strided_slice": _slice, "pad": _pad,
-    "nn.conv2d": _conv2d, "nn.max_pool2d": _max_pool, "nn.avg_pool2d": _avg_pool,
-    "custom": _custom,
-}
+PRINTERS = {**{op: _printer(op) for op in TOSA}, "custom": _custom}
 
 
 # --- what may be printed ------------------------------------------------------------------
@@ -328,3 +329,7 @@ def emit_mlir(module: Module) -> str:
         lines += ["  " + line for line in emit_function(name, fn, backend)]
     lines.append("}) : () -> ()")
     return "\n".join(lines) + "\n"
+
+
+# the ops it prints: registration checks every legal op of the backend is among them
+emit_mlir.ops = frozenset(PRINTERS)

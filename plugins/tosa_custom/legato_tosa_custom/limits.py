@@ -59,12 +59,15 @@ def call_problem(call, problem_of=type_problem) -> str | None:
     return next(filter(None, map(problem_of, _tensors(call))), None)
 
 
-def checked(check=None):
-    """A legality check `check(call)` that first applies the limits on every tensor."""
+def checked(check=None, name: str | None = None):
+    """A legality check `check(call)` that first applies the limits on every tensor; it
+    goes by `name` (default: the check's) in legalization reports."""
     def with_limits(call):
         return call_problem(call) or (check(call) if check is not None else None)
     if check is not None:
         functools.update_wrapper(with_limits, check)
+    if name is not None:
+        with_limits.__name__ = with_limits.__qualname__ = name
     return with_limits
 
 

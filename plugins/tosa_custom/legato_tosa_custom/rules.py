@@ -67,7 +67,8 @@ def _index_const(b, indices):
 
 # --- checks -------------------------------------------------------------------------------
 
-tosa_tensors = checked()  # for ops whose only conditions are dtypes, ranks and attributes
+# for ops whose only conditions are dtypes, ranks and attributes
+tosa_tensors = checked(name="tosa_tensors")
 
 
 def _same_rank(call):
@@ -75,7 +76,7 @@ def _same_rank(call):
     return None if len(ranks) <= 1 else f"operands of ranks {ranks} (TOSA needs equal ranks)"
 
 
-same_rank = checked(_same_rank)
+same_rank = checked(_same_rank, "same_rank")
 
 
 @checked

@@ -1,0 +1,151 @@
+"""What tosa_custom does with each legato op, in one place: the backend's `legal` and
+`rules` (plugin.py) and the emitter's dispatch (emitter.py) are derived from these tables.
+
+- TOSA: op -> Lowering: the legato call, in the form its `check` accepts, is one TOSA
+  operator; `form` says how the emitter spells the operands and properties that operator
+  takes besides the call's tensors (emitter.FORMS); `rule` rewrites the other forms.
+  An elementwise op with a 1:1 TOSA operator is one row here.
+- RULES: ops that are not one TOSA operator but a lowering rule rewrites into rows above.
+- NOT_LOWERED: ops with neither, and why (a config can still keep them as tosa.custom).
+Ops in none of them are left to their generic decomposition (composites).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from . import rules
+
+FLOAT = ("float32", "float16")
+ARITH = FLOAT + ("int32",)
+DATA = FLOAT + ("bool",)
+LOGIC = ("bool",)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """One legato op as one TOSA operator: when (dtypes, ranks, attrs, check) and how
+    (form); `rule` rewrites calls the conditions refuse, or declines (None)."""
+
+    tosa: str
+    form: str = "operands"
+    dtypes: tuple | None = FLOAT
+    check: Callable = rules.tosa_tensors
+    rule: Callable | None = None
+    attrs: Mapping = field(default_factory=dict)
+    ranks: tuple | None = None
+
+    def condition(self) -> dict:
+        """The capability condition (keys of a `legal:` entry)."""
+        cond = {"check": self.check}
+        if self.dtypes is not None:
+            cond["dtypes"] = list(self.dtypes)
+        if self.ranks is not None:
+            cond["ranks"] = list(self.ranks)
+        if self.attrs:
+            cond["attrs"] = dict(self.attrs)
+        return cond
+
+
+def unary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
+    return Lowering(tosa, form, dtypes)
+
+
+def binary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
+    """Operands of equal rank; lower ranks are reshaped up (TOSA broadcasts size-1 dims)."""
+    return Lowering(tosa, form, dtypes, rules.same_rank, rules.broadcast_ranks)
+
+
+def reduction(tosa: str) -> Lowering:
+    """One axis, kept; other axes and keepdims=False: one reduction per axis + reshape."""
+    return Lowering(tosa, "reduce", FLOAT, rules.single_axis, rules.reduce_axes,
+                    {"keepdims": True})
+
+
+POOL = {"data_layout": "NHWC", "dilation": [1, 1], "ceil_mode": False}
+
+TOSA: dict[str, Lowering] = {
+    # elementwise
+    "add": binary("tosa.add", ARITH),
+    "subtract": binary("tosa.sub", ARITH),
+    "multiply": binary("tosa.mul", ARITH, form="mul"),
+    "maximum": binary("tosa.maximum"),
+    "minimum": binary("tosa.minimum"),
+    "tosa.pow": binary("tosa.pow"),  # legato's power is rewritten into it (RULES)
+    "equal": binary("tosa.equal"),
+    "greater": binary("tosa.greater"),
+    "logical_and": binary("tosa.logical_and", LOGIC),
+    "logical_or": binary("tosa.logical_or", LOGIC),
+    "logical_not": unary("tosa.logical_not", LOGIC),
+    "where": Lowering("tosa.select", dtypes=("bool",) + FLOAT, check=rules.select_form,
+                      rule=rules.broadcast_ranks),
+    "negative": unary("tosa.negate", form="negate"),
+    "abs": unary("tosa.abs"),
+    "exp": unary("tosa.exp"),
+    "log": unary("tosa.log"),
+    "rsqrt": unary("tosa.rsqrt"),
+    "tanh": unary("tosa.tanh"),
+    "sigmoid": unary("tosa.sigmoid"),
+    "erf": unary("tosa.erf"),
+    "floor": unary("tosa.floor"),
+    "ceil": unary("tosa.ceil"),
+    "tosa.reciprocal": unary("tosa.reciprocal"),
+    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds),
+    "nn.relu": unary("tosa.clamp", form="relu"),  # CLAMP [0, inf]
+    "cast": Lowering("tosa.cast", dtypes=None, check=rules.cast_supported, rule=rules.cast),
+    "tosa.cast": Lowering("tosa.cast", check=rules.tosa_cast_mode, rule=rules.tosa_cast),
+    # reductions
+    "sum": reduction("tosa.reduce_sum"),
+    "max": reduction("tosa.reduce_max"),
+    "min": reduction("tosa.reduce_min"),
+    "matmul": Lowering("tosa.matmul", "matmul", check=rules.same_batch, rule=rules.matmul,
+                       ranks=(3,)),
+    # data movement
+    "reshape": Lowering("tosa.reshape", "reshape", DATA),
+    "permute_dims": Lowering("tosa.transpose", "transpose", DATA, rules.transpose_form,
+                             rules.permute_dims),
+    "concat": Lowering("tosa.concat", "concat", DATA, rules.concat_form),
+    "pad": Lowering("tosa.pad", "pad", DATA, rules.pad_form, rules.pad, {"mode": "constant"}),
+    "broadcast_to": Lowering("tosa.tile", "tile", DATA, rules.full_rank_shape,
+                             rules.broadcast_to),
+    "strided_slice": Lowering("tosa.slice", "slice", DATA, rules.unit_strides,
+                              rules.strided_slice),
+    "tosa.gather": Lowering("tosa.gather", dtypes=FLOAT + ("int32",),  # int32: the indices
+                            check=rules.gather_form),
+    # windows: NHWC data, OHWI weights, windows that divide the input exactly
+    "nn.conv2d": Lowering("tosa.conv2d", "conv2d", check=rules.conv2d_fits, rule=rules.conv2d,
+                          attrs={"data_layout": "NHWC", "kernel_layout": "OHWI", "groups": 1}),
+    "nn.max_pool2d": Lowering("tosa.max_pool2d", "max_pool2d", check=rules.pool2d_fits,
+                              rule=rules.pool2d, attrs=POOL),
+    "nn.avg_pool2d": Lowering("tosa.avg_pool2d", "avg_pool2d", check=rules.pool2d_fits,
+                              rule=rules.pool2d, attrs={**POOL, "count_include_pad": False}),
+}
+
+# ops without a TOSA operator of their own, rewritten into the rows above
+RULES: dict[str, Callable] = {
+    "power": rules.power,            # small integer powers as products, else tosa.pow
+    "less": rules.less,              # greater with the operands swapped
+    "divide": rules.divide,          # x * tosa.reciprocal(y): TOSA has no float divide
+    "sqrt": rules.sqrt,              # tosa.reciprocal(rsqrt(x))
+    "round": rules.round_half_even,  # from floor, compares and select
+    "take": rules.take,              # tosa.gather on [outer, axis, inner]
+    "split": rules.split,            # one slice per part
+}
+
+# ops tosa_custom cannot lower, and why (a config may keep them: they become tosa.custom)
+NOT_LOWERED: dict[str, str] = {
+    "argmax": "its int64 result is not a TOSA 1.0 type (TOSA ARGMAX gives int32)",
+}
+
+
+def capability_tables() -> dict:
+    """The `legal` and `rules` keys of the tosa_custom capability."""
+    rule_table = {op: row.rule for op, row in TOSA.items() if row.rule is not None}
+    rule_table.update(RULES)
+    return {"legal": {op: row.condition() for op, row in TOSA.items()}, "rules": rule_table}
+
+
+def disposition(op: str) -> str | None:
+    """How tosa_custom handles a primitive op: 'tosa', 'rule', 'not lowered' or None."""
+    return "tosa" if op in TOSA else "rule" if op in RULES else \
+        "not lowered" if op in NOT_LOWERED else None
