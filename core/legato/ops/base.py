@@ -10,6 +10,12 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import TensorType
 from ..registry import OpDef, Registry
+from ..shapes import broadcast_shapes, norm_axes, norm_axis, reduced_shape
+
+# The shape helpers live in legato.shapes; op files keep importing them from here.
+__all__ = ["REGISTRY", "T", "broadcast_shapes", "composite", "f32", "fail", "float_unary_infer",
+           "is_float", "norm_axes", "norm_axis", "primitive", "reduced_shape", "require_float",
+           "same_dtype", "unary_infer"]
 
 REGISTRY = Registry()
 
@@ -83,40 +89,6 @@ def same_dtype(types: Sequence[TensorType], what: str = "inputs") -> str:
     if len(dtypes) > 1:
         fail(f"{what} must share one dtype, got {', '.join(sorted(dtypes))}")
     return next(iter(dtypes))
-
-
-def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    rank = max(len(s) for s in shapes)
-    out = []
-    for i in range(rank):
-        dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0}
-        dims.discard(1)
-        if len(dims) > 1:
-            fail(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
-
-
-def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
-    if not -rank <= axis < rank:
-        fail(f"{what} {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
-
-
-def norm_axes(axes, rank: int) -> tuple[int, ...]:
-    """Normalize reduction axes: None is every axis; negative counts from the end."""
-    if axes is None:
-        return tuple(range(rank))
-    out = tuple(norm_axis(a, rank, "axis") for a in axes)
-    if len(set(out)) != len(out):
-        fail(f"axes {list(axes)} repeat an axis")
-    return tuple(sorted(out))
-
-
-def reduced_shape(shape, axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
-    if keepdims:
-        return tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
 def is_float(dtype: str) -> bool:

@@ -2,11 +2,10 @@
 movement and the tunnelled custom op."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import TensorType
+from ..shapes import resolve_reshape, slice_params, split_sizes  # split and slice: re-exported
 from . import layout_rules
 from .base import (broadcast_shapes, fail, is_float, norm_axes, norm_axis, primitive,
                    reduced_shape, same_dtype)
@@ -73,19 +72,8 @@ primitive("matmul", "a, b", _matmul, "out_elemwise_fusable", onnx="MatMul",
 
 
 def resolve_shape(data: TensorType, shape) -> tuple[int, ...]:
-    """Resolve one -1 in a reshape target; errors on size mismatch."""
-    if sum(1 for d in shape if d == -1) > 1:
-        fail(f"shape {list(shape)} has more than one -1")
-    if any(d < -1 for d in shape) or 0 in shape and data.size != 0:
-        fail(f"shape {list(shape)} has an invalid dimension (0 is not 'copy' in legato)")
-    known = math.prod(d for d in shape if d != -1)
-    if -1 in shape:
-        if known == 0 or data.size % known:
-            fail(f"cannot reshape {list(data.shape)} ({data.size} elements) to {list(shape)}")
-        shape = tuple(data.size // known if d == -1 else d for d in shape)
-    if math.prod(shape) != data.size:
-        fail(f"cannot reshape {list(data.shape)} ({data.size} elements) to {list(shape)}")
-    return tuple(shape)
+    """Resolve one -1 in a reshape target of `data`; errors on size mismatch."""
+    return resolve_reshape(data.shape, shape)
 
 
 def _reshape(types, attrs):
@@ -124,53 +112,11 @@ def _concat(types, attrs):
     return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)
 
 
-MAX_EMPTY_PARTS = 1 << 16  # a zero-size dim splits into any number of empty parts
-
-
-def split_sizes(dim: int, sections) -> tuple[int, ...]:
-    if isinstance(sections, int) and dim == 0 and sections > MAX_EMPTY_PARTS:
-        fail(f"split of an empty dimension into {sections} parts: at most "
-             f"{MAX_EMPTY_PARTS} results")
-    if isinstance(sections, int):
-        if sections <= 0 or dim % sections:
-            fail(f"cannot split a dimension of {dim} into {sections} equal parts")
-        return (dim // sections,) * sections
-    if not sections or any(s < 0 for s in sections) or sum(sections) != dim:
-        fail(f"split sizes {list(sections)} do not sum to the dimension {dim}")
-    return tuple(sections)
-
-
 def _split(types, attrs):
     (t,) = types
     axis = norm_axis(attrs["axis"], t.rank)
     return tuple(TensorType(t.shape[:axis] + (s,) + t.shape[axis + 1:], t.dtype)
                  for s in split_sizes(t.shape[axis], attrs["sections"]))
-
-
-def slice_params(shape, attrs) -> list[tuple[int, int, int, int]]:
-    """Per axis (start, stop, step, length) after ONNX Slice clamping."""
-    begin, end = attrs["begin"], attrs["end"]
-    axes = attrs["axes"] if attrs["axes"] is not None else tuple(range(len(begin)))
-    steps = attrs["strides"] if attrs["strides"] is not None else (1,) * len(begin)
-    if not len(begin) == len(end) == len(axes) == len(steps):
-        fail("begin, end, axes and strides must have the same length")
-    params = [(0, d, 1, d) for d in shape]
-    seen = set()
-    for b, e, a, s in zip(begin, end, axes, steps):
-        a = norm_axis(a, len(shape))
-        if a in seen:
-            fail(f"axis {a} is sliced twice")
-        seen.add(a)
-        if s == 0:
-            fail("slice step cannot be 0")
-        dim = shape[a]
-        b, e = b + dim if b < 0 else b, e + dim if e < 0 else e
-        if s > 0:
-            b, e = min(max(b, 0), dim), min(max(e, 0), dim)
-        else:
-            b, e = min(max(b, 0), dim - 1), min(max(e, -1), dim - 1)
-        params[a] = (b, e, s, max(0, -(-(e - b) // s)))
-    return params
 
 
 def _strided_slice(types, attrs):
