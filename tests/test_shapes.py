@@ -46,6 +46,22 @@ def test_out_size_matches_the_onnx_reference_and_brute_force(size, kernel, strid
     assert out == brute_force_out(size, kernel, stride, dilation, begin, end, ceil_mode)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), positive, positive, st.integers(1, 3), st.data())
+def test_out_size_matches_torch_pooling(size, kernel, stride, dilation, data):
+    """PyTorch defines the ceil-mode rule; it takes symmetric padding of at most half the
+    kernel."""
+    torch = pytest.importorskip("torch")
+    pad = data.draw(st.integers(0, kernel // 2))
+    if size + 2 * pad < dilation * (kernel - 1) + 1:
+        return
+    x = torch.zeros(1, 1, size)
+    for ceil_mode in (False, True):
+        y = torch.nn.functional.max_pool1d(x, kernel, stride, pad, dilation, ceil_mode)
+        assert shapes.out_size(size, kernel, stride, dilation, pad, pad, ceil_mode) == \
+            y.shape[-1]
+
+
 @pytest.mark.parametrize("size, kernel, stride, begin, end, expected", [
     (5, 2, 2, 0, 0, 3),   # a partial last window
     (4, 2, 2, 0, 0, 2),   # exact: no extra window
@@ -177,6 +193,14 @@ def test_split_sizes_partition_the_dimension(dim, sections):
         return
     assert sum(sizes) == dim
     assert len(set(sizes)) <= 1 if isinstance(sections, int) else list(sizes) == sections
+
+
+@pytest.mark.parametrize("dim, chunk, expected", [(7, 3, (3, 3, 1)), (6, 3, (3, 3)),
+                                                  (2, 5, (2,)), (0, 2, (0,))])
+def test_chunk_sizes_as_torch_split(dim, chunk, expected):
+    torch = pytest.importorskip("torch")
+    assert shapes.chunk_sizes(dim, chunk) == expected
+    assert tuple(len(p) for p in torch.arange(dim).split(chunk)) == expected
 
 
 def test_split_sizes_accepts_numpy_ints_and_bounds_empty_parts():

@@ -109,6 +109,14 @@ def split_sizes(dim: int, sections) -> tuple[int, ...]:
     return tuple(sections)
 
 
+def chunk_sizes(dim: int, chunk: int) -> tuple[int, ...]:
+    """Parts of `chunk` elements, the last one smaller (torch.split with an int); an empty
+    dim is one empty part."""
+    if chunk <= 0:
+        fail(f"chunk size {chunk} must be positive")
+    return tuple(min(chunk, dim - i) for i in range(0, dim, chunk)) or (0,)
+
+
 # --- slices -------------------------------------------------------------------------------
 
 class SliceAxis(NamedTuple):
