@@ -6,27 +6,30 @@
     y = b.call("nn.layer_norm", x, None, None)
     c = legato.compile(b.build(y), backend="cpu_ref")
 """
+from .builder import GraphBuilder  # first until layout.py stops importing builder (a cycle)
 from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
                   load_model, plugin_problems, reference, register_backend, unregister_backend)
-from .builder import GraphBuilder
-from .fuse import function_pattern, fuse, group_by_origin, op_info
+from .context import Context, context
+from .custom_ops import decode_custom, encode_custom
+from .fuse import FusePass, function_pattern, fuse, group_by_origin, op_info
 from .layout import convert_layout, register_layout_rule
 from .partition import partition
-from .passes import FunctionPass, ModulePass, PassManager
+from .passes import FunctionPass, ModulePass, PassManager, PassResult
 from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
                      OpError, ParseError, PluginError, RegistrationError, ShapeError)
 from .hookspecs import hookimpl
-from .ir import Attrs, Call, Const, Function, Module, Origin, TensorType, Value
-from .legalize import decode_custom, encode_custom
+from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
 from .printer import parse
 from .verify import structural_equal, verify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Attrs", "Call", "Compiled", "ConfigError", "Const", "ExecutionError", "Function",
-    "FunctionPass", "ModulePass", "PassManager", "convert_layout", "register_layout_rule",
-    "partition", "fuse", "op_info", "function_pattern", "group_by_origin", "GraphBuilder", "IRError", "LegalizationError", "LegatoError", "Module", "OpError",
+    "Attrs", "CALL_OP", "Call", "Compiled", "ConfigError", "Const", "Context", "ExecutionError",
+    "Function", "FunctionPass", "FusePass", "ModulePass", "PassManager", "PassResult",
+    "context", "convert_layout", "register_layout_rule", "partition", "fuse", "op_info",
+    "function_pattern", "group_by_origin", "GraphBuilder", "IRError", "LegalizationError",
+    "LegatoError", "Module", "OpError",
     "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
     "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
     "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",

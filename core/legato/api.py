@@ -1,4 +1,7 @@
-"""The public API: legalize, compile, and the registry and backend look-ups."""
+"""The public API: legalize, compile, and the registry and backend look-ups.
+
+Each function works on a context (the registry and the backends): the one passed as
+`context=`, else the process-wide `legato.context()`."""
 from __future__ import annotations
 
 import threading
@@ -6,62 +9,62 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from .backend import Backend, parse_capability
+from .backend import Backend
+from .capability import parse_capability
 from .config import load_config
+from .context import Context, context as current_context
 from .errors import ExecutionError, LegatoError, PluginError, quote
+from .examples import example
 from .executor import Interpreter
+from .frontends.onnx import load as load_onnx
 from .ir import Function, Module
 from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
-from .plugins import get_host
 from .printer import parse
 from .report import Report
 from .verify import verify
 
 
-def _registry():
-    return get_host().registry
-
-
 def list_backends() -> list[str]:
     """Names of the installed (and in-process registered) backends."""
-    return sorted(get_host().backends)
+    return sorted(current_context().backends)
 
 
 def get_backend(name: str) -> Backend:
-    return get_host().backend(name)
+    return current_context().backend(name)
 
 
 def plugin_problems() -> list[tuple[str, str]]:
     """(plugin, message) for every plugin that failed to load or register."""
-    return list(get_host().problems)
+    return list(current_context().problems)
 
 
 def list_ops() -> list[str]:
-    return _registry().names()
+    return current_context().registry.names()
 
 
 def get_op(name: str):
     """The OpDef of `name`: .level, .kind, .inputs, .attr_specs, .decompose, .signature()."""
-    return _registry().get(name)
+    return current_context().registry.get(name)
 
 
 def register_backend(capability, kernels=None, executor=None, emitter=None,
                      replace: bool = False) -> Backend:
     """Register a backend in-process from a capability dict or YAML path; errors raise."""
-    backend = parse_capability(capability, _registry(), kernels=kernels, executor=executor,
+    host = current_context()
+    backend = parse_capability(capability, host.registry, kernels=kernels, executor=executor,
                                emitter=emitter, plugin="in-process")
-    return get_host().add_backend(backend, replace=replace)
+    return host.add_backend(backend, replace=replace)
 
 
 def unregister_backend(name: str) -> None:
     if not isinstance(name, str):
         raise PluginError(f"a backend name is a string, got {quote(name)}")
-    get_host().backends.pop(name, None)
+    current_context().backends.pop(name, None)
 
 
-def load_model(model) -> Module:
+def load_model(model, *, context: Context | None = None) -> Module:
     """A Module from a Module, `example:<name>`, a text-form file or an .onnx file."""
     if isinstance(model, Module):
         return model
@@ -69,11 +72,9 @@ def load_model(model) -> Module:
         raise LegatoError(f"a model is a legato.Module, 'example:<name>' or a file path, "
                           f"got {type(model).__name__}")
     if isinstance(model, str) and model.startswith("example:"):
-        from .examples import example
         return example(model)
     path = Path(model)
     if path.suffix == ".onnx":
-        from .frontends.onnx import load as load_onnx
         return load_onnx(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -83,17 +84,18 @@ def load_model(model) -> Module:
         raise LegatoError(f"model {path} is not UTF-8 text (byte {err.start}); the text form "
                           "is UTF-8 and ONNX files end in .onnx") from None
     try:
-        return parse(text, _registry())
+        return parse(text, (context or current_context()).registry)
     except LegatoError as err:
         raise type(err)(f"{path}: {err}") from None
 
 
 def legalize(module, backend: str | Backend | None = None, config=None,
-             max_level: int | None = None, mode: str = "full") -> LegalizeResult:
-    """Rewrite `module` until `backend` runs every call (DESIGN §4); returns
-    (module, report). With no backend, decompose only ops above `max_level`."""
-    host = get_host()
-    module = load_model(module)
+             max_level: int | None = None, mode: str = "full", *,
+             context: Context | None = None) -> LegalizeResult:
+    """Rewrite `module` until `backend` runs every call; returns (module, report). With
+    no backend, decompose only ops above `max_level`."""
+    host = context or current_context()
+    module = load_model(module, context=host)
     _check_max_level(max_level)
     be = _backend(host, backend) if backend is not None else None
     cfg = load_config(config, be.name if be else None, host.registry, host.backends)
@@ -132,26 +134,26 @@ class Compiled:
 
 
 def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
-            max_level: int | None = None) -> Compiled:
+            max_level: int | None = None, *, context: Context | None = None) -> Compiled:
     """Legalize `model` for `backend` and build its executor (or emit its artifact).
 
     With a list of backends the model is partitioned first (`legato.partition`): each
     region runs on its backend, and the report counts ops per backend."""
-    host = get_host()
-    source = verify(load_model(model), host.registry)
+    host = context or current_context()
+    source = verify(load_model(model, context=host), host.registry)
     _check_max_level(max_level)
     if isinstance(backend, (list, tuple)):
         if not backend:
             raise LegatoError("compile needs at least one backend, got an empty list")
         for item in backend:
             _backend(host, item)
-        return _compile_multi(source, list(backend), config, max_level)
+        return _compile_multi(host, source, list(backend), config, max_level)
     be = _backend(host, backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
     module = source
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
         module = convert_layout(source, be.layout, host.registry, cfg.keep)
-    result = legalize(module, be, config=cfg, max_level=max_level, mode="full")
+    result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
     fallback = host.fallback_of(be) if be.executes else None
     if not be.executes:
         if be.emitter is None:
@@ -178,10 +180,10 @@ def _backend_step(be: Backend, what: str, fn, *args):
                           f"{_first_line(err)}") from err
 
 
-def _compile_multi(source: Module, backends: list, config, max_level) -> Compiled:
+def _compile_multi(host: Context, source: Module, backends: list, config,
+                   max_level) -> Compiled:
     """Partition, compile each external function on its backend, and run main (what no
     backend claimed, legalized for the last backend) with those as callees."""
-    host = get_host()
     parted = partition(source, backends, config, host.registry)
     callees, per_backend = {}, {}
     for name, fn in parted.functions.items():
@@ -189,11 +191,11 @@ def _compile_multi(source: Module, backends: list, config, max_level) -> Compile
             continue
         codegen = fn.attrs["codegen"]
         region = Module({"main": Function(fn.params, fn.calls, fn.results)})
-        callees[name] = compile(region, codegen, config, max_level)
+        callees[name] = compile(region, codegen, config, max_level, context=host)
         counts = per_backend.setdefault(codegen, Counter())
         counts.update(c.op for c in callees[name].module.main.calls)
     main_backend = host.backend(backends[-1])
-    rest = legalize(parted, main_backend, config=config, max_level=max_level)
+    rest = legalize(parted, main_backend, config=config, max_level=max_level, context=host)
     report = rest.report
     report.per_backend = {name: dict(c) for name, c in per_backend.items()}
     runner = Interpreter(rest.module, main_backend, host.fallback_of(main_backend),
@@ -219,7 +221,8 @@ def _first_line(err: Exception) -> str:
     return text[0][:200] if text else ""
 
 
-def reference(model) -> Interpreter:
+def reference(model, *, context: Context | None = None) -> Interpreter:
     """Run a module unlegalized with cpu_ref's kernel for every op (the ground truth)."""
-    host = get_host()
-    return Interpreter(load_model(model), host.backend("cpu_ref"), None, (), host.registry)
+    host = context or current_context()
+    return Interpreter(load_model(model, context=host), host.backend("cpu_ref"), None, (),
+                       host.registry)

@@ -8,9 +8,10 @@ claim a fused function by reading facts instead of pattern-matching code.
 """
 from __future__ import annotations
 
-from .ir import Attrs, Call, Function, Module
+from .context import context
+from .ir import CALL_OP, Attrs, Call, Function, Module
+from .passes import ModulePass, PassResult
 from .regions import group_calls, lift_regions
-from .verify import CALL_OP
 
 # TVM's order: a fused function's pattern is the strongest of its members'
 PATTERN_ORDER = {"elemwise": 0, "broadcast": 1, "injective": 2, "reduce": 3,
@@ -22,11 +23,24 @@ def _kind(registry, call: Call) -> str:
     return "opaque" if call.op == CALL_OP else registry.get(call.op).kind
 
 
+class FusePass(ModulePass):
+    """Fusion as a pass: modified when some chain became a primitive function."""
+
+    name = "fuse"
+
+    def __init__(self, registry=None):
+        self.registry = registry
+
+    def run(self, module: Module) -> PassResult:
+        fused = fuse(module, self.registry)
+        return PassResult(fused, fused is not module)
+
+
 def fuse(module: Module, registry=None) -> Module:
-    """Group fusable chains of every default function into primitive functions."""
+    """Group fusable chains of every default function into primitive functions
+    (`registry`: the context's when not given). `FusePass` is the pass form."""
     if registry is None:
-        from .builder import plugin_registry
-        registry = plugin_registry()
+        registry = context().registry
 
     def key_of(call):
         return "fused" if _kind(registry, call) in FUSABLE else None
@@ -64,8 +78,7 @@ def op_info(function: Function, registry=None) -> list[dict]:
     """Per call of `function`: op, attrs, pattern kind and origin (None if it is itself a
     source op)."""
     if registry is None:
-        from .builder import plugin_registry
-        registry = plugin_registry()
+        registry = context().registry
     return [{"op": c.op, "attrs": c.attrs.to_json(), "kind": _kind(registry, c),
              "origin": None if c.origin is None else c.origin.to_json()}
             for c in function.calls]

@@ -5,8 +5,10 @@ only if they are the same object; `structural_equal` compares modules up to rena
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 import operator
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -19,6 +21,8 @@ from .errors import IRError, clip, quote
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16",
           "int8", "uint8", "bool")
 FUNCTION_KINDS = ("default", "primitive", "external")
+# the op of a call of a module-level function (attrs {"callee": name}); no registry defines it
+CALL_OP = "call"
 # numpy cannot make arrays of higher rank (32 before numpy 2)
 MAX_RANK = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 # far beyond any real tensor (256 TiB of 8-byte values), and small enough that element
@@ -354,7 +358,6 @@ class Module:
         return Module(merged)
 
     def __str__(self) -> str:
-        from .printer import print_module
         return print_module(self)
 
     def __repr__(self):
@@ -364,3 +367,84 @@ class Module:
 
 def attrs_json(attrs: Attrs) -> str:
     return json.dumps(attrs.to_json(), sort_keys=False)
+
+
+# --- the text form, printing half (legato.printer parses it back) -------------------------
+
+INLINE_LIMIT = 64
+_NAME_OK = re.compile(r"[A-Za-z_][\w.]*\Z")
+
+
+def print_module(module: Module) -> str:
+    return "\n\n".join(print_function(name, fn) for name, fn in module.functions.items()) + "\n"
+
+
+def print_function(name: str, fn: Function) -> str:
+    names: dict[int, str] = {}
+    taken: set[str] = set()
+    params = []
+    for i, p in enumerate(fn.params):
+        pname = symbol("%", p.name) if _printable_name(p.name, taken) else f"%{i}"
+        taken.add(pname)
+        names[id(p)] = pname
+        params.append(f"{pname}: {p.type}")
+    header = f"func {symbol('@', name)}({', '.join(params)}) -> " \
+             f"({', '.join(map(str, fn.result_types))})"
+    if fn.kind != "default":
+        header += f" kind={fn.kind}"
+    if fn.attrs:
+        header += f" attrs {json.dumps(fn.attrs.to_json())}"
+    lines = [header + " {"]
+    counter = len(fn.params)  # unnamed parameters use the numbers below this
+
+    def ref(value):
+        if value is None:
+            return "None"
+        if id(value) not in names:
+            if not isinstance(value, Const):
+                raise IRError(f"function @{name}: value {value!r} is used before definition")
+            names[id(value)] = _fresh("%c", len(lines) - 1, taken)
+            lines.append(f"  {names[id(value)]} = const {value.type} {_encode(value.data)}")
+        return names[id(value)]
+
+    for call in fn.calls:
+        if not call.outputs:
+            raise IRError(f"function @{name}: call of {call.op} has no results")
+        args = ", ".join(ref(v) for v in call.inputs)
+        outs = []
+        for out in call.outputs:
+            names[id(out)] = f"%{counter}"
+            outs.append(names[id(out)])
+            counter += 1
+        text = f"  {', '.join(outs)} = {call.op}({args})"
+        if call.attrs:
+            text += " " + json.dumps(call.attrs.to_json())
+        text += " : " + ", ".join(str(o.type) for o in call.outputs)
+        if call.origin is not None:
+            text += " origin " + json.dumps(call.origin.to_json())
+        lines.append(text)
+    lines.append(f"  return {', '.join(ref(r) for r in fn.results)}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _printable_name(pname, taken) -> bool:
+    return isinstance(pname, str) and symbol("%", pname) not in taken
+
+
+def symbol(sigil: str, name: str) -> str:
+    return sigil + (name if _NAME_OK.match(name) else json.dumps(name))
+
+
+def _fresh(prefix: str, number: int, taken: set[str]) -> str:
+    while f"{prefix}{number}" in taken:
+        number += 1
+    taken.add(f"{prefix}{number}")
+    return f"{prefix}{number}"
+
+
+def _encode(data: np.ndarray) -> str:
+    if data.size <= INLINE_LIMIT:
+        return json.dumps(data.ravel().tolist())
+    raw = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<")).tobytes()
+    return 'b64"' + base64.b64encode(raw).decode("ascii") + '"'

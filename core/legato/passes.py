@@ -1,4 +1,5 @@
-"""Pass infrastructure: module passes and function passes return `(module, modified)`.
+"""Pass infrastructure: module passes and function passes return a `PassResult`, a
+(module, modified) pair, so `module, modified = p(module)` reads either way.
 
 Function passes never see `external` functions (a backend has claimed them) and see
 `primitive` functions (fusion results) only when they say so with
@@ -6,10 +7,17 @@ Function passes never see `external` functions (a backend has claimed them) and 
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from .errors import LegatoError
 from .ir import Function, Module
+
+
+class PassResult(NamedTuple):
+    """What a pass returns: the new module and whether it differs from the input."""
+
+    module: Module
+    modified: bool
 
 
 class ModulePass:
@@ -17,11 +25,11 @@ class ModulePass:
 
     name = "module-pass"
 
-    def run(self, module: Module) -> tuple[Module, bool]:
+    def run(self, module: Module) -> PassResult:
         raise NotImplementedError
 
-    def __call__(self, module: Module) -> tuple[Module, bool]:
-        return self.run(module)
+    def __call__(self, module: Module) -> PassResult:
+        return PassResult(*self.run(module))
 
 
 class FunctionPass(ModulePass):
@@ -36,14 +44,15 @@ class FunctionPass(ModulePass):
     def run_function(self, name: str, fn: Function, module: Module) -> tuple[Function, bool]:
         raise NotImplementedError
 
-    def run(self, module: Module) -> tuple[Module, bool]:
+    def run(self, module: Module) -> PassResult:
         changed = {}
         for name, fn in module.functions.items():
             if self.enters(fn):
                 new_fn, modified = self.run_function(name, fn, module)
                 if modified:
                     changed[name] = new_fn
-        return (module.replace(**changed), True) if changed else (module, False)
+        return PassResult(module.replace(**changed), True) if changed else \
+            PassResult(module, False)
 
 
 class LambdaFunctionPass(FunctionPass):
@@ -56,15 +65,18 @@ class LambdaFunctionPass(FunctionPass):
         return self._fn(name, fn, module)
 
 
-class PassManager:
+class PassManager(ModulePass):
     """Runs passes in order; with `fixpoint=True`, repeats the sequence until nothing
-    changes, and raises naming the passes still changing after `max_iterations`."""
+    changes, and raises naming the passes still changing after `max_iterations`. It is a
+    pass itself, so pipelines nest."""
+
+    name = "pass-manager"
 
     def __init__(self, passes: Sequence[ModulePass], fixpoint: bool = False,
                  max_iterations: int = 20):
         self.passes, self.fixpoint, self.max_iterations = list(passes), fixpoint, max_iterations
 
-    def run(self, module: Module) -> tuple[Module, bool]:
+    def run(self, module: Module) -> PassResult:
         any_change = False
         for _ in range(self.max_iterations if self.fixpoint else 1):
             changed_by = []
@@ -74,6 +86,6 @@ class PassManager:
                     changed_by.append(p.name)
             any_change |= bool(changed_by)
             if not changed_by or not self.fixpoint:
-                return module, any_change
+                return PassResult(module, any_change)
         raise LegatoError(f"passes did not reach a fixpoint after {self.max_iterations} "
                           f"iterations; still changing: {', '.join(changed_by)}")

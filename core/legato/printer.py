@@ -1,4 +1,4 @@
-"""The text form of a module: `print_module` and `parse`, which round-trip.
+"""The text form of a module: `print_module` (from legato.ir) and `parse`, which round-trip.
 
     func @main(%x: float32[4, 8]) -> (float32[4, 8]) {
       %c0 = const float32[8] [1.0, 1.0, ...]
@@ -21,87 +21,16 @@ import re
 
 import numpy as np
 
+from .context import context
 from .errors import IRError, LegatoError, ParseError, quote
-from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value)
+from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
+                 print_function, print_module, symbol as _symbol)
+from .verify import verify
 
-INLINE_LIMIT = 64
-_NAME_OK = re.compile(r"[A-Za-z_][\w.]*\Z")
+# printing lives with the IR (str(module) needs it); this module reads the text back
+__all__ = ["parse", "parse_type", "print_function", "print_module"]
+
 _SYMBOL_OK = re.compile(r"[\w.]+\Z")
-
-
-def print_module(module: Module) -> str:
-    return "\n\n".join(print_function(name, fn) for name, fn in module.functions.items()) + "\n"
-
-
-def print_function(name: str, fn: Function) -> str:
-    names: dict[int, str] = {}
-    taken: set[str] = set()
-    params = []
-    for i, p in enumerate(fn.params):
-        pname = _symbol("%", p.name) if _printable_name(p.name, taken) else f"%{i}"
-        taken.add(pname)
-        names[id(p)] = pname
-        params.append(f"{pname}: {p.type}")
-    header = f"func {_symbol('@', name)}({', '.join(params)}) -> " \
-             f"({', '.join(map(str, fn.result_types))})"
-    if fn.kind != "default":
-        header += f" kind={fn.kind}"
-    if fn.attrs:
-        header += f" attrs {json.dumps(fn.attrs.to_json())}"
-    lines = [header + " {"]
-    counter = len(fn.params)  # unnamed parameters use the numbers below this
-
-    def ref(value):
-        if value is None:
-            return "None"
-        if id(value) not in names:
-            if not isinstance(value, Const):
-                raise IRError(f"function @{name}: value {value!r} is used before definition")
-            names[id(value)] = _fresh("%c", len(lines) - 1, taken)
-            lines.append(f"  {names[id(value)]} = const {value.type} {_encode(value.data)}")
-        return names[id(value)]
-
-    for call in fn.calls:
-        if not call.outputs:
-            raise IRError(f"function @{name}: call of {call.op} has no results")
-        args = ", ".join(ref(v) for v in call.inputs)
-        outs = []
-        for out in call.outputs:
-            names[id(out)] = f"%{counter}"
-            outs.append(names[id(out)])
-            counter += 1
-        text = f"  {', '.join(outs)} = {call.op}({args})"
-        if call.attrs:
-            text += " " + json.dumps(call.attrs.to_json())
-        text += " : " + ", ".join(str(o.type) for o in call.outputs)
-        if call.origin is not None:
-            text += " origin " + json.dumps(call.origin.to_json())
-        lines.append(text)
-    lines.append(f"  return {', '.join(ref(r) for r in fn.results)}")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _printable_name(pname, taken) -> bool:
-    return isinstance(pname, str) and _symbol("%", pname) not in taken
-
-
-def _symbol(sigil: str, name: str) -> str:
-    return sigil + (name if _NAME_OK.match(name) else json.dumps(name))
-
-
-def _fresh(prefix: str, number: int, taken: set[str]) -> str:
-    while f"{prefix}{number}" in taken:
-        number += 1
-    taken.add(f"{prefix}{number}")
-    return f"{prefix}{number}"
-
-
-def _encode(data: np.ndarray) -> str:
-    if data.size <= INLINE_LIMIT:
-        return json.dumps(data.ravel().tolist())
-    raw = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<")).tobytes()
-    return 'b64"' + base64.b64encode(raw).decode("ascii") + '"'
 
 
 # --- constant data ------------------------------------------------------------------------
@@ -339,11 +268,10 @@ def parse_type(text: str, where: str = "type") -> TensorType:
 
 
 def parse(text: str, registry=None) -> Module:
-    """Read the text form back into a Module (verified)."""
-    from .verify import verify
+    """Read the text form back into a Module (verified). `registry`: the context's (core
+    and plugin ops) when not given."""
     if registry is None:
-        from .builder import plugin_registry
-        registry = plugin_registry()
+        registry = context().registry
     functions: dict[str, Function] = {}
     lines = text.splitlines()
     i = 0

@@ -9,8 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Hashable
 
-from .ir import Attrs, Call, Const, Function, Module, Value
-from .verify import CALL_OP
+from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Value
 
 
 class _Groups:

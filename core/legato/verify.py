@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .context import context
 from .errors import IRError, LegatoError, clip, quote
-from .ir import Call, Const, Function, Module, Value
+from .ir import CALL_OP, Call, Const, Function, Module, Value
 
-CALL_OP = "call"  # a call of a module-level function: attrs {"callee": name}
+__all__ = ["CALL_OP", "structural_equal", "verify"]  # CALL_OP: its older home
 
 
 def verify(module: Module, registry=None) -> Module:
     """Check SSA form, op existence, attributes and inferred types; raise IRError naming
-    the function and call at fault. Returns the module so it can be chained."""
+    the function and call at fault. Returns the module so it can be chained.
+    `registry`: the context's when not given."""
     if registry is None:
-        from .builder import plugin_registry
-        registry = plugin_registry()
+        registry = context().registry
     for name, fn in module.functions.items():
         _verify_function(module, name, fn, registry)
     _check_acyclic(module)

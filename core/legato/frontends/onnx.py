@@ -23,13 +23,12 @@ from ..ir import Const, Module, Value
 from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
 from .onnx_check import check_graph, check_opset_range, check_shape, check_size, check_text
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
+from .onnx_fold import FOLD_DTYPES, FOLD_MAX_ELEMENTS, fold_calls
 from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
 
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
-FOLD_DTYPES = ("int64", "int32", "bool")
-FOLD_MAX_ELEMENTS = 4096
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
 
 
@@ -322,14 +321,9 @@ class _Importer:
         if not values or any(v.dtype not in FOLD_DTYPES or v.type.size > FOLD_MAX_ELEMENTS
                              for v in values) or all(isinstance(v, Const) for v in values):
             return tuple(results)
-        from .. import api
-        if "cpu_ref" not in api.list_backends():
+        arrays = fold_calls(self.b.calls[start:], values, self.b.registry)
+        if arrays is None:
             return tuple(results)
-        calls = self.b.calls[start:]
-        folding = GraphBuilder()
-        folding.calls = list(calls)
-        arrays = api.reference(Module({"main": folding.function(*values)}))()
-        arrays = arrays if isinstance(arrays, tuple) else (arrays,)
         del self.b.calls[start:]
         consts = iter(Const.of(a) for a in arrays)
         return tuple(None if v is None else next(consts) for v in results)

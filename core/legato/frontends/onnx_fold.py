@@ -1,0 +1,169 @@
+"""Constant folding of shape arithmetic at import, in the core with numpy.
+
+Shape subgraphs (Shape -> Gather -> Concat -> Reshape, Slice of a shape, Cast, integer
+arithmetic) must become constants at import, as later operands such as Reshape's shape
+must be known. The calls a converter emitted for one node are evaluated here: primitive
+ops with numpy, composite ops through their decompositions. Folding is bounded (tensor
+sizes, decomposition depth) and gives up (returns None) on anything it does not know or
+whose result is not exactly defined, which leaves the calls in the model; it never
+depends on an installed backend.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..calls import Emitter, run_decomposition
+from ..errors import LegatoError
+from ..ir import Call, Const, Value
+from ..shapes import norm_axes, norm_axis, slice_params, split_sizes
+
+FOLD_DTYPES = ("int64", "int32", "bool")
+FOLD_MAX_ELEMENTS = 4096
+MAX_DEPTH = 8  # nested decompositions; core composites need far fewer
+
+
+class _CannotFold(Exception):
+    """An op, value or input this folder does not evaluate."""
+
+
+def fold_calls(calls, values, registry) -> list[np.ndarray] | None:
+    """The arrays of `values` computed from `calls` (whose inputs are constants or earlier
+    results), or None when some call cannot be folded."""
+    env: dict[int, np.ndarray] = {}
+    try:
+        for call in calls:
+            _evaluate(call, env, registry, 0)
+        return [_array(v, env) for v in values]
+    except (_CannotFold, LegatoError, ValueError, TypeError, IndexError, OverflowError):
+        return None
+
+
+def _array(value: Value, env) -> np.ndarray:
+    if isinstance(value, Const):
+        return value.data
+    if id(value) not in env:
+        raise _CannotFold(value)
+    return env[id(value)]
+
+
+def _evaluate(call: Call, env, registry, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise _CannotFold(call.op)
+    inputs = [None if v is None else _array(v, env) for v in call.inputs]
+    if any(a is not None and a.size > FOLD_MAX_ELEMENTS for a in inputs):
+        raise _CannotFold(call.op)
+    kernel = KERNELS.get(call.op)
+    if call.op in SHAPED:  # the result's shape is the call's inferred one
+        results = (SHAPED[call.op](inputs[0], call.outputs[0].shape),)
+    elif kernel is not None:
+        results = kernel(*inputs, **call.attrs)
+        results = results if isinstance(results, tuple) else (results,)
+    else:
+        opdef = registry.get(call.op)
+        if opdef.decompose is None:
+            raise _CannotFold(call.op)
+        emitter = Emitter(registry)
+        outs = run_decomposition(emitter, opdef, call.inputs, call.attrs)
+        for inner in emitter.calls:
+            _evaluate(inner, env, registry, depth + 1)
+        results = tuple(_array(v, env) for v in outs)
+    if len(results) != len(call.outputs):
+        raise _CannotFold(call.op)
+    for out, array in zip(call.outputs, results):
+        array = np.asarray(array)
+        if array.shape != out.shape or array.size > FOLD_MAX_ELEMENTS:
+            raise _CannotFold(call.op)
+        env[id(out)] = array.astype(out.dtype, copy=False)
+
+
+# --- numpy kernels of the primitives that shape arithmetic uses ----------------------------
+
+def _is_int(*arrays) -> bool:
+    return np.issubdtype(np.result_type(*arrays), np.integer)
+
+
+def _divide(a, b):
+    if not _is_int(a, b):
+        return np.divide(a, b)
+    if np.any(b == 0):
+        raise _CannotFold("integer division by zero")
+    quotient = np.floor_divide(a, b)  # integer division truncates toward zero
+    return quotient + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+
+
+def _power(a, b):
+    if _is_int(a, b) and np.any(b < 0):
+        raise _CannotFold("negative integer exponent")
+    return np.power(a, b)
+
+
+def _wrapping(fn):
+    def kernel(*arrays):
+        with np.errstate(over="ignore"):  # integers wrap, as in every backend
+            return fn(*arrays)
+    return kernel
+
+
+def _cast(data, *, dtype):
+    if data.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        if not np.all(np.isfinite(data)):
+            raise _CannotFold("cast of a non-finite float to an integer")
+        data = np.trunc(data)
+        info = np.iinfo(dtype)
+        if np.any((data < info.min) | (data > info.max)):
+            raise _CannotFold("cast out of the integer range")
+    return data.astype(dtype)
+
+
+def _rounding(fn):
+    return lambda a: a if a.dtype.kind in "iub" else fn(a)
+
+
+def _reduction(fn):
+    def kernel(data, *, axes=None, keepdims=False):
+        axes = norm_axes(axes, data.ndim)
+        if fn is not np.sum and any(data.shape[a] == 0 for a in axes):
+            raise _CannotFold("max/min of an empty axis")
+        with np.errstate(over="ignore"):
+            return fn(data, axis=axes, keepdims=keepdims)
+    return kernel
+
+
+def _take(data, indices, *, axis=0):
+    axis = norm_axis(axis, data.ndim)
+    dim = data.shape[axis]
+    if indices.dtype.kind not in "iu" or np.any((indices < -dim) | (indices >= dim)):
+        raise _CannotFold("take: indices out of range")
+    return np.take(data, np.where(indices < 0, indices + dim, indices), axis=axis)
+
+
+def _strided_slice(data, **attrs):
+    return data[tuple(p.as_slice() for p in slice_params(data.shape, attrs))]
+
+
+def _split(data, *, sections=2, axis=0):
+    axis = norm_axis(axis, data.ndim)
+    bounds = np.cumsum(split_sizes(data.shape[axis], sections))[:-1]
+    return tuple(np.split(data, bounds, axis=axis))
+
+
+def _permute(data, *, axes=None):
+    return data.transpose(None if axes is None else tuple(norm_axis(a, data.ndim)
+                                                          for a in axes))
+
+
+KERNELS = {
+    "add": _wrapping(np.add), "subtract": _wrapping(np.subtract),
+    "multiply": _wrapping(np.multiply), "divide": _divide, "power": _wrapping(_power),
+    "maximum": np.maximum, "minimum": np.minimum, "negative": _wrapping(np.negative),
+    "abs": _wrapping(np.abs), "equal": np.equal, "greater": np.greater, "less": np.less,
+    "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_not": np.logical_not, "where": np.where,
+    "floor": _rounding(np.floor), "ceil": _rounding(np.ceil), "round": _rounding(np.round),
+    "cast": _cast,
+    "sum": _reduction(np.sum), "max": _reduction(np.max), "min": _reduction(np.min),
+    "concat": lambda *data, axis=0: np.concatenate(data, axis=norm_axis(axis, data[0].ndim)),
+    "permute_dims": _permute, "strided_slice": _strided_slice, "split": _split,
+    "take": _take,
+}
+SHAPED = {"reshape": np.reshape, "broadcast_to": np.broadcast_to}
