@@ -14,12 +14,12 @@ import json
 import numpy as np
 from legato.errors import LegalizationError, LegatoError
 from legato.ir import Const, Function, Module, TensorType, Value
-from legato.ops.base import norm_axes, norm_axis
-from legato.ops.primitives import slice_params
+from legato.shapes import norm_axes, norm_axis, slice_params
 
 from . import mlir
 from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, TOSA_DTYPES, type_problem
 from .lowering import TOSA
+from .rules import call_window
 
 BACKEND = "tosa_custom"
 
@@ -100,14 +100,14 @@ def _inputs(body, call):
     return [body.value(v) for v in call.inputs if v is not None]
 
 
-def _window_props(attrs, kernel=None) -> str:
+def _window_props(call, pool: bool) -> str:
     """TOSA pads are (top, bottom, left, right); legato's (top, left, bottom, right)."""
-    top, left, bottom, right = attrs["padding"]
-    props = []
-    if kernel is not None:
-        props.append(f"kernel = {mlir.i64_array(kernel)}")
+    win = call_window(call)
+    (top, left), (bottom, right) = win.pads_begin, win.pads_end
+    props = [f"kernel = {mlir.i64_array(win.kernel)}"] if pool else \
+        [f"dilation = {mlir.i64_array(win.dilation)}"]
     props += [f"pad = {mlir.i64_array([top, bottom, left, right])}",
-              f"stride = {mlir.i64_array(attrs['strides'] or kernel)}"]
+              f"stride = {mlir.i64_array(win.strides)}"]
     return ", ".join(props)
 
 
@@ -182,7 +182,7 @@ def _concat(body, call, tosa_op):
 def _slice(body, call, tosa_op):
     params = slice_params(call.inputs[0].shape, call.attrs)
     return body.call_op(tosa_op, call, _inputs(body, call) + [
-        body.shape([p[0] for p in params]), body.shape([p[3] for p in params])])
+        body.shape([p.start for p in params]), body.shape([p.length for p in params])])
 
 
 def _pad(body, call, tosa_op):
@@ -197,19 +197,17 @@ def _conv2d(body, call, tosa_op):
     dtype = x.dtype
     bias_name = body.value(bias) if bias is not None else body.zero(dtype)
     zp = body.zero(dtype)
-    props = f"{ACC}, dilation = {mlir.i64_array(call.attrs['dilation'])}, " \
-            f"{_window_props(call.attrs)}"
+    props = f"{ACC}, {_window_props(call, pool=False)}"
     return body.call_op(tosa_op, call, [body.value(x), body.value(w), bias_name, zp, zp], props)
 
 
 def _max_pool(body, call, tosa_op):
-    return body.call_op(tosa_op, call, _inputs(body, call),
-                        _window_props(call.attrs, call.attrs["pool_size"]))
+    return body.call_op(tosa_op, call, _inputs(body, call), _window_props(call, pool=True))
 
 
 def _avg_pool(body, call, tosa_op):
     zp = body.zero(call.inputs[0].dtype)
-    props = f"{ACC}, {_window_props(call.attrs, call.attrs['pool_size'])}"
+    props = f"{ACC}, {_window_props(call, pool=True)}"
     return body.call_op(tosa_op, call, _inputs(body, call) + [zp, zp], props)
 
 

@@ -6,7 +6,8 @@ inference, and only this backend declares them legal.
 from __future__ import annotations
 
 from legato.ir import TensorType
-from legato.ops.base import broadcast_shapes, fail, float_unary_infer, is_float
+from legato.ops.base import fail, float_unary_infer, is_float
+from legato.shapes import broadcast_shapes
 
 INDEX_DTYPE = "int32"
 

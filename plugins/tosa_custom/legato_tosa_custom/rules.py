@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 from legato.ir import Const
-from legato.ops.base import broadcast_shapes, is_float, norm_axes, norm_axis
-from legato.ops.primitives import slice_params, split_sizes
+from legato.ops.base import is_float
+from legato.shapes import broadcast_shapes, norm_axes, norm_axis, slice_params, split_sizes, \
+    window
 
 from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule, window_problem
 from .ops import INDEX_DTYPE
@@ -177,44 +178,50 @@ def cast_supported(call):
     return None
 
 
-def _window_fit(hw, kernel, strides, dilation, padding):
-    """For each spatial dim: how many rows/cols TOSA's exact-division rule leaves over."""
-    return [(hw[i] - 1 + padding[i] + padding[i + 2] - (kernel[i] - 1) * dilation[i])
-            % strides[i] for i in range(2)]
+SPATIAL = {"NCHW": slice(2, 4), "NHWC": slice(1, 3)}
+KERNEL_HW = {"OIHW": slice(2, 4), "OHWI": slice(1, 3), "HWIO": slice(0, 2)}
+
+
+def call_window(call):
+    """The geometry of a conv2d or pool2d call, in its own layouts."""
+    x, a = call.inputs[0], call.attrs
+    hw = x.shape[SPATIAL[a["data_layout"]]]
+    if call.op == "nn.conv2d":
+        kernel = call.inputs[1].shape[KERNEL_HW[a["kernel_layout"]]]
+        return window(hw, kernel, a["strides"], a["dilation"], a["padding"], what=call.op)
+    return window(hw, a["pool_size"], a["strides"], a["dilation"], a["padding"],
+                  a["ceil_mode"], what=call.op, kernel_name="pool_size")
+
+
+def _level_problem(win) -> str | None:
+    """Level 8K's limits on a window (its kernel times the dilation)."""
+    return window_problem([k * d for k, d in zip(win.kernel, win.dilation)], win.strides,
+                          win.padding)
+
+
+def _pad_problem(win) -> str | None:
+    if any(p >= k for p, k in zip(win.padding, win.kernel * 2)):
+        return f"padding {list(win.padding)} (TOSA needs padding below the kernel size)"
+    return None
+
+
+def _exact_problem(win) -> str | None:
+    if any(win.unreached):
+        return f"padding {list(win.padding)} (TOSA needs the windows to divide the input " \
+               "exactly)"
+    return None
 
 
 @checked
 def conv2d_fits(call):
-    x, w = call.inputs[:2]
-    a = call.attrs
-    extent = [k * d for k, d in zip(w.shape[1:3], a["dilation"])]
-    level = window_problem(extent, a["strides"], a["padding"])
-    if level is not None:
-        return level
-    rest = _window_fit(x.shape[1:3], w.shape[1:3], a["strides"], a["dilation"], a["padding"])
-    return None if not any(rest) else \
-        f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
+    win = call_window(call)
+    return _level_problem(win) or _exact_problem(win)
 
 
 @checked
 def pool2d_fits(call):
-    a = _pool_attrs(call.attrs)
-    if any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)):
-        return f"padding {list(a['padding'])} (TOSA needs padding below the kernel size)"
-    level = window_problem(a["pool_size"], a["strides"], a["padding"])
-    if level is not None:
-        return level
-    rest = _window_fit(call.inputs[0].shape[1:3], a["pool_size"], a["strides"], (1, 1),
-                       a["padding"])
-    return None if not any(rest) else \
-        f"padding {list(a['padding'])} (TOSA needs the windows to divide the input exactly)"
-
-
-def _pool_attrs(attrs) -> dict:
-    a = dict(attrs)
-    a["pool_size"] = tuple(a["pool_size"])
-    a["strides"] = tuple(a["strides"] or a["pool_size"])
-    return a
+    win = call_window(call)
+    return _pad_problem(win) or _level_problem(win) or _exact_problem(win)
 
 
 # --- elementwise --------------------------------------------------------------------------
@@ -421,8 +428,8 @@ def strided_slice(b, call):
         if step != 1:
             picked = np.arange(start, stop, step)[:length]
             x = b.take(x, _index_const(b, picked), axis=axis)
-    unit = [(axis, p[0], p[0] + p[3]) for axis, p in enumerate(params)
-            if p[2] == 1 and (p[0], p[3]) != (0, x.shape[axis])]
+    unit = [(axis, p.start, p.start + p.length) for axis, p in enumerate(params)
+            if p.step == 1 and (p.start, p.length) != (0, x.shape[axis])]
     if unit:
         x = b.strided_slice(x, begin=[u[1] for u in unit], end=[u[2] for u in unit],
                             axes=[u[0] for u in unit])
@@ -467,12 +474,12 @@ def pad(b, call):
 
 # --- convolution and pooling: NHWC / OHWI, exact windows ----------------------------------
 
-def _fit_windows(b, x, kernel, strides, dilation, padding):
+def _fit_windows(b, x, win):
     """Drop bottom/right padding, then input rows/cols, that no window reaches, so the
-    window count divides exactly as TOSA requires; x is NHWC."""
-    padding = list(padding)
+    window count divides exactly as TOSA requires; x is NHWC. Returns x and the padding."""
+    padding = list(win.padding)
     crop = []
-    for i, rest in enumerate(_window_fit(x.shape[1:3], kernel, strides, dilation, padding)):
+    for i, rest in enumerate(win.unreached):
         cut = min(rest, padding[i + 2])
         padding[i + 2] -= cut
         crop.append(rest - cut)
@@ -482,40 +489,32 @@ def _fit_windows(b, x, kernel, strides, dilation, padding):
     return x, padding
 
 
-def _kernel_hw(w, layout):
-    return w.shape[1:3] if layout == "OHWI" else w.shape[2:4] if layout == "OIHW" else \
-        w.shape[0:2]
-
-
 @shaped_rule
 def conv2d(b, call):
     x, w, bias = call.inputs
-    a = call.attrs
-    extent = [k * d for k, d in zip(_kernel_hw(w, a["kernel_layout"]), a["dilation"])]
-    if a["groups"] != 1 or window_problem(extent, a["strides"], a["padding"]):
+    a, win = call.attrs, call_window(call)
+    if a["groups"] != 1 or _level_problem(win):
         return None  # no TOSA CONV2D (groups, level 8K): the generic decomposition
     nchw = a["data_layout"] == "NCHW"
     x = permute(b, x, NCHW_TO_NHWC if nchw else None)
     w = permute(b, w, TO_OHWI[a["kernel_layout"]])
-    x, padding = _fit_windows(b, x, w.shape[1:3], a["strides"], a["dilation"], a["padding"])
-    y = b.call("nn.conv2d", x, w, bias, strides=a["strides"], padding=padding,
-               dilation=a["dilation"], groups=1, data_layout="NHWC", kernel_layout="OHWI")
+    x, padding = _fit_windows(b, x, win)
+    y = b.call("nn.conv2d", x, w, bias, strides=list(win.strides), padding=padding,
+               dilation=list(win.dilation), groups=1, data_layout="NHWC", kernel_layout="OHWI")
     return permute(b, y, NHWC_TO_NCHW if nchw else None)
 
 
 @shaped_rule
 def pool2d(b, call):
-    a = _pool_attrs(call.attrs)
-    padded = any(a["padding"])
-    if a["ceil_mode"] or tuple(a["dilation"]) != (1, 1) or \
-            (a.get("count_include_pad") and padded) or \
-            any(p >= k for p, k in zip(a["padding"], a["pool_size"] * 2)) or \
-            window_problem(a["pool_size"], a["strides"], a["padding"]):
+    a, win = dict(call.attrs), call_window(call)
+    if win.ceil_mode or win.dilation != (1, 1) or \
+            (a.get("count_include_pad") and any(win.padding)) or \
+            _pad_problem(win) or _level_problem(win):
         return None  # no TOSA form: the generic decomposition handles it
     nchw = a["data_layout"] == "NCHW"
     x = permute(b, call.inputs[0], NCHW_TO_NHWC if nchw else None)
-    x, padding = _fit_windows(b, x, a["pool_size"], a["strides"], (1, 1), a["padding"])
-    a.update(padding=padding, data_layout="NHWC", strides=list(a["strides"]))
+    x, padding = _fit_windows(b, x, win)
+    a.update(padding=padding, data_layout="NHWC", strides=list(win.strides))
     if "count_include_pad" in a:
         a["count_include_pad"] = False  # no padding left to count
     y = b.call(call.op, x, **a)
