@@ -1,7 +1,7 @@
 """Random well-typed programs: the building context that generators draw values from.
 
 A `ProgramContext` wraps a `legato.GraphBuilder` and keeps a pool of the values made so
-far. A generator (tests/fuzz/op_generators.py) asks it for an input of some dtype and
+far. A generator (legato.testing.generators) asks it for an input of some dtype and
 rank, gets one from the pool or a fresh parameter or constant, and calls its op. Each
 value records whether it is *exact*: derived from the fed data only by operations that
 every backend computes bit for bit. Ops with a discontinuous result (round, a float
@@ -15,13 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import legato
-
-FLOAT = "float32"
-FLOATS = ("float32", "float64", "float16")
-INTS = ("int32", "int64", "int8", "uint8", "int16")
-MAX_DIM = 5
-LARGE_DIM = 40
-MAX_SIZE = 4096   # elements of a fresh tensor
+from legato.builder import make_call
+from legato.testing.draw import FLOATS, Draw
 
 # ops whose float output is exactly the same everywhere when the inputs are exact
 EXACT_OPS = {"abs", "negative", "maximum", "minimum", "max", "min", "where", "reshape",
@@ -29,9 +24,6 @@ EXACT_OPS = {"abs", "negative", "maximum", "minimum", "max", "min", "where", "re
              "pad", "squeeze", "expand_dims", "flatten", "nn.relu", "clip", "round", "floor",
              "ceil", "cast", "tosa.gather", "nn.max_pool2d", "equal", "less", "greater",
              "logical_and", "logical_or", "logical_not", "argmax"}
-
-EDGE_FLOATS = np.array([0.0, -0.0, 1.0, -1.0, 1e30, -1e30, 3e38, -3e38, np.inf, -np.inf,
-                        np.nan, 1e-40, -1e-40, 1e-7, 65504.0], dtype=np.float32)
 
 
 @dataclass
@@ -41,17 +33,12 @@ class Entry:
     fresh: bool   # a parameter or constant: values the test chose
 
 
-class ProgramContext:
+class ProgramContext(Draw):
+    """A Draw (random shapes and data) that builds a program: the op generators of
+    legato.testing.generators call it."""
+
     def __init__(self, rng: np.random.Generator, edge: bool):
-        self.rng, self.edge = rng, edge
-        # the float dtype of this program: mostly float32, sometimes float64 or float16
-        self.float = FLOATS[int(rng.choice(3, p=[0.85, 0.08, 0.07]))]
-        # ordinary magnitudes: mostly [-3, 3]; wider in some programs (function tails)
-        self.spread = float(rng.choice([3.0, 30.0, 1000.0], p=[0.75, 0.17, 0.08]))
-        if self.float == "float16":  # products of wide values overflow float16
-            self.spread = 3.0
-        self.numeric = (self.float,) + INTS
-        self.all = self.numeric + ("bool",)
+        super().__init__(rng, edge)
         self.b = legato.GraphBuilder()
         self.pool: list[Entry] = []
         self.feeds: list[np.ndarray] = []
@@ -59,80 +46,9 @@ class ProgramContext:
         self.ops: list[str] = []
         self.refusals: list[tuple[str, str]] = []   # (op, message) of calls not made
 
-    # --- random structure -------------------------------------------------------------
-
-    def chance(self, p: float) -> bool:
-        return bool(self.rng.random() < p)
-
-    def choice(self, items):
-        items = list(items)
-        return items[int(self.rng.integers(len(items)))]
-
-    def int(self, low: int, high: int) -> int:
-        """Uniform in [low, high]."""
-        return int(self.rng.integers(low, high + 1))
-
-    def dim(self, nonzero: bool = False) -> int:
-        if not nonzero and self.chance(0.12 if self.edge else 0.04):
-            return 0
-        if self.chance(0.08):  # past the vector width and blocking of the C kernels
-            return self.int(MAX_DIM + 1, LARGE_DIM)
-        return 1 if self.chance(0.25) else self.int(2, MAX_DIM)
-
-    def shape(self, min_rank: int = 0, max_rank: int = 4, nonzero: bool = False) -> tuple:
-        rank = self.int(min_rank, max_rank)
-        dims = [self.dim(nonzero) for _ in range(rank)]
-        while np.prod(dims) > MAX_SIZE:  # several large dims: shrink the largest
-            dims[int(np.argmax(dims))] = self.int(1, MAX_DIM)
-        return tuple(dims)
-
-    def broadcast_partner(self, shape: tuple) -> tuple:
-        """A shape that broadcasts with `shape`: a suffix of it, dims set to 1, or dims of
-        1 in `shape` widened, and sometimes extra leading dims."""
-        keep = self.int(0, len(shape)) if self.chance(0.4) else len(shape)
-        out = []
-        for d in shape[len(shape) - keep:]:
-            if d == 1 and self.chance(0.3):
-                out.append(self.int(2, 4))
-            elif self.chance(0.25):
-                out.append(1)
-            else:
-                out.append(d)
-        if len(out) + len(shape) < 8 and self.chance(0.15):
-            out = [self.dim(nonzero=True)] + out
-        return tuple(out)
-
-    # --- data -------------------------------------------------------------------------
-
-    def data(self, shape, dtype: str, kind: str = "normal") -> np.ndarray:
-        """Ordinary values by `kind` (normal, positive, nonzero, unit); edge values
-        (inf, nan, huge, tiny, integer extremes) in a share of edge cases."""
-        rng, shape = self.rng, tuple(shape)
-        if dtype == "bool":
-            return np.asarray(rng.random(shape) < 0.5)
-        if dtype in INTS:
-            info = np.iinfo(dtype)
-            if self.edge and self.chance(0.3):
-                extremes = [v for v in (info.min, info.max, 0, 1, -1) if info.min <= v]
-                return np.asarray(rng.choice(np.array(extremes, dtype), size=shape))
-            low = 0 if info.min == 0 or kind in ("positive", "unit") else -5
-            array = np.asarray(rng.integers(low, 6, size=shape)).astype(dtype)
-            if kind in ("nonzero", "positive"):
-                array[array == 0] = 1
-            return array
-        array = rng.uniform(-self.spread, self.spread, size=shape)
-        if kind == "positive":
-            array = rng.uniform(0.5, 3, size=shape)
-        elif kind == "nonzero":
-            array = rng.uniform(0.5, 3, size=shape) * rng.choice([-1, 1], size=shape)
-        elif kind == "unit":
-            array = rng.uniform(0, 1, size=shape)
-        array = np.asarray(array).astype(dtype)
-        if self.edge and array.size and self.chance(0.5):
-            mask = rng.random(shape) < 0.3
-            with np.errstate(over="ignore"):  # float16: huge values become infinities
-                array[mask] = rng.choice(EDGE_FLOATS, size=int(mask.sum())).astype(dtype)
-        return array
+    @property
+    def registry(self):
+        return self.b.registry
 
     def fresh(self, shape, dtype: str | None = None, kind: str = "normal",
               const: bool | None = None) -> legato.Value:
@@ -223,6 +139,13 @@ class ProgramContext:
             array = array.copy()
             array.flags.writeable = False
         return array
+
+    def custom(self, inner_op: str, data: legato.Value):
+        """A custom call tunnelling `inner_op` on `data`."""
+        inner = make_call(self.registry, inner_op, [data], {})
+        call = legato.encode_custom(inner, "legato", self.registry)
+        self.adopt(call)
+        return call.outputs[0]
 
     def adopt(self, call: legato.Call) -> None:
         """Append a call made outside the builder (a custom call, say)."""
