@@ -16,10 +16,9 @@ import numpy as np
 from .builder import Emitter
 from .errors import LegatoError
 from .ir import Call, Const, Function, Module, Value
-from .ops.layout_rules import Perm, compose_perms, inverse_perm, layout_perm, propagate
+from .ops.layout_rules import LAYOUTS, Perm, compose_perms, inverse_perm, layout_perm, propagate
 from .passes import FunctionPass
 
-LAYOUTS = ("NCHW", "NHWC")
 __all__ = ["LAYOUTS", "ConvertLayout", "convert_layout", "layout_perm",
            "register_layout_rule"]
 

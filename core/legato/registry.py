@@ -130,6 +130,7 @@ class OpDef:
         self.infer = infer
         self.decompose = decompose
         self.layout_rule, self.samples = layout_rule, samples
+        self.plugin: str | None = None  # the plugin that registered it (None: the core)
         self.examples = tuple(examples)
         self.doc = _first_line(doc or (inspect.getdoc(decompose) or "" if decompose else ""))
         self.onnx, self.aten = _names(onnx, name, "onnx"), _names(aten, name, "aten")

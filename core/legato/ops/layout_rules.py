@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir import Call, Const
 
+LAYOUTS = ("NCHW", "NHWC")
 Perm = tuple  # original = permute_dims(new, perm); None is the identity
 
 

@@ -1,0 +1,5 @@
+# make docs: regenerate the op tables of docs/ops.md from the op definitions
+# (a test fails when they are out of date).
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/python -m legato.docgen docs/ops.md
