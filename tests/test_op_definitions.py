@@ -68,12 +68,12 @@ def test_definitions_register_in_any_order_and_validate_once():
 
     def twice(b, x):
         return b.call("double", x)
-    registry.register(OpDef("quad", "x", {}, lambda ts, a: ts[0], "elemwise", 2, twice,
-                            [(t, {})]), defer=True)  # uses 'double', registered after it
-    registry.register(OpDef("double", "x", {}, lambda ts, a: ts[0], "elemwise", 1,
-                            lambda b, x: b.call("add", x, x), [(t, {})]), defer=True)
-    registry.register(OpDef("add", "a, b", {}, lambda ts, a: ts[0], "broadcast"))
-    registry.validate()
+    with registry.deferred():
+        registry.register(OpDef("quad", "x", {}, lambda ts, a: ts[0], "elemwise", 2, twice,
+                                [(t, {})]))  # uses 'double', registered after it
+        registry.register(OpDef("double", "x", {}, lambda ts, a: ts[0], "elemwise", 1,
+                                lambda b, x: b.call("add", x, x), [(t, {})]))
+        registry.register(OpDef("add", "a, b", {}, lambda ts, a: ts[0], "broadcast"))
     assert {"quad", "double", "add"} <= set(registry.names())
 
 
@@ -82,10 +82,10 @@ def test_a_failing_deferred_definition_is_removed_and_named():
     from legato.ir import TensorType
     registry = Registry()
     t = (TensorType((2,), "float32"),)
-    registry.register(OpDef("bad", "x", {}, lambda ts, a: ts[0], "elemwise", 1,
-                            lambda b, x: b.call("missing", x), [(t, {})]), defer=True)
     with pytest.raises(RegistrationError, match="bad"):
-        registry.validate()
+        with registry.deferred():
+            registry.register(OpDef("bad", "x", {}, lambda ts, a: ts[0], "elemwise", 1,
+                                    lambda b, x: b.call("missing", x), [(t, {})]))
     assert "bad" not in registry
 
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .ops import REGISTRY
+from .ops import CORE_OPS, REGISTRY
 from .registry import OpDef, Registry
 
 BEGIN = "<!-- BEGIN generated op tables: python -m legato.docgen docs/ops.md -->"
@@ -19,7 +19,7 @@ END = "<!-- END generated op tables -->"
 
 def core_ops(registry: Registry = REGISTRY) -> list[OpDef]:
     """The core's op definitions (plugins document their own ops)."""
-    return [d for d in registry.ops() if d.plugin is None]
+    return [d for d in registry.ops() if d.name in CORE_OPS]
 
 
 def _cell(text: str) -> str:

@@ -13,10 +13,12 @@ from typing import Callable
 
 import numpy as np
 
-from .builder import Emitter
+from .calls import Emitter
 from .errors import LegatoError
-from .ir import Call, Const, Function, Module, Value
-from .ops.layout_rules import LAYOUTS, Perm, compose_perms, inverse_perm, layout_perm, propagate
+from .ir import CALL_OP, Call, Const, Function, Module, Value
+from .ops import REGISTRY
+from .ops.layout_rules import (LAYOUTS, Perm, compose_perms, inverse_perm, layout_perm,
+                               propagate)
 from .passes import FunctionPass
 
 __all__ = ["LAYOUTS", "ConvertLayout", "convert_layout", "layout_perm",
@@ -69,9 +71,8 @@ def register_layout_rule(*ops: str, registry=None) -> Callable[[Rule], Rule]:
     in their definition): it returns (new value, perm) per result, or None to fall back
     to running the op in the original layout."""
     def attach(rule: Rule) -> Rule:
-        from .builder import default_registry
         for op in ops:
-            (registry or default_registry()).get(op).layout_rule = rule
+            (registry or REGISTRY).get(op).layout_rule = rule
         return rule
     return attach
 
@@ -98,14 +99,13 @@ class ConvertLayout(FunctionPass):
     def __init__(self, layout: str, registry=None, keep=()):
         if layout not in LAYOUTS:
             raise LegatoError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-        from .builder import default_registry
-        self.layout, self.registry = layout, registry or default_registry()
+        self.layout, self.registry = layout, registry or REGISTRY
         self.keep = frozenset(keep)  # ops a user keeps stay exactly as written
 
     def run_function(self, name: str, fn: Function, module: Module):
         ctx = _Context(self.registry, self.layout)
         for call in fn.calls:
-            if call.op == "call":  # a function call: its callee expects the original layout
+            if call.op == CALL_OP:  # a function call: its callee expects the original layout
                 outs = tuple(Value(o.type, o.name) for o in call.outputs)
                 ctx.b.calls.append(Call(call.op, tuple(ctx.original(v) for v in call.inputs),
                                         call.attrs, outs, call.origin))

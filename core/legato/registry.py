@@ -7,11 +7,13 @@ on the op's examples), which makes legalization terminate by construction.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .calls import trace_decomposition
 from .errors import OpError, RegistrationError, ShapeError, quote
 from .ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
 
@@ -226,6 +228,7 @@ class Registry:
     def __init__(self):
         self._ops: dict[str, OpDef] = {}
         self._unchecked: list[str] = []
+        self._deferring = False
 
     def __contains__(self, name: str) -> bool:
         return name in self._ops
@@ -247,18 +250,28 @@ class Registry:
         """Every definition, by name."""
         return [self._ops[name] for name in sorted(self._ops)]
 
-    def register(self, opdef: OpDef, *, defer: bool = False) -> OpDef:
-        """Add a definition. Its decomposition is traced on its examples now, or, with
-        `defer`, at the next `validate()`: a set of definitions that use each other can
-        then be registered in any order."""
+    def register(self, opdef: OpDef) -> OpDef:
+        """Add a definition. Its decomposition is traced on its examples now, or, inside
+        `with registry.deferred():`, once the block ends."""
         if opdef.name in self._ops:
             raise RegistrationError(f"op {opdef.name!r} is already registered")
         self._ops[opdef.name] = opdef
         if opdef.decompose is not None:
             self._unchecked.append(opdef.name)
-            if not defer:
+            if not self._deferring:
                 self.validate()
         return opdef
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Register a set of definitions that use each other in any order: their
+        decompositions are checked when the block ends."""
+        self._deferring = True
+        try:
+            yield self
+        finally:
+            self._deferring = False
+        self.validate()
 
     def validate(self) -> None:
         """Check every decomposition registered since the last validation: it runs on the
@@ -281,7 +294,6 @@ class Registry:
 
     def _check_decomposition(self, opdef: OpDef) -> None:
         """Trace the decomposition on each example; every op it emits must be lower level."""
-        from .builder import trace_decomposition  # builder imports registry
         if not opdef.examples:
             raise RegistrationError(f"op {opdef.name} has a decomposition but no examples "
                                     "to check it on (examples=[(input_types, attrs), ...])")

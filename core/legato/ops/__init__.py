@@ -2,9 +2,11 @@
 
 The op modules register in any order; the decompositions are checked once all are in.
 """
-from . import composite, conv, elementwise, norms, primitives, qnn  # noqa: F401  (registration)
 from .base import REGISTRY, composite as define_composite, primitive as define_primitive
 
-REGISTRY.validate()
+with REGISTRY.deferred():
+    from . import composite, conv, elementwise, norms, primitives, qnn  # noqa: F401
 
-__all__ = ["REGISTRY", "define_composite", "define_primitive"]
+CORE_OPS = frozenset(REGISTRY.names())  # what plugins and users register comes on top
+
+__all__ = ["CORE_OPS", "REGISTRY", "define_composite", "define_primitive"]

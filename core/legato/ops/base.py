@@ -34,16 +34,15 @@ def composite(name: str, inputs: str, infer: Callable, kind: str, level: int,
     """Decorator: register an op of `level` > 0 whose decomposition is the decorated function
     (its docstring's first line is the op's doc unless `doc` is given).
 
-    The decomposition is checked at the registry's next validate(), so op modules need no
-    import order. When every result of a call is empty, the registered decomposition emits
+    Inside `registry.deferred()` the decomposition is checked when the block ends, so op
+    modules need no import order. When every result of a call is empty, the registered decomposition emits
     empty constants instead: any empty array of the inferred type is the right answer, and
     the decomposition's own arithmetic (a max or a mean over an empty axis, a reshape with
     -1 of an empty tensor) may be undefined there."""
     def register(decompose: Callable) -> Callable:
         registry.register(OpDef(name, inputs, attrs or {}, infer, kind, level,
                                 _empty_results_first(decompose, infer), examples,
-                                doc=doc or inspect.getdoc(decompose) or "", **facts),
-                          defer=registry is REGISTRY)
+                                doc=doc or inspect.getdoc(decompose) or "", **facts))
         return decompose
     return register
 
