@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import shapes
 from ..ir import TensorType
+from ..shapes import Window, channel_view
 from . import layout_rules
 from .base import composite, f32, fail, is_float, require_float, same_dtype
 
@@ -19,67 +21,11 @@ WINDOW_ATTRS = {"strides": ("ints", [1, 1]), "padding": ("ints", [0, 0, 0, 0]),
 
 def window_dims(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int,
                 ceil_mode: bool = False) -> int:
-    """Output length of a sliding window (ONNX rules, incl. ceil_mode)."""
-    span = dilation * (kernel - 1) + 1
-    room = size + pad_lo + pad_hi - span
-    if room < 0:
-        fail(f"window of {span} (kernel {kernel}, dilation {dilation}) does not fit input "
-             f"{size} with padding {pad_lo}+{pad_hi}")
-    out = (-(-room // stride) if ceil_mode else room // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + pad_lo:
-        out -= 1  # the last window must start inside the input or the left padding
-    return out
+    """Output length of a sliding window; kept for older callers of legato.shapes.out_size."""
+    return shapes.out_size(size, kernel, stride, dilation, pad_lo, pad_hi, ceil_mode)
 
 
-WINDOW_ATTR_LIMIT = 2**31  # bounds the index arithmetic of every backend
-
-
-def _check_window_attrs(attrs, what: str):
-    for key, n in (("strides", 2), ("padding", 4), ("dilation", 2)):
-        value = attrs.get(key)
-        low = 0 if key == "padding" else 1
-        if value is not None and (len(value) != n or
-                                  any(not low <= v < WINDOW_ATTR_LIMIT for v in value)):
-            fail(f"{what} {key} {list(value)} must be {n} "
-                 f"{'non-negative' if key == 'padding' else 'positive'} ints below 2**31")
-
-
-def _check_kernel(kernel, what: str):
-    if any(k < 1 for k in kernel):
-        fail(f"{what} {list(kernel)} must be at least 1 in each spatial dim")
-
-
-def _window_misses_input(size, kernel, stride, pad_lo, dilation, out) -> bool:
-    """Whether some window of a sweep has no tap inside the input (only padding)."""
-    span = dilation * (kernel - 1) + 1
-    if span <= pad_lo or (out - 1) * stride >= pad_lo + size:  # the first or last window
-        return True
-    if dilation <= size:  # a window reaching the input cannot step over it
-        return False
-    # Windows starting in the left padding may step over an input narrower than the
-    # dilation; where their first tap at or after pad_lo lands repeats with period
-    # <= dilation, so that many windows (at most 2**20) decide it.
-    count = min(-(-pad_lo // stride), out, dilation, 1 << 20)
-    starts = np.arange(count, dtype=np.int64) * stride
-    first_tap = starts - ((starts - pad_lo) // dilation) * dilation
-    return bool(np.any(first_tap >= pad_lo + size))
-
-
-def _check_windows_see_input(hw, attrs, out):
-    """A pool window over padding alone has no defined value (an average of nothing)."""
-    s, p, d = attrs["strides"], attrs["padding"], attrs["dilation"]
-    for k, name in enumerate(("height", "width")):
-        if _window_misses_input(hw[k], attrs["pool_size"][k], s[k], p[k], d[k], out[k]):
-            fail(f"padding {list(p)} with pool_size {list(attrs['pool_size'])}, dilation "
-                 f"{list(d)} and strides {list(s)} makes a window cover only padding along "
-                 f"the {name} ({hw[k]}); keep each window on at least one input cell")
-
-
-def out_hw(hw, kernel, attrs, ceil_mode=False):
-    (h, w), (kh, kw) = hw, kernel
-    s, p, d = attrs["strides"], attrs["padding"], attrs["dilation"]
-    return (window_dims(h, kh, s[0], p[0], p[2], d[0], ceil_mode),
-            window_dims(w, kw, s[1], p[1], p[3], d[1], ceil_mode))
+_window_misses_input = shapes._misses_input  # for an older test; legato.shapes.Window.blind_axis
 
 
 def _layout(shape, layout):
@@ -97,23 +43,31 @@ def oihw_shape(shape, layout):
     return tuple(shape) if perm is None else tuple(shape[i] for i in perm)
 
 
+def conv_window(data_shape, weight_shape, attrs) -> Window:
+    """The validated geometry of an nn.conv2d (or qnn.conv2d) call."""
+    _, _, h, w = _layout(data_shape, attrs["data_layout"])
+    _, _, kh, kw = oihw_shape(weight_shape, attrs["kernel_layout"])
+    return shapes.window((h, w), (kh, kw), attrs["strides"], attrs["dilation"],
+                         attrs["padding"], what="conv2d",
+                         kernel_name=f"weight {list(weight_shape)} ({attrs['kernel_layout']}) "
+                                     "kernel")
+
+
 def _conv2d(types, attrs):
     data, weight, bias = types
     if data.rank != 4 or weight.rank != 4:
         fail(f"data {list(data.shape)} and weight {list(weight.shape)} must be 4-D")
     if same_dtype(types) == "bool":
         fail("convolution needs numeric tensors, got bool")
-    _check_window_attrs(attrs, "conv2d")
-    n, c, h, w = _layout(data.shape, attrs["data_layout"])
-    o, cg, kh, kw = oihw_shape(weight.shape, attrs["kernel_layout"])
+    n, c, _, _ = _layout(data.shape, attrs["data_layout"])
+    o, cg, _, _ = oihw_shape(weight.shape, attrs["kernel_layout"])
     groups = attrs["groups"]
     if groups < 1 or c % groups or o % groups or cg != c // groups:
         fail(f"{c} input channels, weight {list(weight.shape)} ({attrs['kernel_layout']}) and "
              f"groups={groups} do not match (weight I must be C/groups)")
     if bias is not None and bias.shape != (o,):
         fail(f"bias {list(bias.shape)} must be ({o},)")
-    _check_kernel((kh, kw), f"weight {list(weight.shape)} ({attrs['kernel_layout']}) kernel")
-    oh, ow = out_hw((h, w), (kh, kw), attrs)
+    oh, ow = conv_window(data.shape, weight.shape, attrs).out
     return TensorType(_from_nchw(n, o, oh, ow, attrs["data_layout"]), data.dtype)
 
 
@@ -121,10 +75,10 @@ CONV_ATTRS = {**WINDOW_ATTRS, "groups": ("int", 1),
               "kernel_layout": ("str:OIHW|HWIO|OHWI", "OIHW")}
 
 
-def window_slices(b, x, kernel, attrs, axes):
-    """One strided slice per kernel tap, each covering every output position."""
-    (kh, kw), (sh, sw), (dh, dw) = kernel, attrs["strides"], attrs["dilation"]
-    oh, ow = attrs["_out"]
+def window_slices(b, x, win: Window, axes):
+    """One strided slice per kernel tap of x (padded by at least win.padding), each
+    covering every output position."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilation, win.out
     taps = []
     for i in range(kh):
         for j in range(kw):
@@ -163,17 +117,16 @@ def conv2d(b, x, weight, bias, strides, padding, dilation, groups, data_layout, 
     if KERNEL_PERM_TO_OIHW[kernel_layout]:
         weight = b.permute_dims(weight, axes=KERNEL_PERM_TO_OIHW[kernel_layout])
     (n, c, h, w), (o, cg, kh, kw) = x.shape, weight.shape
-    attrs = {"strides": strides, "padding": padding, "dilation": dilation}
-    oh, ow = attrs["_out"] = out_hw((h, w), (kh, kw), attrs)
-    x = pad_spatial(b, x, padding, (2, 3), 0.0)
-    taps = [b.reshape(t, shape=[n, c, 1, oh * ow])
-            for t in window_slices(b, x, (kh, kw), attrs, (2, 3))]
+    win = shapes.window((h, w), (kh, kw), strides, dilation, padding)
+    oh, ow = win.out
+    x = pad_spatial(b, x, win.padding, (2, 3), 0.0)
+    taps = [b.reshape(t, shape=[n, c, 1, oh * ow]) for t in window_slices(b, x, win, (2, 3))]
     cols = b.concat(*taps, axis=2) if len(taps) > 1 else taps[0]
     cols = b.reshape(cols, shape=[n, groups, cg * kh * kw, oh * ow])
     y = b.matmul(b.reshape(weight, shape=[groups, o // groups, cg * kh * kw]), cols)
     y = b.reshape(y, shape=[n, o, oh, ow])
     if bias is not None:
-        y = b.add(y, b.reshape(bias, shape=[1, o, 1, 1]))
+        y = b.add(y, b.reshape(bias, shape=list(channel_view(o, 4, 1))))
     return b.permute_dims(y, axes=[0, 2, 3, 1]) if data_layout == "NHWC" else y
 
 
@@ -184,11 +137,20 @@ POOL_ATTRS = {"pool_size": ("ints",), "strides": ("ints?", None),
               "ceil_mode": ("bool", False), "data_layout": ("str:NCHW|NHWC", "NCHW")}
 
 
-def _pool_attrs(attrs) -> dict:
-    full = dict(attrs)
-    if full["strides"] is None:
-        full["strides"] = full["pool_size"]
-    return full
+def pool_window(data_shape, attrs) -> Window:
+    """The validated geometry of an nn.max_pool2d / nn.avg_pool2d call. A window over
+    padding alone has no defined value (an average of nothing), so it is refused."""
+    _, _, h, w = _layout(data_shape, attrs["data_layout"])
+    win = shapes.window((h, w), attrs["pool_size"], attrs["strides"], attrs["dilation"],
+                        attrs["padding"], attrs["ceil_mode"], what="pool",
+                        kernel_name="pool_size")
+    axis = win.blind_axis()
+    if axis is not None:
+        fail(f"padding {list(win.padding)} with pool_size {list(win.kernel)}, dilation "
+             f"{list(win.dilation)} and strides {list(win.strides)} makes a window cover only "
+             f"padding along the {('height', 'width')[axis]} ({win.spatial_in[axis]}); keep "
+             "each window on at least one input cell")
+    return win
 
 
 def _pool(types, attrs):
@@ -197,30 +159,18 @@ def _pool(types, attrs):
         fail(f"data {list(data.shape)} must be 4-D")
     if data.dtype == "bool":
         fail("pooling needs a numeric tensor, got bool")
-    attrs = _pool_attrs(attrs)
-    if len(attrs["pool_size"]) != 2 or not all(1 <= k < WINDOW_ATTR_LIMIT
-                                                for k in attrs["pool_size"]):
-        fail(f"pool_size {list(attrs['pool_size'])} must be two positive ints below 2**31")
-    _check_window_attrs(attrs, "pool")
-    n, c, h, w = _layout(data.shape, attrs["data_layout"])
-    oh, ow = out_hw((h, w), attrs["pool_size"], attrs, attrs["ceil_mode"])
-    _check_windows_see_input((h, w), attrs, (oh, ow))
+    n, c, _, _ = _layout(data.shape, attrs["data_layout"])
+    oh, ow = pool_window(data.shape, attrs).out
     return TensorType(_from_nchw(n, c, oh, ow, attrs["data_layout"]), data.dtype)
 
 
 def _pool_taps(b, x, attrs, value):
-    """Pad (explicit padding plus what ceil_mode's last window needs) and slice the taps."""
-    attrs = _pool_attrs(attrs)
+    """The window taps of x padded with `value` (explicit padding plus what ceil mode's
+    last window needs), and the window."""
+    win = pool_window(x.shape, attrs)
     axes = SPATIAL_AXES[attrs["data_layout"]]
-    hw = (x.shape[axes[0]], x.shape[axes[1]])
-    attrs["_out"] = out_hw(hw, attrs["pool_size"], attrs, attrs["ceil_mode"])
-    pads = list(attrs["padding"])
-    for k in range(2):  # extend bottom/right so every (ceil_mode) window is in range
-        need = (attrs["_out"][k] - 1) * attrs["strides"][k] + \
-            attrs["dilation"][k] * (attrs["pool_size"][k] - 1) + 1
-        pads[k + 2] += max(0, need - (hw[k] + pads[k] + pads[k + 2]))
-    x = pad_spatial(b, x, pads, axes, value)
-    return window_slices(b, x, attrs["pool_size"], attrs, axes), pads, attrs
+    x = pad_spatial(b, x, win.sweep_padding, axes, value)
+    return window_slices(b, x, win, axes), win
 
 
 def _tree(b, op, values):
@@ -244,14 +194,15 @@ def max_pool2d(b, x, **attrs):
     return _tree(b, "maximum", _pool_taps(b, x, attrs, lowest)[0])
 
 
-def _window_counts(hw, attrs, pads, count_include_pad) -> np.ndarray:
-    """How many cells each window averages: explicit padding counts only if asked."""
-    explicit = attrs["padding"]
-    ones = np.pad(np.ones(hw), [(explicit[0], explicit[2]), (explicit[1], explicit[3])],
+def _window_counts(win: Window, count_include_pad: bool) -> np.ndarray:
+    """How many cells each window averages: explicit padding counts only if asked, the
+    ceil-mode overhang never."""
+    (top, left), (bottom, right) = win.pads_begin, win.pads_end
+    ones = np.pad(np.ones(win.spatial_in), [(top, bottom), (left, right)],
                   constant_values=1.0 if count_include_pad else 0.0)
-    ones = np.pad(ones, [(0, pads[2] - explicit[2]), (0, pads[3] - explicit[3])])
-    (oh, ow), (kh, kw) = attrs["_out"], attrs["pool_size"]
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    ones = np.pad(ones, [(0, win.overhang[0]), (0, win.overhang[1])])
+    (oh, ow), (kh, kw) = win.out, win.kernel
+    (sh, sw), (dh, dw) = win.strides, win.dilation
     counts = np.zeros((oh, ow))
     for i in range(kh):
         for j in range(kw):
@@ -270,10 +221,10 @@ def _avg_pool(types, attrs):
 def avg_pool2d(b, x, count_include_pad, **attrs):
     """ONNX AveragePool: the mean of each window, padded cells counted only with
     `count_include_pad`"""
-    taps, pads, full = _pool_taps(b, x, attrs, 0.0)
+    taps, win = _pool_taps(b, x, attrs, 0.0)
     total = _tree(b, "add", taps)
-    axes = SPATIAL_AXES[full["data_layout"]]
-    counts = _window_counts((x.shape[axes[0]], x.shape[axes[1]]), full, pads, count_include_pad)
+    axes = SPATIAL_AXES[attrs["data_layout"]]
+    counts = _window_counts(win, count_include_pad)
     shape = [1] * 4
     shape[axes[0]], shape[axes[1]] = counts.shape
     return b.divide(total, b.const(counts.reshape(shape).astype(x.dtype)))
