@@ -117,7 +117,7 @@ def test_fallback_runs_what_the_backend_lacks(backend_factory):
 
 
 def test_failure_names_op_attrs_types_backend_and_routes(backend_factory):
-    backend_factory({"backend": "tiny", "legal": {"add": {"dtypes": ["float32"]}}})
+    backend_factory({"backend": "tiny", "executes": False, "legal": {"add": {"dtypes": ["float32"]}}})
     b = legato.GraphBuilder()
     x = b.input("x", (2, 3))
     mod = b.build(b.call("nn.softmax", b.call("add", x, x), axis=0))
@@ -131,7 +131,7 @@ def test_failure_names_op_attrs_types_backend_and_routes(backend_factory):
 
 
 def test_partial_and_analysis_modes(backend_factory):
-    backend_factory({"backend": "tiny2", "legal": {"add": {}, "exp": {}}})
+    backend_factory({"backend": "tiny2", "executes": False, "legal": {"add": {}, "exp": {}}})
     b = legato.GraphBuilder()
     x = b.input("x", (2, 3))
     mod = b.build(b.call("tanh", b.call("nn.relu", b.call("exp", x))))
@@ -207,7 +207,7 @@ def test_rule_that_changes_a_type_is_an_error_naming_op_and_rule():
 
 
 def test_kept_op_without_lowering_or_custom_support_fails(backend_factory):
-    backend_factory({"backend": "nolow", "legal_levels": [0]})
+    backend_factory({"backend": "nolow", "executes": False, "legal_levels": [0]})
     mod = legato.load_model("example:layernorm")
     with pytest.raises(legato.LegalizationError, match="(?s)kept by config.*does not take custom"):
         legato.legalize(mod, "nolow", config={"backends": {"nolow": {"keep": ["nn.layer_norm"]}}})

@@ -259,9 +259,9 @@ def test_quote_is_bounded_for_any_value():
         assert len(quote(value)) <= 80
 
 
-def test_a_kernel_reference_to_something_not_callable_is_a_config_error(backend_factory):
-    backend = backend_factory({"backend": "sep_kernels", "legal": {"add": {}},
-                               "kernels": {"add": "os:sep"}})
+def test_a_kernel_reference_to_something_not_callable_is_a_config_error_at_registration():
     with pytest.raises(legato.ConfigError, match="sep_kernels kernel for add: 'os:sep' is a "
                                                  "str, not a function"):
-        backend.kernel("add")
+        legato.register_backend({"backend": "sep_kernels", "legal": {"add": {}},
+                                 "kernels": {"add": "os:sep"}})
+    assert "sep_kernels" not in legato.list_backends()

@@ -124,6 +124,10 @@ class Backend:
     def has_kernel(self, op: str) -> bool:
         return op in self._kernels
 
+    def kernel_ops(self) -> list[str]:
+        """The ops of the kernel table."""
+        return list(self._kernels)
+
     def kernel(self, op: str) -> Callable:
         """The kernel for `op`, imported on first use when declared as 'module:function'."""
         try:

@@ -33,9 +33,12 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
                           f"at most 64 characters), got {quote(name)}")
     _check_settings(data, name, label)
     legal = _parse_legal(data.get("legal"), registry, label)
-    _add_levels(legal, data.get("legal_levels"), registry, label)
     table = _parse_kernels(data.get("kernels"), registry, label)
     table.update(_function_table(kernels, registry, label, "kernels argument"))
+    # an executing backend's kernel table bounds its levels: ops another plugin adds at
+    # those levels are not legal where there is no kernel to run them
+    runs = table if data.get("executes", True) and table else None
+    _add_levels(legal, data.get("legal_levels"), registry, label, runs)
     _add_kernel_ops(legal, table, data, registry, label)
     rules = _function_table(data.get("rules"), registry, label, "rules")
     for key, fn in (("executor", executor), ("emitter", emitter)):
@@ -170,15 +173,17 @@ def _attr_conditions(attrs, opdef, label, where) -> dict[str, tuple]:
     return out
 
 
-def _add_levels(legal: dict, levels, registry, label) -> None:
-    """Every op of the listed composite levels is legal, with no conditions."""
+def _add_levels(legal: dict, levels, registry, label, table: Mapping | None) -> None:
+    """Every op of the listed composite levels is legal, with no conditions (only those
+    of `table` when one is given)."""
     levels = as_list(levels, label, "legal_levels", "a list of levels (ints >= 0)")
     for level in levels:
         if not is_int(level):
             raise ConfigError(f"{label}: legal_levels: {quote(level)} is not a level "
                               "(int >= 0)")
         for op in registry.names():
-            if registry.get(op).level == level and op != "custom":
+            if registry.get(op).level == level and op != "custom" and \
+                    (table is None or op in table):
                 legal.setdefault(op, Condition())
 
 

@@ -8,7 +8,7 @@ hookimpl = pluggy.HookimplMarker("legato")
 
 @hookspec
 def legato_register_ops(register):
-    """Register op definitions: register(name, inputs, infer, kind, level=0, decompose=None, examples=(), attrs=None)."""
+    """Register op definitions: register(name, inputs, infer, kind, level=0, decompose=None, examples=(), attrs=None, *, doc="", onnx=(), aten=(), tolerance=None, samples=None, layout_rule=None)."""
 
 
 @hookspec

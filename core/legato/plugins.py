@@ -15,6 +15,7 @@ import pluggy
 
 from . import hookspecs
 from .backend import Backend
+from .backend_checks import backend_problems, fallback_problems, hook_problems
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
 from .registry import OpDef, Registry
@@ -55,6 +56,8 @@ class PluginHost:
                 self.problems.append((ep.name, f"failed to load {quote(ep.value)}: "
                                                f"{type(err).__name__}: {clip(str(err))}"))
                 names.remove(ep.name)
+                continue
+            self.problems.extend((ep.name, p) for p in hook_problems(plugin))
         self._run_hooks(names)
 
     def add_plugin(self, plugin: Any, name: str) -> None:
@@ -66,10 +69,12 @@ class PluginHost:
         except PLUGIN_FAILURES as err:  # e.g. a hook whose arguments are not the spec's
             raise PluginError(f"plugin {quote(name)}: {type(err).__name__}: "
                               f"{clip(str(err))}") from None
+        self.problems.extend((name, p) for p in hook_problems(plugin))
         self._run_hooks([name])
 
     def _run_hooks(self, names: list[str]) -> None:
         # ops first: capability files of any plugin may name ops another plugin adds
+        new_backends: list[str] = []
         for hook, make in ((self.pm.hook.legato_register_ops, self._op_registrar),
                            (self.pm.hook.legato_register_backends, self._backend_registrar)):
             for impl in hook.get_hookimpls():
@@ -81,6 +86,13 @@ class PluginHost:
                 except PLUGIN_FAILURES as err:
                     self._undo(added)  # nothing half-registered stays behind
                     self.problems.append((impl.plugin_name, _describe(hook.name, err)))
+                else:
+                    new_backends.extend(name for kind, name in added if kind == "backend")
+        # fallbacks are checked once every plugin of this round has registered its backends
+        for name in new_backends:
+            backend = self.backends[name]
+            self.problems.extend((backend.source, p)
+                                 for p in fallback_problems(backend, self.backends))
 
     def _undo(self, added: list[tuple[str, str]]) -> None:
         for kind, name in added:
@@ -92,10 +104,14 @@ class PluginHost:
 
     def _op_registrar(self, plugin: str, added: list) -> Callable:
         def register(name, inputs, infer, kind, level=0, decompose=None, examples=(),
-                     attrs=None):
-            _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs)
+                     attrs=None, *, doc="", onnx=(), aten=(), tolerance=None, samples=None,
+                     layout_rule=None):
+            _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs,
+                           doc, samples, layout_rule)
             self.registry.register(OpDef(name, inputs, dict(attrs or {}), infer, kind, level,
-                                         decompose, examples))
+                                         decompose, examples, doc, onnx=onnx, aten=aten,
+                                         tolerance=tolerance, samples=samples,
+                                         layout_rule=layout_rule))
             self._ops_added.append(name)
             added.append(("op", name))
         return register
@@ -104,16 +120,26 @@ class PluginHost:
         def register(capability, kernels=None, executor=None, emitter=None):
             backend = self.add_backend(parse_capability(
                 capability, self.registry, kernels=kernels, executor=executor,
-                emitter=emitter, plugin=plugin))
+                emitter=emitter, plugin=plugin), check_fallback=False)
             added.append(("backend", backend.name))
         return register
 
     # --- backends -----------------------------------------------------------------------
 
-    def add_backend(self, backend: Backend, replace: bool = False) -> Backend:
+    def add_backend(self, backend: Backend, replace: bool = False, *,
+                    check_fallback: bool = True) -> Backend:
+        """Register `backend` after the registration checks (backend_checks.py): a kernel
+        or emitter entry for every legal op, kernels that take the op's inputs and
+        attributes, and (unless a plugin is loading, when fallbacks are checked after
+        every plugin has registered) a fallback with kernels for what it lacks."""
         if backend.name in self.backends and not replace:
             raise RegistrationError(f"backend {backend.name!r} is already registered by "
                                     f"{self.backends[backend.name].source}")
+        problems = backend_problems(backend, self.registry)
+        if check_fallback and not problems:
+            problems = fallback_problems(backend, self.backends)
+        if problems:
+            raise RegistrationError("\n".join(problems))
         self.backends[backend.name] = backend
         return backend
 
@@ -164,7 +190,8 @@ def _entry_points() -> list:
     return found
 
 
-def _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs) -> None:
+def _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs, doc,
+                   samples, layout_rule) -> None:
     """The types of register(...)'s arguments, so a plugin's slip is a RegistrationError
     naming the op rather than an op with a strange name or a crash deep in the registry."""
     if not isinstance(name, str) or not OP_NAME.fullmatch(name):
@@ -180,6 +207,11 @@ def _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs)
         ("examples", examples, isinstance(examples, (list, tuple)),
          "a list of (input types, attrs)"),
         ("attrs", attrs, attrs is None or isinstance(attrs, Mapping), "a mapping"),
+        ("doc", doc, isinstance(doc, str), "a string (one line)"),
+        ("samples", samples, samples is None or callable(samples),
+         "a function rng -> samples, or None"),
+        ("layout_rule", layout_rule, layout_rule is None or callable(layout_rule),
+         "a function or None"),
     ]
     for arg, value, ok, wanted in checks:
         if not ok:
