@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from . import api
+from .cli_kit import add_commands as add_kit_commands
 from .errors import LegatoError
 from .examples import EXAMPLES, random_inputs
 from .executor import as_tuple
@@ -58,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="legalize and run the examples on every backend")
     p.add_argument("--config", "-c", help=f"user config (default: {DEMO_CONFIG} if present)")
     p.set_defaults(command=cmd_demo)
+    add_kit_commands(sub)  # init, check-backend
     return parser
 
 
