@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import shapes
+from ..errors import quote
+from ..ops.conv import pad_spatial, window_slices
 from .onnx_convert import converter
 
 # --- window geometry ------------------------------------------------------------------------
@@ -18,17 +21,10 @@ def window_attrs(node, kernel):
     node.require(len(spatial) == n and all(k >= 1 for k in kernel),
                  f"kernel_shape {list(kernel)} does not fit an input of shape "
                  f"{list(node.arg(0).shape)}")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * n)
-        for i in range(n):
-            out = -(-spatial[i] // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
-                        - spatial[i])
-            small, large = total // 2, total - total // 2
-            pads[i], pads[n + i] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
-    elif auto_pad == "VALID":
-        pads = [0] * (2 * n)
-    return strides, dilations, pads
+    node.require(auto_pad in shapes.AUTO_PADS, f"attribute 'auto_pad' = {quote(auto_pad)} is "
+                                               f"none of {', '.join(shapes.AUTO_PADS)}")
+    return strides, dilations, list(shapes.auto_pads(auto_pad, spatial, kernel, strides,
+                                                     dilations, pads))
 
 
 def window_ints(node, name: str, count: int, least: int) -> list[int]:
@@ -129,24 +125,18 @@ def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
                  f"kernel of {kernel[0] * kernel[1]} taps is not supported "
                  f"(at most {MAX_INDEX_TAPS})")
     flat = node.b.const(np.arange(x.type.size, dtype=np.int64).reshape(x.shape))
-    out = y.shape[2:]
-    extra = [max(0, (o - 1) * s + (k - 1) * d + 1 - (size + lo + hi)) for o, s, k, d, size, lo, hi
-             in zip(out, strides, kernel, dilations, x.shape[2:], pads[:2], pads[2:])]
-    widths = [0, 0, pads[0], pads[1], 0, 0, pads[2] + extra[0], pads[3] + extra[1]]
+    win = shapes.window(x.shape[2:], kernel, strides, dilations, pads,
+                        node.flag("ceil_mode", 0))
     lowest = -np.inf if x.dtype.startswith(("float", "bfloat")) else np.iinfo(x.dtype).min
-    padded_x = node.call("pad", x, pads=widths, value=float(lowest))
-    padded_i = node.call("pad", flat, pads=widths, value=-1.0)
+    # padded so that every window, ceil mode's last one too, is in range
+    padded_x = pad_spatial(node.b, x, win.sweep_padding, (2, 3), float(lowest))
+    padded_i = pad_spatial(node.b, flat, win.sweep_padding, (2, 3), -1.0)
+    none = node.b.scalar(np.iinfo(np.int64).max, "int64")
     best = None
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            begin = [i * dilations[0], j * dilations[1]]
-            window = {"begin": begin, "strides": list(strides), "axes": [2, 3],
-                      "end": [b + (o - 1) * s + 1 for b, o, s in zip(begin, out, strides)]}
-            tap = node.call("strided_slice", padded_x, **window)
-            index = node.call("strided_slice", padded_i, **window)
-            candidate = node.call("where", node.call("equal", tap, y), index,
-                                  node.b.scalar(np.iinfo(np.int64).max, "int64"))
-            best = candidate if best is None else node.call("minimum", best, candidate)
+    for tap, index in zip(window_slices(node.b, padded_x, win, (2, 3)),
+                          window_slices(node.b, padded_i, win, (2, 3))):
+        candidate = node.call("where", node.call("equal", tap, y), index, none)
+        best = candidate if best is None else node.call("minimum", best, candidate)
     if node.flag("storage_order", 0):  # column-major: look the row-major index up
         n, c, h, w = x.shape
         table = np.arange(x.type.size, dtype=np.int64).reshape(n, c, w, h).transpose(0, 1, 3, 2)
@@ -251,9 +241,8 @@ def quant_param(node, param, x, axis: int):
         node.budget(x.shape[axis], "the block index of a blocked quantization")
         index = np.arange(x.shape[axis]) // block
         return node.call("take", param, node.b.const(index), axis=axis)
-    shape = [1] * x.rank
-    shape[axis] = param.shape[0]
-    return node.call("reshape", param, shape=shape)
+    return node.call("reshape", param, shape=list(shapes.channel_view(param.shape[0], x.rank,
+                                                                       axis)))
 
 
 def quant_axis(node, x, *params) -> int:
