@@ -104,8 +104,9 @@ def main() -> None:
     if args.numpy_only:
         print(json.dumps(numpy_gflops(args.sizes, args.repeat)))
         return
-    kernels = _import_kernels()
-    isa = {1: "generic", 2: "avx2+fma", 3: "avx512"}[kernels.lib.lgk_gemm_isa()]
+    _import_kernels()
+    from legato_c_kernels._lib import lib  # importable now that _import_kernels set the path
+    isa = {1: "generic", 2: "avx2+fma", 3: "avx512"}[lib.lgk_gemm_isa()]
     print(f"legato-c-kernels GEMM ({isa} micro-kernel) vs numpy {np.__version__}, "
           f"best of {args.repeat}")
     print(f"{'size':>6} {'threads':>7} {'legato GFLOP/s':>15} {'numpy GFLOP/s':>14} {'ratio':>6}")

@@ -26,4 +26,5 @@ def test_cc_environment_variable_wins(monkeypatch, tmp_path):
 
 def test_header_constants_reach_python():
     assert K.MAX_NDIM == 8
-    assert K.lib.LGK_ERR_OVERFLOW == 3
+    from legato_c_kernels._lib import lib
+    assert lib.LGK_ERR_OVERFLOW == 3

@@ -10,7 +10,7 @@ from legato.errors import LegatoError
 from ._util import SIZES, assert_close, f32
 
 from legato_c_kernels import kernels as K
-lib = K.lib
+from legato_c_kernels._lib import ffi, lib
 
 
 def mm_ref(a, b):
@@ -177,8 +177,8 @@ def test_linear_errors(rng):
 
 def test_c_gemm_rejects_bad_arguments():
     """The C layer checks sizes itself, independently of the Python checks."""
-    buf = K.ffi.new("float[]", 16)
-    null = K.ffi.NULL
+    buf = ffi.new("float[]", 16)
+    null = ffi.NULL
     ok = lib.lgk_sgemm(2, 2, 2, buf, 4, 2, 1, buf, 4, 2, 1, buf, 4, 2, null, 0, 0, 0, 1)
     assert ok == lib.LGK_OK
     assert lib.lgk_sgemm(-1, 2, 2, buf, 4, 2, 1, buf, 4, 2, 1, buf, 4, 2, null, 0, 0, 0, 1) == lib.LGK_ERR_SHAPE

@@ -13,7 +13,8 @@ from ._util import SIZES, assert_close, f32
 from .test_gemm import ACTS, available_isas, gemm_close, isa, mm_ref  # noqa: F401 (isa: fixture)
 
 from legato_c_kernels import kernels as K
-lib = K.lib
+from legato_c_kernels._lib import ffi, lib
+from legato_c_kernels.kernels.gemm import _aligned_empty
 
 
 def test_pack_both_orientations_all_sizes(rng, isa):
@@ -114,9 +115,9 @@ def test_isa_mismatch_is_refused(rng):
         data = packed.data
         c = np.empty((2, 7), np.float32)
         a = f32(rng, 2, 9)
-        status = lib.lgk_sgemm_prepacked(2, 7, 9, K.ffi.from_buffer("float[]", a), a.size, 9, 1,
-                                         K.ffi.from_buffer("float[]", data), data.size,
-                                         K.ffi.from_buffer("float[]", c), c.size, 7, K.ffi.NULL,
+        status = lib.lgk_sgemm_prepacked(2, 7, 9, ffi.from_buffer("float[]", a), a.size, 9, 1,
+                                         ffi.from_buffer("float[]", data), data.size,
+                                         ffi.from_buffer("float[]", c), c.size, 7, ffi.NULL,
                                          0, 0, 0, 1)
         assert status == lib.LGK_ERR_ARG
     finally:
@@ -161,12 +162,12 @@ def test_errors(rng):
 
 def test_c_prepacked_rejects_bad_arguments():
     """Argument checks of the C layer itself, independent of the Python ones."""
-    ffi, null = K.ffi, K.ffi.NULL
+    null = ffi.NULL
     assert lib.lgk_sgemm_packed_b_size(-1, 2) == -lib.LGK_ERR_SHAPE
     assert lib.lgk_sgemm_packed_b_size(1 << 40, 1 << 40) == -lib.LGK_ERR_OVERFLOW
     size = lib.lgk_sgemm_packed_b_size(2, 2)
     b, a, c = ffi.new("float[]", 4), ffi.new("float[]", 4), ffi.new("float[]", 4)
-    packed = K._aligned_empty(size)
+    packed = _aligned_empty(size)
     pk = ffi.from_buffer("float[]", packed)
     assert lib.lgk_sgemm_pack_b(2, 2, b, 4, 2, 1, pk, size) == lib.LGK_OK
     assert lib.lgk_sgemm_pack_b(2, 2, b, 3, 2, 1, pk, size) == lib.LGK_ERR_SHAPE

@@ -11,26 +11,32 @@
 
 /* ---- unary ------------------------------------------------------------------ */
 
-#define LGK_UNARY_TABLE(X)                       \
-    X(LGK_UNARY_NEGATIVE, negative, -v)          \
-    X(LGK_UNARY_ABS, abs, fabsf(v))              \
-    X(LGK_UNARY_EXP, exp, lgk_expf(v))           \
-    X(LGK_UNARY_LOG, log, lgk_logf(v))           \
-    X(LGK_UNARY_SQRT, sqrt, sqrtf(v))            \
-    X(LGK_UNARY_RSQRT, rsqrt, 1.0f / sqrtf(v))   \
-    X(LGK_UNARY_TANH, tanh, lgk_tanhf(v))        \
-    X(LGK_UNARY_SIGMOID, sigmoid, lgk_sigmoidf(v)) \
-    X(LGK_UNARY_ERF, erf, lgk_erff(v))           \
-    X(LGK_UNARY_RELU, relu, lgk_reluf(v))        \
-    X(LGK_UNARY_GELU, gelu, lgk_geluf(v))        \
-    X(LGK_UNARY_GELU_TANH, gelu_tanh, lgk_gelu_tanhf(v)) \
-    X(LGK_UNARY_SILU, silu, lgk_siluf(v))
+/* The ops by legato op name; a variant of an op for one attribute value is named
+ * "op:attribute=value". An op's code is its position here (lgk_unary_name), so this
+ * table is the only list of unary ops: the Python wrapper builds its kernels from it. */
+#define LGK_UNARY_TABLE(X)                                          \
+    X(negative, "negative", -v)                                     \
+    X(abs, "abs", fabsf(v))                                         \
+    X(exp, "exp", lgk_expf(v))                                      \
+    X(log, "log", lgk_logf(v))                                      \
+    X(sqrt, "sqrt", sqrtf(v))                                       \
+    X(rsqrt, "rsqrt", 1.0f / sqrtf(v))                              \
+    X(tanh, "tanh", lgk_tanhf(v))                                   \
+    X(sigmoid, "sigmoid", lgk_sigmoidf(v))                          \
+    X(erf, "erf", lgk_erff(v))                                      \
+    X(relu, "nn.relu", lgk_reluf(v))                                \
+    X(gelu, "nn.gelu:approximate=none", lgk_geluf(v))               \
+    X(gelu_tanh, "nn.gelu:approximate=tanh", lgk_gelu_tanhf(v))     \
+    X(silu, "nn.silu", lgk_siluf(v))
+
+#define UNARY_CODE(id, opname, expr) UNARY_##id,
+enum { LGK_UNARY_TABLE(UNARY_CODE) UNARY_COUNT };
 
 typedef void (*unary_fn)(int64_t n, const float *x, float *y);
 
 /* No `restrict`: y == x is allowed; GCC versions the loop on an alias check. */
-#define DEFINE_UNARY(ENUM, name, expr)                                  \
-    LGK_CLONES static void unary_##name(int64_t n, const float *x, float *y) \
+#define DEFINE_UNARY(id, opname, expr)                                  \
+    LGK_CLONES static void unary_##id(int64_t n, const float *x, float *y) \
     {                                                                   \
         for (int64_t i = 0; i < n; ++i) {                               \
             float v = x[i];                                             \
@@ -39,12 +45,21 @@ typedef void (*unary_fn)(int64_t n, const float *x, float *y);
     }
 LGK_UNARY_TABLE(DEFINE_UNARY)
 
-#define UNARY_ENTRY(ENUM, name, expr) [ENUM] = unary_##name,
-static const unary_fn unary_fns[LGK_UNARY_COUNT] = {LGK_UNARY_TABLE(UNARY_ENTRY)};
+#define UNARY_ENTRY(id, opname, expr) [UNARY_##id] = unary_##id,
+static const unary_fn unary_fns[UNARY_COUNT] = {LGK_UNARY_TABLE(UNARY_ENTRY)};
+#define UNARY_NAME(id, opname, expr) [UNARY_##id] = opname,
+static const char *const unary_names[UNARY_COUNT] = {LGK_UNARY_TABLE(UNARY_NAME)};
+
+int lgk_unary_count(void) { return UNARY_COUNT; }
+
+const char *lgk_unary_name(int op)
+{
+    return op >= 0 && op < UNARY_COUNT ? unary_names[op] : NULL;
+}
 
 int lgk_unary(int op, int64_t n, const float *x, float *y)
 {
-    LGK_CHECK(op >= 0 && op < LGK_UNARY_COUNT, LGK_ERR_ARG);
+    LGK_CHECK(op >= 0 && op < UNARY_COUNT, LGK_ERR_ARG);
     LGK_CHECK(n >= 0, LGK_ERR_SHAPE);
     LGK_TRY(lgk_checked_count(1, &n, &n));
     LGK_CHECK(x != NULL && y != NULL, LGK_ERR_NULL);
@@ -147,22 +162,26 @@ static int make_layout(int ndim, const int64_t *shape, int nin, const int64_t *c
 
 /* ---- binary ---------------------------------------------------------------------- */
 
+/* By legato op name, as the unary table; broadcasting follows numpy. */
 #define LGK_BINARY_TABLE(X)                          \
-    X(LGK_BINARY_ADD, add, a + b)                    \
-    X(LGK_BINARY_SUBTRACT, subtract, a - b)          \
-    X(LGK_BINARY_MULTIPLY, multiply, a * b)          \
-    X(LGK_BINARY_DIVIDE, divide, a / b)              \
-    X(LGK_BINARY_MAXIMUM, maximum, lgk_maxf(a, b))   \
-    X(LGK_BINARY_MINIMUM, minimum, lgk_minf(a, b))   \
-    X(LGK_BINARY_POWER, power, powf(a, b))
+    X(add, "add", a + b)                             \
+    X(subtract, "subtract", a - b)                   \
+    X(multiply, "multiply", a * b)                   \
+    X(divide, "divide", a / b)                       \
+    X(maximum, "maximum", lgk_maxf(a, b))            \
+    X(minimum, "minimum", lgk_minf(a, b))            \
+    X(power, "power", powf(a, b))
+
+#define BINARY_CODE(id, opname, expr) BINARY_##id,
+enum { LGK_BINARY_TABLE(BINARY_CODE) BINARY_COUNT };
 
 typedef void (*binary_fn)(int64_t n, const float *x, int64_t sx, const float *y, int64_t sy,
                           float *out);
 
 /* One inner line; the (1,1), (1,0) and (0,1) stride patterns get their own
  * loops so they vectorize (a hoisted scalar instead of a stride-0 load). */
-#define DEFINE_BINARY(ENUM, name, expr)                                              \
-    LGK_CLONES static void binary_##name(int64_t n, const float *x, int64_t sx,       \
+#define DEFINE_BINARY(id, opname, expr)                                              \
+    LGK_CLONES static void binary_##id(int64_t n, const float *x, int64_t sx,       \
                                          const float *y, int64_t sy, float *out)     \
     {                                                                                \
         if (sx == 1 && sy == 1) {                                                    \
@@ -191,15 +210,24 @@ typedef void (*binary_fn)(int64_t n, const float *x, int64_t sx, const float *y,
     }
 LGK_BINARY_TABLE(DEFINE_BINARY)
 
-#define BINARY_ENTRY(ENUM, name, expr) [ENUM] = binary_##name,
-static const binary_fn binary_fns[LGK_BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_ENTRY)};
+#define BINARY_ENTRY(id, opname, expr) [BINARY_##id] = binary_##id,
+static const binary_fn binary_fns[BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_ENTRY)};
+#define BINARY_NAME(id, opname, expr) [BINARY_##id] = opname,
+static const char *const binary_names[BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_NAME)};
+
+int lgk_binary_count(void) { return BINARY_COUNT; }
+
+const char *lgk_binary_name(int op)
+{
+    return op >= 0 && op < BINARY_COUNT ? binary_names[op] : NULL;
+}
 
 int lgk_binary(int op, int ndim, const int64_t *shape,
                const float *a, int64_t a_len, const int64_t *a_strides,
                const float *b, int64_t b_len, const int64_t *b_strides,
                float *out, int64_t out_len)
 {
-    LGK_CHECK(op >= 0 && op < LGK_BINARY_COUNT, LGK_ERR_ARG);
+    LGK_CHECK(op >= 0 && op < BINARY_COUNT, LGK_ERR_ARG);
     nd_layout l;
     int64_t count;
     const int64_t *strides[2] = {a_strides, b_strides};

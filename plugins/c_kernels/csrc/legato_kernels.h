@@ -54,6 +54,9 @@ enum lgk_activation {
     LGK_ACT_GELU_TANH = 3, /* tanh approximation */
     LGK_ACT_SILU = 4
 };
+/* The legato op (or "op:attribute=value" variant, as for lgk_unary_name) an
+ * activation code applies; NULL for LGK_ACT_NONE and codes out of range. */
+const char *lgk_activation_name(int activation);
 
 enum lgk_bias_mode {
     LGK_BIAS_NONE = 0,
@@ -176,36 +179,21 @@ int lgk_avg_pool2d_nchw(const lgk_pool2d_params *p, const float *x, int64_t x_le
                         float *y, int64_t y_len);
 
 /* ---- elementwise ----------------------------------------------------------- */
-enum lgk_unary_op {
-    LGK_UNARY_NEGATIVE = 0,
-    LGK_UNARY_ABS,
-    LGK_UNARY_EXP,
-    LGK_UNARY_LOG,
-    LGK_UNARY_SQRT,
-    LGK_UNARY_RSQRT,
-    LGK_UNARY_TANH,
-    LGK_UNARY_SIGMOID,
-    LGK_UNARY_ERF,
-    LGK_UNARY_RELU,
-    LGK_UNARY_GELU,
-    LGK_UNARY_GELU_TANH,
-    LGK_UNARY_SILU,
-    LGK_UNARY_COUNT
-};
+/*
+ * The unary and binary ops are listed by name: lgk_unary_name(op) for op in
+ * [0, lgk_unary_count()) is the legato op the code computes ("exp", "nn.relu"),
+ * or "op:attribute=value" for the variant of an op with that attribute value
+ * ("nn.gelu:approximate=tanh"). Codes are positions in that list and may change
+ * between library versions: look them up by name, never hard-wire them.
+ * The *_name functions return NULL for a code out of range.
+ */
+int lgk_unary_count(void);
+const char *lgk_unary_name(int op);
+int lgk_binary_count(void);
+const char *lgk_binary_name(int op);
 
 /* y[i] = op(x[i]) for i < n; y may equal x (in place) but not partially overlap. */
 int lgk_unary(int op, int64_t n, const float *x, float *y);
-
-enum lgk_binary_op {
-    LGK_BINARY_ADD = 0,
-    LGK_BINARY_SUBTRACT,
-    LGK_BINARY_MULTIPLY,
-    LGK_BINARY_DIVIDE,
-    LGK_BINARY_MAXIMUM, /* NaN-propagating, like numpy */
-    LGK_BINARY_MINIMUM,
-    LGK_BINARY_POWER,
-    LGK_BINARY_COUNT
-};
 
 /*
  * out[idx] = op(a[idx . a_strides], b[idx . b_strides]) over the index space

@@ -475,6 +475,33 @@ static void test_pool(void)
 
 /* ---- elementwise -------------------------------------------------------------------- */
 
+/* An op's code by its name (the library lists its ops by name; codes are not fixed). */
+static int code_by_name(int count, const char *(*name_of)(int), const char *name)
+{
+    for (int op = 0; op < count; ++op)
+        if (strcmp(name_of(op), name) == 0)
+            return op;
+    fprintf(stderr, "no elementwise op named %s\n", name);
+    exit(2);
+}
+
+static int unary_code(const char *name) { return code_by_name(lgk_unary_count(), lgk_unary_name, name); }
+static int binary_code(const char *name) { return code_by_name(lgk_binary_count(), lgk_binary_name, name); }
+
+static void test_op_names(void)
+{
+    EXPECT(lgk_unary_count() > 0 && lgk_binary_count() > 0);
+    for (int op = 0; op < lgk_unary_count(); ++op)
+        EXPECT(lgk_unary_name(op) != NULL && unary_code(lgk_unary_name(op)) == op);
+    for (int op = 0; op < lgk_binary_count(); ++op)
+        EXPECT(lgk_binary_name(op) != NULL && binary_code(lgk_binary_name(op)) == op);
+    EXPECT(lgk_unary_name(-1) == NULL && lgk_unary_name(lgk_unary_count()) == NULL);
+    EXPECT(lgk_binary_name(-1) == NULL && lgk_binary_name(lgk_binary_count()) == NULL);
+    EXPECT(lgk_activation_name(LGK_ACT_NONE) == NULL);
+    for (int act = LGK_ACT_RELU; act <= LGK_ACT_SILU; ++act)
+        EXPECT(lgk_activation_name(act) != NULL && unary_code(lgk_activation_name(act)) >= 0);
+}
+
 static void test_unary(void)
 {
     enum { N = 1000 };
@@ -482,27 +509,27 @@ static void test_unary(void)
     double want[N];
     for (int i = 0; i < N; ++i)
         x[i] *= 20.0f;
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_EXP, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, x, y), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = exp(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 0));
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_TANH, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("tanh"), N, x, y), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = tanh(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 0));
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_ERF, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("erf"), N, x, y), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = erf(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 1e-30));
     for (int i = 0; i < N; ++i) x[i] = fabsf(x[i]) + 1e-3f;
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_LOG, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("log"), N, x, y), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = log(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 1e-7));
     for (int i = 0; i < N; ++i) want[i] = 1.0 / sqrt(x[i]);
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_RSQRT, N, x, x), LGK_OK); /* in place */
+    EXPECT_STATUS(lgk_unary(unary_code("rsqrt"), N, x, x), LGK_OK); /* in place */
     EXPECT(all_close(x, want, N, 1e-5, 0));
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_COUNT, N, x, y), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_unary(lgk_unary_count(), N, x, y), LGK_ERR_ARG);
     EXPECT_STATUS(lgk_unary(-1, N, x, y), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_EXP, -1, x, y), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_EXP, N, NULL, y), LGK_ERR_NULL);
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_EXP, INT64_MAX, x, y), LGK_ERR_OVERFLOW);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), -1, x, y), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, NULL, y), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), INT64_MAX, x, y), LGK_ERR_OVERFLOW);
     free(x);
 }
 
@@ -512,25 +539,25 @@ static void test_binary(void)
     const int64_t shape[3] = {2, 3, 4}, sa[3] = {12, 4, 1}, sb[3] = {0, 1, 0};
     float *a = rand_buf(24), *b = rand_buf(3), out[24];
     double want[24];
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_SUBTRACT, 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("subtract"), 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_OK);
     for (int i = 0; i < 24; ++i) want[i] = (double)a[i] - b[(i / 4) % 3];
     EXPECT(all_close(out, want, 24, 0, 0));
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_MAXIMUM, 3, shape, b, 3, sb, a, 24, sa, out, 24), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("maximum"), 3, shape, b, 3, sb, a, 24, sa, out, 24), LGK_OK);
     for (int i = 0; i < 24; ++i) want[i] = fmax(a[i], b[(i / 4) % 3]);
     EXPECT(all_close(out, want, 24, 0, 0));
     /* scalar (ndim 0) */
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_MULTIPLY, 0, NULL, a, 1, NULL, b, 1, NULL, out, 1), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("multiply"), 0, NULL, a, 1, NULL, b, 1, NULL, out, 1), LGK_OK);
     EXPECT(out[0] == a[0] * b[0]);
     /* errors */
     const int64_t big_stride[3] = {12, 4, 2}, neg[3] = {12, -4, 1}, bad_shape[3] = {2, -3, 4};
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, shape, a, 24, big_stride, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, shape, a, 24, neg, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, bad_shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, shape, a, 24, sa, b, 3, sb, out, 23), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 9, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_COUNT, 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, shape, a, 24, NULL, b, 3, sb, out, 24), LGK_ERR_NULL);
-    EXPECT_STATUS(lgk_binary(LGK_BINARY_ADD, 3, shape, a, 24, sa, NULL, 3, sb, out, 24), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, big_stride, b, 3, sb, out, 24), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, neg, b, 3, sb, out, 24), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, bad_shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, b, 3, sb, out, 23), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 9, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_binary(lgk_binary_count(), 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, NULL, b, 3, sb, out, 24), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, NULL, 3, sb, out, 24), LGK_ERR_NULL);
     free(a), free(b);
 }
 
@@ -643,7 +670,7 @@ static void test_sigmoid_tails(void)
     enum { N = 20001 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     for (int i = 0; i < N; ++i) x[i] = -100.0f + 0.01f * (float)i;
-    EXPECT_STATUS(lgk_unary(LGK_UNARY_SIGMOID, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("sigmoid"), N, x, y), LGK_OK);
     int bad = 0;
     for (int i = 0; i < N; ++i) {
         double v = x[i], want = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));
@@ -703,6 +730,7 @@ int main(void)
     test_conv();
     test_conv_edges();
     test_pool();
+    test_op_names();
     test_unary();
     test_binary();
     test_strided_copy();

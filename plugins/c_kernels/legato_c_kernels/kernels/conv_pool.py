@@ -1,0 +1,155 @@
+"""NCHW convolution and pooling kernels (csrc/conv_pool.c)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from .._lib import ffi, lib
+from .common import (Array, CCall, bound, dense, detach, error, f32, ints, num_threads, opt_f32,
+                     opt_ptr, out_array, ptr, run_call)
+from .gemm import _activation
+
+
+def _require_layout(op: str, name: str, value: str, supported: str) -> None:
+    if value != supported:
+        raise error(op, f"{name}={value!r} is not supported by c_kernels (only {supported!r})")
+
+
+def _spatial(op: str, strides: Any, padding: Any, dilation: Any) -> tuple[list[int], ...]:
+    return (ints(op, "strides", strides, 2, 1), ints(op, "padding", padding, 4, 0),
+            ints(op, "dilation", dilation, 2, 1))
+
+
+def _fill_geometry(p: Any, shape: tuple[int, ...], strides: list[int], padding: list[int],
+                   dilation: list[int]) -> None:
+    p.n, p.c, p.h, p.w = shape
+    p.stride_h, p.stride_w = strides
+    p.pad_top, p.pad_left, p.pad_bottom, p.pad_right = padding
+    p.dilation_h, p.dilation_w = dilation
+
+
+def _out_hw(op: str, fn: Any, params: Any, what: str) -> tuple[int, int]:
+    oh, ow = ffi.new("int64_t *"), ffi.new("int64_t *")
+    if fn(params, oh, ow) != lib.LGK_OK:
+        raise error(op, f"invalid geometry: {what}")
+    return oh[0], ow[0]
+
+
+def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
+                 strides: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
+                 dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
+                 kernel_layout: str = "OIHW", out: Optional[Array] = None,
+                 activation: str = "none", strict: bool = False) -> tuple[Array, Optional[CCall]]:
+    op = "nn.conv2d"
+    _require_layout(op, "data_layout", data_layout, "NCHW")
+    _require_layout(op, "kernel_layout", kernel_layout, "OIHW")
+    data, weight = f32(op, "data", data), f32(op, "weight", weight)
+    bias, act = opt_f32(op, "bias", bias), _activation(op, activation)
+    strides, padding, dilation = _spatial(op, strides, padding, dilation)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise error(op, f"groups must be a positive int, got {groups!r}")
+    if data.ndim != 4 or weight.ndim != 4:
+        raise error(op, f"expected 4-D data and weight, got {data.shape}, {weight.shape}")
+    n_out, c_per_group = weight.shape[:2]
+    if data.shape[1] != c_per_group * groups or n_out % groups:
+        raise error(op, f"channels do not match: data {data.shape}, weight {weight.shape}, groups {groups}")
+    if bias is not None and bias.shape != (n_out,):
+        raise error(op, f"bias must have shape ({n_out},), got {bias.shape}")
+    p = ffi.new("lgk_conv2d_params *")
+    _fill_geometry(p, data.shape, strides, padding, dilation)
+    p.o, p.kh, p.kw, p.groups = n_out, weight.shape[2], weight.shape[3], int(groups)
+    oh, ow = _out_hw(op, lib.lgk_conv2d_out_shape, p,
+                     f"input {data.shape}, kernel {weight.shape[2:]}, strides {strides}, "
+                     f"padding {padding}, dilation {dilation}")
+    out = out_array(op, out, (data.shape[0], n_out, oh, ow))
+    if out.size == 0:
+        return out, None
+    x = dense(detach(data, out, strict=strict), strict)
+    w = dense(detach(weight, out, strict=strict), strict)
+    b = None if bias is None else dense(detach(bias, out, strict=strict), strict)
+    return out, CCall(op, lib.lgk_conv2d_nchw, (
+        p, ptr(x), x.size, ptr(w), w.size, opt_ptr(b), 0 if b is None else b.size, ptr(out),
+        out.size, act, num_threads()))
+
+
+def nn_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
+              strides: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
+              dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
+              kernel_layout: str = "OIHW", out: Optional[Array] = None,
+              activation: str = "none") -> Array:
+    """nn.conv2d, NCHW data and OIHW weight; ``activation`` is an optional fusion."""
+    return run_call(*_plan_conv2d(data, weight, bias, strides=strides, padding=padding,
+                                  dilation=dilation, groups=groups, data_layout=data_layout,
+                                  kernel_layout=kernel_layout, out=out, activation=activation))
+
+
+def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padding: Any,
+               dilation: Any, ceil_mode: bool, count_include_pad: bool, data_layout: str,
+               out: Optional[Array], strict: bool) -> tuple[Array, Optional[CCall]]:
+    _require_layout(op, "data_layout", data_layout, "NCHW")
+    data = f32(op, "data", data)
+    if data.ndim != 4:
+        raise error(op, f"expected 4-D NCHW data, got shape {data.shape}")
+    kernel = ints(op, "pool_size", pool_size, 2, 1)
+    strides, padding, dilation = _spatial(op, kernel if strides is None else strides, padding,
+                                          dilation)
+    p = ffi.new("lgk_pool2d_params *")
+    _fill_geometry(p, data.shape, strides, padding, dilation)
+    p.kh, p.kw = kernel
+    p.ceil_mode, p.count_include_pad = bool(ceil_mode), bool(count_include_pad)
+    oh, ow = _out_hw(op, lib.lgk_pool2d_out_shape, p,
+                     f"input {data.shape}, pool_size {kernel}, strides {strides}, "
+                     f"padding {padding}, dilation {dilation}")
+    out = out_array(op, out, data.shape[:2] + (oh, ow))
+    if out.size == 0:
+        return out, None
+    x = dense(detach(data, out, strict=strict), strict)
+    return out, CCall(op, fn, (p, ptr(x), x.size, ptr(out), out.size))
+
+
+def _plan_max_pool2d(data: Array, *, pool_size: Sequence[int],
+                     strides: Optional[Sequence[int]] = None,
+                     padding: Sequence[int] = (0, 0, 0, 0), dilation: Sequence[int] = (1, 1),
+                     ceil_mode: bool = False, data_layout: str = "NCHW",
+                     out: Optional[Array] = None, strict: bool = False):
+    return _plan_pool("nn.max_pool2d", lib.lgk_max_pool2d_nchw, data, pool_size, strides,
+                      padding, dilation, ceil_mode, False, data_layout, out, strict)
+
+
+def _plan_avg_pool2d(data: Array, *, pool_size: Sequence[int],
+                     strides: Optional[Sequence[int]] = None,
+                     padding: Sequence[int] = (0, 0, 0, 0), dilation: Sequence[int] = (1, 1),
+                     ceil_mode: bool = False, count_include_pad: bool = False,
+                     data_layout: str = "NCHW", out: Optional[Array] = None, strict: bool = False):
+    return _plan_pool("nn.avg_pool2d", lib.lgk_avg_pool2d_nchw, data, pool_size, strides,
+                      padding, dilation, ceil_mode, count_include_pad, data_layout, out, strict)
+
+
+def nn_max_pool2d(data: Array, *, pool_size: Sequence[int], strides: Optional[Sequence[int]] = None,
+                  padding: Sequence[int] = (0, 0, 0, 0), dilation: Sequence[int] = (1, 1),
+                  ceil_mode: bool = False, data_layout: str = "NCHW",
+                  out: Optional[Array] = None) -> Array:
+    """nn.max_pool2d (NCHW); padded cells are -inf."""
+    return run_call(*_plan_max_pool2d(data, pool_size=pool_size, strides=strides,
+                                      padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                                      data_layout=data_layout, out=out))
+
+
+def nn_avg_pool2d(data: Array, *, pool_size: Sequence[int], strides: Optional[Sequence[int]] = None,
+                  padding: Sequence[int] = (0, 0, 0, 0), dilation: Sequence[int] = (1, 1),
+                  ceil_mode: bool = False, count_include_pad: bool = False,
+                  data_layout: str = "NCHW", out: Optional[Array] = None) -> Array:
+    """nn.avg_pool2d (NCHW, ONNX AveragePool). With count_include_pad the divisor
+    counts taps inside the padded input (windows are clipped at its end, as in
+    PyTorch / ONNX Runtime for ceil_mode)."""
+    return run_call(*_plan_avg_pool2d(data, pool_size=pool_size, strides=strides,
+                                      padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                                      count_include_pad=count_include_pad,
+                                      data_layout=data_layout, out=out))
+
+
+bound(nn_conv2d, _plan_conv2d)
+bound(nn_max_pool2d, _plan_max_pool2d)
+bound(nn_avg_pool2d, _plan_avg_pool2d)
