@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import planning
 from .errors import ExecutionError, LegatoError, clip
 from .ir import Call, Const, Function, Module, Value
 from .legalize import call_text, decode_custom
@@ -87,7 +88,8 @@ class Interpreter:
             attrs = {} if call.op == CALL_OP else dict(call.attrs)
             steps.append(_Step(kernel, inputs, attrs, outputs, call, where))
         results = tuple(slot(r) for r in fn.results)
-        _plan_frees(steps, results, {s for s, _ in consts} | set(range(len(fn.params))))
+        for step, dying in zip(steps, planning.frees(fn.calls, (*fn.params, *fn.results))):
+            step.free = tuple(slots[v] for v in dying)  # big intermediates go early
         plan = (fn, len(slots), tuple(consts), tuple(steps), results)
         self._plans[name] = plan
         return plan
@@ -153,22 +155,6 @@ def _shared_results(plan) -> frozenset:
             positions.add(position)
         seen.add(slot)
     return frozenset(positions)
-
-
-def _plan_frees(steps, results, pinned) -> None:
-    """After each step, drop slots no later step reads (so big intermediates are freed)."""
-    last_use: dict[int, int] = {}
-    for index, step in enumerate(steps):
-        for slot in step.inputs:
-            if slot is not None:
-                last_use[slot] = index
-    keep = set(results) | pinned
-    frees: dict[int, list] = {}
-    for slot, index in last_use.items():
-        if slot not in keep:
-            frees.setdefault(index, []).append(slot)
-    for index, step in enumerate(steps):
-        step.free = tuple(frees.get(index, ()))
 
 
 def _check_outputs(step: _Step, outs) -> None:
