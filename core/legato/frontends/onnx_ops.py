@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import Const
 from ..ops import REGISTRY
-from ..ops.base import broadcast_shapes, norm_axes, norm_axis
+from ..shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
 from .onnx_convert import converter, onnx_dtype
 from .onnx_tensors import quote
 
@@ -137,8 +137,11 @@ def split(node):
         node.require(parts == len(node.outputs), f"attribute 'num_outputs' = {parts} differs "
                                                  f"from the {len(node.outputs)} outputs")
         dim = x.shape[axis]
-        chunk = -(-dim // parts)  # ONNX 18: equal chunks of ceil(dim/n), the last smaller
-        sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
+        node.require(parts >= 1, f"attribute 'num_outputs' = {parts} must be at least 1")
+        # ONNX 18: chunks of ceil(dim / n), the last one smaller
+        sizes = list(chunk_sizes(dim, -(-dim // parts))) if dim else [0] * parts
+        node.require(len(sizes) == parts, f"a dim of {dim} does not split into {parts} "
+                                          f"chunks of {sizes[0]} (it makes {len(sizes)})")
     result = node.call("split", x, sections=sizes, axis=axis)
     return result if isinstance(result, tuple) else (result,)
 

@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import LegatoError
 from ..ir import Const
 from ..ops import REGISTRY
-from ..ops.base import broadcast_shapes
+from ..shapes import broadcast_shapes, chunk_sizes, norm_axis
 
 ATEN: dict = {}
 # ops legato has whole: kept out of PyTorch's decomposition table so they stay high-level
@@ -30,7 +30,7 @@ def aten(*names: str):
 
 def _axes(dims, rank: int):
     dims = [dims] if isinstance(dims, int) else list(dims)
-    return [d % rank for d in dims]
+    return [norm_axis(d, rank, 'dim') for d in dims]
 
 
 # --- elementwise ----------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def permute(b, x, dims):
 @aten("aten.transpose.int")
 def transpose(b, x, dim0, dim1):
     axes = list(range(x.rank))
-    dim0, dim1 = dim0 % x.rank, dim1 % x.rank
+    dim0, dim1 = norm_axis(dim0, x.rank, 'dim0'), norm_axis(dim1, x.rank, 'dim1')
     axes[dim0], axes[dim1] = axes[dim1], axes[dim0]
     return b.permute_dims(x, axes=axes)
 
@@ -209,7 +209,7 @@ def t(b, x):
 
 @aten("aten.unsqueeze.default")
 def unsqueeze(b, x, dim):
-    return b.expand_dims(x, axes=[dim % (x.rank + 1)])
+    return b.expand_dims(x, axes=[norm_axis(dim, x.rank + 1, 'dim')])
 
 
 @aten("aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default")
@@ -222,7 +222,8 @@ def squeeze(b, x, dims=None):
 
 @aten("aten.flatten.using_ints")
 def flatten(b, x, start_dim=0, end_dim=-1):
-    start, end = start_dim % max(x.rank, 1), end_dim % max(x.rank, 1)
+    start = norm_axis(start_dim, max(x.rank, 1), 'start_dim')
+    end = norm_axis(end_dim, max(x.rank, 1), 'end_dim')
     shape = list(x.shape[:start]) + [-1] + list(x.shape[end + 1:])
     return b.reshape(x, shape=shape)
 
@@ -247,13 +248,13 @@ def split_with_sizes(b, x, sizes, dim=0):
 
 @aten("aten.split.Tensor")
 def split(b, x, size, dim=0):
-    total = x.shape[dim]
-    return split_with_sizes(b, x, [min(size, total - i) for i in range(0, total, size)], dim)
+    dim = norm_axis(dim, x.rank, 'dim')
+    return split_with_sizes(b, x, list(chunk_sizes(x.shape[dim], size)), dim)
 
 
 @aten("aten.slice.Tensor")
 def slice_(b, x, dim=0, start=None, end=None, step=1):
-    dim = dim % x.rank
+    dim = norm_axis(dim, x.rank, 'dim')
     start = 0 if start is None else start
     end = x.shape[dim] if end is None else min(end, x.shape[dim])
     return b.strided_slice(x, begin=[start], end=[end], strides=[step], axes=[dim])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Call, Const
+from ..shapes import norm_axes
 
 LAYOUTS = ("NCHW", "NHWC")
 Perm = tuple  # original = permute_dims(new, perm); None is the identity
@@ -107,7 +108,7 @@ def reduce(ctx, call: Call):
     if perm is None:
         return None
     rank = len(perm)
-    axes = range(rank) if call.attrs["axes"] is None else [a % rank for a in call.attrs["axes"]]
+    axes = norm_axes(call.attrs["axes"], rank)
     out = ctx.emit(call, [new], axes=sorted(perm[a] for a in axes))
     if call.attrs["keepdims"]:
         return [(out.outputs[0], perm)]
@@ -123,7 +124,7 @@ def norm(ctx, call: Call):
     if perm is None or any(p is not None and not isinstance(p, Const) for p in params):
         return None
     rank = len(perm)
-    axes = sorted(perm[a % rank] for a in call.attrs["axes"])
+    axes = sorted(perm[a] for a in norm_axes(call.attrs["axes"], rank))
     aligned = [None if p is None else ctx.in_perm(
         Const.of(p.data.reshape((1,) * (rank - p.rank) + p.data.shape)), perm) for p in params]
     out = ctx.emit(call, [new, *aligned], axes=axes)

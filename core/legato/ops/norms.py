@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir import TensorType
+from .. import shapes
 from . import layout_rules
 from .base import broadcast_shapes, composite, f32, fail, norm_axes, require_float
 from .composite import count
@@ -78,9 +79,7 @@ def _per_channel_infer(axis_attr: str | None):
 
 def channel_view(b, param, rank: int, axis: int):
     """Reshape a per-channel (C,) tensor to broadcast along `axis` of a rank-`rank` tensor."""
-    shape = [1] * rank
-    shape[axis % rank] = param.shape[0]
-    return b.reshape(param, shape=shape)
+    return b.reshape(param, shape=list(shapes.channel_view(param.shape[0], rank, axis)))
 
 
 NCHW_EX = f32(2, 4, 3, 3)

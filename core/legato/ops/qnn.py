@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from ..ir import TensorType
+from ..shapes import channel_view
 from .base import T, composite, f32, fail, require_float, same_dtype
 from .conv import CONV_ATTRS, _conv2d
 
@@ -46,9 +47,7 @@ def along_axis(b, param, data, axis: int):
     """A scalar or per-axis (C,) parameter, shaped to broadcast against `data`."""
     if param.rank == 0 or param.shape == (1,):
         return param
-    shape = [1] * data.rank
-    shape[axis] = param.shape[0]
-    return b.reshape(param, shape=shape)
+    return b.reshape(param, shape=list(channel_view(param.shape[0], data.rank, axis)))
 
 
 Q_EXAMPLES = [((f32(2, 3), f32(), T("int8")), {}),
