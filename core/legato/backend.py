@@ -170,11 +170,3 @@ def resolve(ref: str, what: str, need_callable: bool = False) -> Any:
     if need_callable and not callable(obj):
         raise ConfigError(f"{what}: {quote(ref)} is a {type(obj).__name__}, not a function")
     return obj
-
-
-def parse_capability(source, registry, **kwargs) -> Backend:
-    """Validate a capability file (path or dict) and build the Backend (capability.py)."""
-    from .capability import parse_capability as parse  # it builds on this module
-    return parse(source, registry, **kwargs)
-
-

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from .backend import Backend, Condition, resolve
 from .errors import ConfigError, LegatoError, clip, quote
 from .ir import DTYPES, freeze_attr
-from .layout import LAYOUTS
+from .ops.layout_rules import LAYOUTS
 from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
 CAPABILITY_KEYS = {"backend", "description", "executes", "fallback", "custom_ops", "domain",

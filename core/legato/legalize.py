@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .builder import Emitter, make_call, run_decomposition
+from .calls import Emitter, run_decomposition
 from .config import EMPTY_CONFIG, BackendConfig
+from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
 from .errors import LegalizationError, LegatoError
-from .ir import Call, Function, Module, Origin, Value
+from .ir import CALL_OP, Call, Function, Module, Origin, Value
 from .passes import FunctionPass
 from .report import Decision, Report
-from .verify import CALL_OP
+
+__all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text",
+           "decode_custom", "encode_custom", "legalize_module"]  # the codec: custom_ops.py
 
 MODES = ("full", "partial", "analysis")
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
@@ -70,7 +73,7 @@ class _Legalizer:
                                           f"{self.max_level}", "max_level")
         if backend is None:
             return LEGAL
-        if op == "custom" and backend.custom_ops:
+        if op == CUSTOM_OP and backend.custom_ops:
             return Decision("custom", f"{backend.name} takes custom ops")
         why = backend.why_not(call)
         if why is None and op not in self.config.decompose:
@@ -146,7 +149,7 @@ class _Legalizer:
             if self.mode == "full":
                 raise LegalizationError(decision.reason)
             self.report.failures.append(decision.reason)
-        elif action == "custom" and call.op != "custom":
+        elif action == "custom" and call.op != CUSTOM_OP:
             call = self._custom(call, remap, source)
         elif action == "fallback":
             self.fallback_calls.add(call)
@@ -237,55 +240,6 @@ def _check_types(call: Call, results, rule: str) -> None:
         raise LegalizationError(
             f"rule {rule} changed the types of {call.op} {json.dumps(call.attrs.to_json())}: "
             f"it produced {[str(t) for t in got]} where the call has {[str(t) for t in want]}")
-
-
-# --- custom ops ---------------------------------------------------------------------------
-
-def encode_custom(call: Call, domain: str, registry) -> Call:
-    """A custom call carrying everything needed to rebuild `call` (docs/custom-ops.md)."""
-    opdef = registry.get(call.op)
-    tensors = [v for v in call.inputs if v is not None]
-    present = [v is not None for v in call.inputs]
-    payload = {"attrs": call.attrs.to_json(), "inputs": present}
-    attrs = {"operator_name": call.op, "domain_name": domain,
-             "implementation_attrs": json.dumps(payload, sort_keys=True),
-             "result_types": [[list(o.shape), o.dtype] for o in call.outputs]}
-    if not tensors:
-        raise LegalizationError(f"{opdef.name} has no tensor inputs to tunnel as a custom op")
-    return make_call(registry, "custom", tensors, attrs)
-
-
-def decode_custom(call: Call, registry=None) -> Call:
-    """The original call that a custom call stands for."""
-    if registry is None:
-        from .builder import default_registry
-        registry = default_registry()
-    if call.op != "custom":
-        raise LegatoError(f"decode_custom expects a custom call, got {call.op}")
-    payload = _custom_payload(call)
-    if sum(payload["inputs"]) != len(call.inputs):
-        raise LegatoError(f"custom call of {call.attrs['operator_name']}: implementation_attrs "
-                          f"mark {sum(payload['inputs'])} inputs present, the call has "
-                          f"{len(call.inputs)}")
-    tensors = iter(call.inputs)
-    inputs = [next(tensors) if present else None for present in payload["inputs"]]
-    original = make_call(registry, call.attrs["operator_name"], inputs, payload["attrs"],
-                         call.origin)
-    return Call(original.op, original.inputs, original.attrs, call.outputs, call.origin)
-
-
-def _custom_payload(call: Call) -> dict:
-    """implementation_attrs as written by encode_custom: {"attrs": {...}, "inputs": [bool]}."""
-    what = f"custom call of {call.attrs['operator_name']}: implementation_attrs"
-    try:
-        payload = json.loads(call.attrs["implementation_attrs"])
-    except ValueError as err:
-        raise LegatoError(f"{what} is not JSON: {err}") from None
-    if not (isinstance(payload, dict) and isinstance(payload.get("attrs"), dict)
-            and isinstance(payload.get("inputs"), list)
-            and all(isinstance(p, bool) for p in payload["inputs"])):
-        raise LegatoError(f'{what} must be {{"attrs": {{...}}, "inputs": [true|false, ...]}}')
-    return payload
 
 
 # --- entry point --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .backend import Backend
 from .backend_checks import backend_problems, fallback_problems, hook_problems
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
+from .ops import REGISTRY
 from .registry import OpDef, Registry
 from .yamlsource import hint
 
@@ -108,10 +109,11 @@ class PluginHost:
                      layout_rule=None):
             _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs,
                            doc, samples, layout_rule)
-            self.registry.register(OpDef(name, inputs, dict(attrs or {}), infer, kind, level,
-                                         decompose, examples, doc, onnx=onnx, aten=aten,
-                                         tolerance=tolerance, samples=samples,
-                                         layout_rule=layout_rule))
+            opdef = OpDef(name, inputs, dict(attrs or {}), infer, kind, level, decompose,
+                          examples, doc, onnx=onnx, aten=aten, tolerance=tolerance,
+                          samples=samples, layout_rule=layout_rule)
+            opdef.plugin = plugin
+            self.registry.register(opdef)
             self._ops_added.append(name)
             added.append(("op", name))
         return register
@@ -231,7 +233,6 @@ def get_host() -> PluginHost:
     """The process-wide host, created (and entry points loaded) on first use."""
     global _HOST
     if _HOST is None:
-        from .ops import REGISTRY
         host = PluginHost(REGISTRY)
         _HOST = host
         host.load_entry_points()
