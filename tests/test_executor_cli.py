@@ -49,12 +49,11 @@ def test_kernel_errors_name_the_failing_call(backend_factory):
         c(np.ones((2, 2), np.float32))
 
 
-def test_missing_kernel_is_reported_at_compile_time(backend_factory):
-    backend_factory({"backend": "nokernel", "legal": {"exp": {}}})
-    b = legato.GraphBuilder()
-    x = b.input("x", (2,))
-    with pytest.raises(legato.ExecutionError, match="no kernel for exp on nokernel"):
-        legato.compile(b.build(b.call("exp", x)), "nokernel")
+def test_missing_kernel_is_reported_at_registration(backend_factory):
+    with pytest.raises(legato.RegistrationError,
+                       match="backend nokernel: legal op exp without a kernel"):
+        backend_factory({"backend": "nokernel", "legal": {"exp": {}}})
+    assert "nokernel" not in legato.list_backends()
 
 
 def test_emitting_backend_cannot_be_called(backend_factory):

@@ -109,6 +109,51 @@ def test_shape_arithmetic_on_constants_is_folded_for_reshape():
     assert mod.main.results[0].type.shape == (2, 12)
 
 
+def shape_arithmetic_model():
+    """y = reshape(x, [n * 2 // 2 * (c - 0), -1]) with n, c read from Shape(x) and a Slice."""
+    i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Slice", ["s", "one", "two"], ["c"]),
+             helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["cf"], ["ci"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["n", "two_s"], ["n2"]),
+             helper.make_node("Div", ["n2", "two_s"], ["n3"]),
+             helper.make_node("Sub", ["ci", "zero1"], ["c2"]),
+             helper.make_node("Unsqueeze", ["n3", "axes"], ["n4"]),
+             helper.make_node("Mul", ["n4", "c2"], ["rows"]),
+             helper.make_node("Concat", ["rows", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [i64("zero", 0), i64("one", [1]), i64("two", [2]), i64("two_s", 2),
+             i64("zero1", [0]), i64("axes", [0]), i64("minus1", [-1])]
+    return model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", None)], inits)
+
+
+def test_shape_folding_needs_no_backend(monkeypatch):
+    # the importer folds in the core: with cpu_ref (or any backend) gone it folds the same
+    for name in list(legato.context().backends):
+        monkeypatch.delitem(legato.context().backends, name)
+    assert legato.list_backends() == []
+    mod = onnx_frontend.load(shape_arithmetic_model())
+    assert [c.op for c in mod.main.calls] == ["reshape"]
+    assert mod.main.calls[0].attrs["shape"] == [6, -1]
+    assert mod.main.results[0].type.shape == (6, 4)
+
+
+def test_folding_gives_up_on_what_it_cannot_compute_exactly():
+    from legato.frontends.onnx_fold import FOLD_MAX_ELEMENTS, fold_calls
+    b = legato.GraphBuilder()
+    ints = lambda values: b.const(np.array(values, np.int64))  # noqa: E731
+    quotient = b.call("divide", ints([7, -7]), ints([2, 2]))
+    assert fold_calls(b.calls, [quotient], b.registry)[0].tolist() == [3, -3]  # truncates
+    zero = b.call("divide", ints([1]), ints([0]))
+    big = b.call("add", ints(np.zeros(FOLD_MAX_ELEMENTS + 1)), ints(1))
+    erf = b.call("erf", b.const(np.zeros(2, np.float32)))
+    for value in (zero, big, erf):
+        call = next(c for c in b.calls if c.outputs[0] is value)
+        assert fold_calls([call], [value], b.registry) is None
+
+
 def test_a_runtime_shape_operand_is_a_clear_error():
     bad = model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
                 [tensor("x", [2, 3]), tensor("s", [2], TensorProto.INT64)], [tensor("y", None)])

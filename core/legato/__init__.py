@@ -16,7 +16,7 @@ from .layout import convert_layout, register_layout_rule
 from .partition import partition
 from .passes import FunctionPass, ModulePass, PassManager, PassResult
 from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
-                     OpError, ParseError, PluginError, RegistrationError, ShapeError)
+                     LegatoWarning, OpError, ParseError, PluginError, RegistrationError, ShapeError)
 from .hookspecs import hookimpl
 from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
 from .printer import parse
@@ -29,7 +29,7 @@ __all__ = [
     "Function", "FunctionPass", "FusePass", "ModulePass", "PassManager", "PassResult",
     "context", "convert_layout", "register_layout_rule", "partition", "fuse", "op_info",
     "function_pattern", "group_by_origin", "GraphBuilder", "IRError", "LegalizationError",
-    "LegatoError", "Module", "OpError",
+    "LegatoError", "LegatoWarning", "Module", "OpError",
     "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
     "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
     "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",

@@ -11,13 +11,13 @@ from typing import Any, Sequence
 
 from .backend import Backend
 from .capability import parse_capability
-from .config import load_config
+from .config import BackendConfig, load_config
 from .context import Context, context as current_context
 from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
 from .frontends.onnx import load as load_onnx
-from .ir import Function, Module
+from .ir import CALL_OP, Function, Module
 from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
@@ -222,7 +222,16 @@ def _first_line(err: Exception) -> str:
 
 
 def reference(model, *, context: Context | None = None) -> Interpreter:
-    """Run a module unlegalized with cpu_ref's kernel for every op (the ground truth)."""
+    """Run a module with cpu_ref's kernel for every op it has one for (the ground truth);
+    the ops it has none for (a plugin's) are legalized for it first."""
     host = context or current_context()
-    return Interpreter(load_model(model, context=host), host.backend("cpu_ref"), None, (),
-                       host.registry)
+    be = host.backend("cpu_ref")
+    module = load_model(model, context=host)
+    missing = {c.op for fn in module.functions.values() for c in fn.calls
+               if c.op != CALL_OP and not be.has_kernel(c.op)}
+    if not missing:
+        return Interpreter(module, be, None, (), host.registry)
+    keep = frozenset(op for op in host.registry.names() if be.has_kernel(op))
+    result = legalize_module(module, host.registry, be, None,
+                             BackendConfig(keep=keep, source="reference"))
+    return Interpreter(result.module, be, None, result.fallback_calls, host.registry)

@@ -14,6 +14,7 @@ from .cli_kit import add_commands as add_kit_commands
 from .errors import LegatoError
 from .examples import EXAMPLES, random_inputs
 from .executor import as_tuple
+from .frontends.onnx import coverage, load_with_nodes
 from .fuse import fuse, op_info
 
 DEMO_CONFIG = Path("configs/demo.yaml")
@@ -94,8 +95,7 @@ def _backends(arg: str):
 
 def cmd_compile(args) -> int:
     model, onnx_nodes = args.model, None
-    if str(model).endswith(".onnx"):  # imported here to report per-ONNX-op coverage
-        from .frontends.onnx import coverage, load_with_nodes
+    if str(model).endswith(".onnx"):  # loaded here to report per-ONNX-op coverage
         model, onnx_nodes = load_with_nodes(model)
     compiled = api.compile(model, _backends(args.backend), args.config, args.max_level)
     print(compiled.report if args.explain else

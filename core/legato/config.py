@@ -9,11 +9,12 @@
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from os import PathLike
 from typing import Mapping
 
-from .errors import ConfigError, quote
+from .errors import ConfigError, LegatoWarning, clip, quote
 from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
 BACKEND_KEYS = {"keep", "decompose", "max_level"}
@@ -32,11 +33,13 @@ class BackendConfig:
 EMPTY_CONFIG = BackendConfig()
 
 
-def load_config(source, backend: str | None, registry, installed=()) -> BackendConfig:
+def load_config(source, backend: str | None, registry, installed=None) -> BackendConfig:
     """The config for `backend` from a path, dict or BackendConfig (None: empty).
 
-    Every backend section is validated; a section for a backend that is not installed is
-    allowed (configs are shared), unless its name is a near miss of an installed one.
+    Every section of an installed backend is validated. A section for a backend that is
+    not installed is ignored with a LegatoWarning (configs are shared between machines; its
+    ops may come from the plugin that is missing), which names an installed backend of a
+    similar name, if any (`installed` None: every section is validated).
     """
     if source is None:
         return EMPTY_CONFIG
@@ -56,9 +59,11 @@ def load_config(source, backend: str | None, registry, installed=()) -> BackendC
     parsed = {}
     for name, section in sections.items():
         expect(isinstance(name, str), name, label, "backends", "backend names (strings)")
-        if name not in installed and hint(name, installed):
-            raise ConfigError(f"{label}: backends: {quote(name)} is not an installed backend"
-                              f"{hint(name, installed)}")
+        if installed is not None and name not in installed:
+            warnings.warn(f"{label}: section backends.{clip(name)}: no backend of that name "
+                          f"is installed{hint(name, installed)}; the section is ignored",
+                          LegatoWarning, stacklevel=3)
+            continue
         parsed[name] = _parse_section(section, f"backends.{name}", registry, label)
     return parsed.get(backend, BackendConfig(source=label))
 

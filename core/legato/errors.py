@@ -43,6 +43,11 @@ class ExecutionError(LegatoError):
     """Running a compiled module failed; the message names the failing call."""
 
 
+class LegatoWarning(UserWarning):
+    """Something legato ignores but the user likely wants to know (e.g. a config section for
+    a backend that is not installed)."""
+
+
 class _BoundedRepr(reprlib.Repr):
     """reprlib with small limits everywhere, including ints too long to print."""
 

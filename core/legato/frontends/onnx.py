@@ -23,7 +23,7 @@ from ..ir import Const, Module, Value
 from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
 from .onnx_check import check_graph, check_opset_range, check_shape, check_size, check_text
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
-from .onnx_fold import FOLD_DTYPES, FOLD_MAX_ELEMENTS, fold_calls
+from .onnx_fold import fold_calls, foldable
 from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
 
@@ -318,8 +318,7 @@ class _Importer:
     def fold(self, start: int, results) -> tuple:
         """Evaluate shape arithmetic on constants now, so later shape operands are known."""
         values = [v for v in results if v is not None]
-        if not values or any(v.dtype not in FOLD_DTYPES or v.type.size > FOLD_MAX_ELEMENTS
-                             for v in values) or all(isinstance(v, Const) for v in values):
+        if not foldable(values) or all(isinstance(v, Const) for v in values):
             return tuple(results)
         arrays = fold_calls(self.b.calls[start:], values, self.b.registry)
         if arrays is None:

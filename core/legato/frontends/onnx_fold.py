@@ -18,6 +18,9 @@ from ..ir import Call, Const, Value
 from ..shapes import norm_axes, norm_axis, slice_params, split_sizes
 
 FOLD_DTYPES = ("int64", "int32", "bool")
+# float results fold only through the kernels below (each one IEEE-exact, as on any
+# backend): shape code casts sizes to float and back, e.g. to compute a Resize's sizes
+FLOAT_DTYPES = ("float32", "float64")
 FOLD_MAX_ELEMENTS = 4096
 MAX_DEPTH = 8  # nested decompositions; core composites need far fewer
 
@@ -26,10 +29,19 @@ class _CannotFold(Exception):
     """An op, value or input this folder does not evaluate."""
 
 
+def foldable(values) -> bool:
+    """Whether results of these types are worth folding (small integer shape data, or
+    small floats on their way to becoming such)."""
+    return bool(values) and all(v.dtype in FOLD_DTYPES + FLOAT_DTYPES and
+                                v.type.size <= FOLD_MAX_ELEMENTS for v in values)
+
+
 def fold_calls(calls, values, registry) -> list[np.ndarray] | None:
     """The arrays of `values` computed from `calls` (whose inputs are constants or earlier
     results), or None when some call cannot be folded."""
     env: dict[int, np.ndarray] = {}
+    # decompositions may compute differently from a backend's kernel, so only for integers
+    registry = registry if all(v.dtype in FOLD_DTYPES for v in values) else None
     try:
         for call in calls:
             _evaluate(call, env, registry, 0)
@@ -59,8 +71,8 @@ def _evaluate(call: Call, env, registry, depth: int) -> None:
         results = kernel(*inputs, **call.attrs)
         results = results if isinstance(results, tuple) else (results,)
     else:
-        opdef = registry.get(call.op)
-        if opdef.decompose is None:
+        opdef = None if registry is None else registry.get(call.op)
+        if opdef is None or opdef.decompose is None:
             raise _CannotFold(call.op)
         emitter = Emitter(registry)
         outs = run_decomposition(emitter, opdef, call.inputs, call.attrs)
