@@ -119,10 +119,19 @@ def test_a_config_section_for_a_missing_backend_is_a_warning(tmp_path):
     path.write_text("backends:\n  cpu_reff:\n    keep: [vendor.op]\n"
                     "  cpu_ref:\n    keep: [nn.relu]\n")
     with pytest.warns(legato.LegatoWarning,
-                      match=r"shared.yaml: section backends.cpu_reff: no backend of that name "
-                            r"is installed \(did you mean 'cpu_ref'\?\); the section is ignored"):
+                      match=r"shared.yaml: no backend of that name is installed for section "
+                            r"backends.cpu_reff \(did you mean 'cpu_ref'\?\); ignored"):
         result = legato.legalize("example:mlp", backend="cpu_ref", config=str(path))
     assert result.report.ops("kept") == {"nn.relu": 2}
+
+
+def test_many_missing_backends_give_one_warning():
+    config = {"backends": {f"npu{i}": {"keep": ["vendor.op"]} for i in range(50)}}
+    with pytest.warns(legato.LegatoWarning) as caught:
+        legato.legalize("example:mlp", backend="cpu_ref", config=config)
+    assert len(caught) == 1
+    assert "sections backends.npu0, backends.npu1, backends.npu2 and 47 more" in \
+        str(caught[0].message)
 
 
 def test_an_installed_backends_section_is_still_validated(tmp_path):

@@ -13,6 +13,7 @@ from .backend import Backend
 from .capability import parse_capability
 from .config import BackendConfig, load_config
 from .context import Context, context as current_context
+from .custom_ops import CUSTOM_OP
 from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
@@ -228,7 +229,7 @@ def reference(model, *, context: Context | None = None) -> Interpreter:
     be = host.backend("cpu_ref")
     module = load_model(model, context=host)
     missing = {c.op for fn in module.functions.values() for c in fn.calls
-               if c.op != CALL_OP and not be.has_kernel(c.op)}
+               if c.op not in (CALL_OP, CUSTOM_OP) and not be.has_kernel(c.op)}
     if not missing:
         return Interpreter(module, be, None, (), host.registry)
     keep = frozenset(op for op in host.registry.names() if be.has_kernel(op))

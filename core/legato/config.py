@@ -56,16 +56,26 @@ def load_config(source, backend: str | None, registry, installed=None) -> Backen
     if not isinstance(sections, Mapping):
         raise ConfigError(f"{label}: key 'backends' must map backend names to settings, "
                           f"got {quote(sections)}")
-    parsed = {}
+    parsed, missing = {}, []
     for name, section in sections.items():
         expect(isinstance(name, str), name, label, "backends", "backend names (strings)")
         if installed is not None and name not in installed:
-            warnings.warn(f"{label}: section backends.{clip(name)}: no backend of that name "
-                          f"is installed{hint(name, installed)}; the section is ignored",
-                          LegatoWarning, stacklevel=3)
+            missing.append(name)
             continue
         parsed[name] = _parse_section(section, f"backends.{name}", registry, label)
+    if missing:
+        _warn_missing(label, missing, installed)
     return parsed.get(backend, BackendConfig(source=label))
+
+
+def _warn_missing(label: str, missing: list, installed) -> None:
+    """One warning per config (a shared config may name many backends) naming the first
+    few sections, each with an installed backend of a similar name."""
+    shown = [f"backends.{clip(name)}{hint(name, installed)}" for name in missing[:3]]
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    what = "section" if len(missing) == 1 else "sections"
+    warnings.warn(f"{label}: no backend of that name is installed for {what} "
+                  f"{', '.join(shown)}{more}; ignored", LegatoWarning, stacklevel=4)
 
 
 def _parse_section(section, where, registry, label) -> BackendConfig:
