@@ -248,6 +248,7 @@ def test_channel_view_broadcasts_along_the_axis(rank, axis):
 def test_axes_normalisation():
     assert shapes.norm_axis(-1, 3) == 2 and shapes.norm_axis(-3, 3) == 0
     assert shapes.norm_axes([-1, 0], 3) == (0, 2) and shapes.norm_axes(None, 2) == (0, 1)
+    assert shapes.norm_axes([-1, 0], 3, keep_order=True) == (2, 0)
     assert shapes.reduced_shape((2, 3, 4), (0, 2), False) == (3,)
     assert shapes.reduced_shape((2, 3, 4), (0, 2), True) == (1, 3, 1)
     with pytest.raises(ShapeError, match="axis 3 is out of range for rank 3"):

@@ -37,14 +37,15 @@ def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis % rank if rank else 0
 
 
-def norm_axes(axes, rank: int) -> tuple[int, ...]:
-    """Sorted reduction axes: None is every axis; negative counts from the end."""
+def norm_axes(axes, rank: int, keep_order: bool = False) -> tuple[int, ...]:
+    """Distinct axes, sorted unless `keep_order` (a permutation, pads per axis): None is
+    every axis; negative counts from the end."""
     if axes is None:
         return tuple(range(rank))
     out = tuple(norm_axis(a, rank, "axis") for a in axes)
     if len(set(out)) != len(out):
         fail(f"axes {list(axes)} repeat an axis")
-    return tuple(sorted(out))
+    return out if keep_order else tuple(sorted(out))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from legato import shapes
 from legato.errors import LegatoError
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -37,20 +37,13 @@ def _f64(x) -> np.ndarray:
 
 
 def _axis(axis, ndim: int, what: str = "axis") -> int:
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise LegatoError(f"{what} {axis} is out of range for rank {ndim}")
-    return axis % ndim
+    return shapes.norm_axis(int(axis), ndim, what)
 
 
 def _axes(axes, ndim: int) -> tuple[int, ...]:
-    """Normalized axes; None means every axis."""
-    if axes is None:
-        return tuple(range(ndim))
-    normalized = tuple(_axis(a, ndim) for a in axes)
-    if len(set(normalized)) != len(normalized):
-        raise LegatoError(f"axes {list(axes)} repeat an axis")
-    return normalized
+    """Normalized axes in the given order; None means every axis."""
+    return shapes.norm_axes(None if axes is None else [int(a) for a in axes], ndim,
+                            keep_order=True)
 
 
 def _ints(values, count: int, name: str, minimum: int) -> tuple[int, ...]:
@@ -73,9 +66,7 @@ def _along_axis(param, ndim: int, axis: int) -> np.ndarray:
         return param.reshape(())
     if param.ndim != 1:
         raise LegatoError(f"parameter must be a scalar or 1-D, got shape {list(param.shape)}")
-    shape = [1] * ndim
-    shape[_axis(axis, ndim)] = param.shape[0]
-    return param.reshape(shape)
+    return param.reshape(shapes.channel_view(param.shape[0], ndim, int(axis)))
 
 
 # --- elementwise --------------------------------------------------------------------------
@@ -273,10 +264,7 @@ def _along_one_axis(fn):
 
 
 def reshape(data, *, shape):
-    shape = tuple(int(d) for d in shape)
-    if shape.count(-1) > 1 or any(d < -1 for d in shape):
-        raise LegatoError(f"shape {list(shape)} may hold one -1 and otherwise sizes >= 0")
-    return _fresh(data.reshape(shape))
+    return _fresh(data.reshape(shapes.resolve_reshape(data.shape, [int(d) for d in shape])))
 
 
 def permute_dims(data, *, axes=None):
@@ -296,46 +284,16 @@ def concat(*data, axis=0):
     return _fresh(np.concatenate(data, axis=_axis(axis, data[0].ndim)), data[0].dtype)
 
 
-def _split_sizes(dim: int, sections) -> list[int]:
-    if isinstance(sections, (int, np.integer)):
-        if sections <= 0 or dim % sections:
-            raise LegatoError(f"cannot split a dimension of {dim} into {sections} equal parts")
-        return [dim // sections] * int(sections)
-    sizes = [int(s) for s in sections]
-    if not sizes or any(s < 0 for s in sizes) or sum(sizes) != dim:
-        raise LegatoError(f"split sizes {sizes} must be >= 0 and sum to the dimension {dim}")
-    return sizes
-
-
 def split(data, *, sections=2, axis=0):
     axis = _axis(axis, data.ndim)
-    bounds = np.cumsum(_split_sizes(data.shape[axis], sections))[:-1]
+    bounds = np.cumsum(shapes.split_sizes(data.shape[axis], sections))[:-1]
     return tuple(_fresh(part) for part in np.split(data, bounds, axis=axis))
 
 
-def _onnx_slice(dim: int, start: int, stop: int, step: int) -> slice:
-    """The Python slice selecting what ONNX Slice selects on an axis of length `dim`."""
-    if step == 0:
-        raise LegatoError("slice step cannot be 0")
-    start = start + dim if start < 0 else start
-    stop = stop + dim if stop < 0 else stop
-    if step > 0:
-        return slice(min(max(start, 0), dim), min(max(stop, 0), dim), step)
-    start, stop = min(max(start, 0), dim - 1), min(max(stop, -1), dim - 1)
-    # A clamped stop of -1 means "up to and including index 0": a Python slice says None.
-    return slice(start, None if stop < 0 else stop, step)
-
-
 def strided_slice(data, *, begin, end, strides=None, axes=None):
-    count = len(begin)
-    axes = range(count) if axes is None else axes
-    strides = (1,) * count if strides is None else strides
-    if not count == len(end) == len(axes) == len(strides):
-        raise LegatoError("begin, end, strides and axes must have the same length")
-    index = [slice(None)] * data.ndim
-    for axis, start, stop, step in zip(_axes(axes, data.ndim), begin, end, strides):
-        index[axis] = _onnx_slice(data.shape[axis], int(start), int(stop), int(step))
-    return _fresh(data[tuple(index)])
+    params = shapes.slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
+                                              "axes": axes})
+    return _fresh(data[tuple(p.as_slice() for p in params)])
 
 
 def take(data, indices, *, axis=0):
@@ -493,27 +451,26 @@ def _canonical(array, layouts: dict, layout: str, name: str):
     return array.transpose(order), tuple(int(i) for i in np.argsort(order))
 
 
-def _windows(x, kernel, strides, dilation):
-    """Sliding windows (N, C, OH, OW, KH, KW) over the spatial axes of a padded NCHW x."""
-    spans = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation))
-    if any(span > size for span, size in zip(spans, x.shape[2:])):
-        raise LegatoError(f"window {list(spans)} exceeds the padded input {list(x.shape[2:])}")
-    (sh, sw), (dh, dw) = strides, dilation
-    return sliding_window_view(x, spans, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+def _windows(x, win):
+    """Sliding windows (N, C, OH, OW, KH, KW) over the spatial axes of NCHW x, padded by
+    at least win.padding."""
+    (sh, sw), (dh, dw), (oh, ow) = win.strides, win.dilation, win.out
+    windows = sliding_window_view(x, win.span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    return windows[:, :, :oh, :ow]
 
 
 def _conv_nchw(x, w, strides, padding, dilation, groups):
     """Cross-correlation of NCHW x with OIHW w (no bias), in the dtype of x * w."""
-    strides, dilation = _ints(strides, 2, "strides", 1), _ints(dilation, 2, "dilation", 1)
-    top, left, bottom, right = _ints(padding, 4, "padding", 0)
     n, channels = x.shape[:2]
     out_channels, group_channels, kh, kw = w.shape
     if (groups < 1 or channels % groups or out_channels % groups
             or channels // groups != group_channels):
         raise LegatoError(f"groups={groups} does not fit {channels} input channels and weight "
                           f"{list(w.shape)} (OIHW, I must be C/groups)")
+    win = shapes.window(x.shape[2:], (kh, kw), strides, dilation, padding, what="conv2d")
+    (top, left), (bottom, right) = win.pads_begin, win.pads_end
     x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    patches = _windows(x, (kh, kw), strides, dilation)
+    patches = _windows(x, win)
     patches = patches.reshape(n, groups, group_channels, *patches.shape[2:])
     w = w.reshape(groups, out_channels // groups, group_channels, kh, kw)
     out = np.einsum("ngcyxij,gocij->ngoyx", patches, w, optimize=True)
@@ -530,63 +487,27 @@ def conv2d(data, weight, bias=None, *, strides=(1, 1), padding=(0, 0, 0, 0), dil
     return _fresh(out.transpose(back), data.dtype)
 
 
-@dataclass(frozen=True)
-class _PoolAxis:
-    """One spatial axis of an ONNX MaxPool / AveragePool window sweep."""
-    size: int
-    kernel: int
-    stride: int
-    dilation: int
-    begin: int
-    end: int
-    ceil_mode: bool
-
-    @property
-    def span(self) -> int:
-        return (self.kernel - 1) * self.dilation + 1
-
-    @property
-    def out(self) -> int:
-        room = self.size + self.begin + self.end - self.span
-        if room < 0:
-            raise LegatoError(f"pool window {self.span} exceeds the padded input "
-                              f"{self.size + self.begin + self.end}")
-        out = (room + (self.stride - 1 if self.ceil_mode else 0)) // self.stride + 1
-        if self.ceil_mode and (out - 1) * self.stride >= self.size + self.begin:
-            out -= 1  # ceil mode may add a window, but never one starting in the right padding
-        return out
-
-    @property
-    def overhang(self) -> int:
-        """Cells past the right padding that ceil mode's last window reaches."""
-        reach = (self.out - 1) * self.stride + self.span
-        return max(0, reach - (self.begin + self.size + self.end))
-
-    def counts(self, include_pad: bool) -> np.ndarray:
-        """Per window, the taps inside the input, or inside input + explicit padding
-        (never the ceil-mode overhang, as in onnxruntime and PyTorch)."""
-        low, high = ((0, self.begin + self.size + self.end) if include_pad
-                     else (self.begin, self.begin + self.size))
-        taps = np.arange(self.out)[:, None] * self.stride + np.arange(self.kernel) * self.dilation
-        return np.sum((taps >= low) & (taps < high), axis=1)
+def _pool_window(x, pool_size, strides, padding, dilation, ceil_mode):
+    return shapes.window(x.shape[2:], pool_size, strides, dilation, padding, ceil_mode,
+                         what="pool", kernel_name="pool_size")
 
 
-def _pool_axes(spatial, pool_size, strides, padding, dilation, ceil_mode):
-    kernel = _ints(pool_size, 2, "pool_size", 1)
-    strides = kernel if strides is None else _ints(strides, 2, "strides", 1)
-    top, left, bottom, right = _ints(padding, 4, "padding", 0)
-    dilation = _ints(dilation, 2, "dilation", 1)
-    return tuple(_PoolAxis(*geometry, bool(ceil_mode)) for geometry in
-                 zip(spatial, kernel, strides, dilation, (top, left), (bottom, right)))
+def _pool_windows(x, win, fill):
+    """Windows (N, C, OH, OW, KH, KW) of NCHW x padded with `fill`, ceil mode's overhang
+    included."""
+    (top, left), (bottom, right) = win.pads_begin, win.sweep_padding[2:]
+    x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+    return _windows(x, win)
 
 
-def _pool_windows(x, axes, fill):
-    """Windows (N, C, OH, OW, KH, KW) of NCHW x padded with `fill`, overhang included."""
-    h, w = axes
-    x = np.pad(x, ((0, 0), (0, 0), (h.begin, h.end + h.overhang), (w.begin, w.end + w.overhang)),
-               constant_values=fill)
-    windows = _windows(x, (h.kernel, w.kernel), (h.stride, w.stride), (h.dilation, w.dilation))
-    return windows[:, :, :h.out, :w.out]
+def _counts(win, axis: int, include_pad: bool) -> np.ndarray:
+    """Per window along `axis`, the taps inside the input, or inside input + explicit
+    padding (never the ceil-mode overhang, as in onnxruntime and PyTorch)."""
+    begin, size, end = win.pads_begin[axis], win.spatial_in[axis], win.pads_end[axis]
+    low, high = (0, begin + size + end) if include_pad else (begin, begin + size)
+    taps = (np.arange(win.out[axis])[:, None] * win.strides[axis]
+            + np.arange(win.kernel[axis]) * win.dilation[axis])
+    return np.sum((taps >= low) & (taps < high), axis=1)
 
 
 def _lowest(dtype):
@@ -597,17 +518,17 @@ def _lowest(dtype):
 def max_pool2d(data, *, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1, 1),
                ceil_mode=False, data_layout="NCHW"):
     x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
-    axes = _pool_axes(x.shape[2:], pool_size, strides, padding, dilation, ceil_mode)
-    out = np.max(_pool_windows(x, axes, _lowest(x.dtype)), axis=(-2, -1))
+    win = _pool_window(x, pool_size, strides, padding, dilation, ceil_mode)
+    out = np.max(_pool_windows(x, win, _lowest(x.dtype)), axis=(-2, -1))
     return _fresh(out.transpose(back), data.dtype)
 
 
 def avg_pool2d(data, *, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1, 1),
                ceil_mode=False, count_include_pad=False, data_layout="NCHW"):
     x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
-    axes = _pool_axes(x.shape[2:], pool_size, strides, padding, dilation, ceil_mode)
-    sums = np.sum(_pool_windows(_f64(x), axes, 0.0), axis=(-2, -1))
-    rows, cols = (axis.counts(count_include_pad) for axis in axes)
+    win = _pool_window(x, pool_size, strides, padding, dilation, ceil_mode)
+    sums = np.sum(_pool_windows(_f64(x), win, 0.0), axis=(-2, -1))
+    rows, cols = (_counts(win, axis, count_include_pad) for axis in (0, 1))
     return _fresh((sums / np.multiply.outer(rows, cols)).transpose(back), data.dtype)
 
 
