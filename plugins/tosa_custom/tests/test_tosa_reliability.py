@@ -12,8 +12,7 @@ from legato.errors import LegalizationError
 from legato_tosa_custom import emit_mlir
 from legato_tosa_custom.kernels import simulate
 
-from ._tosa_cases import KEEP, assert_matches, keep
-from .test_tosa_tools import tools  # noqa: F401 - the fixture (skips, loudly, without tools)
+from legato_tosa_custom.cases import KEEP, assert_matches, keep
 
 
 def one_call(op, in_shape, dtype="float32", /, *extra, **attrs):
