@@ -1,54 +1,58 @@
-"""Shared fixtures: fake plugins found through monkeypatched entry points."""
+"""Shared fixtures: fake plugins found through monkeypatched entry points, and a
+third-party plugin (tests/third_party_plugin) present for the whole session."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import sys
-import types
+from pathlib import Path
 
 import pytest
 
 import legato
 from legato import plugins
+from legato.testing.plugins import fake_distributions, listing_also
+
+THIRD_PARTY = Path(__file__).parent / "third_party_plugin"
 
 
-class FakeDistribution:
-    """Just enough of importlib.metadata.Distribution for plugin discovery."""
-
-    def __init__(self, name: str, entry_points):
-        self.metadata = {"Name": name}
-        self.entry_points = entry_points
+@pytest.fixture(scope="session", autouse=True)
+def third_party_plugin():
+    """The acme3p plugin (extra ops and a backend) discovered like an installed one for
+    the whole session: every test runs with it present. LEGATO_TEST_NO_THIRD_PARTY=1
+    leaves it out."""
+    if os.environ.get("LEGATO_TEST_NO_THIRD_PARTY"):
+        yield None
+        return
+    sys.path.insert(0, str(THIRD_PARTY))
+    saved = importlib.metadata.distributions
+    importlib.metadata.distributions = listing_also(fake_distributions(
+        {"acme3p": "legato_acme3p.plugin"}))
+    host = plugins.reload_plugins()
+    assert "acme3p_npu" in host.backends, host.problems
+    yield host
+    importlib.metadata.distributions = saved
+    sys.path.remove(str(THIRD_PARTY))
+    plugins.reload_plugins()
 
 
 @pytest.fixture
 def install_plugins(monkeypatch):
     """install_plugins({"name": module_or_None_for_import_error}) -> a fresh PluginHost.
 
-    Each fake plugin is an entry point in group 'legato' next to the real installed ones.
+    Each fake plugin is an entry point in group 'legato' next to the installed ones.
     """
-    real = list(importlib.metadata.distributions())
-
     def install(fakes: dict):
-        dists = []
         for name, module in fakes.items():
-            module_name = f"fake_legato_plugin_{name}"
-            if module is not None:
-                monkeypatch.setitem(sys.modules, module_name, module)
-            ep = importlib.metadata.EntryPoint(name, module_name, "legato")
-            dists.append(FakeDistribution(f"fake-{name}", [ep]))
-        monkeypatch.setattr(importlib.metadata, "distributions", lambda: real + dists)
+            if module is not None:  # undone by monkeypatch, as fake_distributions adds it
+                monkeypatch.setitem(sys.modules, f"fake_legato_plugin_{name}", module)
+        dists = fake_distributions(fakes)
+        monkeypatch.setattr(importlib.metadata, "distributions", listing_also(dists))
         return plugins.reload_plugins()
 
     yield install
     monkeypatch.undo()
     plugins.reload_plugins()
-
-
-def plugin_module(**hooks) -> types.ModuleType:
-    """A module object whose functions are legato hook implementations."""
-    module = types.ModuleType("fake_plugin")
-    for name, fn in hooks.items():
-        setattr(module, name, legato.hookimpl(fn))
-    return module
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The ONNX importer against the ONNX backend node tests, on every executing backend.
 
-`python -m legato.frontends.onnx_conformance` prints the per-op table these tests check.
+`legato check-backend NAME --onnx` (or `python -m legato.testing.onnx_conformance`) prints the
+per-op table these tests check.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from legato.frontends import onnx_conformance as conformance  # noqa: E402
+from legato.testing import onnx_conformance as conformance  # noqa: E402
 from legato.frontends.onnx_convert import CONVERTERS  # noqa: E402
 
 ISSUE_OPS = """Add Sub Mul Div Pow Max Min Equal Less Greater Not Where Neg Abs Exp Log Sqrt

@@ -4,7 +4,7 @@ import pytest
 
 import legato
 from legato.ops.base import f32
-from tests.conftest import plugin_module
+from legato.testing.plugins import plugin_module
 
 CPU_KERNELS = "legato_cpu_ref.kernels:KERNELS"
 

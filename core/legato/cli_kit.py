@@ -19,13 +19,15 @@ def add_commands(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--onnx", action="store_true",
                    help="also run the ONNX backend node tests on it (needs onnx)")
+    p.add_argument("--onnx-op", action="append",
+                   help="with --onnx: only these ONNX op types (repeatable)")
     p.set_defaults(command=cmd_check_backend)
 
 
 def cmd_init(args) -> int:
     from .testing.scaffold import scaffold
     root = scaffold(args.name, args.dir)
-    print(f"created {root}/ (pyproject.toml, {args.name}/, tests/)\n"
+    print(f"created {root}/ (pyproject.toml, src/{args.name}/, tests/)\n"
           f"next: pip install -e {root} && legato check-backend {args.name}")
     return 0
 
@@ -37,11 +39,11 @@ def cmd_check_backend(args) -> int:
     print(table(args.name, results))
     failed = any(not r.ok for r in results)
     if args.onnx:
-        failed = _check_onnx(backend) or failed
+        failed = _check_onnx(backend, args.onnx_op) or failed
     return 1 if failed else 0
 
 
-def _check_onnx(backend) -> bool:
+def _check_onnx(backend, onnx_ops=None) -> bool:
     """Print the ONNX node-test table of `backend`; True when a case failed."""
     try:
         from .testing import onnx_conformance
@@ -53,7 +55,7 @@ def _check_onnx(backend) -> bool:
         print(f"--onnx: backend {backend.name} emits code; the ONNX node tests need one "
               "that runs", file=sys.stderr)
         return True
-    outcomes = onnx_conformance.run(backends=[backend.name])
+    outcomes = onnx_conformance.run(onnx_ops, backends=[backend.name])
     print(onnx_conformance.summary(outcomes, show_failures=True))
     return any(o.status == "failed" for o in outcomes)
 

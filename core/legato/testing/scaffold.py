@@ -4,10 +4,10 @@ its own conformance test unchanged.
     NAME/
       pyproject.toml           the `legato` entry point: NAME = "NAME.plugin"
       README.md
-      NAME/__init__.py
-      NAME/capability.yaml     legal ops and the kernel table
-      NAME/kernels.py          numpy kernels (replace them with calls into your runtime)
-      NAME/plugin.py           the hookimpls
+      src/NAME/__init__.py
+      src/NAME/capability.yaml legal ops and the kernel table
+      src/NAME/kernels.py      numpy kernels (replace them with calls into your runtime)
+      src/NAME/plugin.py       the hookimpls
       tests/test_conformance.py
 """
 from __future__ import annotations
@@ -44,8 +44,9 @@ test = ["pytest>=7"]
 [project.entry-points.legato]
 {name} = "{name}.plugin"
 
-[tool.setuptools]
-packages = ["{name}"]
+# a src layout: the project directory itself never shadows the package
+[tool.setuptools.packages.find]
+where = ["src"]
 
 [tool.setuptools.package-data]
 {name} = ["capability.yaml"]
@@ -125,7 +126,7 @@ A legato backend plugin.
     legato check-backend {name}   # every legal op and kernel against cpu_ref
     pytest                        # the same, as a test
 
-Edit `{name}/capability.yaml` (which ops are legal, and when) and `{name}/kernels.py`
+Edit `src/{name}/capability.yaml` (which ops are legal, and when) and `src/{name}/kernels.py`
 (one function per op). A model compiled with `legato.compile(model, "{name}")` runs the
 legal ops on these kernels and the rest on the fallback, cpu_ref.
 '''
@@ -141,10 +142,10 @@ def files_for(name: str) -> dict[str, str]:
     return {
         "pyproject.toml": PYPROJECT.format(**fields),
         "README.md": README.format(**fields),
-        f"{name}/__init__.py": INIT.format(**fields),
-        f"{name}/capability.yaml": CAPABILITY.format(**fields),
-        f"{name}/kernels.py": KERNELS.format(**fields),
-        f"{name}/plugin.py": PLUGIN.format(**fields),
+        f"src/{name}/__init__.py": INIT.format(**fields),
+        f"src/{name}/capability.yaml": CAPABILITY.format(**fields),
+        f"src/{name}/kernels.py": KERNELS.format(**fields),
+        f"src/{name}/plugin.py": PLUGIN.format(**fields),
         "tests/test_conformance.py": TEST.format(**fields),
     }
 
