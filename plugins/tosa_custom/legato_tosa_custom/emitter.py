@@ -232,17 +232,18 @@ def _custom(body, call):
     return body.call_op("tosa.custom", call, _inputs(body, call), props)
 
 
-def _printer(op: str):
-    row = TOSA[op]
+def _print(body, call) -> list[str]:
+    """The call as its row of lowering.TOSA says (or as tosa.custom); its result names."""
+    if call.op == "custom":
+        return _custom(body, call)
+    row = TOSA[call.op]
     try:
         form = FORMS[row.form]
     except KeyError:
-        raise LegatoError(f"tosa_custom lowering.TOSA[{op!r}]: unknown form {row.form!r} "
-                          f"(emitter.FORMS has {', '.join(sorted(FORMS))})") from None
-    return lambda body, call: form(body, call, row.tosa)
-
-
-PRINTERS = {**{op: _printer(op) for op in TOSA}, "custom": _custom}
+        raise LegatoError(f"tosa_custom lowering.TOSA[{call.op!r}]: unknown form "
+                          f"{row.form!r} (emitter.FORMS has {', '.join(sorted(FORMS))})") \
+            from None
+    return form(body, call, row.tosa)
 
 
 # --- what may be printed ------------------------------------------------------------------
@@ -263,7 +264,7 @@ def _check_call(call, backend) -> None:
             if problem is not None:
                 _refuse(where, problem)
         return
-    if call.op not in PRINTERS:
+    if call.op not in TOSA:
         _refuse(call.op, "no TOSA operator prints it")
     why = backend.why_not(call)
     if why is not None:
@@ -302,7 +303,7 @@ def emit_function(name: str, fn: Function, backend=None) -> list[str]:
         body.bind(param, f"%arg{index}")
         args.append(f"%arg{index}: {body.types[f'%arg{index}']}")
     for call in fn.calls:
-        for value, result in zip(call.outputs, PRINTERS[call.op](body, call)):
+        for value, result in zip(call.outputs, _print(body, call)):
             body.names[value] = result
     results = [body.value(r) for r in fn.results]
     result_types = [mlir.tensor_type(r.type) for r in fn.results]
@@ -330,4 +331,4 @@ def emit_mlir(module: Module) -> str:
 
 
 # the ops it prints: registration checks every legal op of the backend is among them
-emit_mlir.ops = frozenset(PRINTERS)
+emit_mlir.ops = frozenset(TOSA) | {"custom"}

@@ -1,0 +1,88 @@
+"""lowering.py is the one table: the backend's legal ops and rules and the emitter's
+dispatch derive from it, and every float elementwise primitive of the core has a place in
+it (a TOSA row, a lowering rule, or a reason in NOT_LOWERED)."""
+from __future__ import annotations
+
+from importlib.resources import files
+
+import pytest
+import yaml
+
+import legato
+import legato.testing
+from legato.capability import parse_capability
+from legato_tosa_custom import emit_mlir, lowering
+from legato_tosa_custom.cases import KEEP, core_ops, own_ops
+from legato_tosa_custom.emitter import FORMS, emit_function
+from legato_tosa_custom.plugin import capability
+
+
+def is_float_op(op: str) -> bool:
+    """Some sample of the op takes a float tensor (the kit draws them from the definition)."""
+    return any(t is not None and t.dtype.startswith(("float", "bfloat"))
+               for s in legato.testing.samples(op) for t in s.input_types())
+
+
+def float_elementwise_primitives() -> list[str]:
+    registry = legato.context().registry
+    return [op for op in core_ops(registry) if registry.get(op).level == 0
+            and registry.get(op).elementwise and is_float_op(op)]
+
+
+def test_every_float_elementwise_primitive_has_a_place_in_the_table():
+    found = float_elementwise_primitives()
+    assert {"add", "erf", "divide", "where"} <= set(found)  # the selection sees the core
+    missing = [op for op in found if lowering.disposition(op) is None]
+    assert not missing, (
+        f"tosa_custom has no lowering for {', '.join(missing)}: add a row to lowering.TOSA "
+        "(a 1:1 TOSA operator), a rule to lowering.RULES, or a reason to "
+        "lowering.NOT_LOWERED")
+
+
+def test_each_op_has_one_place():
+    places = [set(lowering.TOSA), set(lowering.RULES), set(lowering.NOT_LOWERED)]
+    for i, a in enumerate(places):
+        for b in places[i + 1:]:
+            assert not a & b, a & b
+
+
+def test_the_backend_is_derived_from_the_table():
+    backend = legato.get_backend(KEEP)
+    assert set(backend.legal) == set(lowering.TOSA)
+    assert set(backend._rules) == set(lowering.RULES) | {
+        op for op, row in lowering.TOSA.items() if row.rule is not None}
+    for op, row in lowering.TOSA.items():
+        cond = backend.legal[op]
+        assert cond.check is row.check, op
+        assert cond.dtypes == (None if row.dtypes is None else frozenset(row.dtypes)), op
+    # capability.yaml keeps the backend-wide keys only: nothing per op to drift
+    data = yaml.safe_load((files("legato_tosa_custom") / "capability.yaml").read_text())
+    assert not {"legal", "rules", "kernels"} & set(data)
+    assert capability()["backend"] == KEEP
+
+
+def test_the_emitter_prints_every_row_and_says_so():
+    assert emit_mlir.ops == set(lowering.TOSA) | {"custom"}
+    assert {row.form for row in lowering.TOSA.values()} <= set(FORMS)
+    assert set(lowering.TOSA) >= own_ops()  # the TOSA-only ops are printed as they are
+
+
+@pytest.mark.parametrize("op", sorted(lowering.NOT_LOWERED))
+def test_not_lowered_ops_are_refused_with_a_reason(op):
+    assert op in core_ops() and len(lowering.NOT_LOWERED[op]) > 10
+
+
+def test_a_new_row_is_legal_and_printed(monkeypatch):
+    """What adding a 1:1 op takes: one row, which makes the op legal and printed. (sqrt,
+    today a rule, as a made-up tosa.sqrt: TOSA 1.0 has none, so nothing is validated.)"""
+    monkeypatch.setitem(lowering.TOSA, "sqrt", lowering.unary("tosa.sqrt"))
+    monkeypatch.delitem(lowering.RULES, "sqrt")
+    tables = lowering.capability_tables()
+    assert tables["legal"]["sqrt"]["dtypes"] == ["float32", "float16"]
+    assert "sqrt" not in tables["rules"]
+    b = legato.GraphBuilder()
+    module = b.build(b.sqrt(b.input("x", (2, 3))))
+    backend = parse_capability({**capability(), **tables}, legato.context().registry,
+                               emitter=emit_mlir)
+    text = "\n".join(emit_function("main", module.main, backend))
+    assert '"tosa.sqrt"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>' in text
