@@ -149,3 +149,13 @@ def disposition(op: str) -> str | None:
     """How tosa_custom handles a primitive op: 'tosa', 'rule', 'not lowered' or None."""
     return "tosa" if op in TOSA else "rule" if op in RULES else \
         "not lowered" if op in NOT_LOWERED else None
+
+
+def table() -> str:
+    """Markdown: each legato op tosa_custom takes and what it becomes."""
+    lines = ["| legato | TOSA 1.0 | form | dtypes |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{op}` | `{row.tosa}` | {row.form} | {', '.join(row.dtypes or ['any'])} |"
+              for op, row in sorted(TOSA.items())]
+    lines += [f"| `{op}` | rule `{fn.__name__}` | | |" for op, fn in sorted(RULES.items())]
+    lines += [f"| `{op}` | none: {why} | | |" for op, why in sorted(NOT_LOWERED.items())]
+    return "\n".join(lines)

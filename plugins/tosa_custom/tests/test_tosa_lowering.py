@@ -86,3 +86,9 @@ def test_a_new_row_is_legal_and_printed(monkeypatch):
                                emitter=emit_mlir)
     text = "\n".join(emit_function("main", module.main, backend))
     assert '"tosa.sqrt"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>' in text
+
+
+def test_the_printed_table_lists_every_op():
+    text = lowering.table()
+    for op in [*lowering.TOSA, *lowering.RULES, *lowering.NOT_LOWERED]:
+        assert f"| `{op}` |" in text, op
