@@ -174,8 +174,9 @@ def out_size(size: int, kernel: int, stride: int = 1, dilation: int = 1, pad_beg
              pad_end: int = 0, ceil_mode: bool = False) -> int:
     """Number of windows along one axis (ONNX and PyTorch rules).
 
-    Floor mode counts the windows that fit the padded input. Ceil mode adds one for a
-    partial last window, but never a window that starts in the end padding."""
+    Floor mode counts the windows that fit the padded input. Ceil mode also counts a
+    partial last window, then drops the last window if it starts in the end padding: once,
+    as ONNX and PyTorch do, even when that window would fit in floor mode."""
     span = dilation * (kernel - 1) + 1
     room = size + pad_begin + pad_end - span
     if room < 0:
