@@ -2,10 +2,12 @@
 first-class as core ops, config sections for missing backends, passes' results."""
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,3 +164,54 @@ def test_call_op_lives_in_the_ir():
     fused = legato.fuse(legato.legalize(b.build(y), max_level=0).module)
     assert {c.op for c in fused.main.calls} == {legato.CALL_OP}
     assert TensorType((1,), "float32").rank == 1
+
+
+def import_graph() -> dict[str, set[str]]:
+    """legato module -> the legato modules it imports, at the top or inside functions."""
+    root = Path(legato.__file__).parent
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] \
+                    if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                # `from . import x` imports the submodule x, not the package's names
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in names else module
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in names:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def test_the_core_has_no_import_cycles():
+    """No module imports (even inside a function) a module that imports it back."""
+    graph = import_graph()
+    assert {"legato.ir", "legato.printer", "legato.api", "legato.frontends.onnx"} <= set(graph)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name, path):
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])

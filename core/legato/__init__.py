@@ -6,9 +6,9 @@
     y = b.call("nn.layer_norm", x, None, None)
     c = legato.compile(b.build(y), backend="cpu_ref")
 """
-from .builder import GraphBuilder  # first until layout.py stops importing builder (a cycle)
 from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
                   load_model, plugin_problems, reference, register_backend, unregister_backend)
+from .builder import GraphBuilder
 from .context import Context, context
 from .custom_ops import decode_custom, encode_custom
 from .fuse import FusePass, function_pattern, fuse, group_by_origin, op_info

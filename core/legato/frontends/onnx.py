@@ -19,14 +19,16 @@ from typing import Mapping
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
-# importing the converter modules registers their converters
-from . import onnx_attention, onnx_nn, onnx_ops  # noqa: F401
-from .onnx_check import check_graph, check_opset_range, check_shape, check_size, check_text
+# importing the converter modules registers their converters (CONVERTER_MODULES)
+from . import onnx_attention, onnx_nn, onnx_ops
+from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import CONVERTERS, Node, onnx_dtype
 from .onnx_fold import fold_calls, foldable
 from .onnx_isolate import run_isolated, without_large_data
-from .onnx_tensors import external_tensors, load_external_data, quote, tensor_array
+from .onnx_tensors import (check_shape, check_size, external_tensors, load_external_data, quote,
+                           tensor_array)
 
+CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention)
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message

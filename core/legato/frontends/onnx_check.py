@@ -9,43 +9,8 @@ integer. Tensor data is checked by `onnx_tensors`.
 """
 from __future__ import annotations
 
-import math
-import numbers
-
-import numpy as np
-
 from ..errors import LegatoError
-from .onnx_tensors import check_tensor, quote
-
-MAX_RANK = 64
-MAX_DIM = 2 ** 40
-MAX_ELEMENTS = 2 ** 48   # per declared tensor shape: far beyond any real tensor
-
-
-def check_size(size, where: str) -> int:
-    """A dimension given by the user or the model: an int in [0, MAX_DIM]."""
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-        raise LegatoError(f"{where}: size {quote(size)} is not an integer")
-    size = int(size)
-    if size < 0:
-        raise LegatoError(f"{where}: size {size} is negative")
-    if size > MAX_DIM:
-        raise LegatoError(f"{where}: size {size} exceeds the limit of {MAX_DIM}")
-    return size
-
-
-def check_shape(shape, where: str) -> tuple[int, ...]:
-    """A whole shape: a sequence of at most MAX_RANK sizes with a bounded element count."""
-    if not isinstance(shape, (list, tuple, np.ndarray)):
-        raise LegatoError(f"{where}: shape {quote(shape)} is not a sequence of sizes")
-    if len(shape) > MAX_RANK:
-        raise LegatoError(f"{where}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
-    dims = tuple(check_size(d, f"{where} dimension {i}") for i, d in enumerate(shape))
-    elements = math.prod(dims)
-    if elements > MAX_ELEMENTS:
-        raise LegatoError(f"{where}: shape {list(dims)} has {elements} elements, more than "
-                          f"the limit of {MAX_ELEMENTS}")
-    return dims
+from .onnx_tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
 
 
 def check_opset_range(opset) -> None:
@@ -73,7 +38,6 @@ def check_text(model) -> None:
             check([value.name, *(d.dim_param for d in dims)], f"graph {kind} {quote(value.name)}")
     for tensor in graph.initializer:
         check([tensor.name], "initializer name")
-    from .onnx_tensors import external_tensors
     for tensor in external_tensors(model):
         check([e.key for e in tensor.external_data] + [e.value for e in tensor.external_data],
               f"tensor {quote(tensor.name)} external data")
@@ -134,7 +98,6 @@ def check_value_info(value, where: str, typed: bool = True) -> None:
     if not value.type.HasField("tensor_type"):
         raise LegatoError(f"{where} is not a tensor: legato imports tensors only")
     tensor_type = value.type.tensor_type
-    from .onnx_convert import onnx_dtype
     if typed or tensor_type.elem_type:
         onnx_dtype(tensor_type.elem_type, where)
     if tensor_type.HasField("shape"):

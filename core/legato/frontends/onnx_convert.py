@@ -13,8 +13,11 @@ from typing import Callable
 import numpy as np
 
 from ..errors import LegatoError
-from ..ir import DTYPES, Const, Value
-from .onnx_tensors import quote
+from ..ir import Const, Value
+from .onnx_tensors import onnx_dtype, quote
+
+# onnx_dtype lives with the tensors; the converters keep importing it from here
+__all__ = ["CONVERTERS", "Converter", "MAX_GENERATED", "Node", "converter", "onnx_dtype"]
 
 
 @dataclass(frozen=True)
@@ -38,21 +41,6 @@ def converter(*op_types: str, const_inputs: tuple[int, ...] = ()):
             CONVERTERS[op_type] = Converter(op_type, fn, tuple(const_inputs))
         return fn
     return register
-
-
-def onnx_dtype(elem_type: int, where: str) -> str:
-    """The legato dtype of an ONNX TensorProto element type, or a LegatoError."""
-    from onnx import TensorProto, helper
-    try:
-        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:  # noqa: BLE001 - onnx raises various errors for unknown enums
-        name = None
-    if name not in DTYPES:
-        label = TensorProto.DataType.Name(elem_type) if elem_type in \
-            TensorProto.DataType.values() else str(elem_type)
-        raise LegatoError(f"{where}: ONNX element type {label} is not supported by legato "
-                          f"(supported: {', '.join(DTYPES)})")
-    return name
 
 
 class Node:

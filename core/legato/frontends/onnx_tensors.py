@@ -3,31 +3,77 @@
 A model file can lie about its sizes: dims that promise 16 GiB over a few bytes of data,
 external data that points outside the model's directory or past the end of its file. Every
 size is compared with the data actually present before anything is allocated or decoded.
+Declared sizes and shapes (check_size, check_shape) and element types (onnx_dtype) are
+checked here too, for the graph checks, the importer and the converters.
 """
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import LegatoError, quote
+from ..ir import DTYPES
 
 EXTERNAL = 1   # TensorProto.EXTERNAL
+MAX_RANK = 64
+MAX_DIM = 2 ** 40
+MAX_ELEMENTS = 2 ** 48   # per declared tensor shape: far beyond any real tensor
+
+
+def check_size(size, where: str) -> int:
+    """A dimension given by the user or the model: an int in [0, MAX_DIM]."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+        raise LegatoError(f"{where}: size {quote(size)} is not an integer")
+    size = int(size)
+    if size < 0:
+        raise LegatoError(f"{where}: size {size} is negative")
+    if size > MAX_DIM:
+        raise LegatoError(f"{where}: size {size} exceeds the limit of {MAX_DIM}")
+    return size
+
+
+def check_shape(shape, where: str) -> tuple[int, ...]:
+    """A whole shape: a sequence of at most MAX_RANK sizes with a bounded element count."""
+    if not isinstance(shape, (list, tuple, np.ndarray)):
+        raise LegatoError(f"{where}: shape {quote(shape)} is not a sequence of sizes")
+    if len(shape) > MAX_RANK:
+        raise LegatoError(f"{where}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
+    dims = tuple(check_size(d, f"{where} dimension {i}") for i, d in enumerate(shape))
+    elements = math.prod(dims)
+    if elements > MAX_ELEMENTS:
+        raise LegatoError(f"{where}: shape {list(dims)} has {elements} elements, more than "
+                          f"the limit of {MAX_ELEMENTS}")
+    return dims
+
+
+def onnx_dtype(elem_type: int, where: str) -> str:
+    """The legato dtype of an ONNX TensorProto element type, or a LegatoError."""
+    from onnx import TensorProto, helper
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001 - onnx raises various errors for unknown enums
+        name = None
+    if name not in DTYPES:
+        label = TensorProto.DataType.Name(elem_type) if elem_type in \
+            TensorProto.DataType.values() else str(elem_type)
+        raise LegatoError(f"{where}: ONNX element type {label} is not supported by legato "
+                          f"(supported: {', '.join(DTYPES)})")
+    return name
 
 
 def element_type(tensor, where: str):
     """(legato dtype, numpy dtype) of a tensor's element type, or a LegatoError."""
     from onnx import helper
-    from .onnx_convert import onnx_dtype
     dtype = onnx_dtype(tensor.data_type, where)
     return dtype, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
 
 
 def check_tensor(tensor, where: str) -> None:
     """Dims non-negative and bounded, and the data present exactly what they declare."""
-    from .onnx_check import check_shape
     dims = check_shape(list(tensor.dims), where)
     dtype, np_dtype = element_type(tensor, where)
     count = math.prod(dims)
