@@ -2,7 +2,7 @@
 third-party plugin (tests/third_party_plugin) present for the whole session."""
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -11,47 +11,49 @@ import pytest
 
 import legato
 from legato import plugins
-from legato.testing.plugins import fake_distributions, listing_also
+from legato.testing.plugins import write_distributions
 
 THIRD_PARTY = Path(__file__).parent / "third_party_plugin"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def third_party_plugin():
-    """The acme3p plugin (extra ops and a backend) discovered like an installed one for
-    the whole session: every test runs with it present. LEGATO_TEST_NO_THIRD_PARTY=1
-    leaves it out."""
+def third_party_plugin(tmp_path_factory):
+    """The acme3p plugin (extra ops and a backend) installed for the whole session: its
+    package on sys.path and its distribution metadata (the `legato` entry point) in a
+    folder on sys.path, as pip would. LEGATO_TEST_NO_THIRD_PARTY=1 leaves it out."""
     if os.environ.get("LEGATO_TEST_NO_THIRD_PARTY"):
         yield None
         return
-    sys.path.insert(0, str(THIRD_PARTY))
-    saved = importlib.metadata.distributions
-    importlib.metadata.distributions = listing_also(fake_distributions(
-        {"acme3p": "legato_acme3p.plugin"}))
+    folder = str(tmp_path_factory.mktemp("site"))
+    write_distributions(folder, {"acme3p": "legato_acme3p.plugin"})
+    sys.path[:0] = [str(THIRD_PARTY), folder]
     host = plugins.reload_plugins()
     assert "acme3p_npu" in host.backends, host.problems
     yield host
-    importlib.metadata.distributions = saved
-    sys.path.remove(str(THIRD_PARTY))
+    for entry in (str(THIRD_PARTY), folder):
+        sys.path.remove(entry)
+    importlib.invalidate_caches()
     plugins.reload_plugins()
 
 
 @pytest.fixture
-def install_plugins(monkeypatch):
+def install_plugins(monkeypatch, tmp_path):
     """install_plugins({"name": module_or_None_for_import_error}) -> a fresh PluginHost.
 
     Each fake plugin is an entry point in group 'legato' next to the installed ones.
     """
     def install(fakes: dict):
         for name, module in fakes.items():
-            if module is not None:  # undone by monkeypatch, as fake_distributions adds it
+            if module is not None:  # undone by monkeypatch (write_distributions sets it)
                 monkeypatch.setitem(sys.modules, f"fake_legato_plugin_{name}", module)
-        dists = fake_distributions(fakes)
-        monkeypatch.setattr(importlib.metadata, "distributions", listing_also(dists))
+        folder = tmp_path / f"site{len(list(tmp_path.glob('site*')))}"
+        write_distributions(folder, fakes)
+        monkeypatch.syspath_prepend(str(folder))
         return plugins.reload_plugins()
 
     yield install
     monkeypatch.undo()
+    importlib.invalidate_caches()
     plugins.reload_plugins()
 
 
