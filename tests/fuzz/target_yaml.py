@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 import legato
+from legato.config import load_config
 from legato.ir import DTYPES
 from tests.fuzz import InvalidOutput
 
@@ -329,9 +330,7 @@ def run(seed: int) -> str:
 
 
 def check_config(source, seed: int) -> None:
-    from legato.config import load_config
-    from legato.plugins import get_host
-    host = get_host()
+    host = legato.context()
     backend = ("cpu_ref", "c_kernels", "tosa_custom")[seed % 3]
     cfg = load_config(source, backend, host.registry, host.backends)
     ops = set(legato.list_ops())
