@@ -23,8 +23,8 @@ CASE_TIMEOUT = 30.0
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FLOATS = ("float32", "float16")
 DTYPES = FLOATS * 3 + ("int8", "int16", "int32", "int64", "bool", "uint8", "float64")
-UNARY = ("abs", "exp", "log", "rsqrt", "tanh", "sigmoid", "erf", "negative", "sqrt",
-         "nn.relu", "nn.gelu", "nn.silu", "nn.leaky_relu")
+# composites of elementwise primitives; the primitives come from the backend's table
+COMPOSITE_UNARY = ("nn.relu", "nn.gelu", "nn.silu", "nn.leaky_relu")
 # results that move with any rounding of their operands: only fed exact values
 STEP_UNARY = ("floor", "ceil", "round")
 ARITH = ("add", "subtract", "multiply", "maximum", "minimum", "divide")
@@ -32,6 +32,7 @@ COMPARE = ("equal", "greater", "less")
 REDUCE = ("sum", "max", "min", "mean")
 KEEPABLE = ("nn.gelu", "nn.softmax", "nn.layer_norm", "argmax", "exp", "clip", "pad")
 _tools = []
+_unary: list = []
 
 
 def tools():
@@ -113,13 +114,30 @@ def random_axes(rng, rank, allow_none=True):
 
 # --- one random call per generator: (value, exact) or None when the draw does not fit ----
 
+def unary_ops() -> tuple:
+    """The float unary ops to draw: the core's attribute-free one-input elementwise
+    primitives that tosa_custom lowers (lowering.py: a float TOSA row or a rule, so a new
+    row is fuzzed without an edit here), but the step functions, plus composites."""
+    if not _unary:
+        from legato_tosa_custom.cases import core_ops
+        from legato_tosa_custom.lowering import RULES, TOSA
+        registry = legato.context().registry
+        _unary.extend(op for op in core_ops(registry)
+                      if registry.get(op).level == 0 and registry.get(op).kind == "elemwise"
+                      and len(registry.get(op).inputs) == 1 and not registry.get(op).attr_specs
+                      and op not in STEP_UNARY
+                      and (op in RULES or op in TOSA and "float32" in (TOSA[op].dtypes or ())))
+        _unary.extend(op for op in COMPOSITE_UNARY if op not in _unary)
+    return tuple(_unary)
+
+
 def gen_unary(p, rng):
     x = p.pick(floats=True)
     if x is None:
         return None
     if rng.random() < 0.3 and p.exact[x]:
         return p.b.call(str(rng.choice(STEP_UNARY)), x), True
-    op = str(rng.choice(UNARY))
+    op = str(rng.choice(unary_ops()))
     return p.b.call(op, x), op in ("abs", "negative", "nn.relu")
 
 
