@@ -1,5 +1,6 @@
-"""Backends: the legality check of a capability file's declarations, and the lazily
-imported kernels, rules and checks it names.
+"""Backends: the legality check of a capability file's declarations, the one decision of
+who takes a call (`Backend.decide`, used by legalization and partitioning alike), and the
+lazily imported kernels, rules and checks it names.
 
 A capability file (YAML) says which ops a backend runs natively and under which
 conditions (dtypes of the tensor inputs, ranks, attribute values); a backend's kernel
@@ -13,10 +14,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping
 
+from .config import EMPTY_CONFIG, BackendConfig
 from .errors import ConfigError, ExecutionError, LegalizationError, clip, quote
 from .ir import Call, thaw_attr
+from .report import Decision
 
 MAX_REASON = 500  # characters of a check's reason kept in reports and errors
+TAKEN = frozenset({"legal", "kept", "custom"})  # the actions by which a backend takes a call
+BACKEND_RULE = "backend-rule"  # Decision.rule: rewritten by the backend's lowering rule
+DECLINED = "declined"  # Decision.rule: not taken; decomposition or a fallback may still be
+KEPT = "kept"          # Decision.rule of a failure: kept by the config, yet not taken
+# the op name of a tunnelled call (custom_ops.CUSTOM_OP; that module needs the context,
+# which needs this one)
+CUSTOM = "custom"
 
 
 @dataclass(frozen=True)
@@ -70,9 +80,11 @@ class Backend:
                  domain: str = "legato", kernels: Mapping[str, Any] | None = None,
                  layout: str | None = None, executor: Callable | None = None,
                  emitter: Callable | None = None, source: str = "", description: str = "",
-                 rules: Mapping[str, Any] | None = None):
+                 rules: Mapping[str, Any] | None = None,
+                 custom_condition: Condition | None = None):
         self.name, self.executes, self.fallback = name, executes, fallback
         self.custom_ops, self.domain, self.layout = custom_ops, domain, layout
+        self.custom_condition = custom_condition  # which calls it tunnels (None: any)
         self.legal = dict(legal)
         self._kernels = dict(kernels or {})
         self._rules = dict(rules or {})
@@ -104,6 +116,70 @@ class Backend:
 
     def supports(self, call: Call) -> bool:
         return self.why_not(call) is None
+
+    def why_not_custom(self, call: Call) -> str | None:
+        """None when the backend can tunnel `call` (the op being tunnelled, or a custom
+        call itself) as a custom op; otherwise why not."""
+        if not self.custom_ops:
+            return f"{self.name} does not take custom ops"
+        cond = self.custom_condition
+        if cond is None:
+            return None
+        key = ("custom op", call.op, call.attrs,
+               tuple(None if v is None else v.type for v in call.inputs))
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        reason = cond.why_not(call, self.name)
+        if reason is not None:
+            reason = f"{self.name} takes custom ops but not for {reason}"
+        self._cache[key] = reason
+        return reason
+
+    def decide(self, call: Call, config: BackendConfig = EMPTY_CONFIG, level: int = 0,
+               use_rules: bool = True) -> Decision:
+        """Whether this backend, under the user's `config`, takes `call` (of an op of
+        composite `level`): the one answer legalization and partitioning both use.
+
+        Taken (action in TAKEN): "legal" (runs natively), "kept" (kept by the config and
+        runs natively), "custom" (tunnelled as a custom op). Not taken: "decomposed" when
+        the config's max_level or decompose list, or the backend's lowering rule (rule
+        BACKEND_RULE; not with `use_rules=False`), wants it rewritten; "failed" with rule
+        KEPT for a kept call it can neither run nor tunnel; "failed" with rule DECLINED
+        otherwise (the reason says why; decomposition or a fallback may still take it).
+        """
+        op = call.op
+        if op in config.keep:
+            return self._keep(call)
+        if config.max_level is not None and level > config.max_level:
+            return Decision("decomposed", f"level {level} is above max_level "
+                                          f"{config.max_level}", "max_level")
+        if op == CUSTOM and self.custom_ops:
+            why = self.why_not_custom(call)
+            return Decision("custom", f"{self.name} takes custom ops") if why is None \
+                else Decision("failed", why, DECLINED)
+        why = self.why_not(call)
+        if why is None:
+            if op not in config.decompose:
+                return Decision("legal", f"{self.name} supports it")
+            return Decision("decomposed", f"decompose requested by config "
+                                          f"{config.source or ''}".rstrip(), "unsupported")
+        if use_rules and self.rule(op) is not None:
+            return Decision("decomposed", f"{why}; rewritten by {self.name}'s lowering rule",
+                            BACKEND_RULE)
+        return Decision("failed", why, DECLINED)
+
+    def _keep(self, call: Call) -> Decision:
+        why = self.why_not(call)
+        if why is None or (self.executes and self.has_kernel(call.op)):
+            return Decision("kept", f"kept by config; {self.name} runs it natively")
+        custom_why = self.why_not_custom(call)
+        if custom_why is None:
+            return Decision("custom", f"kept by config; {self.name} has no lowering ({why}), "
+                                      "tunnelled as a custom op", "custom")
+        # the routes tried, one per line as legalization's error lists them
+        return Decision("failed", f"native: {why}\n  - custom op: {custom_why}", KEPT)
 
     def rule(self, op: str) -> Callable | None:
         """The backend's lowering rule for `op` (docs/plugins.md), imported on first use;

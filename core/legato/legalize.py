@@ -16,8 +16,9 @@ External functions are never entered.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from .backend import BACKEND_RULE, DECLINED, KEPT
 from .calls import Emitter, run_decomposition
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
@@ -31,7 +32,6 @@ __all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text
 
 MODES = ("full", "partial", "analysis")
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
-BACKEND_RULE = "backend-rule"  # Decision.rule of a call rewritten by the backend's rule
 
 
 @dataclass
@@ -46,8 +46,9 @@ class LegalizeResult:
 class _Legalizer:
     def __init__(self, registry, backend, fallback, config: BackendConfig, max_level, mode):
         self.registry, self.backend, self.fallback = registry, backend, fallback
-        self.config, self.mode = config, mode
-        self.max_level = config.max_level if max_level is None else max_level
+        # an explicit max_level overrides the config's; the backend reads it from there
+        self.config = config if max_level is None else replace(config, max_level=max_level)
+        self.mode = mode
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
         self._decisions: dict = {}
@@ -62,27 +63,25 @@ class _Legalizer:
         return decision
 
     def _decide(self, call: Call, use_rules: bool = True) -> Decision:
-        op, backend = call.op, self.backend
+        op, backend, config = call.op, self.backend, self.config
         if op == CALL_OP:
             return Decision("legal", "a call of a module function")
         opdef = self.registry.get(op)
-        if op in self.config.keep:
-            return self._keep(call)
-        if self.max_level is not None and opdef.level > self.max_level:
-            return Decision("decomposed", f"level {opdef.level} is above max_level "
-                                          f"{self.max_level}", "max_level")
+        level = opdef.level
         if backend is None:
+            if op in config.keep:
+                return Decision("kept", "kept by config")
+            if config.max_level is not None and level > config.max_level:
+                return Decision("decomposed", f"level {level} is above max_level "
+                                              f"{config.max_level}", "max_level")
             return LEGAL
-        if op == CUSTOM_OP and backend.custom_ops:
-            return Decision("custom", f"{backend.name} takes custom ops")
-        why = backend.why_not(call)
-        if why is None and op not in self.config.decompose:
-            return Decision("legal", f"{backend.name} supports it")
-        if why is None:
-            why = f"decompose requested by config {self.config.source or ''}".rstrip()
-        elif use_rules and backend.rule(op) is not None:
-            return Decision("decomposed", f"{why}; rewritten by {backend.name}'s lowering rule",
-                            BACKEND_RULE)
+        decision = backend.decide(call, config, level, use_rules)
+        if decision.rule == KEPT:
+            return Decision("failed", self._routes(call, [
+                f"kept by config {config.source}".rstrip(), decision.reason]))
+        if decision.rule != DECLINED:
+            return decision
+        why = decision.reason
         if opdef.decompose is not None:
             return Decision("decomposed", why, "unsupported")
         fallback_why = self.fallback.why_not(call) if self.fallback else \
@@ -93,20 +92,6 @@ class _Legalizer:
             f"native: {why}", "decompose: none, it is a primitive (level 0)",
             f"fallback: {fallback_why}",
             "custom op: not kept by the config" if backend.custom_ops else
-            f"custom op: {backend.name} does not take custom ops"]))
-
-    def _keep(self, call: Call) -> Decision:
-        backend = self.backend
-        if backend is None:
-            return Decision("kept", "kept by config")
-        why = backend.why_not(call)
-        if why is None or (backend.executes and backend.has_kernel(call.op)):
-            return Decision("kept", f"kept by config; {backend.name} runs it natively")
-        if backend.custom_ops:
-            return Decision("custom", f"kept by config; {backend.name} has no lowering "
-                                      "(" + why + "), tunnelled as a custom op", "custom")
-        return Decision("failed", self._routes(call, [
-            f"kept by config {self.config.source}".rstrip(), f"native: {why}",
             f"custom op: {backend.name} does not take custom ops"]))
 
     def _routes(self, call: Call, routes: list[str]) -> str:

@@ -1,52 +1,59 @@
 """Partitioning by capability (like ONNX Runtime's GetCapability or TVM's BYOC).
 
-Each call of `main` goes to the first backend that takes it (natively, or kept by that
-backend's config), after decomposing what none of them takes. Connected calls of one
-backend become maximal acyclic regions, each lifted into a module-level `external`
-function whose `attrs["codegen"]` names the backend. Calls no backend takes stay in
-`main`; later passes and legalization never enter the external functions.
+Each call of `main` goes to the first backend that takes it (`Backend.decide` under that
+backend's config: the same answer legalization gets), after decomposing what none of
+them takes. Connected calls of one backend become maximal acyclic regions, each lifted
+into a module-level `external` function whose `attrs["codegen"]` names the backend.
+Calls no backend takes stay in `main`; later passes and legalization never enter the
+external functions.
 """
 from __future__ import annotations
 
-from .backend import Backend
+from .backend import DECLINED, TAKEN, Backend
 from .config import EMPTY_CONFIG, BackendConfig, load_config
-from .ir import Attrs, Call, Module
+from .context import Context, context as current_context
+from .ir import CALL_OP, Attrs, Call, Module
 from .legalize import legalize_module
+from .passes import ModulePass, PassResult
 from .regions import group_calls, lift_regions
+from .report import Decision
 
 
 class _AnyOf(Backend):
-    """The union of several backends (with their configs), for the decomposition step."""
+    """The union of several backends (with their configs), for the decomposition step: it
+    takes a call when one of them does, and never rewrites it into one member's form."""
 
     def __init__(self, members: list[tuple[Backend, BackendConfig]]):
         super().__init__("+".join(b.name for b, _ in members), {}, executes=False)
         self.members = members
 
-    def why_not(self, call: Call) -> str | None:
+    def decide(self, call: Call, config: BackendConfig = EMPTY_CONFIG, level: int = 0,
+               use_rules: bool = True) -> Decision:
         reasons = []
-        for backend, config in self.members:
-            reason = owner_reason(backend, config, call)
-            if reason is None:
-                return None
-            reasons.append(reason)
-        return "; ".join(reasons)
+        for backend, own_config in self.members:
+            decision = backend.decide(call, own_config, level, use_rules=False)
+            if decision.action in TAKEN:  # its own compile tunnels or keeps it, not this pass
+                return Decision("legal", f"{backend.name}: {decision.reason}")
+            reasons.append(decision.reason)
+        return Decision("failed", "; ".join(reasons), DECLINED)
 
 
-def owner_reason(backend: Backend, config: BackendConfig, call: Call) -> str | None:
-    """None when `backend` takes `call` under `config`, else why not."""
-    if call.op in config.keep and (backend.custom_ops or backend.has_kernel(call.op)
-                                   or backend.supports(call)):
+def owner(members: list[tuple[Backend, BackendConfig]], call: Call, registry) -> str | None:
+    """The name of the first backend that takes `call` under its config, or None."""
+    if call.op == CALL_OP:
         return None
-    if call.op in config.decompose:
-        return f"{backend.name}'s config decomposes {call.op}"
-    return backend.why_not(call)
+    level = registry.get(call.op).level
+    for backend, config in members:
+        if backend.decide(call, config, level, use_rules=False).action in TAKEN:
+            return backend.name
+    return None
 
 
-def partition(module: Module, backends, config=None, registry=None) -> Module:
+def partition(module: Module, backends, config=None, registry=None, *,
+              context: Context | None = None) -> Module:
     """Assign calls of `main` to `backends` (first that takes a call wins) and lift each
     backend's regions into external functions named `<backend>_<n>`."""
-    from .plugins import get_host
-    host = get_host()
+    host = context or current_context()
     registry = registry or host.registry
     members = []
     for name in backends:
@@ -54,16 +61,8 @@ def partition(module: Module, backends, config=None, registry=None) -> Module:
         members.append((backend, load_config(config, backend.name, registry, host.backends)))
     union = _AnyOf(members)
     lowered = legalize_module(module, registry, union, None, EMPTY_CONFIG, None, "partial").module
-
-    def owner(call: Call):
-        if call.op == "call":
-            return None
-        for backend, cfg in members:
-            if owner_reason(backend, cfg, call) is None:
-                return backend.name
-        return None
-
-    groups = group_calls(lowered.main.calls, owner, lambda group, call: True)
+    groups = group_calls(lowered.main.calls, lambda call: owner(members, call, registry),
+                         lambda group, call: True)
     regions, counts = [], {}
     for key, calls in groups:
         if key is None:
@@ -74,3 +73,16 @@ def partition(module: Module, backends, config=None, registry=None) -> Module:
             name += "_"
         regions.append((name, "external", Attrs({"codegen": key}), calls))
     return lift_regions(lowered, "main", regions) if regions else lowered
+
+
+class PartitionPass(ModulePass):
+    """`partition` as a pass: (module, modified)."""
+
+    name = "partition"
+
+    def __init__(self, backends, config=None, context: Context | None = None):
+        self.backends, self.config, self.context = list(backends), config, context
+
+    def run(self, module: Module) -> PassResult:
+        new = partition(module, self.backends, self.config, context=self.context)
+        return PassResult(new, new is not module)
