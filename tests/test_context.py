@@ -116,6 +116,18 @@ def test_plugin_ops_are_first_class_in_builder_parser_and_run(swiglu_plugin, tmp
     assert "max rel. error" in capsys.readouterr().out
 
 
+def test_an_unknown_op_names_the_plugins_that_failed_to_load(install_plugins):
+    install_plugins({"vendor_ops": None})  # its module does not import
+    b = legato.GraphBuilder()
+    with pytest.raises(legato.OpError, match=r"unknown op 'my.swiglu'.*plugins that failed to "
+                                             r"load: vendor_ops \(`legato backends` shows why\)"):
+        b.call("my.swiglu", b.input("x", (2, 8)))
+    text = "func @main(%x: float32[2, 8]) -> (float32[2, 4]) {\n" \
+           "  %1 = my.swiglu(%x) : float32[2, 4]\n  return %1\n}\n"
+    with pytest.raises(legato.IRError, match="plugins that failed to load: vendor_ops"):
+        legato.parse(text)
+
+
 def test_a_config_section_for_a_missing_backend_is_a_warning(tmp_path):
     path = tmp_path / "shared.yaml"
     path.write_text("backends:\n  cpu_reff:\n    keep: [vendor.op]\n"

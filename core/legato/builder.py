@@ -10,9 +10,9 @@ from typing import Sequence
 
 from .calls import (Emitter, _Recorder, literal, make_call, run_decomposition,  # noqa: F401
                     scalar_const, trace_decomposition)
-from .context import context
+from .context import context, unknown_op_note
 from .ops import REGISTRY as CORE_REGISTRY
-from .errors import IRError, quote
+from .errors import IRError, OpError, quote
 from .ir import Attrs, Function, Module, TensorType, Value
 from .verify import verify
 
@@ -39,6 +39,15 @@ class GraphBuilder(_Recorder):
         super().__init__(registry if registry is not None else context().registry)
         self.params: list[Value] = []
         self._param_names: set = set()
+
+    def call(self, op: str, *inputs, **attrs):
+        try:
+            return super().call(op, *inputs, **attrs)
+        except OpError as err:
+            note = unknown_op_note(op, self.registry)
+            if not note:
+                raise
+            raise OpError(f"{err}{note}") from None
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Value:
         if name in self._param_names:

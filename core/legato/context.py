@@ -9,6 +9,7 @@ of the `legato` entry-point group loaded. Nothing else in legato reaches for glo
 """
 from __future__ import annotations
 
+from .ir import CALL_OP
 from .plugins import PluginHost, get_host, reload_plugins
 
 # the plugin host is the context: a registry, the backends, and what failed to load
@@ -23,3 +24,13 @@ def context() -> Context:
 def reload() -> Context:
     """Forget the process-wide context's plugins and discover them again."""
     return reload_plugins()
+
+
+def unknown_op_note(op: str, registry) -> str:
+    """For an op `registry` does not know: the plugins that failed to load, as the op may
+    be theirs (else a did-you-mean hint to a core op would mislead)."""
+    if op in registry or op == CALL_OP:
+        return ""
+    failed = sorted({plugin for plugin, _ in context().problems})
+    return (f"; plugins that failed to load: {', '.join(failed)} (`legato backends` shows "
+            "why)") if failed else ""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import context
+from .context import context, unknown_op_note
 from .errors import IRError, LegatoError, clip, quote
 from .ir import CALL_OP, Call, Const, Function, Module, Value
 
@@ -68,7 +68,7 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
         try:
             expected = _expected_types(module, call, registry)
         except LegatoError as err:
-            raise IRError(f"{where}: {err}") from None
+            raise IRError(f"{where}: {err}{unknown_op_note(call.op, registry)}") from None
         got = tuple(o.type for o in call.outputs)
         if got != expected:
             raise IRError(f"{where}: result types {_types(got)} differ from the "
