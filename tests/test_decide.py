@@ -3,6 +3,8 @@
 calls legalizing for that backend would leave to it."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,38 @@ def test_partition_is_a_pass():
     module = gelu_module()
     result, modified = PartitionPass(["cpu_ref"])(module)
     assert modified and region_ops(result, "cpu_ref")
+
+
+def rank_at_most_2(call):
+    return None if all(v.rank <= 2 for v in call.inputs if v is not None) else "rank > 2"
+
+
+def test_custom_ops_conditions_say_which_calls_a_backend_tunnels(backend_factory):
+    backend_factory({"backend": "tunnel", "executes": False, "legal": {"add": {}},
+                     "custom_ops": {"dtypes": ["float32"], "check": rank_at_most_2}})
+    config = {"backends": {"tunnel": {"keep": ["nn.gelu"]}}}
+    low = legato.legalize(gelu_module(), "tunnel", config=config, mode="partial")
+    assert low.report.ops("custom") == {"nn.gelu": 1}
+    for shape, dtype, reason in [((2, 4), "float16", "dtype float16 not in ['float32']"),
+                                 ((1, 2, 4), "float32", "rank > 2")]:
+        b = legato.GraphBuilder()
+        module = b.build(b.call("nn.gelu", b.input("x", shape, dtype)))
+        with pytest.raises(legato.LegalizationError, match=(
+                r"(?s)kept by config.*\n  - native: tunnel does not list nn.gelu as legal\n"
+                r"  - custom op: tunnel takes custom ops but not for " + re.escape(reason))):
+            legato.legalize(module, "tunnel", config=config)
+        # partition agrees: nothing to tunnel, so gelu is decomposed and only add claimed
+        assert set(region_ops(partition(module, ["tunnel"], config), "tunnel")) == {"add"}
+
+
+@pytest.mark.parametrize("value, match", [
+    (1, r"key 'custom_ops' must be true or false, or the conditions of the calls it "
+        r"tunnels, got 1"),
+    ({"attrs": {"axis": 0}}, r"custom_ops.attrs: attributes differ from op to op"),
+    ({"dtype": ["float32"]}, r"unknown key custom_ops.'dtype' \(did you mean 'dtypes'\?\)"),
+    ({"ranks": [-1]}, r"custom_ops.ranks: expected a list of ranks"),
+])
+def test_malformed_custom_ops_conditions_are_config_errors(value, match):
+    with pytest.raises(legato.ConfigError, match=r"<capability file dict>: " + match):
+        legato.register_backend({"backend": "tunnel", "executes": False,
+                                 "custom_ops": value})

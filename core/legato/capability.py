@@ -43,8 +43,10 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
     rules = _function_table(data.get("rules"), registry, label, "rules")
     for key, fn in (("executor", executor), ("emitter", emitter)):
         expect(fn is None or callable(fn), fn, label, f"{key} argument", "a callable")
+    custom_condition = _custom_condition(data.get("custom_ops"), label)
     return Backend(name, legal, executes=data.get("executes", True),
-                   fallback=data.get("fallback"), custom_ops=data.get("custom_ops", False),
+                   fallback=data.get("fallback"), custom_ops=bool(data.get("custom_ops")),
+                   custom_condition=custom_condition,
                    domain=data.get("domain") or "legato", kernels=table,
                    layout=data.get("layout"), executor=executor, emitter=emitter,
                    source=plugin or label, description=data.get("description") or "",
@@ -54,10 +56,11 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
 def _check_settings(data: Mapping, name: str, label: str) -> None:
     """The scalar keys: flags, names and the layout."""
     for key in ("executes", "custom_ops"):
-        if key in data:
-            if not isinstance(data[key], bool):
-                raise ConfigError(f"{label}: key {key!r} must be true or false, "
-                                  f"got {quote(data[key])}")
+        if key in data and not isinstance(data[key], bool) and not (
+                key == "custom_ops" and isinstance(data[key], Mapping)):
+            also = ", or the conditions of the calls it tunnels" if key == "custom_ops" else ""
+            raise ConfigError(f"{label}: key {key!r} must be true or false{also}, "
+                              f"got {quote(data[key])}")
     checks = {
         "description": (lambda v: isinstance(v, str), "a string"),
         "fallback": (lambda v: _is_name(v) and v != name, "the name of another backend"),
@@ -101,6 +104,18 @@ def _condition_keys(cond, label: str, where: str) -> Mapping:
 def _condition(cond: Mapping, attrs: dict, label: str, where: str) -> Condition:
     return Condition(_dtypes(cond, label, where), _ranks(cond, label, where), attrs,
                      _callable_ref(cond.get("check"), label, f"{where}.check"))
+
+
+def _custom_condition(custom, label: str) -> Condition | None:
+    """custom_ops given as conditions: which calls the backend tunnels (dtypes, ranks and
+    a check, applied to the call being tunnelled; attributes differ per op, so no attrs)."""
+    if not isinstance(custom, Mapping):
+        return None
+    cond = _condition_keys(custom, label, "custom_ops")
+    if "attrs" in cond:
+        raise ConfigError(f"{label}: custom_ops.attrs: attributes differ from op to op; say "
+                          "what the custom op form cannot carry with a check")
+    return _condition(cond, {}, label, "custom_ops")
 
 
 def _add_kernel_ops(legal: dict, table: Mapping, data: Mapping, registry, label) -> None:
