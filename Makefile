@@ -15,7 +15,7 @@ TEST_DEPS :=
 .DEFAULT_GOAL := demo
 -include mk/*.mk
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean check-kit
 
 $(STAMP): $(INSTALL_DEPS)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.10"; exit 1; }
@@ -29,6 +29,21 @@ demo: $(STAMP)
 
 test: $(STAMP) $(TEST_DEPS)
 	$(BIN)/python -m pytest -q
+
+# The plugin author's path end to end: `legato init`, a real `pip install -e` (into a
+# throw-away venv that sees this one's packages), `legato check-backend` and the
+# scaffold's own test. Slower than the in-process test of the same in `make test`.
+KIT_DIR := $(shell mktemp -u /tmp/legato-kit.XXXXXX)
+check-kit: $(STAMP)
+	mkdir -p $(KIT_DIR) && cd $(KIT_DIR) && $(abspath $(BIN))/legato init demo_npu
+	$(PYTHON) -m venv --without-pip $(KIT_DIR)/venv
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> $$($(KIT_DIR)/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/legato_dev.pth
+	$(BIN)/python -m pip --python $(KIT_DIR)/venv/bin/python install --quiet --no-deps \
+		--no-build-isolation --disable-pip-version-check -e $(KIT_DIR)/demo_npu
+	$(KIT_DIR)/venv/bin/python -m legato.cli check-backend demo_npu
+	cd $(KIT_DIR)/demo_npu && $(KIT_DIR)/venv/bin/python -m pytest -q -p no:cacheprovider
+	rm -rf $(KIT_DIR)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/legalize.py

@@ -1,5 +1,6 @@
-"""Shared fixtures: fake plugins found through monkeypatched entry points, and a
-third-party plugin (tests/third_party_plugin) present for the whole session."""
+"""Fixtures of every test of the repository (tests/ and plugins/*/tests): plugins found
+through entry points written for one test, and a third-party plugin
+(tests/third_party_plugin) present for the whole session."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +14,7 @@ import legato
 from legato import plugins
 from legato.testing.plugins import write_distributions
 
-THIRD_PARTY = Path(__file__).parent / "third_party_plugin"
+THIRD_PARTY = Path(__file__).parent / "tests" / "third_party_plugin"
 
 
 @pytest.fixture(scope="session", autouse=True)
