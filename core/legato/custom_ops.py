@@ -14,9 +14,9 @@ import json
 from .calls import make_call
 from .context import context
 from .errors import LegalizationError, LegatoError
-from .ir import Call
+from .ir import CUSTOM_OP, Call
 
-CUSTOM_OP = "custom"
+__all__ = ["CUSTOM_OP", "decode_custom", "encode_custom"]
 
 
 def encode_custom(call: Call, domain: str, registry) -> Call:

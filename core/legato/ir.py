@@ -23,6 +23,8 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16"
 FUNCTION_KINDS = ("default", "primitive", "external")
 # the op of a call of a module-level function (attrs {"callee": name}); no registry defines it
 CALL_OP = "call"
+# the op that carries a call a backend keeps but cannot lower (legato.custom_ops codes it)
+CUSTOM_OP = "custom"
 # numpy cannot make arrays of higher rank (32 before numpy 2)
 MAX_RANK = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 # far beyond any real tensor (256 TiB of 8-byte values), and small enough that element
