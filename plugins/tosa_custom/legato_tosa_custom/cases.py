@@ -10,6 +10,7 @@ import numpy as np
 
 import legato
 import legato.testing
+from legato.custom_ops import CUSTOM_OP
 
 from . import ops
 from .emitter import BACKEND
@@ -42,11 +43,11 @@ def own_ops() -> set[str]:
 
 
 def core_ops(registry=None) -> list[str]:
-    """The ops the core defines (not a plugin's), "custom" aside."""
+    """The ops the core defines (not a plugin's), the custom-op tunnel aside."""
     registry = registry or legato.context().registry
     own = own_ops()
     return [o.name for o in registry.ops() if getattr(o, "plugin", None) is None
-            and o.name not in own and o.name != "custom"]
+            and o.name not in own and o.name != CUSTOM_OP]
 
 
 def lowered_ops() -> list[str]:

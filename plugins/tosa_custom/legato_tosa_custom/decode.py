@@ -4,10 +4,10 @@ from __future__ import annotations
 import re
 
 import legato
-from legato.builder import make_call
+from legato.calls import make_call
+from legato.custom_ops import CUSTOM_OP, decode_custom
 from legato.errors import LegatoError
 from legato.ir import Call, Value
-from legato.plugins import get_host
 
 from . import mlir
 
@@ -30,7 +30,7 @@ def decode_tosa_custom(text: str, registry=None) -> list[Call]:
     None for absent optional inputs; attributes and result types are the original ones.
     """
     if registry is None:
-        registry = get_host().registry
+        registry = legato.context().registry
     calls = []
     for line in text.splitlines():
         match = _CUSTOM.search(line)
@@ -49,6 +49,6 @@ def decode_tosa_custom(text: str, registry=None) -> list[Call]:
                  "domain_name": props.get("domain_name", "legato"),
                  "implementation_attrs": props["implementation_attrs"],
                  "result_types": [[list(t.shape), t.dtype] for t in outputs]}
-        custom = make_call(registry, "custom", inputs, attrs)
-        calls.append(legato.decode_custom(custom, registry))
+        custom = make_call(registry, CUSTOM_OP, inputs, attrs)
+        calls.append(decode_custom(custom, registry))
     return calls

@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
+import legato
+from legato.custom_ops import CUSTOM_OP
 from legato.errors import LegalizationError, LegatoError
 from legato.ir import Const, Function, Module, TensorType, Value
 from legato.shapes import norm_axes, norm_axis, slice_params
@@ -234,7 +237,7 @@ def _custom(body, call):
 
 def _print(body, call) -> list[str]:
     """The call as its row of lowering.TOSA says (or as tosa.custom); its result names."""
-    if call.op == "custom":
+    if call.op == CUSTOM_OP:
         return _custom(body, call)
     row = TOSA[call.op]
     try:
@@ -255,7 +258,7 @@ def _refuse(where: str, why: str):
 
 def _check_call(call, backend) -> None:
     """A custom call carries any TOSA tensors; any other call must be legal as it stands."""
-    if call.op == "custom":
+    if call.op == CUSTOM_OP:
         where = f"custom op {call.attrs['operator_name']}"
         if len(call.inputs) > MAX_TENSOR_LIST:
             _refuse(where, f"{len(call.inputs)} operands (at most {MAX_TENSOR_LIST})")
@@ -286,8 +289,7 @@ def _check_signature(name: str, fn: Function) -> None:
 
 
 def _backend():
-    from legato.plugins import get_host  # the host, once plugins have registered
-    return get_host().backend(BACKEND)
+    return legato.context().backend(BACKEND)  # at emission: plugins have registered
 
 
 # --- functions and the module -------------------------------------------------------------
@@ -331,4 +333,4 @@ def emit_mlir(module: Module) -> str:
 
 
 # the ops it prints: registration checks every legal op of the backend is among them
-emit_mlir.ops = frozenset(TOSA) | {"custom"}
+emit_mlir.ops = frozenset(TOSA) | {CUSTOM_OP}

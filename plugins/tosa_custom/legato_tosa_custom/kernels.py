@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import legato
+from legato.backend import Backend
+from legato.executor import Interpreter
+
 
 def reciprocal(a):
     with np.errstate(divide="ignore"):
@@ -36,9 +40,6 @@ KERNELS = {"tosa.reciprocal": reciprocal, "tosa.gather": gather, "tosa.cast": ca
 
 def simulate(module):
     """A runner for a module legalized for tosa_custom (cpu_ref kernels plus these)."""
-    from legato.backend import Backend
-    from legato.executor import Interpreter
-    from legato.plugins import get_host
-    host = get_host()
+    host = legato.context()
     sim = Backend("tosa_sim", {}, kernels=KERNELS)
     return Interpreter(module, host.backend("cpu_ref"), sim, (), host.registry)

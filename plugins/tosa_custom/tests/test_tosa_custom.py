@@ -12,6 +12,7 @@ import pytest
 import legato
 from legato.cli import main as cli_main
 from legato.errors import LegalizationError
+from legato.testing import backend_conformance
 from legato_tosa_custom import decode_tosa_custom, emit_mlir
 from legato_tosa_custom.kernels import simulate
 
@@ -23,6 +24,10 @@ OP_LINE = re.compile(r'^%\d+(:\d+)? = "tosa\.\w+"\((%[\w#]+(, %[\w#]+)*)?\)( <\{
 STRUCTURE = ('"builtin.module"() ({', '"func.func"() <{', '^bb0(', '"func.return"(',
              '}) : () -> ()')
 TENSOR = re.compile(r"tensor<((?:\d+x)*)([a-z]+\d*)>")
+
+
+# legato.testing's kit: every legal op on its samples, emitted, against cpu_ref
+test_conformance = backend_conformance(KEEP)
 
 
 def compile_tosa(model, config=None):
