@@ -12,3 +12,8 @@ $(TOSA_STAMP): mk/tosa.mk
 	$(TOSA_VENV)/bin/tosa-opt --version >/dev/null
 	$(TOSA_VENV)/bin/python -c "import tosa_reference_model"
 	touch $@
+
+# The tosa_custom tests alone (plugins/tosa_custom/tests), with the tools in place.
+.PHONY: test-tosa
+test-tosa: $(STAMP) $(TOSA_STAMP)
+	$(BIN)/python -m pytest -q plugins/tosa_custom/tests
