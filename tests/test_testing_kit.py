@@ -9,7 +9,6 @@ import legato
 from legato.backend import Backend, Condition
 from legato.cli import main
 from legato.ir import TensorType
-from legato.plugins import get_host
 from legato.testing import Sample, SampleError, check_backend, samples, table
 from legato.testing.plugins import installed_plugins, plugin_module
 from legato.testing.scaffold import ScaffoldError, scaffold
@@ -106,7 +105,7 @@ def test_check_backend_reports_each_kind_of_problem_per_op(monkeypatch):
     # built directly: registration would refuse the kernel of the wrong signature already
     legal = {op: Condition(dtypes=frozenset({"float32"})) for op in BROKEN_KERNELS}
     backend = Backend("broken_npu", legal, fallback="cpu_ref", kernels=BROKEN_KERNELS)
-    monkeypatch.setitem(get_host().backends, "broken_npu", backend)
+    monkeypatch.setitem(legato.context().backends, "broken_npu", backend)
     results = {r.op: r for r in check_backend("broken_npu")}
     assert set(results) == set(BROKEN_KERNELS)
     assert set(results["add"].problems) == {"scalar"}

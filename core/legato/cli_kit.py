@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 
 from . import api
+from .testing.conformance import check_backend, table
+from .testing.scaffold import scaffold
 
 
 def add_commands(sub) -> None:
@@ -25,7 +27,6 @@ def add_commands(sub) -> None:
 
 
 def cmd_init(args) -> int:
-    from .testing.scaffold import scaffold
     root = scaffold(args.name, args.dir)
     print(f"created {root}/ (pyproject.toml, src/{args.name}/, tests/)\n"
           f"next: pip install -e {root} && legato check-backend {args.name}")
@@ -33,7 +34,6 @@ def cmd_init(args) -> int:
 
 
 def cmd_check_backend(args) -> int:
-    from .testing.conformance import check_backend, table
     backend = api.get_backend(args.name)  # an unknown name: an error naming installed ones
     results = check_backend(args.name, args.op, args.seed)
     print(table(args.name, results))
@@ -45,7 +45,7 @@ def cmd_check_backend(args) -> int:
 
 def _check_onnx(backend, onnx_ops=None) -> bool:
     """Print the ONNX node-test table of `backend`; True when a case failed."""
-    try:
+    try:  # imported here: the onnx package is optional
         from .testing import onnx_conformance
     except ImportError as err:
         print(f"--onnx needs the onnx package ({err}); pip install 'legato[onnx]'",

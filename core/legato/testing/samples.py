@@ -20,6 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..builder import make_call
+from ..context import context
 from ..errors import LegatoError, OpError, clip
 from ..ir import Call, TensorType, Value
 from ..legalize import encode_custom
@@ -77,8 +78,8 @@ class Sample:
 
 
 def default_registry():
-    from ..plugins import get_host  # the host loads plugins: their ops have samples too
-    return get_host().registry
+    """The process-wide context's registry (plugins loaded: their ops have samples too)."""
+    return context().registry
 
 
 class ArrayValue:

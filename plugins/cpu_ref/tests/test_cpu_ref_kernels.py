@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import legato
 from legato.errors import LegatoError
 from legato.testing import Sample, samples
 from legato.testing.samples import checked
@@ -39,8 +40,7 @@ def core_ops() -> set:
 
 
 def _registry():
-    from legato.plugins import get_host
-    return get_host().registry
+    return legato.context().registry
 
 
 def test_every_core_op_but_custom_has_a_kernel():
