@@ -227,3 +227,18 @@ def test_the_core_has_no_import_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def test_the_function_call_op_is_named_only_by_call_op():
+    """Code compares op names with legato.CALL_OP, never with the literal."""
+    roots = [Path(legato.__file__).parent] + \
+        sorted((Path(legato.__file__).parents[2] / "plugins").glob("*/legato_*"))
+    literals = []
+    for root in roots:
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare):
+                    literals += [f"{path.name}:{node.lineno}"
+                                 for operand in (node.left, *node.comparators)
+                                 if isinstance(operand, ast.Constant) and operand.value == "call"]
+    assert len(roots) > 1 and not literals
