@@ -76,7 +76,7 @@ def load_model(model, *, context: Context | None = None) -> Module:
         return example(model)
     path = Path(model)
     if path.suffix == ".onnx":
-        return load_onnx(path)
+        return load_onnx(path, registry=(context or current_context()).registry)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

@@ -43,17 +43,19 @@ def _onnx():
     return onnx
 
 
-def load(model, input_shapes: Mapping | None = None, *, base_dir=None) -> Module:
+def load(model, input_shapes: Mapping | None = None, *, base_dir=None,
+         registry=None) -> Module:
     """A legato Module from an .onnx path or a ModelProto.
 
     `input_shapes` binds what the model leaves symbolic: `{input_name: shape}` for a whole
     input, or `{dim_param: size}` for a named dimension such as "batch". Tensor data kept
     in external files is read from `base_dir` (default for a path: the file's directory)
-    and must stay inside it."""
-    return load_with_nodes(model, input_shapes, base_dir=base_dir)[0]
+    and must stay inside it. `registry`: the context's when not given."""
+    return load_with_nodes(model, input_shapes, base_dir=base_dir, registry=registry)[0]
 
 
-def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None):
+def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None,
+                    registry=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
     proto, base_dir = read_model(model, base_dir)
     input_shapes = check_input_shapes(input_shapes)
@@ -65,7 +67,7 @@ def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None
     proto = with_external_data(proto, base_dir)
     proto, opset = upgrade(proto, opset)
     check_shapes(proto, input_shapes)
-    importer = _Importer(proto.graph, opset, input_shapes)
+    importer = _Importer(proto.graph, opset, input_shapes, registry)
     return importer.run(), importer.nodes
 
 
@@ -269,9 +271,9 @@ def attribute_value(attr):
 class _Importer:
     """Walks the graph in order, converting each node with its converter."""
 
-    def __init__(self, graph, opset: int, input_shapes: Mapping):
+    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None):
         self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
-        self.b = GraphBuilder()
+        self.b = GraphBuilder(registry)
         self.env: dict[str, Value] = {}
         self.nodes: list[tuple[str, str, list[str]]] = []
 

@@ -26,8 +26,9 @@ def _torch():
     return torch
 
 
-def load(module, example_inputs) -> Module:
-    """A legato Module computing `module(*example_inputs)` for inputs of those shapes."""
+def load(module, example_inputs, *, registry=None) -> Module:
+    """A legato Module computing `module(*example_inputs)` for inputs of those shapes
+    (`registry`: the context's when not given)."""
     torch = _torch()
     if isinstance(module, torch.nn.Module):
         module = module.eval()
@@ -40,7 +41,7 @@ def load(module, example_inputs) -> Module:
     for name in KEEP:
         table.pop(_aten_overload(torch, name), None)
     program = program.run_decompositions(table)
-    return _Importer(program).run()
+    return _Importer(program, registry).run()
 
 
 def _aten_overload(torch, name: str):
@@ -53,10 +54,10 @@ def torch_dtype(dtype) -> str:
 
 
 class _Importer:
-    def __init__(self, program):
+    def __init__(self, program, registry=None):
         self.program = program
         self.graph = program.graph_module.graph
-        self.b = GraphBuilder()
+        self.b = GraphBuilder(registry)
         self.env: dict = {}
 
     def run(self) -> Module:
