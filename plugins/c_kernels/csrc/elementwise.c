@@ -24,6 +24,9 @@
     X(tanh, "tanh", lgk_tanhf(v))                                   \
     X(sigmoid, "sigmoid", lgk_sigmoidf(v))                          \
     X(erf, "erf", lgk_erff(v))                                      \
+    X(floor, "floor", floorf(v))                                    \
+    X(ceil, "ceil", ceilf(v))                                       \
+    X(round, "round", rintf(v)) /* half to even, as numpy.rint */   \
     X(relu, "nn.relu", lgk_reluf(v))                                \
     X(gelu, "nn.gelu:approximate=none", lgk_geluf(v))               \
     X(gelu_tanh, "nn.gelu:approximate=tanh", lgk_gelu_tanhf(v))     \

@@ -7,7 +7,7 @@ import pytest
 
 from legato.errors import LegatoError
 
-from ._util import assert_close, f32
+from ck_util import assert_close, f32
 
 from legato_c_kernels import kernels as K
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ._util import assert_close
+from ck_util import assert_close
 
 from legato_c_kernels import kernels as K
 

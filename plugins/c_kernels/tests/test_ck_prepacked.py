@@ -9,8 +9,7 @@ import pytest
 
 from legato.errors import LegatoError
 
-from ._util import SIZES, assert_close, f32
-from .test_gemm import ACTS, available_isas, gemm_close, isa, mm_ref  # noqa: F401 (isa: fixture)
+from ck_util import ACTS, SIZES, assert_close, available_isas, f32, gemm_close, mm_ref
 
 from legato_c_kernels import kernels as K
 from legato_c_kernels._lib import ffi, lib

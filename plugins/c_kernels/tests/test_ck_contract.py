@@ -6,9 +6,11 @@ import pytest
 
 from legato.errors import LegatoError
 
-from ._util import f32
+from ck_util import f32
 
+from legato.testing import samples
 from legato_c_kernels import kernels as K
+from legato_c_kernels.kernels import elementwise
 
 
 _rng = np.random.default_rng(7)
@@ -29,13 +31,6 @@ CALLS = {
     "nn.avg_pool2d": ((X,), dict(pool_size=(2, 2), strides=(1, 1), padding=(1, 0, 1, 0),
                                  dilation=(1, 1), ceil_mode=True, count_include_pad=True,
                                  data_layout="NCHW")),
-    **{op: ((X, f32(_rng, 4, 1)), {}) for op in
-       ("add", "subtract", "multiply", "divide", "maximum", "minimum")},
-    "power": ((POS, f32(_rng, 5)), {}),
-    **{op: ((X,), {}) for op in ("negative", "abs", "exp", "tanh", "sigmoid", "erf", "nn.relu",
-                                 "nn.silu")},
-    **{op: ((POS,), {}) for op in ("log", "sqrt", "rsqrt")},
-    "nn.gelu": ((X,), dict(approximate="tanh")),
     "nn.softmax": ((X,), dict(axis=-2)),
     "nn.log_softmax": ((X,), dict(axis=1)),
     "nn.layer_norm": ((X, f32(_rng, 4, 5), f32(_rng, 5)), dict(axes=(-2, -1), epsilon=1e-5)),
@@ -43,6 +38,19 @@ CALLS = {
     **{op: ((X,), dict(axes=(0, -1), keepdims=True)) for op in ("sum", "mean", "max", "min")},
     "permute_dims": ((X,), dict(axes=(3, 1, 0, 2))),
 }
+
+
+def _sampled(op):
+    """A case of an elementwise kernel from the op's samples (legato.testing): the first
+    with float32 inputs that are not empty, every attribute present."""
+    for sample in samples(op, count=24):
+        if all(a.dtype == np.float32 and a.size and a.ndim for a in sample.inputs):
+            return tuple(sample.inputs), dict(sample.attrs)
+    raise AssertionError(f"no float32 sample of {op}")
+
+
+# the kernels made from the C library's op lists get their cases from the samples
+CALLS.update({op: _sampled(op) for op in elementwise.KERNELS if op not in CALLS})
 
 
 def test_every_kernel_has_a_contract_case():

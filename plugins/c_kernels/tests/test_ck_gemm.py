@@ -1,45 +1,15 @@
 
 import itertools
-import math
 
 import numpy as np
 import pytest
 
 from legato.errors import LegatoError
 
-from ._util import SIZES, assert_close, f32
+from ck_util import ACTS, SIZES, assert_close, f32, gemm_close, mm_ref
 
 from legato_c_kernels import kernels as K
 from legato_c_kernels._lib import ffi, lib
-
-
-def mm_ref(a, b):
-    return np.matmul(a.astype(np.float64), b.astype(np.float64))
-
-
-def gemm_close(got, a, b, ref=None):
-    """Error bound of a length-K float32 dot product: relative to |a| @ |b|."""
-    ref = mm_ref(a, b) if ref is None else ref
-    bound = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
-    k = a.shape[-1]
-    assert got.shape == ref.shape and got.dtype == np.float32
-    assert np.all(np.abs(got - ref) <= 1e-4 * np.abs(ref) + 4e-7 * max(k, 1) * bound + 1e-30)
-
-
-def available_isas():
-    isas = []
-    for isa in (lib.LGK_ISA_GENERIC, lib.LGK_ISA_AVX2, lib.LGK_ISA_AVX512):
-        if lib.lgk_gemm_force_isa(isa) == lib.LGK_OK:
-            isas.append(isa)
-    lib.lgk_gemm_force_isa(lib.LGK_ISA_AUTO)
-    return isas
-
-
-@pytest.fixture(params=available_isas(), ids=lambda i: {1: "generic", 2: "avx2", 3: "avx512"}[i])
-def isa(request):
-    assert lib.lgk_gemm_force_isa(request.param) == lib.LGK_OK
-    yield request.param
-    lib.lgk_gemm_force_isa(lib.LGK_ISA_AUTO)
 
 
 def test_matmul_sizes_all_isas(rng, isa):
@@ -121,19 +91,6 @@ def test_linear(rng, shape):
     ref = x.astype(np.float64) @ w.T.astype(np.float64) + bias
     assert_close(K.nn_linear(x, w, bias), ref, atol=1e-5)
     assert_close(K.nn_linear(x, w, None), ref - bias, atol=1e-5)
-
-
-def gelu_ref(x):
-    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-
-
-ACTS = {
-    "none": lambda x: x,
-    "relu": lambda x: np.maximum(x, 0),
-    "gelu": gelu_ref,
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
-    "silu": lambda x: x / (1 + np.exp(-x)),
-}
 
 
 @pytest.mark.parametrize("act", sorted(ACTS))

@@ -1,0 +1,60 @@
+"""Shared helpers of the c_kernels tests (float64 references, tolerances)."""
+
+import math
+
+import numpy as np
+
+from legato_c_kernels._lib import lib
+
+SIZES = (1, 3, 17, 129)
+
+
+def assert_close(got, ref, rtol=1e-4, atol=None):
+    """float32 result vs a float64 reference: relative 1e-4, with an absolute floor
+    proportional to the data's magnitude for entries that cancel to ~0."""
+    ref = np.asarray(ref, dtype=np.float64)
+    assert got.dtype == np.float32
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    if atol is None:
+        finite = np.abs(ref[np.isfinite(ref)])
+        atol = 1e-6 * max(1.0, float(finite.max()) if finite.size else 1.0)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def f32(rng, *shape, low=-1.0, high=1.0):
+    return rng.uniform(low, high, size=shape).astype(np.float32)
+
+
+def mm_ref(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def gemm_close(got, a, b, ref=None):
+    """Error bound of a length-K float32 dot product: relative to |a| @ |b|."""
+    ref = mm_ref(a, b) if ref is None else ref
+    bound = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+    k = a.shape[-1]
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert np.all(np.abs(got - ref) <= 1e-4 * np.abs(ref) + 4e-7 * max(k, 1) * bound + 1e-30)
+
+
+def available_isas():
+    isas = []
+    for isa in (lib.LGK_ISA_GENERIC, lib.LGK_ISA_AVX2, lib.LGK_ISA_AVX512):
+        if lib.lgk_gemm_force_isa(isa) == lib.LGK_OK:
+            isas.append(isa)
+    lib.lgk_gemm_force_isa(lib.LGK_ISA_AUTO)
+    return isas
+
+
+def gelu_ref(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+ACTS = {
+    "none": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": gelu_ref,
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+}
