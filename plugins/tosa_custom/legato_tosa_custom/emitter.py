@@ -20,7 +20,7 @@ from legato.ir import Const, Function, Module, TensorType, Value
 from legato.shapes import norm_axes, norm_axis, slice_params
 
 from . import mlir
-from .limits import CUSTOM_DTYPES, MAX_TENSOR_LIST, TOSA_DTYPES, type_problem
+from .limits import custom_problem, value_problem
 from .lowering import TOSA
 from .rules import call_window
 
@@ -259,13 +259,9 @@ def _refuse(where: str, why: str):
 def _check_call(call, backend) -> None:
     """A custom call carries any TOSA tensors; any other call must be legal as it stands."""
     if call.op == CUSTOM_OP:
-        where = f"custom op {call.attrs['operator_name']}"
-        if len(call.inputs) > MAX_TENSOR_LIST:
-            _refuse(where, f"{len(call.inputs)} operands (at most {MAX_TENSOR_LIST})")
-        for value in [v for v in call.inputs if v is not None] + list(call.outputs):
-            problem = _value_problem(value)
-            if problem is not None:
-                _refuse(where, problem)
+        problem = custom_problem(call)
+        if problem is not None:
+            _refuse(f"custom op {call.attrs['operator_name']}", problem)
         return
     if call.op not in TOSA:
         _refuse(call.op, "no TOSA operator prints it")
@@ -274,16 +270,10 @@ def _check_call(call, backend) -> None:
         _refuse(call.op, why)
 
 
-def _value_problem(value) -> str | None:
-    """Values custom ops pass on may be int64; a constant is printed as a tosa.const, which
-    takes TOSA types only."""
-    return type_problem(value.type, TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES)
-
-
 def _check_signature(name: str, fn: Function) -> None:
     for kind, values in (("parameter", fn.params), ("result", fn.results)):
         for index, value in enumerate(values):
-            problem = _value_problem(value)
+            problem = value_problem(value)
             if problem is not None:
                 _refuse(f"function {name} {kind} {index}", problem)
 

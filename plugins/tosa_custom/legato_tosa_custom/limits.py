@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from legato.ir import TensorType
+from legato.ir import Const, TensorType
 
 MAX_RANK = 6
 MAX_BYTES = (1 << 31) - 1     # MAX_LOG2_SIZE 31: bytes of one tensor
@@ -57,6 +57,21 @@ def _tensors(call):
 def call_problem(call, problem_of=type_problem) -> str | None:
     """The first operand or result of `call` that no TOSA operator takes, or None."""
     return next(filter(None, map(problem_of, _tensors(call))), None)
+
+
+def value_problem(value) -> str | None:
+    """Why a value cannot be an operand or result of a tosa.custom, or None. Values custom
+    ops pass on may be int64 (argmax); a constant is printed as a tosa.const, which takes
+    TOSA types only."""
+    return type_problem(value.type, TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES)
+
+
+def custom_problem(call) -> str | None:
+    """Why `call` cannot be tunnelled as one tosa.custom (its tensors are the operands)."""
+    inputs = [v for v in call.inputs if v is not None]
+    if len(inputs) > MAX_TENSOR_LIST:
+        return f"{len(inputs)} operands (TOSA CUSTOM takes at most {MAX_TENSOR_LIST})"
+    return next(filter(None, map(value_problem, inputs + list(call.outputs))), None)
 
 
 def checked(check=None, name: str | None = None):

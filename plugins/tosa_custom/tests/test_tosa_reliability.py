@@ -119,7 +119,7 @@ def test_edge_forms_compute_what_cpu_ref_computes(name):
 
 
 @pytest.mark.parametrize("name", sorted(VALID))
-def test_edge_forms_validate_and_run_on_the_reference_model(tools, name):  # noqa: F811
+def test_edge_forms_validate_and_run_on_the_reference_model(tools, name):
     module, compiled = valid_case(name)
     feeds = feed(module)
     outputs = tools.run_reference(compiled.artifact, feeds, validate=True)
@@ -132,7 +132,7 @@ def test_clip_out_of_order_is_one_clamp_to_the_upper_bound():
     assert line.count("0xBFC00000 : f32") == 2  # min_val = max_val = -1.5
 
 
-def test_clip_out_of_order_keeps_nan_inputs_nan(tools):  # noqa: F811
+def test_clip_out_of_order_keeps_nan_inputs_nan(tools):
     _, compiled = valid_case("clip min > max")
     x = np.array([[np.nan, 0, 9], [-9, 1, np.nan]], np.float32)
     (out,) = tools.run_reference(compiled.artifact, [x])
@@ -165,7 +165,7 @@ def test_power_matches_numpy_on_negative_zero_infinite_and_nan_operands():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_power_runs_on_the_reference_model_for_every_operand(tools, dtype):  # noqa: F811
+def test_power_runs_on_the_reference_model_for_every_operand(tools, dtype):
     """Before, tosa.pow got negative and zero bases: the reference model refused to run
     (REQUIRE: x > 0 || y > 0) and (-2) ** 2 had no defined result."""
     module, feeds = power_grid(dtype)
@@ -196,7 +196,7 @@ def test_integer_gather_is_refused_not_emitted_without_pro_int():
         legato.compile(module, backend=KEEP)
 
 
-def test_float_to_int_cast_of_nan_is_zero_on_the_reference_model(tools):  # noqa: F811
+def test_float_to_int_cast_of_nan_is_zero_on_the_reference_model(tools):
     """TOSA CAST leaves NaN undefined (the reference model gave INT_MIN); legato's is 0."""
     x = np.array([np.nan, np.inf, -np.inf, -2.7, 2.7, 1e10], np.float32)
     module = one_call("cast", x.shape, "float32", dtype="int32")
@@ -231,7 +231,7 @@ def test_int64_constant_result_is_refused_not_printed_as_an_i64_const():
 
 @pytest.mark.parametrize("src, dst", [("float32", "int8"), ("float16", "int32"),
                                       ("float32", "float16"), ("float16", "float32")])
-def test_tosa_casts_in_the_pro_fp_modes_validate(tools, src, dst):  # noqa: F811
+def test_tosa_casts_in_the_pro_fp_modes_validate(tools, src, dst):
     legato.list_ops()
     tools.validate(legato.compile(one_call("tosa.cast", (2,), src, dtype=dst),
                                   backend=KEEP).artifact)
@@ -244,7 +244,7 @@ def test_tensors_over_2_gib_are_refused():
         legato.compile(one_call("exp", (2**29,)), backend=KEEP)
 
 
-def test_pool_windows_over_the_level_limit_use_the_generic_decomposition(tools):  # noqa: F811
+def test_pool_windows_over_the_level_limit_use_the_generic_decomposition(tools):
     """A stride of 9000 is beyond MAX_STRIDE 8192: the rule declines, no TOSA MAX_POOL2D."""
     module = one_call("nn.max_pool2d", (1, 1, 9001, 1), pool_size=[1, 1],
                       strides=[9000, 1])
@@ -266,7 +266,7 @@ def test_float16_bounds_beyond_its_range_are_infinities_without_warnings():
 
 
 @pytest.mark.parametrize("dtype, tiny", [("float32", 1e-40), ("float16", 1e-6)])
-def test_division_by_a_constant_whose_reciprocal_overflows(tools, dtype, tiny):  # noqa: F811
+def test_division_by_a_constant_whose_reciprocal_overflows(tools, dtype, tiny):
     """1 / y is inf for a subnormal y: x * (1 / y) gave inf where x / y is finite."""
     import warnings
     b = legato.GraphBuilder()
@@ -285,7 +285,7 @@ def test_division_by_a_constant_whose_reciprocal_overflows(tools, dtype, tiny): 
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_round_keeps_infinities_and_nan(tools, dtype):  # noqa: F811
+def test_round_keeps_infinities_and_nan(tools, dtype):
     """Found by fuzzing: round(-inf) came out NaN (-inf - floor(-inf) is NaN)."""
     x = np.array([-np.inf, np.inf, np.nan, -2.5, -0.5, 0.5, 1.5, 2.5, -0.0], dtype)
     module = one_call("round", x.shape, dtype)
@@ -305,3 +305,15 @@ def test_custom_op_with_an_int64_constant_operand_is_refused():
     module = b.build(b.call("nn.relu", x))
     with pytest.raises(LegalizationError, match=r"custom op expand_dims: int64\[2\]"):
         legato.compile(module, backend=KEEP, config=keep("expand_dims"))
+
+
+def concat_of(count):
+    b = legato.GraphBuilder()
+    return b.build(b.concat(*[b.input(f"x{i}", (1, 2)) for i in range(count)], axis=0))
+
+
+def test_custom_op_with_more_operands_than_tosa_takes_is_refused():
+    with pytest.raises(LegalizationError, match="custom op concat: 65 operands .*at most 64"):
+        legato.compile(concat_of(65), backend=KEEP, config=keep("concat"))
+    text = legato.compile(concat_of(64), backend=KEEP, config=keep("concat")).artifact
+    assert text.count('"tosa.concat"') == 1  # kept, and TOSA takes it as it stands
