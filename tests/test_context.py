@@ -168,6 +168,18 @@ def test_passes_return_a_result_and_fusion_is_a_pass():
     assert nested(module).modified and isinstance(nested(module), legato.PassResult)
 
 
+def test_partition_is_a_pass_in_a_pipeline_with_fusion():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    module = b.build(b.call("tanh", b.call("exp", x)))
+    pipeline = legato.PassManager([legato.PartitionPass(["c_kernels"]), legato.FusePass()])
+    parted, modified = pipeline(module)
+    kinds = {name: fn.kind for name, fn in parted.functions.items()}
+    assert modified and kinds == {"main": "default", "c_kernels_0": "external"}
+    assert parted.functions["c_kernels_0"].attrs["codegen"] == "c_kernels"
+    assert [c.op for c in parted.functions["c_kernels_0"].calls] == ["exp", "tanh"]
+
+
 def test_call_op_lives_in_the_ir():
     from legato.verify import CALL_OP
     assert legato.CALL_OP is CALL_OP

@@ -13,7 +13,7 @@ from .context import Context, context
 from .custom_ops import decode_custom, encode_custom
 from .fuse import FusePass, function_pattern, fuse, group_by_origin, op_info
 from .layout import convert_layout, register_layout_rule
-from .partition import partition
+from .partition import PartitionPass, partition
 from .passes import FunctionPass, ModulePass, PassManager, PassResult
 from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
                      LegatoWarning, OpError, ParseError, PluginError, RegistrationError, ShapeError)
@@ -29,7 +29,7 @@ __all__ = [
     "Function", "FunctionPass", "FusePass", "ModulePass", "PassManager", "PassResult",
     "context", "convert_layout", "register_layout_rule", "partition", "fuse", "op_info",
     "function_pattern", "group_by_origin", "GraphBuilder", "IRError", "LegalizationError",
-    "LegatoError", "LegatoWarning", "Module", "OpError",
+    "LegatoError", "LegatoWarning", "Module", "OpError", "PartitionPass",
     "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
     "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
     "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",
