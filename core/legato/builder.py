@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .calls import (Emitter, _Recorder, literal, make_call, run_decomposition,  # noqa: F401
+from .calls import (Emitter, Recorder, literal, make_call, run_decomposition,
                     scalar_const, trace_decomposition)
 from .context import context, unknown_op_note
 from .ops import REGISTRY as CORE_REGISTRY
@@ -32,7 +32,7 @@ def default_registry():
     return CORE_REGISTRY
 
 
-class GraphBuilder(_Recorder):
+class GraphBuilder(Recorder):
     """Build a module call by call (see the README for an example)."""
 
     def __init__(self, registry=None):

@@ -47,7 +47,7 @@ def scalar_const(value, dtype: str) -> Const:
     return const
 
 
-class _Recorder:
+class Recorder:
     """Shared core of GraphBuilder and Emitter: records calls, turns literals into consts."""
 
     def __init__(self, registry):
@@ -97,7 +97,7 @@ class _Recorder:
         return lambda *inputs, **attrs: self.call(op, *inputs, **attrs)
 
 
-class Emitter(_Recorder):
+class Emitter(Recorder):
     """What a decomposition writes into; stamps every call with its origin."""
 
     def __init__(self, registry, origin: Origin | None = None):
