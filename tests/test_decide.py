@@ -124,7 +124,7 @@ def test_partition_and_legalize_agree_call_by_call(backend_factory):
     for op in claimed:
         assert actions[op] <= TAKEN, (op, actions[op])
     for call in parted.main.calls:
-        if call.op != "call":
+        if call.op != legato.CALL_OP:
             assert not actions[call.op] & TAKEN, (call.op, actions[call.op])
 
 

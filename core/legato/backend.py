@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from .config import EMPTY_CONFIG, BackendConfig
 from .errors import ConfigError, ExecutionError, LegalizationError, clip, quote
-from .ir import Call, thaw_attr
+from .ir import CUSTOM_OP, Call, thaw_attr
 from .report import Decision
 
 MAX_REASON = 500  # characters of a check's reason kept in reports and errors
@@ -24,9 +24,6 @@ TAKEN = frozenset({"legal", "kept", "custom"})  # the actions by which a backend
 BACKEND_RULE = "backend-rule"  # Decision.rule: rewritten by the backend's lowering rule
 DECLINED = "declined"  # Decision.rule: not taken; decomposition or a fallback may still be
 KEPT = "kept"          # Decision.rule of a failure: kept by the config, yet not taken
-# the op name of a tunnelled call (custom_ops.CUSTOM_OP; that module needs the context,
-# which needs this one)
-CUSTOM = "custom"
 
 
 @dataclass(frozen=True)
@@ -155,7 +152,7 @@ class Backend:
         if config.max_level is not None and level > config.max_level:
             return Decision("decomposed", f"level {level} is above max_level "
                                           f"{config.max_level}", "max_level")
-        if op == CUSTOM and self.custom_ops:
+        if op == CUSTOM_OP and self.custom_ops:
             why = self.why_not_custom(call)
             return Decision("custom", f"{self.name} takes custom ops") if why is None \
                 else Decision("failed", why, DECLINED)

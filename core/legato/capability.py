@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from .backend import Backend, Condition, resolve
 from .errors import ConfigError, LegatoError, clip, quote
-from .ir import DTYPES, freeze_attr
+from .ir import CUSTOM_OP, DTYPES, freeze_attr
 from .ops.layout_rules import LAYOUTS
 from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
@@ -197,7 +197,7 @@ def _add_levels(legal: dict, levels, registry, label, table: Mapping | None) -> 
             raise ConfigError(f"{label}: legal_levels: {quote(level)} is not a level "
                               "(int >= 0)")
         for op in registry.names():
-            if registry.get(op).level == level and op != "custom" and \
+            if registry.get(op).level == level and op != CUSTOM_OP and \
                     (table is None or op in table):
                 legal.setdefault(op, Condition())
 
