@@ -39,9 +39,11 @@ static int out_dim(int64_t in, int64_t k, int64_t stride, int64_t pad0, int64_t 
     LGK_TRY(lgk_add(in, pad0, &padded));
     LGK_TRY(lgk_add(padded, pad1, &padded));
     LGK_CHECK(padded >= span, LGK_ERR_SHAPE);
-    int64_t n = (padded - span) / stride + 1;
-    if (ceil_mode && (padded - span) % stride != 0 && n * stride < in + pad0)
-        n += 1;
+    int64_t room = padded - span;
+    int64_t n = room / stride + (ceil_mode && room % stride != 0) + 1, last_start;
+    LGK_TRY(lgk_mul(n - 1, stride, &last_start));
+    if (ceil_mode && last_start >= in + pad0)
+        n -= 1; /* once, as ONNX and PyTorch: even a window floor mode would count */
     *out = n;
     return LGK_OK;
 }

@@ -1,8 +1,8 @@
-"""Fixtures of the c_kernels tests (helpers live in ck_util)."""
+"""Fixtures of the c_kernels tests (helpers live in ck_util; backend_factory and the
+plugin fixtures come from the root conftest.py)."""
 import numpy as np
 import pytest
 
-import legato
 from ck_util import available_isas
 from legato_c_kernels._lib import lib
 
@@ -18,17 +18,3 @@ def isa(request):
     yield request.param
     lib.lgk_gemm_force_isa(lib.LGK_ISA_AUTO)
 
-
-@pytest.fixture
-def backend_factory():
-    """Register in-process backends for one test; unregistered afterwards."""
-    names = []
-
-    def register(capability: dict, **kwargs):
-        backend = legato.register_backend(capability, **kwargs)
-        names.append(backend.name)
-        return backend
-
-    yield register
-    for name in names:
-        legato.unregister_backend(name)

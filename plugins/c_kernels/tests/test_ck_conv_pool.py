@@ -175,3 +175,23 @@ def test_pool_nan_and_errors(rng):
         K.nn_max_pool2d(x, pool_size=[5, 5])
     with pytest.raises(LegatoError, match="4-D"):
         K.nn_max_pool2d(x[0], pool_size=[2, 2])
+
+
+@pytest.mark.parametrize("size, pool, stride, padding", [
+    ((1, 3), (1, 1), (1, 1), (0, 0, 1, 0)),   # the last ceil window starts in the padding
+    ((5, 6), (2, 3), (2, 2), (1, 0, 2, 2)),
+    ((4, 4), (3, 3), (3, 2), (0, 1, 2, 1)),
+])
+def test_ceil_mode_windows_follow_the_shared_rule(rng, size, pool, stride, padding):
+    """Output sizes come from legato.shapes (ONNX/PyTorch: a last ceil-mode window must
+    start inside the input or the begin padding); values agree with cpu_ref."""
+    import legato
+    x = f32(rng, 1, 2, *size)
+    attrs = dict(pool_size=pool, strides=stride, padding=padding, ceil_mode=True)
+    reference = legato.get_backend("cpu_ref")
+    for op, kernel in (("nn.max_pool2d", K.nn_max_pool2d), ("nn.avg_pool2d", K.nn_avg_pool2d)):
+        want = reference.kernel(op)(x, **attrs, dilation=(1, 1), data_layout="NCHW",
+                                    **({"count_include_pad": False} if "avg" in op else {}))
+        got = kernel(x, **attrs)
+        assert got.shape == want.shape, op
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

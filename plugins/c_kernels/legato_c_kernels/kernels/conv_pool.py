@@ -6,6 +6,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from legato.errors import ShapeError
+from legato.shapes import Window, window
+
 from .._lib import ffi, lib
 from .common import (Array, CCall, bound, dense, detach, error, f32, ints, num_threads, opt_f32,
                      opt_ptr, out_array, ptr, run_call)
@@ -22,19 +25,27 @@ def _spatial(op: str, strides: Any, padding: Any, dilation: Any) -> tuple[list[i
             ints(op, "dilation", dilation, 2, 1))
 
 
-def _fill_geometry(p: Any, shape: tuple[int, ...], strides: list[int], padding: list[int],
-                   dilation: list[int]) -> None:
-    p.n, p.c, p.h, p.w = shape
-    p.stride_h, p.stride_w = strides
-    p.pad_top, p.pad_left, p.pad_bottom, p.pad_right = padding
-    p.dilation_h, p.dilation_w = dilation
-
-
-def _out_hw(op: str, fn: Any, params: Any, what: str) -> tuple[int, int]:
+def _geometry(op: str, fn: Any, params: Any, data_shape: tuple[int, ...], kernel: list[int],
+              strides: list[int], padding: list[int], dilation: list[int],
+              ceil_mode: bool = False) -> Window:
+    """The window geometry by legato.shapes (the one output-size rule), filled into the C
+    parameters; the C library's own size check must agree."""
+    try:
+        win = window(data_shape[2:], kernel, strides, dilation, padding, bool(ceil_mode),
+                     what=op)
+    except ShapeError as err:
+        raise error(op, f"invalid geometry: {err}") from None
+    params.n, params.c, params.h, params.w = data_shape
+    params.stride_h, params.stride_w = win.strides
+    params.pad_top, params.pad_left = win.pads_begin
+    params.pad_bottom, params.pad_right = win.pads_end
+    params.dilation_h, params.dilation_w = win.dilation
     oh, ow = ffi.new("int64_t *"), ffi.new("int64_t *")
-    if fn(params, oh, ow) != lib.LGK_OK:
-        raise error(op, f"invalid geometry: {what}")
-    return oh[0], ow[0]
+    status = fn(params, oh, ow)
+    if status != lib.LGK_OK or (oh[0], ow[0]) != win.out:
+        raise error(op, f"invalid geometry for the C kernel: input {data_shape}, kernel "
+                        f"{kernel}, strides {strides}, padding {padding}, dilation {dilation}")
+    return win
 
 
 def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
@@ -58,12 +69,10 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     if bias is not None and bias.shape != (n_out,):
         raise error(op, f"bias must have shape ({n_out},), got {bias.shape}")
     p = ffi.new("lgk_conv2d_params *")
-    _fill_geometry(p, data.shape, strides, padding, dilation)
     p.o, p.kh, p.kw, p.groups = n_out, weight.shape[2], weight.shape[3], int(groups)
-    oh, ow = _out_hw(op, lib.lgk_conv2d_out_shape, p,
-                     f"input {data.shape}, kernel {weight.shape[2:]}, strides {strides}, "
-                     f"padding {padding}, dilation {dilation}")
-    out = out_array(op, out, (data.shape[0], n_out, oh, ow))
+    win = _geometry(op, lib.lgk_conv2d_out_shape, p, data.shape, list(weight.shape[2:]),
+                    strides, padding, dilation)
+    out = out_array(op, out, (data.shape[0], n_out, *win.out))
     if out.size == 0:
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
@@ -96,13 +105,11 @@ def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padd
     strides, padding, dilation = _spatial(op, kernel if strides is None else strides, padding,
                                           dilation)
     p = ffi.new("lgk_pool2d_params *")
-    _fill_geometry(p, data.shape, strides, padding, dilation)
     p.kh, p.kw = kernel
     p.ceil_mode, p.count_include_pad = bool(ceil_mode), bool(count_include_pad)
-    oh, ow = _out_hw(op, lib.lgk_pool2d_out_shape, p,
-                     f"input {data.shape}, pool_size {kernel}, strides {strides}, "
-                     f"padding {padding}, dilation {dilation}")
-    out = out_array(op, out, data.shape[:2] + (oh, ow))
+    win = _geometry(op, lib.lgk_pool2d_out_shape, p, data.shape, kernel, strides, padding,
+                    dilation, ceil_mode)
+    out = out_array(op, out, data.shape[:2] + win.out)
     if out.size == 0:
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
