@@ -240,3 +240,25 @@ def test_a_plugin_backend_with_a_bad_kernel_is_a_problem_and_not_registered(inst
 def _call(op):
     b = legato.GraphBuilder()
     return b.build(b.call(op, b.input("x", (2,)))).main.calls[0]
+
+
+def test_plugin_ops_carry_their_facts_and_plugin(install_plugins):
+    def ops(register):
+        register("acme_rc.twice", "data", lambda types, attrs: types[0], "elemwise",
+                 doc="Twice the input.", onnx=("AcmeTwice",), tolerance=1e-3)
+        register("acme_rc.bad_doc", "data", lambda types, attrs: types[0], "elemwise",
+                 doc=["not", "a", "string"])
+
+    host = install_plugins({"acme_rc": module_with(legato_register_ops=legato.hookimpl(ops))})
+    (problem,) = [m for p, m in host.problems if p == "acme_rc"]
+    assert "op acme_rc.bad_doc: doc must be a string (one line)" in problem
+    assert "acme_rc.twice" not in legato.list_ops()  # the hook failed: nothing half-registered
+
+    def good(register):
+        register("acme_rc.twice", "data", lambda types, attrs: types[0], "elemwise",
+                 doc="Twice the input.", onnx=("AcmeTwice",), tolerance=1e-3)
+
+    install_plugins({"acme_rc": module_with(legato_register_ops=legato.hookimpl(good))})
+    opdef = legato.get_op("acme_rc.twice")
+    assert (opdef.doc, opdef.onnx, opdef.tolerance, opdef.plugin) == \
+        ("Twice the input.", ("AcmeTwice",), 1e-3, "acme_rc")

@@ -2,8 +2,11 @@
 hooks with register callbacks, validates what they register and keeps the backends.
 
 A plugin that fails to import, raises (or calls sys.exit) from a hook, or registers a bad
-op or capability file is recorded in `problems` under its name, and what that hook had
-registered before failing is removed again; the other plugins load as usual.
+op, a bad capability file or a backend that fails the registration checks
+(backend_checks.py) is recorded in `problems` under its name, and what that hook had
+registered before failing is removed again; the other plugins load as usual. Fallbacks are
+checked once every plugin has registered, and `legato_*` functions pluggy would ignore
+(misspelt, undecorated) are recorded too.
 """
 from __future__ import annotations
 
