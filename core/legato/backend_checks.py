@@ -92,8 +92,11 @@ def hook_problems(plugin: Any) -> list[str]:
     @legato.hookimpl, or marked but named after no hook (a typo)."""
     problems = []
     for attr in sorted(dir(plugin)):
-        value = getattr(plugin, attr, None)
-        marked = getattr(value, "legato_impl", None)
+        try:  # a plugin object's property may raise anything
+            value = getattr(plugin, attr, None)
+            marked = getattr(value, "legato_impl", None)
+        except Exception:
+            continue
         if not callable(value) or isinstance(value, type) or \
                 (marked is None and not attr.startswith("legato_")):
             continue
