@@ -8,9 +8,9 @@ import numpy as np
 
 from . import planning
 from .errors import ExecutionError, LegatoError, clip
-from .ir import Call, Const, Function, Module, Value
-from .legalize import call_text, decode_custom
-from .verify import CALL_OP
+from .custom_ops import decode_custom
+from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module, Value
+from .legalize import call_text
 
 
 def describe_call(call: Call, where: str) -> str:
@@ -47,7 +47,7 @@ class Interpreter:
         self._shared = _shared_results(self.main)
 
     def _kernel_for(self, call: Call):
-        if call.op == "custom" and not self.backend.has_kernel("custom"):
+        if call.op == CUSTOM_OP and not self.backend.has_kernel(CUSTOM_OP):
             original = decode_custom(call, self.registry)
             kernel = self._kernel_for(original)
             return lambda *inputs, **attrs: kernel(

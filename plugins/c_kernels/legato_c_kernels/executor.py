@@ -21,12 +21,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+import legato
 from legato import planning
-from legato.builder import default_registry
-from legato.custom_ops import CUSTOM_OP
 from legato.errors import ExecutionError, LegatoError
 from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
-from legato.ir import Const
+from legato.ir import CUSTOM_OP, Const
 
 from . import kernels as K
 from .kernels import elementwise
@@ -121,7 +120,7 @@ class _PlannedInstance:
             return True
         if getattr(self.backend.kernel(call.op), "in_place", False):
             return True
-        registry = self.registry if self.registry is not None else default_registry()
+        registry = self.registry if self.registry is not None else legato.context().registry
         return call.op in registry and registry.get(call.op).elementwise
 
     def _assign_outputs(self, call, out_call, dying: list, roots, results) -> None:
