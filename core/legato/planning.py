@@ -83,34 +83,10 @@ class Arena:
 # whole modules as one flat sequence
 
 
-@dataclass(frozen=True, eq=False)
-class Scoped:
-    """A value of an inlined function, in one of its inlined copies (`scope` > 0)."""
-
-    scope: int
-    value: Value
-
-    @property
-    def type(self):
-        return self.value.type
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.value.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.value.dtype
-
-    @property
-    def rank(self) -> int:
-        return self.value.rank
-
-
 class FlatCall:
     """One call of a flattened module: the original call (op, attrs, origin), its
-    inputs and outputs as flat values (main's own Values, `Scoped` copies of inlined
-    functions' values, Consts, None) and where it is (`@fn call i`)."""
+    inputs and outputs as flat values (main's own Values, fresh copies of an inlined
+    function's values, Consts, None) and where it is (`@fn call i`)."""
 
     __slots__ = ("call", "inputs", "outputs", "where")
 
@@ -141,29 +117,27 @@ class Flat:
 
 
 def flatten(module: Module) -> Flat:
-    """Inline every function main calls (recursively, a fresh copy per call site)."""
+    """Inline every function main calls (recursively; the values of each inlined copy
+    are fresh Values of the same types, so two call sites never share one)."""
     calls: list[FlatCall] = []
-    scopes = [0]
 
-    def inline(name: str, env: dict, scope: int) -> None:
+    def inline(name: str, env: dict, main: bool) -> None:
         fn = module.functions[name]
         for index, call in enumerate(fn.calls):
             inputs = tuple(None if v is None else env.get(v, v) for v in call.inputs)
             if call.op == CALL_OP:
                 callee = module.functions[call.attrs["callee"]]
-                scopes[0] += 1
-                inner = scopes[0]
                 inner_env = dict(zip(callee.params, inputs))
-                inline(call.attrs["callee"], inner_env, inner)
+                inline(call.attrs["callee"], inner_env, False)
                 for out, result in zip(call.outputs, callee.results):
                     env[out] = inner_env.get(result, result)
                 continue
-            outputs = tuple(out if scope == 0 else env.setdefault(out, Scoped(scope, out))
+            outputs = tuple(out if main else env.setdefault(out, Value(out.type, out.name))
                             for out in call.outputs)
             calls.append(FlatCall(call, inputs, outputs, f"@{name} call {index}"))
 
     main_env: dict = {}
-    inline("main", main_env, 0)
+    inline("main", main_env, True)
     main = module.main
     results = tuple(main_env.get(r, r) for r in main.results)
     return Flat(tuple(main.params), tuple(calls), results)

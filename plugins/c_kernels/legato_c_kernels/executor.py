@@ -115,10 +115,8 @@ class _PlannedInstance:
     def _in_place(self, call) -> bool:
         """May the result take the buffer of a same-sized input that dies here? Yes for
         elementwise ops (each element is read before it is written) and for kernels
-        that say they compute in place; fallback kernels return fresh arrays."""
-        if not self._native(call):
-            return True
-        if getattr(self.backend.kernel(call.op), "in_place", False):
+        that say they compute in place."""
+        if self._native(call) and getattr(self.backend.kernel(call.op), "in_place", False):
             return True
         registry = self.registry if self.registry is not None else legato.context().registry
         return call.op in registry and registry.get(call.op).elementwise
