@@ -63,6 +63,13 @@ class Recorder:
             dtype = dtype.dtype
         return scalar_const(value, dtype)
 
+    def _with_literals(self, inputs) -> list:
+        # a literal takes the dtype of the data it meets: where(cond, x, 0.0) is x's dtype
+        tensors = [v for v in inputs if isinstance(v, Value)]
+        dtype = next((v.dtype for v in tensors if v.dtype != "bool"),
+                     tensors[0].dtype if tensors else "float32")
+        return [self._as_value(v, dtype) for v in inputs]
+
     def _as_value(self, item, dtype: str | None):
         if item is None or isinstance(item, Value):
             return item
@@ -74,11 +81,11 @@ class Recorder:
 
     def call(self, op: str, *inputs, **attrs):
         """Append a call of `op`; returns its result (a tuple for several results)."""
-        # a literal takes the dtype of the data it meets: where(cond, x, 0.0) is x's dtype
-        tensors = [v for v in inputs if isinstance(v, Value)]
-        dtype = next((v.dtype for v in tensors if v.dtype != "bool"),
-                     tensors[0].dtype if tensors else "float32")
-        values = [self._as_value(v, dtype) for v in inputs]
+        values = inputs
+        for item in inputs:  # decompositions mostly pass values: no literals to convert
+            if item is not None and not isinstance(item, Value):
+                values = self._with_literals(inputs)
+                break
         call = make_call(self.registry, op, values, attrs, self._origin())
         self.calls.append(call)
         return call.outputs[0] if len(call.outputs) == 1 else call.outputs
