@@ -140,6 +140,24 @@ def test_shape_folding_needs_no_backend(monkeypatch):
     assert mod.main.results[0].type.shape == (6, 4)
 
 
+def test_sizes_computed_in_float_fold_too():
+    # Resize-style shape code: half of each spatial size, through float and back
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "one", "big"], ["hw"]),
+             helper.make_node("Cast", ["hw"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "half"], ["h"]),
+             helper.make_node("Floor", ["h"], ["fl"]),
+             helper.make_node("Cast", ["fl"], ["i"], to=TensorProto.INT64),
+             helper.make_node("Concat", ["first", "i"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("one", [1]), ("big", [99]), ("first", [12]))]
+    inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    mod = onnx_frontend.load(model(nodes, [tensor("x", [3, 4, 6])], [tensor("y", None)], inits))
+    assert [c.op for c in mod.main.calls] == ["reshape"]
+    assert mod.main.results[0].type.shape == (12, 2, 3)
+
+
 def test_folding_gives_up_on_what_it_cannot_compute_exactly():
     from legato.frontends.onnx_fold import FOLD_MAX_ELEMENTS, fold_calls
     b = legato.GraphBuilder()
