@@ -13,12 +13,11 @@ from .backend import Backend
 from .capability import parse_capability
 from .config import BackendConfig, load_config
 from .context import Context, context as current_context
-from .custom_ops import CUSTOM_OP
 from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
 from .frontends.onnx import load as load_onnx
-from .ir import CALL_OP, Function, Module
+from .ir import CALL_OP, CUSTOM_OP, Function, Module
 from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
