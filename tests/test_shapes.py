@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx.reference.ops.op_pool_common import (get_output_shape_explicit_padding,
                                                get_pad_shape, get_pad_with_auto_pad)
@@ -255,3 +255,47 @@ def test_axes_normalisation():
         shapes.norm_axis(3, 3)
     with pytest.raises(ShapeError, match="repeat an axis"):
         shapes.norm_axes([1, -2], 3)
+
+
+# --- every backend's window kernels agree with the one rule ---------------------------------
+
+def window_kernels():
+    import legato
+    found = []
+    for name in legato.list_backends():
+        backend = legato.get_backend(name)
+        found += [pytest.param(backend, op, id=f"{name}-{op}") for op in
+                  ("nn.max_pool2d", "nn.avg_pool2d", "nn.conv2d") if backend.has_kernel(op)]
+    return found
+
+
+@pytest.mark.parametrize("backend, op", window_kernels())
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 7), st.integers(1, 3), st.integers(1, 3),
+                          st.integers(1, 2), st.integers(0, 3), st.integers(0, 3)),
+                min_size=2, max_size=2), st.booleans())
+@example(axes=[(1, 1, 1, 1, 0, 1), (3, 1, 1, 1, 0, 0)], ceil_mode=True)  # drops a floor window
+def test_window_kernels_give_the_inferred_shape(backend, op, axes, ceil_mode):
+    """The result of a backend's conv / pool kernel has the shape op inference gives, on
+    geometry inference accepts (ceil mode's dropped windows included)."""
+    from legato.ops.conv import conv_window, pool_window
+    spatial, kernel, strides, dilation, begins, ends = (list(a) for a in zip(*axes))
+    x = np.ones((1, 2) + tuple(spatial), np.float32)
+    attrs = {"strides": strides, "dilation": dilation, "padding": begins + ends,
+             "data_layout": "NCHW"}
+    if op == "nn.conv2d":
+        inputs = (x, np.ones((3, 2) + tuple(kernel), np.float32), None)
+        attrs.update(groups=1, kernel_layout="OIHW")
+        window = conv_window
+    else:
+        inputs = (x,)
+        attrs.update(pool_size=kernel, ceil_mode=ceil_mode)
+        window = pool_window
+        if op == "nn.avg_pool2d":
+            attrs["count_include_pad"] = False
+    try:
+        win = window(x.shape, *inputs[1:2] and (inputs[1].shape,), attrs)
+    except ShapeError:
+        return  # refused at inference: kernels never see it
+    y = backend.kernel(op)(*inputs, **attrs)
+    assert y.shape == (1, inputs[1].shape[0] if op == "nn.conv2d" else 2) + win.out

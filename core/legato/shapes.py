@@ -50,6 +50,9 @@ def norm_axes(axes, rank: int, keep_order: bool = False) -> tuple[int, ...]:
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     """The numpy broadcast of `shapes` (right-aligned; size-1 dims stretch)."""
+    first = shapes[0]
+    if all(s == first for s in shapes[1:]):  # the common case, on every elementwise call
+        return tuple(first)
     rank = max(len(s) for s in shapes)
     out = []
     for i in range(rank):
