@@ -26,6 +26,7 @@ from .. import api
 from ..backend_checks import signature_problem
 from ..builder import GraphBuilder
 from ..errors import LegatoError, clip
+from ..ir import CUSTOM_OP
 from ..ops.tolerance import ROUNDING_OPS, error_bound
 from .samples import DEFAULT_COUNT, SampleError, samples as draw_samples
 
@@ -56,12 +57,13 @@ class OpResult:
             self.messages.append(f"{problem}: {clip(message, 400)}")
 
 
-def kernel_ops(backend) -> set:
-    """The ops a backend has a kernel for."""
-    listed = getattr(backend, "kernel_ops", None)
-    if callable(listed):
-        return set(listed())
-    return {op for op in getattr(backend, "_kernels", {}) if backend.has_kernel(op)}
+def ops_to_check(backend, ops=None) -> list[str]:
+    """`ops`, or every op the backend declares legal or has a kernel for (custom calls are
+    decoded by the core, never run as such)."""
+    if ops:
+        return sorted(set(ops))
+    kernels = set(backend.kernel_ops()) if backend.executes else set()
+    return sorted((set(backend.legal) | kernels) - {CUSTOM_OP})
 
 
 def check_backend(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT
@@ -69,9 +71,9 @@ def check_backend(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT
     """One OpResult per op of backend `name` (its legal ops and kernels, or `ops`)."""
     backend = api.get_backend(name)
     reference = api.get_backend(REFERENCE)
-    kernels = kernel_ops(backend) if backend.executes else set()
-    wanted = sorted(set(ops) if ops else (set(backend.legal) | kernels) - {"custom"})
-    return [_check_op(backend, reference, op, op in kernels, seed, count) for op in wanted]
+    kernels = set(backend.kernel_ops()) if backend.executes else set()
+    return [_check_op(backend, reference, op, op in kernels, seed, count)
+            for op in ops_to_check(backend, ops)]
 
 
 def _check_op(backend, reference, op, has_kernel, seed, count) -> OpResult:
@@ -250,13 +252,8 @@ def backend_conformance(name: str, ops=None, seed: int = 0, count: int = DEFAULT
     """
     import pytest
 
-    def wanted():
-        backend = api.get_backend(name)
-        kernels = kernel_ops(backend) if backend.executes else set()
-        return sorted(set(ops) if ops else (set(backend.legal) | kernels) - {"custom"})
-
     try:
-        params = wanted()
+        params = ops_to_check(api.get_backend(name), ops)
     except LegatoError as err:  # not installed: one failing case that says so
         params = [f"<{err}>"]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import CUSTOM_OP
 from ..registry import REQUIRED
 from .draw import INTS
 
@@ -516,7 +517,7 @@ def gen_attention(ctx, op):
                     float(ctx.rng.uniform(0.1, 1)), causal=ctx.chance(0.4))
 
 
-@generator("custom")
+@generator(CUSTOM_OP)
 def gen_custom(ctx, op):
     """A tunnelled sigmoid/gelu/softmax: what a backend that keeps an op receives."""
     data = ctx.value(ctx.float, min_rank=1)

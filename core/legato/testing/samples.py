@@ -22,7 +22,7 @@ import numpy as np
 from ..builder import make_call
 from ..context import context
 from ..errors import LegatoError, OpError, clip
-from ..ir import Call, TensorType, Value
+from ..ir import CUSTOM_OP, Call, TensorType, Value
 from ..legalize import encode_custom
 from .draw import Draw
 from .generators import generator_for
@@ -131,7 +131,7 @@ class SampleContext(Draw):
     def custom(self, inner_op: str, data: ArrayValue):
         inner = make_call(self.registry, inner_op, [Value(data.type)], {})
         call = encode_custom(inner, "legato", self.registry)
-        self.made.append(Sample("custom", (data.array,), call.attrs, tuple(
+        self.made.append(Sample(CUSTOM_OP, (data.array,), call.attrs, tuple(
             o.type for o in call.outputs), note=f"tunnels {inner_op}"))
 
 
@@ -178,7 +178,7 @@ def samples(op: str, seed: int = 0, count: int = DEFAULT_COUNT, registry=None
     if not drawn:
         raise SampleError(f"op {op}: its generator made no valid call in "
                           f"{count * ATTEMPTS} attempts")
-    if opdef.kind in ("elemwise", "broadcast") and op != "custom":
+    if opdef.kind in ("elemwise", "broadcast") and op != CUSTOM_OP:
         drawn += edge_shapes(drawn, opdef, rng, registry)
     return drawn
 
