@@ -167,3 +167,28 @@ def test_malformed_custom_ops_conditions_are_config_errors(value, match):
     with pytest.raises(legato.ConfigError, match=r"<capability file dict>: " + match):
         legato.register_backend({"backend": "tunnel", "executes": False,
                                  "custom_ops": value})
+
+
+def no_constant_operand(call):
+    return "a constant operand" if any(isinstance(v, legato.Const) for v in call.inputs) \
+        else None
+
+
+@pytest.mark.parametrize("const_first", [True, False])
+def test_a_check_that_tells_constants_from_values_is_asked_for_each(backend_factory,
+                                                                    const_first):
+    backend_factory({"backend": "npu", "executes": False,
+                     "legal": {"add": {"check": no_constant_operand}}, "custom_ops": {
+                         "check": no_constant_operand}})
+    b = legato.GraphBuilder()
+    x = b.input("x", (3,))
+    c = b.const(np.ones(3, np.float32))
+    first, second = (c, x) if const_first else (x, c)
+    y = b.call("add", x, first)
+    module = b.build(b.call("add", y, second), b.call("nn.gelu", first),
+                     b.call("nn.gelu", second))
+    low = legato.legalize(module, "npu", config={"backends": {"npu": {"keep": ["nn.gelu"]}}},
+                          mode="analysis")
+    actions = {(e["op"], e["action"]): e["count"] for e in low.report.entries}
+    assert actions[("add", "legal")] == 1 and actions[("add", "failed")] == 1
+    assert actions[("nn.gelu", "custom")] == 1 and actions[("nn.gelu", "failed")] == 1

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from .config import EMPTY_CONFIG, BackendConfig
 from .errors import ConfigError, ExecutionError, LegalizationError, clip, quote
-from .ir import CUSTOM_OP, Call, thaw_attr
+from .ir import CUSTOM_OP, Call, Const, thaw_attr
 from .report import Decision
 
 MAX_REASON = 500  # characters of a check's reason kept in reports and errors
@@ -83,6 +83,9 @@ class Backend:
         self.custom_ops, self.domain, self.layout = custom_ops, domain, layout
         self.custom_condition = custom_condition  # which calls it tunnels (None: any)
         self.legal = dict(legal)
+        # whether a decision may depend on more than op, attributes and input types
+        self.reads_values = custom_condition is not None and custom_condition.check \
+            is not None or any(c.check is not None for c in self.legal.values())
         self._kernels = dict(kernels or {})
         self._rules = dict(rules or {})
         self._ready_rules: dict[str, Callable | None] = {}
@@ -96,10 +99,11 @@ class Backend:
     def why_not(self, call: Call) -> str | None:
         """None when the backend runs this call natively; otherwise the reason it does not."""
         cond = self.legal.get(call.op)
-        # a check may look at whole shapes; the declarative keys only at dtypes and ranks
-        key = (call.op, call.attrs, tuple(None if v is None else v.type if cond is not None
-                                          and cond.check is not None else (v.dtype, v.rank)
-                                          for v in call.inputs))
+        # a check may look at whole shapes and constants; the declarative keys only at
+        # dtypes and ranks
+        key = value_key(call) if cond is not None and cond.check is not None else \
+            (call.op, call.attrs, tuple(None if v is None else (v.dtype, v.rank)
+                                        for v in call.inputs))
         try:
             return self._cache[key]
         except KeyError:
@@ -122,8 +126,7 @@ class Backend:
         cond = self.custom_condition
         if cond is None:
             return None
-        key = ("custom op", call.op, call.attrs,
-               tuple(None if v is None else v.type for v in call.inputs))
+        key = ("custom op", value_key(call))
         try:
             return self._cache[key]
         except KeyError:
@@ -211,6 +214,15 @@ class Backend:
             kernel = self._kernels[op] = resolve(kernel, f"{self.name} kernel for {op}",
                                                      need_callable=True)
         return kernel
+
+
+def value_key(call: Call) -> tuple:
+    """What a decision about `call` may depend on when a plugin's check sees it: op,
+    attributes, input types, and which inputs are constants (a check may refuse a constant
+    where it takes a run-time value of the same type). Not the constants' data: answers
+    are cached for the backend's lifetime, which must not keep every model's data alive."""
+    return (call.op, call.attrs, tuple(None if v is None else (v.type, isinstance(v, Const))
+                                       for v in call.inputs))
 
 
 def call_plugin(fn: Callable, what: str, *args) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from .backend import BACKEND_RULE, DECLINED, KEPT
+from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
 from .calls import Emitter, run_decomposition
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
@@ -49,6 +49,7 @@ class _Legalizer:
         # an explicit max_level overrides the config's; the backend reads it from there
         self.config = config if max_level is None else replace(config, max_level=max_level)
         self.mode = mode
+        self.by_value = backend is not None and backend.reads_values
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
         self._decisions: dict = {}
@@ -56,7 +57,8 @@ class _Legalizer:
     # --- deciding ---------------------------------------------------------------------------
 
     def decide(self, call: Call) -> Decision:
-        key = (call.op, call.attrs, tuple(None if v is None else v.type for v in call.inputs))
+        key = value_key(call) if self.by_value else \
+            (call.op, call.attrs, tuple(None if v is None else v.type for v in call.inputs))
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._decisions[key] = self._decide(call)

@@ -26,6 +26,7 @@ class _AnyOf(Backend):
     def __init__(self, members: list[tuple[Backend, BackendConfig]]):
         super().__init__("+".join(b.name for b, _ in members), {}, executes=False)
         self.members = members
+        self.reads_values = any(b.reads_values for b, _ in members)
 
     def decide(self, call: Call, config: BackendConfig = EMPTY_CONFIG, level: int = 0,
                use_rules: bool = True) -> Decision:
