@@ -3,7 +3,8 @@
 Planning happens once, on the whole module as one flat sequence of calls (functions
 that main calls, e.g. fused or partitioned regions, are inlined: `legato.planning`).
 Every value gets a buffer (reused by liveness, in place where the op is elementwise or
-its kernel says it computes in place and the input dies there, a view for reshape);
+its kernel says it computes in place and the input dies there, a view where the kernel
+says its result may be one: reshape);
 a GEMM absorbs a following bias add and activation into its epilogue where the C
 library has that activation; constant GEMM weights are packed once. Every step is
 then bound to its buffers (`kernel.bind(..., out=...)`, a prepared C call where the
@@ -39,11 +40,6 @@ def make_executor(module, backend, fallback, fallback_calls, registry):
     if any(c.op == CUSTOM_OP for fn in module.functions.values() for c in fn.calls):
         return Interpreter(module, backend, fallback, fallback_calls, registry)
     return PlannedExecutor(module, backend, fallback, fallback_calls, registry)
-
-
-def _is_view(step) -> bool:
-    """reshape of a planned buffer: a view of that buffer, no step at all."""
-    return step.op == "reshape" and not isinstance(step.inputs[0], Const)
 
 
 def _epilogue_activation(step) -> str | None:
@@ -93,7 +89,7 @@ class _PlannedInstance:
 
     def _plan(self, flat: planning.Flat) -> None:
         calls = flat.calls
-        roots = planning.view_roots(calls, _is_view)
+        roots = planning.view_roots(calls, self._is_view)
         last_use = planning.last_uses(calls, roots)
         pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
         results = set(flat.results)
@@ -112,6 +108,12 @@ class _PlannedInstance:
                 self.arena.give(self.buffers[root])
             index += absorbed + 1
 
+    def _is_view(self, call) -> bool:
+        """A call whose kernel says its result may be a view of its first input (reshape)
+        on a planned buffer: a view of that buffer, no step at all."""
+        return self._native(call) and getattr(self.backend.kernel(call.op), "view", False) \
+            and not isinstance(call.inputs[0], Const)
+
     def _in_place(self, call) -> bool:
         """May the result take the buffer of a same-sized input that dies here? Yes for
         elementwise ops (each element is read before it is written) and for kernels
@@ -122,7 +124,7 @@ class _PlannedInstance:
         return call.op in registry and registry.get(call.op).elementwise
 
     def _assign_outputs(self, call, out_call, dying: list, roots, results) -> None:
-        if _is_view(call):
+        if self._is_view(call):
             self.buffers[call.output] = self.buffers[call.inputs[0]].reshape(call.output.shape)
             if roots[call.output] in dying:
                 dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
@@ -177,7 +179,7 @@ class _PlannedInstance:
         return call.call not in self.fallback_calls and self.backend.has_kernel(call.op)
 
     def _bind(self, call, out_call, bias, act) -> None:
-        if _is_view(call):
+        if self._is_view(call):
             return  # a view, planned in _assign_outputs
         inputs = [self._buffer(v) for v in call.inputs]
         outs = [self.buffers[o] for o in out_call.outputs]

@@ -12,6 +12,9 @@ def reshape(data, *, shape):
     return data.reshape(tuple(shape)).copy()
 
 
+reshape.view = True  # its result may be a view of its first input's buffer
+
+
 KERNELS = {**kernels.KERNELS, "reshape": reshape}
 
 
