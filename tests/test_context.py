@@ -241,16 +241,26 @@ def test_the_core_has_no_import_cycles():
             visit(name, [name])
 
 
-def test_the_function_call_op_is_named_only_by_call_op():
-    """Code compares op names with legato.CALL_OP, never with the literal."""
+def is_op_name(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "op") or \
+        (isinstance(node, ast.Name) and node.id == "op")
+
+
+def test_call_and_custom_ops_are_named_only_by_their_constants():
+    """Code compares op names with legato.CALL_OP and CUSTOM_OP, never with the literals
+    ("custom" is also a legalization action, so only comparisons with an op count)."""
     roots = [Path(legato.__file__).parent] + \
         sorted((Path(legato.__file__).parents[2] / "plugins").glob("*/legato_*"))
     literals = []
     for root in roots:
         for path in root.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Compare):
-                    literals += [f"{path.name}:{node.lineno}"
-                                 for operand in (node.left, *node.comparators)
-                                 if isinstance(operand, ast.Constant) and operand.value == "call"]
+                if not isinstance(node, ast.Compare):
+                    continue
+                operands = (node.left, *node.comparators)
+                with_op = any(is_op_name(operand) for operand in operands)
+                literals += [f"{path.name}:{node.lineno}" for operand in operands
+                             if isinstance(operand, ast.Constant) and (
+                                 operand.value == "call" or
+                                 operand.value == "custom" and with_op)]
     assert len(roots) > 1 and not literals
