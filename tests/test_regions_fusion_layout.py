@@ -44,10 +44,10 @@ def test_partition_lifts_claimed_region_and_legalize_never_enters_it(qnn_backend
     region = parted.functions["qnnpu_0"]
     assert region.kind == "external" and region.attrs["codegen"] == "qnnpu"
     assert ops(region) == Counter(QNN_OPS)
-    assert ops(parted.main)["call"] == 1 and not set(QNN_OPS) & set(ops(parted.main))
+    assert ops(parted.main)[legato.CALL_OP] == 1 and not set(QNN_OPS) & set(ops(parted.main))
     low = legato.legalize(parted, backend="cpu_ref").module
     assert low.functions["qnnpu_0"] is region, "the external body is never touched"
-    assert {legato.get_op(c.op).level for c in low.main.calls if c.op != "call"} == {0}
+    assert {legato.get_op(c.op).level for c in low.main.calls if c.op != legato.CALL_OP} == {0}
     assert legato.structural_equal(legato.parse(str(low)), low)
     x = random_inputs(mod)
     np.testing.assert_allclose(legato.reference(low)(*x), legato.reference(mod)(*x),
@@ -78,7 +78,7 @@ def test_partition_regions_are_acyclic_and_maximal(backend_factory):
     parted = legato.partition(mod, backends=["expo"])
     regions = [f for f in parted.functions.values() if f.kind == "external"]
     assert sorted(sum(ops(f).values()) for f in regions) == [1, 2]
-    assert [c.op for c in parted.main.calls] == ["call", "tanh", "call"]
+    assert [c.op for c in parted.main.calls] == [legato.CALL_OP, "tanh", legato.CALL_OP]
     np.testing.assert_allclose(legato.reference(parted)(np.ones(3, np.float32)),
                                legato.reference(mod)(np.ones(3, np.float32)), rtol=1e-6)
 
