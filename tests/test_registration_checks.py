@@ -77,10 +77,19 @@ def test_a_fallback_that_cannot_run_anything_is_refused(fallback, match):
 def test_an_emitting_backend_needs_an_emitter_entry_when_its_emitter_lists_ops(
         backend_factory):
     register_error({"backend": "emits", "executes": False, "legal": {"exp": {}, "add": {}}},
-                   r"plugin in-process, backend emits: legal op add without an entry in its "
-                   r"emitter's ops$", emitter=emitter_printing("exp"))
+                   r"plugin in-process, backend emits: its emitter's ops lack op add, which "
+                   r"it would have to print$", emitter=emitter_printing("exp"))
     backend_factory({"backend": "emits", "executes": False, "legal": {"exp": {}, "add": {}}},
-                    emitter=emitter_printing("exp", "add", "custom"))
+                    emitter=emitter_printing("exp", "add"))
+
+
+def test_an_emitter_that_tunnels_custom_ops_prints_the_custom_op(backend_factory):
+    register_error({"backend": "tunnels", "executes": False, "custom_ops": True,
+                    "legal": {"exp": {}}},
+                   r"backend tunnels: its emitter's ops lack op custom",
+                   emitter=emitter_printing("exp"))
+    backend_factory({"backend": "tunnels", "executes": False, "custom_ops": True,
+                     "legal": {"exp": {}}}, emitter=emitter_printing("exp", "custom"))
 
 
 def test_an_emitter_without_ops_and_an_own_executor_without_kernels_are_not_checked(

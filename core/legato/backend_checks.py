@@ -15,6 +15,7 @@ from typing import Any, Iterable
 from . import hookspecs
 from .backend import Backend
 from .errors import quote
+from .ir import CUSTOM_OP
 from .registry import suggest
 
 HOOKS = frozenset(name for name in vars(hookspecs) if name.startswith("legato_"))
@@ -27,10 +28,12 @@ def backend_problems(backend: Backend, registry) -> list[str]:
     problems = [p for op in backend.kernel_ops() if (p := signature_problem(
         backend, op, registry.get(op))) is not None]
     missing = uncovered_ops(backend)
-    if missing and not (backend.executes and backend.fallback):
-        what = "a kernel" if backend.executes else "an entry in its emitter's ops"
-        problems.append(f"{_whose(backend)}: legal {_ops(missing)} without {what}"
-                        + (" and no fallback backend" if backend.executes else ""))
+    if missing and backend.executes and not backend.fallback:
+        problems.append(f"{_whose(backend)}: legal {_ops(missing)} without a kernel and "
+                        "no fallback backend")
+    elif missing and not backend.executes:
+        problems.append(f"{_whose(backend)}: its emitter's ops lack {_ops(missing)}, which "
+                        "it would have to print")
     return problems
 
 
@@ -54,7 +57,8 @@ def fallback_problems(backend: Backend, backends: dict[str, Backend]) -> list[st
 
 def uncovered_ops(backend: Backend) -> list[str]:
     """Legal ops the backend has no kernel for (executing) or its emitter does not print
-    (emitting, when the emitter says which ops it prints). An executing backend with its
+    (emitting, when the emitter says which ops it prints; the custom op too when it tunnels
+    calls). An executing backend with its
     own executor and no kernel table runs what it likes: nothing to check."""
     if backend.executes:
         if backend.executor is not None and not backend.kernel_ops():
@@ -63,7 +67,8 @@ def uncovered_ops(backend: Backend) -> list[str]:
     printed = getattr(backend.emitter, "ops", None)
     if printed is None:
         return []
-    return [op for op in backend.legal if op not in printed]
+    emitted = [*backend.legal, CUSTOM_OP] if backend.custom_ops else backend.legal
+    return [op for op in emitted if op not in printed]
 
 
 def signature_problem(backend: Backend, op: str, opdef) -> str | None:
