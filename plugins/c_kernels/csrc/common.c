@@ -230,17 +230,6 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
     return status;
 }
 
-const char *lgk_activation_name(int activation)
-{
-    switch (activation) {
-    case LGK_ACT_RELU: return "nn.relu";
-    case LGK_ACT_GELU: return "nn.gelu:approximate=none";
-    case LGK_ACT_GELU_TANH: return "nn.gelu:approximate=tanh";
-    case LGK_ACT_SILU: return "nn.silu";
-    default: return NULL;
-    }
-}
-
 LGK_CLONES void lgk_activate(int activation, float *x, int64_t n)
 {
     switch (activation) {
@@ -258,5 +247,16 @@ LGK_CLONES void lgk_activate(int activation, float *x, int64_t n)
         break;
     default:
         break;
+    }
+}
+
+const char *lgk_activation_name(int activation)
+{
+    switch (activation) {
+    case LGK_ACT_RELU: return "nn.relu";
+    case LGK_ACT_GELU: return "nn.gelu:approximate=none";
+    case LGK_ACT_GELU_TANH: return "nn.gelu:approximate=tanh";
+    case LGK_ACT_SILU: return "nn.silu";
+    default: return NULL;
     }
 }
