@@ -27,7 +27,9 @@ INIT = 0.1      # initializer_range of the transformer configs
 class ZooModel:
     """One architecture: its transformers config and model class names, the config's
     arguments, and the example input (`tokens`, an image of `image` pixels square, or
-    `features`: a float tensor of that shape)."""
+    `features`: a float tensor of that shape). `onnx_attention`: the attention implementation
+    for the ONNX export when the default (sdpa) cannot be exported: torch.onnx's
+    decomposition of sdpa gives a result the model's next `view` rejects."""
     name: str
     config: str
     model: str
@@ -36,20 +38,21 @@ class ZooModel:
     image: int = 0
     features: tuple = ()
     channels: int = 3
+    onnx_attention: str = ""
 
     @property
     def kind(self) -> str:
         return "text" if self.tokens else "vision" if self.image else "audio"
 
 
-def _text(name, config, model, **kwargs) -> ZooModel:
+def _text(name, config, model, onnx_attention="", **kwargs) -> ZooModel:
     kwargs.setdefault("vocab_size", VOCAB)
     kwargs.setdefault("initializer_range", INIT)
-    return ZooModel(name, config, model, kwargs, tokens=SEQ)
+    return ZooModel(name, config, model, kwargs, tokens=SEQ, onnx_attention=onnx_attention)
 
 
-def _vision(name, config, model, image=32, **kwargs) -> ZooModel:
-    return ZooModel(name, config, model, kwargs, image=image)
+def _vision(name, config, model, image=32, onnx_attention="", **kwargs) -> ZooModel:
+    return ZooModel(name, config, model, kwargs, image=image, onnx_attention=onnx_attention)
 
 
 _DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -65,7 +68,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
           num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
           max_position_embeddings=64),
     _text("t5_encoder", "T5Config", "T5EncoderModel", d_model=64, d_kv=16, d_ff=128,
-          num_layers=2, num_heads=4, initializer_factor=1.0, use_cache=False),
+          num_layers=2, num_heads=4, initializer_factor=1.0, use_cache=False,
+          onnx_attention="eager"),
     # decoders over tokens (causal masks, rotary embeddings)
     _text("gpt2", "GPT2Config", "GPT2Model", n_embd=64, n_layer=2, n_head=4, n_positions=64,
           bos_token_id=1, eos_token_id=2, use_cache=False),
@@ -94,7 +98,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
             intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32,
             patch_size=4, initializer_range=INIT),
     _vision("swin", "SwinConfig", "SwinModel", image_size=32, patch_size=2, embed_dim=32,
-            depths=(2, 2), num_heads=(2, 4), window_size=4, initializer_range=INIT),
+            depths=(2, 2), num_heads=(2, 4), window_size=4, initializer_range=INIT,
+            onnx_attention="eager"),
     _vision("segformer", "SegformerConfig", "SegformerModel", image=64, num_encoder_blocks=2,
             depths=(1, 1), sr_ratios=(2, 1), hidden_sizes=(32, 64), patch_sizes=(7, 3),
             strides=(4, 2), num_attention_heads=(1, 2), mlp_ratios=(2, 2),
@@ -167,15 +172,18 @@ def example_inputs(spec: ZooModel):
     return (torch.randn(shape, generator=gen, dtype=torch.float32),)
 
 
-def build(name: str):
+def build(name: str, attention: str | None = None):
     """(module, inputs): the eval-mode torch module of zoo model `name`, returning one
-    tensor, and its example input tuple."""
+    tensor, and its example input tuple; `attention` overrides the attention
+    implementation ("eager", "sdpa")."""
     import torch
     import transformers
     if name not in ZOO:
         raise KeyError(f"no zoo model {name!r}; the zoo has {', '.join(NAMES)}")
     spec = ZOO[name]
     config = getattr(transformers, spec.config)(**spec.kwargs)
+    if attention:
+        config._attn_implementation = attention
     model_class = getattr(transformers, spec.model, None)
     if model_class is None:  # e.g. WhisperEncoder lives only in its modeling module
         from transformers.models.whisper import modeling_whisper

@@ -1,0 +1,73 @@
+"""pytest set-up of the public model zoo (tests/zoo): the `zoo` marker, the quick subset
+`make test` runs, the TOSA tools, and the table a full run prints.
+
+Every zoo test is marked `zoo`; those outside the quick subset are also marked `zoo_full`
+and deselected unless the run selects the zoo by marker (`pytest -m zoo`, what `make zoo`
+runs) or LEGATO_ZOO=all is set.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import warnings
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+_ROWS = pytest.StashKey[list]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "zoo: the public model zoo (tests/zoo); `make zoo` "
+                                       "runs all of it")
+    config.addinivalue_line("markers", "zoo_full: a zoo test outside the quick subset "
+                                       "`make test` runs")
+    config.stash[_ROWS] = []
+
+
+def full_zoo(config) -> bool:
+    return "zoo" in (config.option.markexpr or "") or os.environ.get("LEGATO_ZOO") == "all"
+
+
+def pytest_collection_modifyitems(config, items):
+    if full_zoo(config):
+        return
+    kept = [item for item in items if item.get_closest_marker("zoo_full") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def tosa_tools():
+    """TosaTools of .venv-tosa (mk/tosa.mk) or $LEGATO_TOSA_VENV; None without them (TOSA
+    is then emitted but not validated, and the warnings summary says so)."""
+    from legato_tosa_custom.tools import TosaTools
+    found = TosaTools.find(REPO / ".venv-tosa")
+    if found is None:
+        warnings.warn("TOSA TOOLS NOT FOUND: zoo models' TOSA is emitted but not validated "
+                      "(run `make test` or set LEGATO_TOSA_VENV)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def full_run(request) -> bool:
+    """Whether this is the full zoo run (which also runs TOSA on the reference model)."""
+    return full_zoo(request.config)
+
+
+@pytest.fixture
+def zoo_row(request):
+    """Call with a tests.zoo.check.Row: it goes into the table printed at the end."""
+    return request.config.stash[_ROWS].append
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    rows = config.stash.get(_ROWS, [])
+    if not rows:
+        return
+    from tests.zoo.check import table
+    terminalreporter.write_sep("=", f"model zoo: {sum(r.ok for r in rows)} of {len(rows)} "
+                                    "model/route pairs pass")
+    for line in table(rows):
+        terminalreporter.write_line(line)

@@ -1,0 +1,112 @@
+"""Getting zoo models into legato by both routes, and checking what comes out.
+
+    module, ms = import_model("llama", "torch")   # torch.export -> legato.frontends.torch
+    module, ms = import_model("llama", "onnx")    # torch.onnx.export(dynamo=True) -> .onnx
+                                                   # -> legato.frontends.onnx
+ONNX files are cached in `.cache/zoo/` (or $LEGATO_ZOO_CACHE), named by model and a key of
+the zoo's source and the torch / transformers / onnxscript versions, so a changed config or
+exporter makes a new file and exporting (seconds per model) happens once per machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import models
+
+ROUTES = ("torch", "onnx")
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("LEGATO_ZOO_CACHE", REPO / ".cache" / "zoo"))
+
+
+class ExportError(Exception):
+    """PyTorch could not export a zoo model (a problem before legato sees it)."""
+
+
+def _versions() -> str:
+    import onnxscript
+    import torch
+    import transformers
+    return f"torch {torch.__version__} transformers {transformers.__version__} " \
+           f"onnxscript {onnxscript.__version__}"
+
+
+def cache_key(name: str) -> str:
+    source = Path(models.__file__).read_bytes() + Path(__file__).read_bytes()
+    digest = hashlib.sha256(source + _versions().encode() + name.encode())
+    return digest.hexdigest()[:12]
+
+
+def onnx_file(name: str) -> Path:
+    """The zoo model's .onnx file (exported now unless cached), with static input shapes."""
+    path = CACHE / f"{name}-{cache_key(name)}.onnx"
+    if path.exists():
+        return path
+    import logging
+    import torch
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision not installed"
+    module, inputs = models.build(name, models.ZOO[name].onnx_attention or None)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.part")
+    try:
+        program = torch.onnx.export(module, inputs, dynamo=True, verbose=False)
+        program.save(str(partial), external_data=False)
+    except Exception as err:  # noqa: BLE001 - the exporter raises many types
+        partial.unlink(missing_ok=True)
+        raise ExportError(f"torch.onnx.export failed for {name}: "
+                          f"{' '.join(str(err).split())[:300]}") from None
+    partial.replace(path)  # atomic: a concurrent reader sees a whole file or none
+    return path
+
+
+def import_model(name: str, route: str):
+    """(legato Module, import milliseconds) of zoo model `name` by `route` ("torch" or
+    "onnx"; the ONNX export itself is not timed)."""
+    if route == "torch":
+        from legato.frontends import torch as frontend
+        module, inputs = models.build(name)
+        start = time.perf_counter()
+        result = frontend.load(module, inputs)
+    elif route == "onnx":
+        from legato.frontends import onnx as frontend
+        path = onnx_file(name)
+        start = time.perf_counter()
+        result = frontend.load(path)
+    else:
+        raise ValueError(f"route is one of {ROUTES}, not {route!r}")
+    return result, (time.perf_counter() - start) * 1e3
+
+
+def eager(name: str) -> tuple[list[np.ndarray], np.ndarray]:
+    """(inputs as numpy arrays, the eager result) of zoo model `name`."""
+    import torch
+    module, inputs = models.build(name)
+    with torch.no_grad():
+        want = module(*inputs)
+    return [t.numpy() for t in inputs], want.numpy()
+
+
+def rel_error(got, want) -> float:
+    """max |got - want| / max(max |want|, 1): relative for large results, absolute for
+    small ones; inf when the shapes differ or anything is not finite."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or not np.isfinite(got).all():
+        return float("inf")
+    scale = max(float(np.abs(want).max(initial=0.0)), 1.0)
+    return float(np.abs(got.astype(np.float64) - want).max(initial=0.0)) / scale
+
+
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """The error as one short line: its type and the first line of its message (for the
+    torch importer's list of missing ops, the first op)."""
+    text = str(err).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    head = lines[0] if lines else ""
+    if len(lines) > 1 and head.endswith(":"):
+        head += " " + lines[1]
+    head = f"{type(err).__name__}: {head}"
+    return head if len(head) <= limit else head[:limit - 3] + "..."
