@@ -109,15 +109,17 @@ class OpDef:
     (`onnx`) and ATen op packets (`aten`) that map onto it one to one (same inputs in the
     same order, attributes by name), from which the importers derive their converters; a
     `tolerance` (the largest error of a float32 result relative to max(|reference|, 1),
-    None for the default); a `layout_rule` (legato.layout); and a `samples(rng)` hook for
-    ops whose inputs need values the test kit cannot guess (legato.testing).
+    None for the default); a `layout_rule` (legato.layout); a `samples(rng)` hook for
+    ops whose inputs need values the test kit cannot guess (legato.testing); and
+    `patterns`, other forms of the op that exporters write (legato.recompose).
     """
 
     def __init__(self, name: str, inputs: str, attrs: dict, infer: Callable, kind: str,
                  level: int = 0, decompose: Callable | None = None,
                  examples: Sequence = (), doc: str = "", *, onnx: Sequence[str] = (),
                  aten: Sequence[str] = (), tolerance: float | None = None,
-                 layout_rule: Callable | None = None, samples: Callable | None = None):
+                 layout_rule: Callable | None = None, samples: Callable | None = None,
+                 patterns: Sequence[Callable] = ()):
         if kind not in PATTERN_KINDS:
             raise RegistrationError(f"op {name}: pattern kind {kind!r} is not one of "
                                     f"{', '.join(PATTERN_KINDS)}")
@@ -132,6 +134,12 @@ class OpDef:
         self.infer = infer
         self.decompose = decompose
         self.layout_rule, self.samples = layout_rule, samples
+        # other ways exporters write the op, used only to find it again (legato.recompose);
+        # each has the decomposition's signature (b, *inputs, **attrs)
+        self.patterns = tuple(patterns)
+        if not all(callable(p) for p in self.patterns):
+            raise RegistrationError(f"op {name}: patterns must be functions "
+                                    "(b, *inputs, **attrs) like a decomposition")
         self.plugin: str | None = None  # the plugin that registered it (None: the core)
         self.examples = tuple(examples)
         self.doc = _first_line(doc or (inspect.getdoc(decompose) or "" if decompose else ""))
