@@ -19,15 +19,6 @@ WINDOW_ATTRS = {"strides": ("ints", [1, 1]), "padding": ("ints", [0, 0, 0, 0]),
                 "dilation": ("ints", [1, 1]), "data_layout": ("str:NCHW|NHWC", "NCHW")}
 
 
-def window_dims(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int,
-                ceil_mode: bool = False) -> int:
-    """Output length of a sliding window; kept for older callers of legato.shapes.out_size."""
-    return shapes.out_size(size, kernel, stride, dilation, pad_lo, pad_hi, ceil_mode)
-
-
-_window_misses_input = shapes._misses_input  # for an older test; legato.shapes.Window.blind_axis
-
-
 def _layout(shape, layout):
     """(N, C, H, W) of a tensor shape in the given data layout."""
     return (shape[0], shape[1], shape[2], shape[3]) if layout == "NCHW" else \
