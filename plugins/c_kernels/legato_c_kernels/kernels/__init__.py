@@ -31,8 +31,9 @@ micro-kernel reads); the resulting :class:`PackedWeight` is accepted by ``matmul
 ``nn_linear`` and the fused variants in place of ``b`` / ``weight`` and saves the
 per-call packing of B (15-25% of a GEMM at M = 64..128).
 
-Threads: ``LEGATO_NUM_THREADS`` (read at every call; default: the usable cores, at most
-2, measured fastest on the 2-core target). Small problems always run single-threaded.
+Threads: ``LEGATO_NUM_THREADS`` (read at every call, and by ``bind`` for the call it
+prepares; default: the usable cores, at most 2, measured fastest on the 2-core target).
+Small problems always run single-threaded.
 """
 
 from __future__ import annotations
