@@ -91,6 +91,8 @@ unary("sqrt", "square root", onnx="Sqrt", aten="sqrt", tolerance=ULPS)
 unary("rsqrt", "`1 / sqrt(a)`", aten="rsqrt", tolerance=ULPS)
 unary("tanh", "hyperbolic tangent", onnx="Tanh", aten="tanh", tolerance=ULPS)
 unary("sigmoid", "`1 / (1 + exp(-a))`", onnx="Sigmoid", aten="sigmoid", tolerance=ULPS)
+unary("sin", "sine (radians)", onnx="Sin", aten="sin", tolerance=ULPS)
+unary("cos", "cosine (radians)", onnx="Cos", aten="cos", tolerance=ULPS)
 unary("erf", "the error function", onnx="Erf", aten="erf",
       tolerance=3e-4)  # backends use polynomial approximations of erf
 unary("round", "round half to even (numpy `rint`)", onnx="Round", aten="round",

@@ -24,6 +24,8 @@
     X(tanh, "tanh", lgk_tanhf(v))                                   \
     X(sigmoid, "sigmoid", lgk_sigmoidf(v))                          \
     X(erf, "erf", lgk_erff(v))                                      \
+    X(sin, "sin", sinf(v))                                          \
+    X(cos, "cos", cosf(v))                                          \
     X(floor, "floor", floorf(v))                                    \
     X(ceil, "ceil", ceilf(v))                                       \
     X(round, "round", rintf(v)) /* half to even, as numpy.rint */   \

@@ -126,7 +126,7 @@ _PREDICATES = {
 _UNARY = {
     "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf,
-    "round": np.rint, "floor": np.floor, "ceil": np.ceil,
+    "round": np.rint, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
     "nn.relu": lambda x: np.maximum(x, 0), "nn.silu": lambda x: x * _sigmoid(x),
 }
 
