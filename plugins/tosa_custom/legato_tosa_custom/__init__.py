@@ -1,5 +1,6 @@
 """legato-tosa-custom: emit TOSA 1.0 MLIR; ops a config keeps become tosa.custom."""
 from .decode import decode_tosa_custom
 from .emitter import emit_mlir
+from .narrowing import narrow_inputs
 
-__all__ = ["decode_tosa_custom", "emit_mlir"]
+__all__ = ["decode_tosa_custom", "emit_mlir", "narrow_inputs"]

@@ -10,6 +10,7 @@ from legato.errors import LegatoError
 from legato.ir import Call, Value
 
 from . import mlir
+from .narrowing import tosa_type
 
 _CUSTOM = re.compile(r'=\s*"tosa\.custom"\((?P<operands>[^)]*)\)\s*<\{(?P<props>.*)\}>\s*:\s*'
                      r'\((?P<ins>[^)]*)\)\s*->\s*(?P<outs>.*)$')
@@ -28,6 +29,8 @@ def decode_tosa_custom(text: str, registry=None) -> list[Call]:
 
     The calls' inputs are fresh values of the operand types, in the original order with
     None for absent optional inputs; attributes and result types are the original ones.
+    int64 tensors were printed as i32: a result the op infers as int64 is int64 again;
+    an operand that was int64 comes back as int32.
     """
     if registry is None:
         registry = legato.context().registry
@@ -50,5 +53,15 @@ def decode_tosa_custom(text: str, registry=None) -> list[Call]:
                  "implementation_attrs": props["implementation_attrs"],
                  "result_types": [[list(t.shape), t.dtype] for t in outputs]}
         custom = make_call(registry, CUSTOM_OP, inputs, attrs)
-        calls.append(decode_custom(custom, registry))
+        calls.append(_widened(decode_custom(custom, registry), registry))
     return calls
+
+
+def _widened(call: Call, registry) -> Call:
+    """`call` with the results its op infers as int64 (printed as int32) as int64 again."""
+    inferred = make_call(registry, call.op, call.inputs, call.attrs).outputs
+    if len(inferred) != len(call.outputs):
+        return call
+    outputs = tuple(new if new.type != old.type and tosa_type(new.type) == old.type else old
+                    for old, new in zip(call.outputs, inferred))
+    return Call(call.op, call.inputs, call.attrs, outputs, call.origin)

@@ -6,6 +6,9 @@ out (shapes as tosa.const_shape, zero points, mul's shift, a zero bias); the pri
 adapts ranks or layouts: legalization (rules.py) already did. A call the backend does not
 take as it stands, or a tensor TOSA 1.0 has no type for, is refused (LegalizationError)
 before anything is printed for it: the printer never writes a module tosa-opt rejects.
+
+int64 tensors are printed as i32 (narrowing.py): parameters and results in the signature,
+constants after a check that their values fit, casts between int64 and int32 as nothing.
 """
 from __future__ import annotations
 
@@ -15,13 +18,14 @@ import numpy as np
 
 import legato
 from legato.custom_ops import CUSTOM_OP
-from legato.errors import LegalizationError, LegatoError
+from legato.errors import LegalizationError, LegatoError, clip
 from legato.ir import Const, Function, Module, TensorType, Value
 from legato.shapes import norm_axes, norm_axis, slice_params
 
 from . import mlir
 from .limits import custom_problem, value_problem
 from .lowering import TOSA
+from .narrowing import narrow_array, tosa_dtype, tosa_type
 from .rules import call_window
 
 BACKEND = "tosa_custom"
@@ -39,19 +43,27 @@ class _Body:
 
     def bind(self, value: Value, name: str) -> None:
         self.names[value] = name
-        self.types[name] = mlir.tensor_type(value.type)
+        self.types[name] = _type_text(value.type)
 
     def value(self, value: Value) -> str:
         name = self.names.get(value)
         if name is None:
             if not isinstance(value, Const):
                 raise LegatoError(f"tosa_custom emitter: {value!r} is used before it is defined")
-            name = self.const(value.data)
+            name = self.const(narrow_array(value.data, _const_text(value)))
             self.names[value] = name
         return name
 
     def op(self, op: str, operands, result_types, props: str = "") -> list[str]:
-        """Append one generic-form operation; returns its result names."""
+        """Append one generic-form operation; returns its result names. TOSA operators
+        have no side effects: one that repeats an earlier one (the casts of integers the
+        rules compute in float32, say) is that one (tosa.custom may have effects)."""
+        if op == "tosa.custom":
+            return self._append(op, operands, result_types, props)
+        key = ("op", op, tuple(operands), tuple(result_types), props)
+        return self._cached(key, lambda: self._append(op, operands, result_types, props))
+
+    def _append(self, op: str, operands, result_types, props: str) -> list[str]:
         name = f"%{self._count}"
         self._count += 1
         n = len(result_types)
@@ -66,17 +78,18 @@ class _Body:
         return results
 
     def call_op(self, op: str, call, operands, props: str = "") -> list[str]:
-        return self.op(op, operands, [mlir.tensor_type(o.type) for o in call.outputs], props)
+        return self.op(op, operands, [_type_text(o.type) for o in call.outputs], props)
 
     def const(self, array: np.ndarray) -> str:
+        array = narrow_array(array, "a constant")
         key = ("const", array.dtype.name, array.shape, array.tobytes())
-        return self._cached(key, lambda: self.op(
+        return self._cached(key, lambda: self._append(
             "tosa.const", [], [mlir.tensor_type(_type_of(array))],
             f"values = {mlir.dense(array)}")[0])
 
     def shape(self, values) -> str:
         values = tuple(int(v) for v in values)
-        return self._cached(("shape", values), lambda: self.op(
+        return self._cached(("shape", values), lambda: self._append(
             "tosa.const_shape", [], [mlir.shape_type(len(values))],
             f"values = {mlir.index_dense(values)}")[0])
 
@@ -85,7 +98,7 @@ class _Body:
         with np.errstate(over="ignore"):  # a pad value beyond float16's range is +-inf
             return self.const(np.full((1,), value, dtype=dtype))
 
-    def _cached(self, key, make) -> str:
+    def _cached(self, key, make):
         if key not in self._consts:
             self._consts[key] = make()
         return self._consts[key]
@@ -93,6 +106,15 @@ class _Body:
 
 def _type_of(array) -> TensorType:
     return TensorType(array.shape, array.dtype.name)
+
+
+def _type_text(t: TensorType) -> str:
+    """The MLIR type of a tensor of type `t` in the module: int64 is i32."""
+    return mlir.tensor_type(tosa_type(t))
+
+
+def _const_text(value: Const) -> str:
+    return f"int64 constant {clip(value.name or str(value.type), 60)}"
 
 
 # --- one printer per operand form (lowering.Lowering.form) --------------------------------
@@ -204,6 +226,19 @@ def _conv2d(body, call, tosa_op):
     return body.call_op(tosa_op, call, [body.value(x), body.value(w), bias_name, zp, zp], props)
 
 
+def _cast(body, call, tosa_op):
+    """Between int64 and int32 (one type in the module) nothing; else TOSA CAST."""
+    x = call.inputs[0]
+    if tosa_dtype(x.dtype) == tosa_dtype(call.outputs[0].dtype):
+        return [body.value(x)]
+    return body.call_op(tosa_op, call, _inputs(body, call))
+
+
+def _argmax(body, call, tosa_op):
+    axis = norm_axis(call.attrs["axis"], call.inputs[0].rank)
+    return body.call_op(tosa_op, call, _inputs(body, call), f"axis = {axis} : i32")
+
+
 def _max_pool(body, call, tosa_op):
     return body.call_op(tosa_op, call, _inputs(body, call), _window_props(call, pool=True))
 
@@ -218,7 +253,7 @@ FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
          "matmul": _with_zero_points, "clip": _clip, "relu": _relu, "reduce": _reduce,
          "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _concat,
          "slice": _slice, "pad": _pad, "conv2d": _conv2d, "max_pool2d": _max_pool,
-         "avg_pool2d": _avg_pool}
+         "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _argmax}
 
 
 def _custom(body, call):
@@ -268,6 +303,9 @@ def _check_call(call, backend) -> None:
     why = backend.why_not(call)
     if why is not None:
         _refuse(call.op, why)
+    for value in call.inputs:  # checked here to name the op (decisions ignore the data)
+        if isinstance(value, Const):
+            narrow_array(value.data, f"{_const_text(value)} (an operand of {call.op})")
 
 
 def _check_signature(name: str, fn: Function) -> None:
@@ -298,9 +336,9 @@ def emit_function(name: str, fn: Function, backend=None) -> list[str]:
         for value, result in zip(call.outputs, _print(body, call)):
             body.names[value] = result
     results = [body.value(r) for r in fn.results]
-    result_types = [mlir.tensor_type(r.type) for r in fn.results]
+    result_types = [_type_text(r.type) for r in fn.results]
     body.lines.append(f'"func.return"({", ".join(results)}) : ({", ".join(result_types)}) -> ()')
-    signature = f"({', '.join(mlir.tensor_type(p.type) for p in fn.params)}) -> " + (
+    signature = f"({', '.join(_type_text(p.type) for p in fn.params)}) -> " + (
         result_types[0] if len(result_types) == 1 else f"({', '.join(result_types)})")
     head = f'"func.func"() <{{function_type = {signature}, sym_name = {mlir.string(name)}}}> ({{'
     return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines),

@@ -10,15 +10,17 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from legato.ir import Const, TensorType
+from legato.ir import TensorType
+
+from .narrowing import tosa_dtype
 
 MAX_RANK = 6
 MAX_BYTES = (1 << 31) - 1     # MAX_LOG2_SIZE 31: bytes of one tensor
 MAX_KERNEL = MAX_STRIDE = 8192  # window extent (dilated), padding; stride
 MAX_TENSOR_LIST = 64          # operands of one CONCAT or CUSTOM
-TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool")
-# tosa.custom also carries int64, so that int64 results (argmax) can be tunnelled
-CUSTOM_DTYPES = TOSA_DTYPES + ("int64",)
+# int64: printed as int32 (narrowing.py)
+TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool", "int64")
+CUSTOM_DTYPES = TOSA_DTYPES
 
 
 def shape_problem(t: TensorType) -> str | None:
@@ -35,7 +37,7 @@ def type_problem(t: TensorType, dtypes=TOSA_DTYPES) -> str | None:
     if t.dtype not in dtypes:
         return f"{t} has element type {t.dtype} (not a TOSA 1.0 pro_fp type)"
     problem = shape_problem(t)
-    if problem is None and t.size * np.dtype(t.dtype).itemsize > MAX_BYTES:
+    if problem is None and t.size * np.dtype(tosa_dtype(t.dtype)).itemsize > MAX_BYTES:
         problem = f"{t} holds more than {MAX_BYTES} bytes (TOSA 1.0 level 8K)"
     return problem
 
@@ -60,10 +62,8 @@ def call_problem(call, problem_of=type_problem) -> str | None:
 
 
 def value_problem(value) -> str | None:
-    """Why a value cannot be an operand or result of a tosa.custom, or None. Values custom
-    ops pass on may be int64 (argmax); a constant is printed as a tosa.const, which takes
-    TOSA types only."""
-    return type_problem(value.type, TOSA_DTYPES if isinstance(value, Const) else CUSTOM_DTYPES)
+    """Why a value cannot be an operand or result of a tosa.custom, or None."""
+    return type_problem(value.type, CUSTOM_DTYPES)
 
 
 def custom_problem(call) -> str | None:

@@ -8,6 +8,10 @@
 - RULES: ops that are not one TOSA operator but a lowering rule rewrites into rows above.
 - NOT_LOWERED: ops with neither, and why (a config can still keep them as tosa.custom).
 Ops in none of them are left to their generic decomposition (composites).
+
+int64 is printed as int32 (narrowing.py), so it goes wherever int32 does: ARITH rows take
+it, and the `via_float` rules run the integer forms pro_fp lacks (compares, select,
+min/max, reductions, data movement) on float32 copies.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from typing import Callable, Mapping
 from . import rules
 
 FLOAT = ("float32", "float16")
-ARITH = FLOAT + ("int32",)
+ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
 DATA = FLOAT + ("bool",)
 LOGIC = ("bool",)
 
@@ -47,19 +51,28 @@ class Lowering:
         return cond
 
 
-def unary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
-    return Lowering(tosa, form, dtypes)
+def unary(tosa: str, dtypes=FLOAT, form: str = "operands", rule=None) -> Lowering:
+    return Lowering(tosa, form, dtypes, rule=rule)
 
 
 def binary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
-    """Operands of equal rank; lower ranks are reshaped up (TOSA broadcasts size-1 dims)."""
-    return Lowering(tosa, form, dtypes, rules.same_rank, rules.broadcast_ranks)
+    """Operands of equal rank; lower ranks are reshaped up (TOSA broadcasts size-1 dims);
+    integer operands of a float-only row go through float32."""
+    rule = rules.via_float(rules.broadcast_ranks) if dtypes == FLOAT else \
+        rules.broadcast_ranks
+    return Lowering(tosa, form, dtypes, rules.same_rank, rule)
 
 
 def reduction(tosa: str) -> Lowering:
     """One axis, kept; other axes and keepdims=False: one reduction per axis + reshape."""
-    return Lowering(tosa, "reduce", FLOAT, rules.single_axis, rules.reduce_axes,
-                    {"keepdims": True})
+    return Lowering(tosa, "reduce", FLOAT, rules.single_axis,
+                    rules.via_float(rules.reduce_axes), {"keepdims": True})
+
+
+def movement(tosa: str, form: str, check=rules.tosa_tensors, rule=None, attrs=None) -> Lowering:
+    """Data movement of floats and bools; integers move as float32 (pro_int has them)."""
+    rule = rules.via_float(rule, bools=False)
+    return Lowering(tosa, form, DATA, check, rule, attrs or {})
 
 
 POOL = {"data_layout": "NHWC", "dilation": [1, 1], "ceil_mode": False}
@@ -78,38 +91,41 @@ TOSA: dict[str, Lowering] = {
     "logical_or": binary("tosa.logical_or", LOGIC),
     "logical_not": unary("tosa.logical_not", LOGIC),
     "where": Lowering("tosa.select", dtypes=("bool",) + FLOAT, check=rules.select_form,
-                      rule=rules.broadcast_ranks),
-    "negative": unary("tosa.negate", form="negate"),
-    "abs": unary("tosa.abs"),
+                      rule=rules.via_float(rules.broadcast_ranks)),
+    "negative": unary("tosa.negate", form="negate", rule=rules.via_float()),
+    "abs": unary("tosa.abs", rule=rules.via_float()),
     "exp": unary("tosa.exp"),
     "log": unary("tosa.log"),
     "rsqrt": unary("tosa.rsqrt"),
     "tanh": unary("tosa.tanh"),
     "sigmoid": unary("tosa.sigmoid"),
     "erf": unary("tosa.erf"),
+    "sin": unary("tosa.sin"),
+    "cos": unary("tosa.cos"),
     "floor": unary("tosa.floor"),
     "ceil": unary("tosa.ceil"),
     "tosa.reciprocal": unary("tosa.reciprocal"),
-    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds),
+    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds, rule=rules.via_float()),
     "nn.relu": unary("tosa.clamp", form="relu"),  # CLAMP [0, inf]
-    "cast": Lowering("tosa.cast", dtypes=None, check=rules.cast_supported, rule=rules.cast),
+    # int64 <-> int32: one type in the module, nothing printed (form "cast")
+    "cast": Lowering("tosa.cast", "cast", None, rules.cast_supported, rules.cast),
     "tosa.cast": Lowering("tosa.cast", check=rules.tosa_cast_mode, rule=rules.tosa_cast),
     # reductions
     "sum": reduction("tosa.reduce_sum"),
     "max": reduction("tosa.reduce_max"),
     "min": reduction("tosa.reduce_min"),
+    "argmax": Lowering("tosa.argmax", "argmax", check=rules.argmax_form,
+                       rule=rules.via_float(rules.argmax)),
     "matmul": Lowering("tosa.matmul", "matmul", check=rules.same_batch, rule=rules.matmul,
                        ranks=(3,)),
     # data movement
-    "reshape": Lowering("tosa.reshape", "reshape", DATA),
-    "permute_dims": Lowering("tosa.transpose", "transpose", DATA, rules.transpose_form,
+    "reshape": movement("tosa.reshape", "reshape"),
+    "permute_dims": movement("tosa.transpose", "transpose", rules.transpose_form,
                              rules.permute_dims),
-    "concat": Lowering("tosa.concat", "concat", DATA, rules.concat_form),
-    "pad": Lowering("tosa.pad", "pad", DATA, rules.pad_form, rules.pad, {"mode": "constant"}),
-    "broadcast_to": Lowering("tosa.tile", "tile", DATA, rules.full_rank_shape,
-                             rules.broadcast_to),
-    "strided_slice": Lowering("tosa.slice", "slice", DATA, rules.unit_strides,
-                              rules.strided_slice),
+    "concat": movement("tosa.concat", "concat", rules.concat_form),
+    "pad": movement("tosa.pad", "pad", rules.pad_form, rules.pad, {"mode": "constant"}),
+    "broadcast_to": movement("tosa.tile", "tile", rules.full_rank_shape, rules.broadcast_to),
+    "strided_slice": movement("tosa.slice", "slice", rules.unit_strides, rules.strided_slice),
     "tosa.gather": Lowering("tosa.gather", dtypes=FLOAT + ("int32",),  # int32: the indices
                             check=rules.gather_form),
     # windows: NHWC data, OHWI weights, windows that divide the input exactly
@@ -133,9 +149,7 @@ RULES: dict[str, Callable] = {
 }
 
 # ops tosa_custom cannot lower, and why (a config may keep them: they become tosa.custom)
-NOT_LOWERED: dict[str, str] = {
-    "argmax": "its int64 result is not a TOSA 1.0 type (TOSA ARGMAX gives int32)",
-}
+NOT_LOWERED: dict[str, str] = {}
 
 
 def capability_tables() -> dict:

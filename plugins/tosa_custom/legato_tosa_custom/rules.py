@@ -11,21 +11,28 @@ emitter prints only calls that are already legal.
 Every check also applies the limits of limits.py (no empty tensors, rank at most 6, pro_fp
 element types); the rules of ops listed as legal decline calls whose tensors break them, so
 the refusal names the limit.
+
+int64 tensors are int32 ones here (narrowing.py): they take the int32 forms, and integer
+ops pro_fp has only for floats run on float32 copies of their values (via_float).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from legato.calls import make_call
+from legato.errors import clip
 from legato.ir import Const
 from legato.ops.base import is_float
 from legato.shapes import broadcast_shapes, norm_axes, norm_axis, slice_params, split_sizes, \
     window
 
 from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule, window_problem
+from .narrowing import float_exact, narrow_array, tosa_dtype
 from .ops import INDEX_DTYPE
 
-INT_DTYPES = ("int32", "int16", "int8")
+# int64: the int32 it is printed as (narrowing.py)
+INT_DTYPES = ("int32", "int16", "int8", "int64")
 # TOSA 1.0 CAST modes of profile pro_fp (bool and integer-to-integer casts need pro_int)
 PRO_FP_CASTS = {(src, dst) for src in INT_DTYPES + ("float32", "float16")
                 for dst in ("float32", "float16") if src != dst} | \
@@ -62,8 +69,10 @@ def broadcast(b, x, shape):
     return b.broadcast_to(x, shape=list(shape))
 
 
-def _index_const(b, indices):
-    return b.const(np.asarray(indices, dtype=INDEX_DTYPE))
+def _index_const(b, indices, what="gather indices"):
+    return b.const(narrow_array(np.asarray(indices, dtype=np.int64), what))
+
+
 
 
 # --- checks -------------------------------------------------------------------------------
@@ -120,6 +129,15 @@ def concat_form(call):
 
 
 @checked
+def argmax_form(call):
+    """TOSA ARGMAX: drops the axis, picks the first maximum (NaN counts as the maximum, as
+    in numpy); the int32 result is the int64 one narrowed."""
+    if call.attrs["keepdims"] or call.attrs["select_last_index"]:
+        return "keepdims or select_last_index (TOSA ARGMAX drops the axis, picks the first)"
+    return _rank_1_up(call, "ARGMAX")
+
+
+@checked
 def clamp_bounds(call):
     """CLAMP's bounds are numbers (clip's inference refuses NaN bounds today; should one
     arrive, MAXIMUM / MINIMUM propagate it as the reference does); bounds out of order the
@@ -162,7 +180,7 @@ def unit_strides(call):
 def tosa_cast_mode(call):
     """TOSA CAST as it stands: one of the modes pro_fp has in TOSA 1.0."""
     src, dst = call.inputs[0].dtype, call.attrs["dtype"]
-    if (src, dst) not in PRO_FP_CASTS:
+    if (tosa_dtype(src), tosa_dtype(dst)) not in PRO_FP_CASTS:
         return f"{src} to {dst} (not a TOSA 1.0 pro_fp CAST mode)"
     return None
 
@@ -170,9 +188,12 @@ def tosa_cast_mode(call):
 @checked
 def cast_supported(call):
     """TOSA CAST where it means what legato's cast means: to a float type (TOSA rounds
-    floats to the nearest integer, legato truncates: the cast rule handles those)."""
+    floats to the nearest integer, legato truncates: the cast rule handles those), or
+    between int64 and int32, which are one type in the module (the emitter prints none)."""
     src, dst = call.inputs[0].dtype, call.attrs["dtype"]
-    if (src, dst) not in PRO_FP_CASTS or not is_float(dst):
+    if src != dst and tosa_dtype(src) == tosa_dtype(dst):
+        return None
+    if (tosa_dtype(src), tosa_dtype(dst)) not in PRO_FP_CASTS or not is_float(dst):
         return f"{src} to {dst} (pro_fp CAST: no bool, no integer to integer, float to int " \
                "rounds to nearest)"
     return None
@@ -234,6 +255,60 @@ def broadcast_ranks(b, call):
         return None
     inputs = [reshape(b, v, (1,) * (rank - v.rank) + v.shape) for v in call.inputs]
     return b.call(call.op, *inputs, **call.attrs)
+
+
+def _as_float(b, v, what: str):
+    if isinstance(v, Const):
+        return b.const(float_exact(v.data, f"{what} {clip(v.name or str(v.type), 60)}"))
+    return b.cast(v, dtype="float32")
+
+
+def _back(b, v, dtype: str):
+    """A float32 result of integer (exact) or 0/1 values as `dtype`."""
+    if v.dtype == dtype:
+        return v
+    return b.call("tosa.cast", v, dtype=dtype) if dtype in INT_DTYPES else b.cast(v, dtype=dtype)
+
+
+def _float_positions(call, bools: bool) -> list[int]:
+    """The integer inputs (and bool ones if `bools`, but where's condition)."""
+    return [i for i, v in enumerate(call.inputs) if v is not None and (
+        v.dtype in INT_DTYPES or bools and v.dtype == "bool" and
+        not (call.op == "where" and i == 0))]
+
+
+def _via_float(b, call, positions, then=None):
+    """`call` on float32 copies of its inputs at `positions`, rewritten by the rule `then`
+    if it takes the float call; results cast back (exact: they hold integers or 0/1).
+    pro_fp has integer add, sub, mul and casts only; float32 holds integers exactly up to
+    2**24 (narrowing.FLOAT_EXACT)."""
+    inputs = list(call.inputs)
+    for i in positions:
+        inputs[i] = _as_float(b, inputs[i], f"{call.op}'s integer constant")
+    made = None
+    if then is not None:  # the op's own rule, in this rewrite (its op again would loop)
+        made = then(b, make_call(b.registry, call.op, inputs, call.attrs))
+    if made is None:
+        made = b.call(call.op, *inputs, **call.attrs)
+    made = made if isinstance(made, tuple) else (made,)
+    back = tuple(_back(b, m, o.dtype) for m, o in zip(made, call.outputs))
+    return back if len(back) > 1 else back[0]
+
+
+def via_float(then=None, bools: bool = True):
+    """A rule for an op pro_fp has for floats only (TOSA 1.0 has integer compares,
+    selects, min/max, reductions and data movement in pro_int): integer inputs (and bool
+    ones, if `bools`) as float32, then the op's own rule `then`; other calls go to `then`
+    directly."""
+    @shaped_rule
+    def rule(b, call):
+        positions = _float_positions(call, bools)
+        if positions:
+            return _via_float(b, call, positions, then)
+        return then(b, call) if then is not None else None
+    rule.__name__ = rule.__qualname__ = "via_float" + (f"_then_{then.__name__}" if then
+                                                       else "")
+    return rule
 
 
 def less(b, call):
@@ -306,9 +381,12 @@ def _general_power(b, x, y, dtype):
 
 
 def tosa_cast(b, call):
-    """A CAST to the type it has is the tensor (TOSA has no such CAST mode)."""
-    x = call.inputs[0]
-    return x if x.dtype == call.attrs["dtype"] else None
+    """A CAST to the type it has is the tensor (TOSA has no such CAST mode); between
+    int32 and int64 it is legato's cast, which prints nothing."""
+    x, dst = call.inputs[0], call.attrs["dtype"]
+    if x.dtype == dst:
+        return x
+    return b.cast(x, dtype=dst) if tosa_dtype(x.dtype) == tosa_dtype(dst) else None
 
 
 def sqrt(b, call):
@@ -356,6 +434,22 @@ def cast(b, call):
 # --- reductions and matmul ----------------------------------------------------------------
 
 @shaped_rule
+def argmax(b, call):
+    """keepdims: a reshape after; the last maximum: the first of the reversed axis."""
+    x, attrs = call.inputs[0], call.attrs
+    if x.rank == 0:
+        return None
+    axis = norm_axis(attrs["axis"], x.rank)
+    size = x.shape[axis]
+    if attrs["select_last_index"]:
+        x = b.take(x, _index_const(b, np.arange(size - 1, -1, -1)), axis=axis)
+    index = b.argmax(x, axis=axis, keepdims=False, select_last_index=False)
+    if attrs["select_last_index"]:
+        index = b.subtract(b.scalar(size - 1, index.dtype), index)
+    return reshape(b, index, call.outputs[0].shape)
+
+
+@shaped_rule
 def reduce_axes(b, call):
     """One keepdims reduction per axis, then a reshape drops the kept axes if asked."""
     x = call.inputs[0]
@@ -395,20 +489,28 @@ def broadcast_to(b, call):
 
 
 def take(b, call):
-    """take along any axis as TOSA GATHER ([N, K, C] values, [N, W] int32 indices).
+    """take along any axis as TOSA GATHER ([N, K, C] values, [N, W] int32 indices): an
+    embedding lookup with int64 token ids is one GATHER of the i32 ids the module takes.
 
     Run-time indices are wrapped and shaped as floats (pro_fp has no integer compare,
-    select or reshape) and cast to int32 last; exact below 2**24.
+    select or reshape) and cast to int32 last; exact below 2**24. Integer and bool data
+    are gathered as float32.
     """
     data, idx = call.inputs
     axis = norm_axis(call.attrs["axis"], data.rank)
     size = data.shape[axis]
-    if not is_float(data.dtype) or not (isinstance(idx, Const) or idx.dtype in INT_DTYPES):
-        return None  # int64 / uint8 indices, integer data: not in TOSA 1.0 pro_fp
+    if not (isinstance(idx, Const) or idx.dtype in INT_DTYPES):
+        return None  # uint8 indices: not in TOSA 1.0 pro_fp
+    if data.dtype in INT_DTYPES or data.dtype == "bool":  # pro_fp gathers floats
+        return _via_float(b, call, [0], take)
+    if not is_float(data.dtype):
+        return None
     outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + 1:])
     count = math.prod(idx.shape)
     if isinstance(idx, Const):
-        idx = _index_const(b, np.where(idx.data < 0, idx.data + size, idx.data))
+        what = f"take's index constant {clip(idx.name or str(idx.type), 60)}"
+        given = narrow_array(idx.data, what).astype(np.int64)  # names the value as given
+        idx = _index_const(b, np.where(given < 0, given + size, given), what)
     else:
         idx = b.cast(idx, dtype="float32")
         idx = b.where(b.less(idx, 0.0), b.add(idx, float(size)), idx)

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 from legato.errors import LegatoError
 
+from .narrowing import narrow_inputs
+
 TARGET = "profiles=pro_fp level=8k specification_version=1.0"
 STRICT = "--tosa-validate=strict-op-spec-alignment"
 RUNNER = Path(__file__).with_name("_refrun.py")
@@ -58,8 +60,9 @@ class TosaTools:
             self._opt(path, f"--tosa-attach-target={TARGET}", validate)
 
     def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
-        """Serialize with tosa-opt and run the TOSA reference model on `inputs`; with
-        `validate`, the same tosa-opt call validates first (strictly), saving a process."""
+        """Serialize with tosa-opt and run the TOSA reference model on `inputs` (int64
+        arrays narrowed to the int32 the module takes, checked); with `validate`, the same
+        tosa-opt call validates first (strictly), saving a process."""
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "module.mlir").write_text(text)
@@ -67,7 +70,7 @@ class TosaTools:
             checks = (f"--tosa-attach-target={TARGET}", STRICT) if validate else ()
             self._opt(tmp / "module.mlir", *checks, "--tosa-serialize",
                       f"--tosa-flatbuffer-filename={flatbuffer}")
-            for i, array in enumerate(inputs):
+            for i, array in enumerate(narrow_inputs(inputs)):
                 np.save(tmp / f"in{i}.npy", np.ascontiguousarray(array))
             proc = subprocess.run([str(self.python), str(RUNNER), str(tmp), str(len(inputs))],
                                   capture_output=True, text=True, timeout=600)

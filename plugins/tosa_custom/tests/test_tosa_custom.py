@@ -161,9 +161,11 @@ def test_windows_fit_exactly(op, attrs, layout):
                    legato.reference(module)(*feeds))
 
 
-def test_ops_without_a_tosa_form_fail_with_reasons():
-    module, _ = sample_module("argmax")
-    with pytest.raises(LegalizationError, match="argmax.*tosa_custom.*\n.*native"):
+def test_calls_without_a_tosa_form_fail_with_reasons():
+    """An integer-to-integer cast has no pro_fp form (int64 <-> int32 aside: one type)."""
+    b = legato.GraphBuilder()
+    module = b.build(b.cast(b.input("x", (2,), "int32"), dtype="int8"))
+    with pytest.raises(LegalizationError, match="cast.*tosa_custom.*\n.*native.*int32 to int8"):
         compile_tosa(module)
 
 

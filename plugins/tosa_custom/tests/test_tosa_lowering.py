@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-import pytest
 import yaml
 
 import legato
@@ -67,9 +66,9 @@ def test_the_emitter_prints_every_row_and_says_so():
     assert set(lowering.TOSA) >= own_ops()  # the TOSA-only ops are printed as they are
 
 
-@pytest.mark.parametrize("op", sorted(lowering.NOT_LOWERED))
-def test_not_lowered_ops_are_refused_with_a_reason(op):
-    assert op in core_ops() and len(lowering.NOT_LOWERED[op]) > 10
+def test_not_lowered_ops_are_refused_with_a_reason():
+    for op, why in lowering.NOT_LOWERED.items():
+        assert op in core_ops() and len(why) > 10, op
 
 
 def test_a_new_row_is_legal_and_printed(monkeypatch):
