@@ -3,7 +3,7 @@
 
 Every zoo test is marked `zoo`; those outside the quick subset are also marked `zoo_full`
 and deselected unless the run selects the zoo by marker (`pytest -m zoo`, what `make zoo`
-runs) or LEGATO_ZOO=all is set.
+runs), LEGATO_ZOO=all is set, or the test is named on the command line by its node id.
 """
 from __future__ import annotations
 
@@ -29,10 +29,19 @@ def full_zoo(config) -> bool:
     return "zoo" in (config.option.markexpr or "") or os.environ.get("LEGATO_ZOO") == "all"
 
 
+def _named(config, item) -> bool:
+    """Whether the command line names this test (path::name, with or without parameters)."""
+    test = item.nodeid.split("::", 1)[-1]
+    return any("::" in arg and (arg.split("::", 1)[-1] in (test, test.split("[")[0]))
+               and item.nodeid.split("::")[0].endswith(arg.split("::")[0].lstrip("./"))
+               for arg in config.args)
+
+
 def pytest_collection_modifyitems(config, items):
     if full_zoo(config):
         return
-    kept = [item for item in items if item.get_closest_marker("zoo_full") is None]
+    kept = [item for item in items
+            if item.get_closest_marker("zoo_full") is None or _named(config, item)]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
@@ -58,7 +67,7 @@ def zoo_row(request):
 
 def pytest_terminal_summary(terminalreporter, config):
     rows = config.stash.get(_ROWS, [])
-    if not rows:
+    if not rows or not full_zoo(config):  # `make test`'s quick subset stays quiet
         return
     from tests.zoo.check import table
     terminalreporter.write_sep("=", f"model zoo: {sum(r.ok for r in rows)} of {len(rows)} "
