@@ -271,3 +271,17 @@ def test_kept_ops_stay_in_their_original_layout():
     x = random_inputs(mod)
     np.testing.assert_allclose(legato.reference(nhwc)(*x), legato.reference(mod)(*x),
                                rtol=1e-6, atol=1e-7)
+
+
+def test_broadcast_to_follows_the_carried_layout():
+    """Its target shape is in the original layout: the rule permutes it with the value."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 4, 2, 8), "float32")
+    y = b.call("nn.conv2d", x, b.const(np.ones((4, 4, 1, 1), np.float32)))
+    mod = b.build(b.call("add", b.call("broadcast_to", y, shape=[3, 4, 2, 8]), 1.0))
+    nhwc = legato.convert_layout(mod, "NHWC")
+    ops = [c.op for c in nhwc.main.calls]
+    assert ops.count("permute_dims") == 2 and "broadcast_to" in ops  # in and out only
+    feed = np.random.default_rng(0).random((1, 4, 2, 8), dtype=np.float32)
+    np.testing.assert_array_equal(legato.compile(nhwc, backend="cpu_ref")(feed),
+                                  legato.compile(mod, backend="cpu_ref")(feed))

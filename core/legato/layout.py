@@ -85,9 +85,9 @@ def _default(ctx: _Context, call: Call):
 def _rule_for(ctx: _Context, call: Call):
     opdef = ctx.registry.get(call.op)
     rule = getattr(opdef, "layout_rule", None)
-    if rule is None and opdef.kind in ("elemwise", "broadcast") and \
-            opdef.name not in ("qnn.quantize", "qnn.dequantize"):  # per-axis parameters
-        rule = propagate
+    if rule is None and opdef.elementwise and not any(
+            "int" in spec.type for spec in opdef.attr_specs.values()):
+        rule = propagate  # an axis or shape attribute would need a rule of its own
     return rule
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from .. import shapes
 from ..errors import quote
 from ..ops.conv import pad_spatial, window_slices
-from .onnx_convert import converter
+from .onnx_convert import converter, onnx_dtype
 
 # --- window geometry ------------------------------------------------------------------------
 
@@ -289,7 +289,6 @@ def dequantize(node):
 
 
 def _output_dtype(node, default: str) -> str:
-    from .onnx_convert import onnx_dtype
     code = node.attr("output_dtype", 0)
     return onnx_dtype(code, "attribute 'output_dtype'") if code else default
 

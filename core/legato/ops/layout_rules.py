@@ -94,6 +94,16 @@ def one_axis(ctx, call: Call):
     return [(o, perm) for o in out.outputs]
 
 
+def broadcast_to(ctx, call: Call):
+    """The target shape follows the value's layout."""
+    new, perm = ctx.get(call.inputs[0])
+    shape = call.attrs["shape"]
+    if perm is None or len(shape) != len(perm):
+        return None
+    out = ctx.emit(call, [new], shape=[shape[i] for i in inverse_perm(perm)])
+    return [(out.outputs[0], perm)]
+
+
 def concat(ctx, call: Call):
     perm = _first_perm(ctx, call)
     if perm is None:

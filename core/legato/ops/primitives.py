@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorType
+from ..ir import CUSTOM_OP, TensorType
 from ..shapes import resolve_reshape, slice_params, split_sizes  # split and slice: re-exported
 from . import layout_rules
 from .base import (broadcast_shapes, fail, is_float, norm_axes, norm_axis, primitive,
@@ -157,7 +157,7 @@ primitive("permute_dims", "data", _permute, "injective", {"axes": ("ints?", None
           tolerance=0.0, layout_rule=layout_rules.permute_dims,
           doc="`numpy.transpose`; `axes=None` reverses the dims")
 primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("ints",)},
-          tolerance=0.0, doc="`numpy.broadcast_to`")
+          tolerance=0.0, layout_rule=layout_rules.broadcast_to, doc="`numpy.broadcast_to`")
 primitive("concat", "*data", _concat, "injective", {"axis": ("int", 0)}, tolerance=0.0,
           layout_rule=layout_rules.concat, doc="`numpy.concatenate`, at least one input")
 primitive("split", "data", _split, "injective",
@@ -189,7 +189,7 @@ def _custom(types, attrs):
         fail(f"result_types must be a list of [shape, dtype] pairs: {err}")
 
 
-primitive("custom", "*data", _custom, "opaque",
+primitive(CUSTOM_OP, "*data", _custom, "opaque",
           {"operator_name": ("str",), "domain_name": ("str", "legato"),
            "implementation_attrs": ("str", "{}"), "result_types": ("any",)},
           doc="a kept op tunnelled to a backend that handles it itself "
