@@ -88,7 +88,10 @@ def measure(name: str, threads: int, repeat: int) -> dict:
     except Exception as err:  # noqa: BLE001 - exporters and importers raise many types
         return {"error": check.describe(err)}
     error = export.rel_error(got, want)
-    session = ort_session(export.onnx_file(name), threads)
+    try:
+        session = ort_session(export.onnx_file(name), threads)
+    except Exception as err:  # noqa: BLE001
+        return {"error": f"onnxruntime: {check.describe(err)}"}
     feeds = {i.name: a for i, a in zip(session.get_inputs(), inputs)}
     module, torch_inputs = models.build(name)
     torch.set_num_threads(threads)
@@ -113,7 +116,7 @@ def zoo_table(names, threads: int, repeat: int) -> tuple[list[str], int]:
     for name in names:
         row = measure(name, threads, repeat)
         if "error" in row:
-            lines.append(f"{name:<16} not imported: {row['error']}")
+            lines.append(f"{name:<16} not run: {row['error']}")
             continue
         ratio = row["c_kernels"] / row["onnxruntime"]
         ratios.append(ratio)

@@ -52,7 +52,11 @@ def run(model: str, route: str, tools=None, reference: bool = False) -> Row:
     compare with cpu_ref."""
     import legato
     row = Row(model, route)
-    inputs, want = export.eager(model)
+    try:
+        inputs, want = export.eager(model)
+    except Exception as err:  # noqa: BLE001 - a transformers or torch problem
+        row.fail("build", describe(err))
+        return row
     try:
         module, row.import_ms = export.import_model(model, route)
     except Exception as err:  # noqa: BLE001 - exporters and importers raise many types
