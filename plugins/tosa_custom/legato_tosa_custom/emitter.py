@@ -25,7 +25,7 @@ from legato.shapes import norm_axes, norm_axis, slice_params
 from . import mlir
 from .limits import custom_problem, value_problem
 from .lowering import TOSA
-from .narrowing import narrow_array, tosa_dtype, tosa_type
+from .narrowing import narrow_array, signature_attrs, tosa_dtype, tosa_type
 from .rules import call_window
 
 BACKEND = "tosa_custom"
@@ -340,7 +340,12 @@ def emit_function(name: str, fn: Function, backend=None) -> list[str]:
     body.lines.append(f'"func.return"({", ".join(results)}) : ({", ".join(result_types)}) -> ()')
     signature = f"({', '.join(_type_text(p.type) for p in fn.params)}) -> " + (
         result_types[0] if len(result_types) == 1 else f"({', '.join(result_types)})")
-    head = f'"func.func"() <{{function_type = {signature}, sym_name = {mlir.string(name)}}}> ({{'
+    props = [f"function_type = {signature}", f"sym_name = {mlir.string(name)}"]
+    for key, values in (("arg_attrs", fn.params), ("res_attrs", fn.results)):
+        marks = signature_attrs(values)  # which i32 values stand for int64 ones
+        if marks is not None:
+            props.append(f"{key} = {marks}")
+    head = f'"func.func"() <{{{", ".join(sorted(props))}}}> ({{'
     return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines),
             "}) : () -> ()"]
 

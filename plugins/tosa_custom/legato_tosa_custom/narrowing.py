@@ -7,8 +7,9 @@ int64 tensor type as i32. So
 
 - an int64 constant is printed as an i32 `tosa.const`, after checking that every value
   fits int32 (otherwise a LegalizationError names the constant and the value);
-- an int64 function parameter or result is an i32 one in the artifact's signature: the
-  caller passes int32 arrays (`narrow_inputs` converts and checks) and reads int32 results;
+- an int64 function parameter or result is an i32 one in the artifact's signature, marked
+  `{legato.dtype = "int64"}` (arg_attrs / res_attrs): the caller passes int32 arrays
+  (`narrow_inputs` converts and checks) and reads int32 results (`widen_results`);
 - an int64 <-> int32 cast is no operation at all.
 
 Integer ops that pro_fp has no integer form for (compares, select, data movement,
@@ -17,11 +18,15 @@ exactly up to 2**24 in magnitude: the range ids, positions, masks and shapes liv
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from legato.errors import LegalizationError, clip
 from legato.ir import TensorType
 
 NARROWED = {"int64": "int32"}
+# the attribute the emitter puts on a narrowed parameter or result of a function
+SIGNATURE_ATTR = "legato.dtype"
 INT32 = np.iinfo(np.int32)
 # float32 holds every integer up to this magnitude exactly
 FLOAT_EXACT = 2 ** 24
@@ -77,3 +82,33 @@ def narrow_inputs(arrays) -> list[np.ndarray]:
     """The arrays a caller passes to an emitted function: int64 ones as int32 (checked)."""
     return [narrow_array(np.asarray(a), f"input {i} ({clip(str(np.shape(a)), 40)} int64)")
             for i, a in enumerate(arrays)]
+
+
+def signature_attrs(values) -> str | None:
+    """func.func's arg_attrs / res_attrs marking the narrowed values, or None if none is."""
+    if not any(v.dtype in NARROWED for v in values):
+        return None
+    return "[" + ", ".join(f'{{{SIGNATURE_ATTR} = "{v.dtype}"}}' if v.dtype in NARROWED
+                           else "{}" for v in values) + "]"
+
+
+_MAIN = re.compile(r'^\s*"func\.func"\(\) <\{(?P<props>.*sym_name = "main")\}>', re.M)
+_RES_ATTRS = re.compile(r'res_attrs = \[(?P<items>[^\]]*)\]')
+_ITEM = re.compile(r'\{([^}]*)\}')
+_DTYPE = re.compile(re.escape(SIGNATURE_ATTR) + r' = "(\w+)"')
+
+
+def result_dtypes(text: str) -> list[str | None]:
+    """Per result of an emitted module's main: the dtype it was narrowed from, or None."""
+    main = _MAIN.search(text)
+    attrs = _RES_ATTRS.search(main["props"]) if main else None
+    if attrs is None:
+        return []
+    return [(_DTYPE.search(item) or [None, None])[1] for item in _ITEM.findall(attrs["items"])]
+
+
+def widen_results(text: str, outputs) -> list[np.ndarray]:
+    """Results of running an emitted module, the narrowed ones as the dtype they stand for."""
+    dtypes = result_dtypes(text)
+    return [np.asarray(out).astype(dtype) if dtype else out
+            for out, dtype in zip(outputs, dtypes + [None] * (len(outputs) - len(dtypes)))]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from legato.errors import LegatoError
 
-from .narrowing import narrow_inputs
+from .narrowing import narrow_inputs, widen_results
 
 TARGET = "profiles=pro_fp level=8k specification_version=1.0"
 STRICT = "--tosa-validate=strict-op-spec-alignment"
@@ -60,9 +60,10 @@ class TosaTools:
             self._opt(path, f"--tosa-attach-target={TARGET}", validate)
 
     def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
-        """Serialize with tosa-opt and run the TOSA reference model on `inputs` (int64
-        arrays narrowed to the int32 the module takes, checked); with `validate`, the same
-        tosa-opt call validates first (strictly), saving a process."""
+        """Serialize with tosa-opt and run the TOSA reference model on `inputs`; int64
+        arrays are narrowed to the int32 the module takes (checked) and results marked as
+        narrowed (res_attrs) come back as int64. With `validate`, the same tosa-opt call
+        validates first (strictly), saving a process."""
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "module.mlir").write_text(text)
@@ -77,4 +78,4 @@ class TosaTools:
             if proc.returncode != 0:
                 raise ToolError(f"TOSA reference model failed:\n{proc.stderr.strip()}")
             outputs = sorted(tmp.glob("out*.npy"), key=lambda p: int(p.stem[3:]))
-            return [np.load(p) for p in outputs]
+            return widen_results(text, [np.load(p) for p in outputs])

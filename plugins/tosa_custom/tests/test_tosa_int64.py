@@ -14,6 +14,7 @@ from legato.errors import LegalizationError
 from legato_tosa_custom import emit_mlir, narrow_inputs
 from legato_tosa_custom.cases import KEEP, assert_matches
 from legato_tosa_custom.kernels import simulate
+from legato_tosa_custom.narrowing import result_dtypes, widen_results
 
 RNG = np.random.default_rng(0)
 
@@ -130,13 +131,27 @@ def test_the_embedding_is_one_gather_of_the_i32_ids():
                      r'tensor<1x64xi32>\) -> tensor<1x64x256xf32>', text)
 
 
-def test_int64_results_are_i32_results_and_int32_casts_print_nothing():
+def test_int64_parameters_and_results_are_i32_marked_in_the_signature():
+    """The artifact says which i32 values stand for int64 ones (arg_attrs / res_attrs);
+    int64 <-> int32 casts print nothing; the tools narrow inputs and widen results."""
     b = legato.GraphBuilder()
-    x = b.input("x", (3,), "int64")
+    x, scale = b.input("x", (3,), "int64"), b.input("scale", (3,))
     y = b.cast(b.add(x, b.const(np.array(1, np.int64))), dtype="int32")
-    text = compile_tosa(b.build(b.cast(y, dtype="int64"), y)).artifact
-    assert "function_type = (tensor<3xi32>) -> (tensor<3xi32>, tensor<3xi32>)" in text
+    module = b.build(b.cast(y, dtype="int64"), y, scale)
+    text = compile_tosa(module).artifact
+    assert '"func.func"() <{arg_attrs = [{legato.dtype = "int64"}, {}], function_type = ' \
+           '(tensor<3xi32>, tensor<3xf32>) -> (tensor<3xi32>, tensor<3xi32>, tensor<3xf32>), ' \
+           'res_attrs = [{legato.dtype = "int64"}, {}, {}], sym_name = "main"}>' in text
     assert '"tosa.cast"' not in text and text.count('"tosa.add"') == 1
+    assert result_dtypes(text) == ["int64", None, None]
+    outputs = widen_results(text, [np.array([1, 2, 3], np.int32)] * 2 + [np.ones(3, np.float32)])
+    assert [o.dtype for o in outputs] == [np.int64, np.int32, np.float32]
+
+
+def test_the_tools_narrow_inputs_and_widen_results(tools):
+    module, feeds = position_ids()
+    outputs = tools.run_reference(compile_tosa(module).artifact, feeds, validate=True)
+    assert [o.dtype for o in outputs] == [np.float32, np.int64]
 
 
 def test_an_int64_constant_outside_int32_is_refused_naming_it():
