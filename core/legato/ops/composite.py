@@ -89,9 +89,20 @@ def clip(b, x, min, max):
     return x
 
 
+def gelu_as_exported(b, x, approximate):
+    """How exporters write the tanh form: `0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))`
+    (`pow(x, 3)` or `x*x*x`, any order of the products; recomposition only)."""
+    if approximate != "tanh":
+        return gelu(b, x, approximate)
+    cube = b.power(x, 3.0)
+    inner = b.multiply(b.add(x, b.multiply(cube, 0.044715)), math.sqrt(2 / math.pi))
+    return b.multiply(b.multiply(x, 0.5), b.add(b.tanh(inner), 1.0))
+
+
 @_activation("nn.gelu", {"approximate": ("str:none|tanh", "none")},
              [(X23, {}), (X23, {"approximate": "tanh"})], aten="gelu",
-             tolerance=3e-4)  # erf, and 1 + erf(x/sqrt2) cancelling in the left tail
+             tolerance=3e-4,  # erf, and 1 + erf(x/sqrt2) cancelling in the left tail
+             patterns=[gelu_as_exported])
 def gelu(b, x, approximate):
     """`"none"`: `0.5x(1+erf(x/sqrt2))`; `"tanh"`: `0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))`
     """
@@ -118,8 +129,16 @@ def _axis_infer(types, attrs):
     return types[0]
 
 
+def softmax_unshifted(b, x, axis):
+    """`exp(x) / sum(exp(x))` without subtracting the row maximum, as some exporters write
+    it (recomposition only)."""
+    exps = b.exp(x)
+    return b.divide(exps, b.sum(exps, axes=[axis], keepdims=True))
+
+
 @composite("nn.softmax", "data", _axis_infer, "opaque", 1, [(X23, {}), (X23, {"axis": 0})],
-           {"axis": ("int", -1)}, layout_rule=layout_rules.one_axis)
+           {"axis": ("int", -1)}, layout_rule=layout_rules.one_axis,
+           patterns=[softmax_unshifted])
 def softmax(b, x, axis):
     """`exp(x) / sum(exp(x))` along `axis` (ONNX opset 13), the row maximum subtracted"""
     exps = b.exp(b.subtract(x, b.max(x, axes=[axis], keepdims=True)))

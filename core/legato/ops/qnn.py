@@ -155,17 +155,15 @@ def _attention(types, attrs):
 QKV = f32(1, 2, 3, 4)
 
 
-@composite("nn.attention", "q, k, v, mask?", _attention, "opaque", 2,
-           [((QKV, QKV, QKV, None), {}), ((QKV, QKV, QKV, T("bool", 3, 3)), {"causal": True}),
-            ((QKV, QKV, QKV, f32(1, 1, 3, 3)), {"scale": 0.5})],
-           {"scale": ("float?", None), "causal": ("bool", False)},
-           tolerance=1e-3)  # exp of scores that carry a matmul's rounding
-def attention(b, q, k, v, mask, scale, causal):
-    """`softmax(q @ k^T * scale + mask) @ v`, q/k/v `(batch, heads, seq, head_dim)`; a bool
-    mask keeps `True`, a float mask is added; `causal` masks `j > i`; `scale=None` is
-    `1/sqrt(head_dim)`"""
+def _attention_form(b, q, k, v, mask, scale, causal, q_factor, k_factor, s_factor):
+    """The attention decomposition with the scale applied as factors of q, k and the
+    scores (None: not applied there)."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = b.multiply(b.matmul(q, b.permute_dims(k, axes=[0, 1, 3, 2])), scale)
+    q = q if q_factor is None else b.multiply(q, q_factor(scale))
+    kt = b.permute_dims(k, axes=[0, 1, 3, 2])
+    kt = kt if k_factor is None else b.multiply(kt, k_factor(scale))
+    scores = b.matmul(q, kt)
+    scores = scores if s_factor is None else b.multiply(scores, s_factor(scale))
     if mask is not None and mask.dtype == "bool":
         scores = b.where(mask, scores, float("-inf"))
     elif mask is not None:
@@ -174,3 +172,28 @@ def attention(b, q, k, v, mask, scale, causal):
         keep = np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool))
         scores = b.where(b.const(keep), scores, float("-inf"))
     return b.matmul(b.nn_softmax(scores, axis=-1), v)
+
+
+def attention_scaling_q(b, q, k, v, mask, scale, causal):
+    """`softmax((q * scale) @ k^T + mask) @ v`: the scale applied to q (recomposition
+    only)."""
+    return _attention_form(b, q, k, v, mask, scale, causal, lambda s: s, None, None)
+
+
+def attention_scaling_q_and_k(b, q, k, v, mask, scale, causal):
+    """`softmax((q * sqrt(scale)) @ (k^T * sqrt(scale)) + mask) @ v`, as PyTorch's
+    scaled_dot_product_attention is decomposed (recomposition only)."""
+    return _attention_form(b, q, k, v, mask, scale, causal, math.sqrt, math.sqrt, None)
+
+
+@composite("nn.attention", "q, k, v, mask?", _attention, "opaque", 2,
+           [((QKV, QKV, QKV, None), {}), ((QKV, QKV, QKV, T("bool", 3, 3)), {"causal": True}),
+            ((QKV, QKV, QKV, f32(1, 1, 3, 3)), {"scale": 0.5})],
+           {"scale": ("float?", None), "causal": ("bool", False)},
+           tolerance=1e-3,  # exp of scores that carry a matmul's rounding
+           patterns=[attention_scaling_q, attention_scaling_q_and_k])
+def attention(b, q, k, v, mask, scale, causal):
+    """`softmax(q @ k^T * scale + mask) @ v`, q/k/v `(batch, heads, seq, head_dim)`; a bool
+    mask keeps `True`, a float mask is added; `causal` masks `j > i`; `scale=None` is
+    `1/sqrt(head_dim)`"""
+    return _attention_form(b, q, k, v, mask, scale, causal, None, None, lambda s: s)
