@@ -1,0 +1,58 @@
+"""The zoo's own tools: the error measure, how failures are named, the status table."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from legato.errors import LegatoError
+from tests.zoo import check, export, models, report
+
+
+def test_rel_error_is_relative_above_one_and_absolute_below():
+    want = np.array([[10.0, -20.0]], np.float32)
+    assert math.isclose(export.rel_error(want + np.float32(0.02), want), 0.02 / 20,
+                        rel_tol=1e-4)
+    small = np.array([0.001, 0.0], np.float32)
+    assert math.isclose(export.rel_error(small + 1e-3, small), 1e-3, rel_tol=1e-4)
+
+
+def test_rel_error_refuses_other_shapes_and_non_finite_results():
+    want = np.zeros((2, 3), np.float32)
+    assert export.rel_error(np.zeros((3, 2), np.float32), want) == math.inf
+    assert export.rel_error(np.full((2, 3), np.nan, np.float32), want) == math.inf
+
+
+def test_describe_lists_every_unsupported_op_of_either_importer():
+    torch_err = LegatoError("the exported program uses 2 ATen op(s) legato cannot import:\n"
+                            "  aten.arange.start_step: arange_2, arange_3\n"
+                            "  aten.ge.Scalar: ge")
+    onnx_err = LegatoError("the model uses 1 ONNX op type(s) legato cannot import:\n"
+                           "  IsNaN: node_IsNaN_76, node_IsNaN_142")
+    assert check.describe(torch_err) == "unsupported aten.arange.start_step, aten.ge.Scalar"
+    assert check.describe(onnx_err) == "unsupported IsNaN"
+    assert check.describe(ValueError("bad\nsecond line")) == "ValueError: bad"
+
+
+def test_blockers_group_failing_pairs_by_op_most_blocking_first():
+    rows = [check.Row("a", "torch"), check.Row("b", "torch"), check.Row("b", "onnx"),
+            check.Row("c", "onnx")]
+    rows[0].fail("import", "unsupported aten.x, aten.y")
+    rows[1].fail("import", "unsupported aten.y")
+    rows[2].fail("c_kernels", "max rel. error 0.1 > 0.0001")
+    rows[2].fail("tosa emit", "later failures are not blockers")
+    assert list(report.blockers(rows).items()) == [
+        ("import: aten.y", ["a/torch", "b/torch"]),
+        ("c_kernels: max rel. error 0.1 > 0.0001", ["b/onnx"]),
+        ("import: aten.x", ["a/torch"])]
+    lines = check.table(rows)
+    assert len(lines) == 2 + len(rows) and lines[-1].endswith("| ok |")
+    assert "c_kernels: max rel. error" in lines[-2]
+
+
+def test_the_zoo_has_the_architectures_issue_11_names():
+    wanted = {"distilbert", "roberta", "albert", "opt", "qwen2", "mistral", "phi",
+              "t5_encoder", "whisper_encoder", "swin", "deit", "efficientnet", "regnet",
+              "mobilevit", "segformer", "clip_vision", "gpt2", "llama", "vit", "resnet",
+              "mobilenet_v2", "convnext"}
+    assert wanted == set(models.NAMES)
