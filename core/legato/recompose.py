@@ -1,0 +1,630 @@
+"""Recomposition: find the high-level ops an exporter wrote out as primitives and put
+them back, so a backend can keep them.
+
+    module, modified = legato.recompose(module)                 # every composite op
+    module, modified = legato.recompose(module, ops=["nn.gelu", "nn.rms_norm"])
+    print(legato.recompose.explain(module).text())              # what fired, what did not
+
+The patterns are the op definitions themselves (legato.patterns): each composite's
+decomposition and its `patterns` (other forms exporters write), traced on the op's
+examples. A match is found in two steps: the template (structure only: ops and edges,
+any constants, any attributes) proposes a region and its inputs; then attribute values
+are proposed from the region (its scalar constants, their reciprocals, squares and roots,
+its axes, the op's defaults and the template's enumerated choices), the form is traced
+again with those values on the inputs' real types, and the region must equal that trace
+(constants within a relative 1e-5). So a recovered call computes what the region did, by
+the op's own definition. The region's interior values must not be used outside it.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .calls import make_call
+from .ir import Call, Const, Function, Module, Origin, TensorType, Value, attr_key, freeze_attr
+from .passes import FunctionPass, PassResult
+from .patterns import Template, View, build_view, derive, trace
+from .shapes import norm_axes
+
+# associative and commutative: operand trees are compared as multisets of leaves
+ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
+SWAP = frozenset({"equal"})
+MAX_CANDIDATES = 256
+RTOL = 1e-5
+
+
+class Permuted(NamedTuple):
+    """An op input the rewrite computes: `permute_dims(base, axes)` (a transpose the
+    exporter wrote differently, or folded into a constant)."""
+
+    base: Value
+    axes: tuple
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(tuple(self.base.shape[a] for a in self.axes), self.base.dtype)
+
+
+class Env:
+    """One partial match: pattern values bound to graph values, pattern calls to graph
+    calls (-1: absorbed into an operand tree), extra graph calls of operand trees."""
+
+    __slots__ = ("binds", "calls", "taken", "extra")
+
+    def __init__(self, binds=None, calls=None, taken=frozenset(), extra=()):
+        self.binds, self.calls = binds or {}, calls or {}
+        self.taken, self.extra = taken, extra
+
+    def bind(self, pid, value) -> "Env":
+        return Env({**self.binds, pid: value}, self.calls, self.taken, self.extra)
+
+    def with_call(self, pi, gi, extra=()) -> "Env":
+        taken = self.taken | {gi} | set(extra) if gi >= 0 else self.taken | set(extra)
+        return Env(self.binds, {**self.calls, pi: gi}, taken, self.extra + tuple(extra))
+
+    def region(self) -> set[int]:
+        return {g for g in self.calls.values() if g >= 0} | set(self.extra)
+
+
+def _same(a, b) -> bool:
+    return a is b or (isinstance(a, Permuted) and isinstance(b, Permuted) and
+                      a.base is b.base and a.axes == b.axes)
+
+
+def _type_of(value) -> TensorType:
+    return value.type
+
+
+def _close(p: Const, g: Const) -> bool:
+    pd, gd = p.data, g.data
+    if pd.size == 1 and gd.size == 1 and pd.dtype != bool and gd.dtype != bool:
+        a, b = float(pd.ravel()[0]), float(gd.ravel()[0])
+        return a == b or math.isclose(a, b, rel_tol=RTOL) or (a != a and b != b)
+    if pd.dtype == bool or gd.dtype == bool:
+        return pd.shape == gd.shape and bool(np.array_equal(pd, gd)) or \
+            (pd.size == 1 or gd.size == 1) and bool(np.all(pd == gd))
+    if pd.size != gd.size and pd.size != 1 and gd.size != 1:
+        return False
+    if pd.size == gd.size and pd.squeeze().shape != gd.squeeze().shape:
+        return False
+    try:
+        a, b = np.broadcast_arrays(pd.astype(np.float64).ravel() if pd.size == gd.size
+                                   else pd.astype(np.float64),
+                                   gd.astype(np.float64).ravel() if pd.size == gd.size
+                                   else gd.astype(np.float64))
+    except ValueError:
+        return False
+    return bool(np.allclose(a, b, rtol=RTOL, atol=0.0, equal_nan=True))
+
+
+def _perm(call: Call, rank: int) -> tuple:
+    axes = call.attrs.get("axes")
+    return tuple(range(rank - 1, -1, -1)) if axes is None else \
+        tuple(a % rank for a in axes)
+
+
+def _attrs_equal(pc: Call, gc: Call) -> bool:
+    if pc.op in ("reshape", "broadcast_to"):
+        return True  # the output types say it all
+    for key, pa in pc.attrs.items():
+        ga = gc.attrs.get(key)
+        if key in ("axes", "axis") and pc.op != "permute_dims" and pc.inputs and \
+                pc.inputs[0] is not None and pa is not None and ga is not None:
+            rank = pc.inputs[0].rank
+            try:
+                pa = sorted(norm_axes(pa if isinstance(pa, tuple) else [pa], rank))
+                ga = sorted(norm_axes(ga if isinstance(ga, tuple) else [ga], gc.inputs[0].rank))
+            except Exception:  # noqa: BLE001 - out of range: not equal
+                return False
+        if pa != ga:
+            return False
+    return True
+
+
+class Matcher:
+    """Finds `template` at a graph call; `concrete` also compares constants, attributes
+    and types (the template's trace is then on the real input types)."""
+
+    def __init__(self, template: Template, graph: View, claimed: set, concrete: bool):
+        self.t, self.p, self.g = template, template.view, graph
+        self.claimed, self.concrete = claimed, concrete
+        self.params = {id(p) for p in template.params if p is not None}
+        self._leaves: dict[int, tuple] = {}
+
+    def at(self, gi: int):
+        root = self.t.root
+        gc = self.g.calls[gi]
+        if gc.op != root.op or len(gc.outputs) != len(root.outputs):
+            return
+        k = next(i for i, out in enumerate(root.outputs) if out is self.t.result)
+        yield from self.value(self.t.result, gc.outputs[k], Env())
+
+    def bind(self, pv, gv, env: Env):
+        have = env.binds.get(id(pv))
+        if have is None:
+            if self.concrete and _type_of(gv) != pv.type:
+                return
+            yield env.bind(id(pv), gv)
+        elif _same(have, gv):
+            yield env
+
+    def value(self, pv, gv, env: Env):
+        if id(pv) in self.params:
+            yield from self.bind(pv, gv, env)
+            return
+        if isinstance(pv, Const):
+            if isinstance(gv, Const) and (not self.concrete or _close(pv, gv)):
+                yield env
+            return
+        pi = self.p.producer[id(pv)]
+        if pi in env.calls:
+            if env.calls[pi] == self.g.producer.get(id(gv), -2):
+                yield env
+            return
+        pc = self.p.calls[pi]
+        if pc.op == "permute_dims" and id(pc.inputs[0]) in self.params:
+            yield from self.permuted(pi, pc, gv, env)
+            return
+        gi = self.g.producer.get(id(gv))
+        if gi is None or gi in self.claimed or gi in env.taken:
+            return
+        gc = self.g.calls[gi]
+        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
+                pc.outputs.index(pv) != _index(gc.outputs, gv):
+            return
+        if self.concrete and (pv.type != gv.type or not _attrs_equal(pc, gc)):
+            return
+        if pc.op in ASSOC and len(pc.inputs) == 2:
+            yield from self.operand_tree(pi, pc, gi, gc, env)
+            return
+        env = env.with_call(pi, gi)
+        orders = [pc.inputs, pc.inputs[::-1]] if pc.op in SWAP else [pc.inputs]
+        for p_ins in orders:
+            yield from self.inputs(list(zip(p_ins, gc.inputs)), env)
+
+    def inputs(self, pairs, env: Env):
+        if not pairs:
+            yield env
+            return
+        (pv, gv), rest = pairs[0], pairs[1:]
+        if pv is None or gv is None:
+            if pv is None and gv is None:
+                yield from self.inputs(rest, env)
+            return
+        for e in self.value(pv, gv, env):
+            yield from self.inputs(rest, e)
+
+    def permuted(self, pi, pc, gv, env: Env):
+        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv."""
+        param, rank = pc.inputs[0], pc.outputs[0].rank
+        if gv.rank != rank:
+            return
+        perm = _perm(pc, rank)
+        inverse = tuple(int(i) for i in np.argsort(perm))
+        gi = self.g.producer.get(id(gv))
+        gc = self.g.calls[gi] if gi is not None else None
+        if gc is not None and gc.op == "permute_dims" and gi not in self.claimed and \
+                gi not in env.taken and self.g.single_use(gv):
+            inner = _perm(gc, rank)
+            axes = tuple(inner[i] for i in inverse)
+            base = gc.inputs[0]
+            bound = base if axes == tuple(range(rank)) else Permuted(base, axes)
+            yield from self.bind(param, bound, env.with_call(pi, gi))
+        elif isinstance(gv, Const):
+            folded = Const.of(np.ascontiguousarray(np.transpose(gv.data, inverse)))
+            have = env.binds.get(id(param))
+            if have is None:
+                yield from self.bind(param, folded, env.with_call(pi, -1))
+            elif isinstance(have, Const) and np.array_equal(have.data, folded.data):
+                yield env
+
+    def operand_tree(self, pi, pc, gi, gc, env: Env):
+        p_leaves, p_inner = self.pattern_leaves(pi)
+        g_leaves, g_inner = [], []
+        self._graph_leaves(gc, g_leaves, g_inner, env)
+        if len(p_leaves) != len(g_leaves):
+            return
+        env = env.with_call(pi, gi, g_inner)
+        for inner in p_inner:
+            env = env.with_call(inner, -1)
+        yield from self.assign(p_leaves, g_leaves, env)
+
+    def assign(self, p_leaves, g_leaves, env: Env):
+        if not p_leaves:
+            yield env
+            return
+        first, rest = p_leaves[0], p_leaves[1:]
+        for j, gv in enumerate(g_leaves):
+            if gv is None:
+                continue
+            remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
+            for e in self.value(first, gv, env):
+                yield from self.assign(rest, remaining, e)
+
+    def pattern_leaves(self, pi):
+        cached = self._leaves.get(pi)
+        if cached is None:
+            leaves, inner = [], []
+            self._tree(self.p, self.p.calls[pi], leaves, inner, None)
+            # calls first (they constrain most), then constants, then parameters
+            leaves.sort(key=lambda v: 2 if id(v) in self.params else
+                        1 if isinstance(v, Const) else 0)
+            cached = self._leaves[pi] = (leaves, inner)
+        return cached
+
+    def _graph_leaves(self, gc, leaves, inner, env):
+        self._tree(self.g, gc, leaves, inner, env)
+
+    def _tree(self, view: View, call: Call, leaves, inner, env):
+        for v in call.inputs:
+            j = view.producer.get(id(v))
+            sub = view.calls[j] if j is not None else None
+            if sub is not None and sub.op == call.op and view.single_use(v) and \
+                    v.dtype == call.outputs[0].dtype and \
+                    (env is None or (j not in self.claimed and j not in env.taken)):
+                inner.append(j)
+                self._tree(view, sub, leaves, inner, env)
+            else:
+                leaves.append(v)
+
+
+def _index(outputs, value) -> int:
+    for i, out in enumerate(outputs):
+        if out is value:
+            return i
+    return -1
+
+
+# --- attribute candidates -----------------------------------------------------------------
+
+def _float_candidates(numbers) -> list[float]:
+    out = []
+    for c in numbers:
+        if not math.isfinite(c) or c == 0:
+            continue
+        forms = [c, 1 / c, c * c, 1 / (c * c), -c]
+        if c > 0:
+            forms += [math.sqrt(c), 1 / math.sqrt(c)]
+        out.extend(forms)
+    return out
+
+
+def _tidy(x: float) -> float:
+    """A float32-rounded constant back to its shortest decimal (1e-5, not 9.99999974e-06)."""
+    return float(str(np.float32(x))) if abs(x) > 1e-30 and \
+        math.isclose(float(np.float32(x)), x, rel_tol=1e-6) else x
+
+
+def candidates(opdef, template: Template, region_calls: list[Call], inputs) -> list[dict]:
+    """Attribute sets to try, most likely first."""
+    numbers, lists, ints = [], [], []
+    for call in region_calls:
+        for v in call.inputs:
+            if isinstance(v, Const) and v.data.size == 1 and v.dtype != "bool":
+                numbers.append(float(v.data.ravel()[0]))
+        for value in call.attrs.values():
+            if isinstance(value, tuple) and all(isinstance(x, int) for x in value):
+                lists.append(value)
+                ints.extend(value)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                ints.append(value)
+    numbers = list(dict.fromkeys(numbers))
+    first = next((v for v in inputs if v is not None), None)
+    rank = first.type.rank if first is not None else 0
+    ints += list(range(rank)) + list(range(-rank, 0))  # an axis may show only in shapes
+    per_attr = []
+    for key, spec in opdef.attr_specs.items():
+        kind = spec.type.rstrip("?")
+        seen = [v[key] for v in template.variants]
+        if kind == "bool" or kind.startswith("str:"):
+            values = seen
+        elif kind.startswith("float"):
+            values = ([None] if spec.type.endswith("?") else []) + seen + \
+                [_tidy(x) for x in _float_candidates(numbers)]
+        elif kind.startswith("int"):
+            values = seen + ([None] if spec.type.endswith("?") else []) + \
+                (lists if "ints" in kind else []) + \
+                ([tuple(x) for x in ([i] for i in ints)] if "ints" in kind else ints)
+        else:
+            values = seen
+        per_attr.append((key, list(_unique(values))))
+    out = []
+    for combo in itertools.islice(itertools.product(*(v for _, v in per_attr)),
+                                  MAX_CANDIDATES):
+        out.append({key: value for (key, _), value in zip(per_attr, combo)})
+    return out
+
+
+def _unique(values):
+    seen = set()
+    for v in values:
+        key = (type(v), v)
+        if key not in seen:
+            seen.add(key)
+            yield v
+
+
+# --- the pass -----------------------------------------------------------------------------
+
+@dataclass
+class Recovery:
+    """What a recomposition found: calls recovered per op, and why the others did not
+    fire (reasons counted per op)."""
+
+    recovered: Counter = field(default_factory=Counter)
+    misses: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict)  # op -> number of templates
+
+    def miss(self, op: str, reason: str) -> None:
+        self.misses.setdefault(op, Counter())[reason] += 1
+
+    def text(self) -> str:
+        lines = []
+        for op in sorted(self.derived):
+            got = self.recovered.get(op, 0)
+            lines.append(f"{op}: {got} recovered ({self.derived[op]} template(s))")
+            for reason, n in self.misses.get(op, Counter()).most_common(4):
+                lines.append(f"  not recovered x{n}: {reason}")
+        return "\n".join(lines)
+
+
+_TEMPLATES: dict = {}
+
+
+def templates_of(registry, opdef) -> tuple[list[Template], list[str]]:
+    """The derived templates of an op (cached per definition)."""
+    key = (id(registry), opdef.name, id(opdef))
+    found = _TEMPLATES.get(key)
+    if found is None:
+        found = _TEMPLATES[key] = derive(registry, opdef)
+    return found
+
+
+def default_ops(registry) -> list[str]:
+    """The composite ops recomposition looks for unless told: every op with a
+    decomposition, except pure reshapes (squeeze, flatten, ...) and ops whose only form
+    is a single call (nothing to gain)."""
+    out = []
+    for opdef in registry.ops():
+        if opdef.decompose is None or opdef.kind == "injective":
+            continue
+        templates, _ = templates_of(registry, opdef)
+        if any(t.size >= 2 for t in templates):
+            out.append(opdef.name)
+    return out
+
+
+class Recomposer:
+    def __init__(self, registry, ops: Sequence[str] | None = None):
+        self.registry = registry
+        explicit = ops is not None
+        names = list(ops) if explicit else default_ops(registry)
+        self.report = Recovery()
+        self.templates: list[Template] = []
+        for name in names:
+            opdef = registry.get(name)
+            found, problems = templates_of(registry, opdef)
+            found = [t for t in found if explicit or t.size >= 2]
+            self.report.derived[name] = len(found)
+            if not found:
+                self.report.miss(name, "no pattern: " + ("; ".join(problems[:2]) or
+                                                         "the op has no decomposition"))
+            self.templates.extend(found)
+        # larger patterns first: an attention block before the softmax inside it
+        self.templates.sort(key=lambda t: -t.size)
+        self.prims = set().union(*(t.ops for t in self.templates))
+        self._expandable: dict[str, bool] = {}
+        self._verified: dict = {}
+
+    def expandable(self, op: str) -> bool:
+        """Expand the input's composite calls whose primitives the patterns use."""
+        hit = self._expandable.get(op)
+        if hit is None:
+            opdef = self.registry.get(op)
+            hit = False
+            if opdef.decompose is not None and opdef.examples:
+                try:
+                    types, attrs = opdef.examples[0]
+                    from .patterns import Form
+                    t = trace(self.registry, Form(op, opdef.decompose, "decomposition"),
+                              types, attrs)
+                    hit = {c.op for c in t.view.calls} <= self.prims
+                except Exception:  # noqa: BLE001
+                    hit = False
+            self._expandable[op] = hit
+        return hit
+
+    def run_function(self, fn: Function) -> tuple[Function, bool]:
+        if not self.templates:
+            return fn, False
+        view = build_view(self.registry, list(fn.calls), fn.params, fn.results,
+                          self.expandable)
+        claimed: set[int] = set()
+        rewrites: list[tuple[set[int], list[Call]]] = []
+        present = set(view.by_op)
+        for template in self.templates:
+            if not template.ops <= present:
+                continue
+            matcher = Matcher(template, view, claimed, concrete=False)
+            for gi in view.by_op.get(template.root.op, ()):
+                if gi in claimed:
+                    continue
+                done = self.try_at(template, matcher, view, gi, claimed, fn)
+                if done is not None:
+                    rewrites.append(done)
+        if not rewrites:
+            return fn, False
+        return _apply(fn, rewrites), True
+
+    def try_at(self, template, matcher, view, gi, claimed, fn):
+        op = template.form.op
+        envs = matcher.at(gi)
+        env = next(envs, None)
+        if env is None:
+            self.report.miss(op, f"{template.form.label}: structure differs")
+            return None
+        for attempt in itertools.chain([env], itertools.islice(envs, 7)):
+            result = self.recover(template, view, gi, claimed, attempt, fn)
+            if isinstance(result, str):
+                reason = result
+                continue
+            return result
+        self.report.miss(op, f"{template.form.label}: {reason}")
+        return None
+
+    def recover(self, template, view, gi, claimed, env, fn):
+        opdef = self.registry.get(template.form.op)
+        values = []
+        for p in template.params:
+            if p is None:
+                values.append(None)
+            elif id(p) not in env.binds:
+                return "an input of the op is not used by the form"
+            else:
+                values.append(env.binds[id(p)])
+        region = sorted(env.region())
+        region_calls = [view.calls[i] for i in region]
+        types = tuple(None if v is None else v.type for v in values)
+        found = None
+        for attrs in candidates(opdef, template, region_calls, values):
+            found = self.verify(template, view, gi, claimed, values, types, attrs)
+            if not isinstance(found, str):
+                break
+        if found is None or isinstance(found, str):
+            return found or "no attribute values reproduce the region"
+        attrs, env = found
+        return self.rewrite(opdef, view, gi, claimed, values, attrs, env, fn)
+
+    def verify(self, template, view, gi, claimed, values, types, attrs):
+        concrete = traced(self.registry, template.form, types, attrs)
+        if isinstance(concrete, str):
+            return concrete
+        matcher = Matcher(concrete, view, claimed, concrete=True)
+        for env in matcher.at(gi):
+            binds = [None if p is None else env.binds.get(id(p)) for p in concrete.params]
+            if all(_same(a, b) or (isinstance(a, Const) and isinstance(b, Const) and
+                                   np.array_equal(a.data, b.data))
+                   for a, b in zip(binds, values)):
+                return opdef_attrs(self.registry, template, attrs), env
+        return "no attribute values reproduce the region"
+
+    def rewrite(self, opdef, view, gi, claimed, values, attrs, env, fn):
+        region = env.region()
+        root_value = view.calls[gi].outputs[0]
+        for i in region:
+            for out in view.calls[i].outputs:
+                if out is root_value:
+                    continue
+                if id(out) in view.results or any(u not in region
+                                                  for u in view.users.get(id(out), ())):
+                    return "an interior value is used outside the region"
+        owners = {o for i in region for o in view.owners[i]}
+        covered = Counter(o for i in region for o in view.owners[i])
+        for o in owners:
+            if sum(1 for own in view.owners if o in own) != covered[o]:
+                return "the region covers part of an input call"
+        made = {id(out) for i in region for out in view.calls[i].outputs}
+        for v in values:
+            base = v.base if isinstance(v, Permuted) else v
+            if base is not None and id(base) in made:
+                return "an input of the op is computed inside the region"
+        if len(owners) == 1 and fn.calls[next(iter(owners))].op == opdef.name:
+            return f"already a {opdef.name} call"
+        prelude, inputs = [], []
+        for v in values:
+            if isinstance(v, Permuted):
+                call = make_call(self.registry, "permute_dims", [v.base], {"axes": list(v.axes)})
+                prelude.append(call)
+                v = call.outputs[0]
+            inputs.append(v)
+        replaced = tuple(fn.calls[o].op for o in sorted(owners))
+        origin = Origin(opdef.name, attrs, f"recompose of {len(owners)} calls",
+                        ("recompose",) + replaced)
+        new = make_call(self.registry, opdef.name, inputs, attrs, origin)
+        if new.outputs[0].type != root_value.type:
+            return f"the op gives {new.outputs[0].type}, the region {root_value.type}"
+        new = Call(new.op, new.inputs, new.attrs, (root_value,), origin)
+        claimed.update(region)
+        self.report.recovered[opdef.name] += 1
+        return owners, prelude + [new]
+
+
+_TRACES: dict = {}
+
+
+def traced(registry, form, types, attrs):
+    """`trace` cached by form, input types and attributes (repeated layers hit)."""
+    try:
+        key = (id(registry), id(form), types, tuple((k, attr_key(freeze_attr(v)))
+                                                     for k, v in attrs.items()))
+    except TypeError:
+        key = None
+    found = _TRACES.get(key) if key is not None else None
+    if found is None:
+        try:
+            found = trace(registry, form, types, attrs)
+        except Exception as err:  # noqa: BLE001 - attribute values the op refuses
+            found = f"attributes {attrs} do not apply: {err}"
+        if key is not None:
+            if len(_TRACES) > 4096:
+                _TRACES.clear()
+            _TRACES[key] = found
+    return found
+
+
+def opdef_attrs(registry, template, attrs):
+    return registry.get(template.form.op).normalize_attrs(attrs)
+
+
+def _apply(fn: Function, rewrites) -> Function:
+    at: dict[int, list[Call]] = {}
+    removed: set[int] = set()
+    for owners, calls in rewrites:
+        removed |= owners
+        at[max(owners)] = calls
+    out = []
+    for index, call in enumerate(fn.calls):
+        if index in at:
+            out.extend(at[index])
+        elif index not in removed:
+            out.append(call)
+    return fn.with_calls(out)
+
+
+class RecomposePass(FunctionPass):
+    """The recomposition as a pass (see `recompose`); `.report` sums what it found."""
+
+    name = "recompose"
+
+    def __init__(self, ops: Sequence[str] | None = None, registry=None):
+        if registry is None:
+            from .context import context
+            registry = context().registry
+        self.recomposer = Recomposer(registry, ops)
+
+    @property
+    def report(self) -> Recovery:
+        return self.recomposer.report
+
+    def run_function(self, name, fn, module):
+        return self.recomposer.run_function(fn)
+
+
+def recompose(module: Module, ops: Sequence[str] | None = None, registry=None) -> PassResult:
+    """Replace each region of `module` equal to a composite op's decomposition (or one of
+    its `patterns`) by one call of the op, with the attributes that reproduce it; `ops`
+    limits the ops looked for (default: `default_ops`). Returns (module, modified)."""
+    return RecomposePass(ops, registry)(module)
+
+
+def explain(module: Module, ops: Sequence[str] | None = None, registry=None) -> Recovery:
+    """What `recompose` recovers in `module`, and why each op's other candidates did
+    not fire (`.text()` for a readable summary)."""
+    p = RecomposePass(ops, registry)
+    p(module)
+    return p.report

@@ -1,0 +1,364 @@
+"""Recomposition (legato.recompose): composite ops found again in their decompositions, in
+the forms exporters write, and in ONNX exports of PyTorch modules; recomposing never
+changes the numbers."""
+from __future__ import annotations
+
+import io
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import legato
+from legato.recompose import RecomposePass, default_ops, explain, recompose
+from legato.testing.samples import samples
+
+REGISTRY = legato.context().registry
+
+
+def ops_of(module) -> Counter:
+    return Counter(c.op for c in module.main.calls)
+
+
+def run(module, *inputs):
+    out = legato.reference(module)(*inputs)
+    return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def assert_same_numbers(before, after, inputs, rtol=2e-4, atol=2e-5):
+    for a, b in zip(run(before, *inputs), run(after, *inputs)):
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+
+
+def decomposed(op, sample):
+    """A module calling `op` on the sample, then legalized down to primitives."""
+    b = legato.GraphBuilder()
+    args, feeds = [], []
+    for i, x in enumerate(sample.inputs):
+        if x is None:
+            args.append(None)
+            continue
+        args.append(b.input(f"in{i}", x.shape, x.dtype.name))
+        feeds.append(x)
+    out = b.call(op, *args, **dict(sample.attrs))
+    module = b.build(*(out if isinstance(out, tuple) else (out,)))
+    low = legato.legalize(module, max_level=0).module
+    return module, low, feeds
+
+
+# --- derived patterns: every core composite found in its own decomposition ---------------
+
+RECOVERABLE = ["nn.gelu", "nn.layer_norm", "nn.rms_norm", "nn.softmax", "nn.log_softmax",
+               "nn.silu", "nn.attention", "nn.linear", "nn.leaky_relu", "variance", "mean",
+               "nn.batch_norm", "nn.group_norm", "nn.instance_norm", "qnn.dequantize"]
+
+
+@pytest.mark.parametrize("op", RECOVERABLE)
+def test_decomposition_is_recovered_with_its_attributes(op):
+    """Property: for the kit's sample calls of the op (random shapes and attributes),
+    legalize to primitives, recompose: one call of the op comes back, with attributes
+    that give the same numbers as the decomposed program."""
+    recovered = 0
+    tried = 0
+    for sample in samples(op, seed=3, count=12):
+        if any(x is not None and (x.size == 0 or x.dtype.name in ("float16", "bfloat16", "float64"))
+               for x in sample.inputs) or any(o.size == 0 for o in sample.outputs):
+            continue  # empty results decompose to constants; other dtypes: not here
+        module, low, feeds = decomposed(op, sample)
+        if ops_of(low).get(op) or len(low.main.calls) < 2:
+            continue
+        tried += 1
+        back, modified = recompose(low, ops=[op])
+        if ops_of(back).get(op) == 1 and len(back.main.calls) <= 1 + ops_of(back).get(
+                "permute_dims", 0):
+            recovered += 1
+        assert_same_numbers(low, back, feeds)
+        legal = legato.legalize(back, max_level=0).module
+        assert_same_numbers(low, legal, feeds)
+    assert tried, f"no usable sample of {op}"
+    assert recovered >= max(1, tried * 3 // 4), f"{op}: {recovered} of {tried} recovered"
+
+
+def test_random_programs_recompose_then_legalize_gives_the_same_numbers():
+    """Property: a program chaining several sampled composites, decomposed, recomposed and
+    legalized again computes what the decomposed program computes; every op is found."""
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        b = legato.GraphBuilder()
+        x = b.input("x", (2, 3, 4, 8), "float32")
+        y, used = x, Counter()
+        for op in rng.choice(["nn.gelu", "nn.silu", "nn.layer_norm", "nn.rms_norm",
+                              "nn.softmax", "nn.attention"], size=4):
+            if op == "nn.gelu":
+                y = b.nn_gelu(y, approximate=str(rng.choice(["none", "tanh"])))
+            elif op == "nn.silu":
+                y = b.nn_silu(y)
+            elif op in ("nn.layer_norm", "nn.rms_norm"):
+                gamma = b.const(rng.uniform(0.5, 1.5, 8).astype(np.float32))
+                eps = float(rng.choice([1e-5, 1e-6, 1e-12]))
+                y = b.call(op, y, gamma, epsilon=eps) if op == "nn.rms_norm" else \
+                    b.call(op, y, gamma, None, epsilon=eps)
+            elif op == "nn.softmax":
+                y = b.nn_softmax(y, axis=int(rng.choice([-1, 2])))
+            else:
+                y = b.nn_attention(y, y, y, None, scale=float(rng.uniform(0.1, 1.0)),
+                                   causal=bool(rng.integers(2)))
+            used[op] += 1
+        low = legato.legalize(b.build(b.multiply(y, 1.0)), max_level=0).module
+        back, modified = recompose(low, ops=list(used))
+        assert modified
+        for op, n in used.items():
+            assert ops_of(back)[op] == n, (trial, op, ops_of(back))
+        feeds = [rng.standard_normal((2, 3, 4, 8)).astype(np.float32)]
+        assert_same_numbers(low, back, feeds)
+
+
+def test_default_ops_cover_every_core_composite_with_a_pattern():
+    names = set(default_ops(REGISTRY))
+    assert set(RECOVERABLE) <= names
+    assert "squeeze" not in names and "nn.relu" not in names  # reshapes, single calls
+
+
+# --- matching details -------------------------------------------------------------------
+
+def rms_norm_module(eps_const, order="x*r*g", with_sqrt=True):
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 5, 16), "float32")
+    gamma = b.const(np.linspace(0.5, 1.5, 16, dtype=np.float32))
+    ms = b.mean(b.power(x, 2.0), axes=[-1], keepdims=True)
+    denom = b.add(ms, eps_const(b))
+    inv = b.divide(1.0, b.sqrt(denom)) if with_sqrt else b.rsqrt(denom)
+    y = b.multiply(b.multiply(x, inv), gamma) if order == "x*r*g" else \
+        b.multiply(gamma, b.multiply(inv, x))
+    return b.build(y)
+
+
+@pytest.mark.parametrize("eps_const", [lambda b: 1e-6,
+                                       lambda b: b.const(np.full((1, 1), 1e-6, np.float32))])
+@pytest.mark.parametrize("order", ["x*r*g", "g*(r*x)"])
+def test_llama_rms_norm_any_operand_order_and_constant_shape(eps_const, order):
+    module = rms_norm_module(eps_const, order)
+    back, modified = recompose(module)
+    (call,) = back.main.calls
+    assert call.op == "nn.rms_norm" and math.isclose(call.attrs["epsilon"], 1e-6)
+    assert call.origin.rules[0] == "recompose"
+    assert Counter(call.origin.rules[1:]) == Counter(
+        ["power", "mean", "add", "sqrt", "divide", "multiply", "multiply"])
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    assert_same_numbers(module, back, [x])
+
+
+def test_interior_value_used_elsewhere_blocks_the_rewrite_and_explain_says_so():
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 8), "float32")
+    e = b.exp(b.subtract(x, b.max(x, axes=[-1], keepdims=True)))
+    s = b.sum(e, axes=[-1], keepdims=True)
+    module = b.build(b.divide(e, s), s)  # the row sum is a result too
+    back, modified = recompose(module, ops=["nn.softmax"])
+    assert not modified and back is module
+    report = explain(module, ops=["nn.softmax"])
+    assert "interior value is used outside" in report.text()
+
+
+def test_nothing_to_find_leaves_the_module_alone():
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 8), "float32")
+    module = b.build(b.add(b.multiply(x, 3.0), 1.0))
+    back, modified = recompose(module)
+    assert not modified and back is module
+
+
+def test_wrong_constant_is_not_recovered():
+    """gelu's tanh form with 0.05 instead of 0.044715 is not a gelu."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 8), "float32")
+    inner = b.multiply(b.add(x, b.multiply(b.power(x, 3.0), 0.05)), math.sqrt(2 / math.pi))
+    module = b.build(b.multiply(b.multiply(x, 0.5), b.add(b.tanh(inner), 1.0)))
+    back, modified = recompose(module, ops=["nn.gelu"])
+    assert not modified
+    assert "no attribute values reproduce" in explain(module, ops=["nn.gelu"]).text()
+
+
+def test_linear_from_matmul_and_add_with_a_constant_weight():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 3)).astype(np.float32)  # (in, out): already transposed
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 8), "float32")
+    module = b.build(b.add(b.matmul(x, b.const(w)), b.const(np.ones(3, np.float32))))
+    back, _ = recompose(module, ops=["nn.linear"])
+    (call,) = back.main.calls
+    assert call.op == "nn.linear" and call.inputs[1].shape == (3, 8)
+    np.testing.assert_array_equal(call.inputs[1].data, w.T)
+    assert_same_numbers(module, back, [rng.standard_normal((2, 8)).astype(np.float32)])
+
+
+def test_attention_with_the_exporters_transposes_and_scale_on_q():
+    """k arrives as (batch, seq, heads, dim) transposed once to (batch, heads, dim, seq);
+    the scale is applied to q; the mask is added."""
+    rng = np.random.default_rng(2)
+    b = legato.GraphBuilder()
+    q = b.input("q", (1, 2, 5, 8), "float32")
+    k_raw = b.input("k", (1, 5, 2, 8), "float32")
+    v = b.input("v", (1, 2, 5, 8), "float32")
+    mask = b.input("mask", (1, 1, 1, 5), "float32")
+    scores = b.add(b.matmul(b.multiply(q, 0.25), b.permute_dims(k_raw, axes=[0, 2, 3, 1])),
+                   mask)
+    module = b.build(b.matmul(b.nn_softmax(scores, axis=-1), v))
+    back, _ = recompose(module, ops=["nn.attention"])
+    att = [c for c in back.main.calls if c.op == "nn.attention"]
+    assert len(att) == 1 and att[0].attrs["scale"] == 0.25
+    feeds = [rng.standard_normal(s).astype(np.float32) for s in
+             [(1, 2, 5, 8), (1, 5, 2, 8), (1, 2, 5, 8), (1, 1, 1, 5)]]
+    assert_same_numbers(module, back, feeds)
+
+
+def test_plugin_composite_is_recoverable_without_extra_code():
+    """A composite registered now (as a plugin would) is found in its decomposition."""
+    from legato.ops.base import composite, f32, float_unary_infer
+    from legato.registry import Registry
+    from legato.ops import base
+
+    registry = Registry()
+    for opdef in base.REGISTRY.ops():
+        registry._ops[opdef.name] = opdef  # the core ops, shared read-only
+
+    @composite("acme.softsign", "data", float_unary_infer, "elemwise", 1, [((f32(2, 3),), {})],
+               registry=registry)
+    def softsign(b, x):
+        """`x / (1 + |x|)`"""
+        return b.divide(x, b.add(b.abs(x), 1.0))
+
+    b = legato.GraphBuilder(registry)
+    x = b.input("x", (3, 4), "float32")
+    module = b.build(b.exp(b.divide(x, b.add(b.abs(x), 1.0))))
+    back, modified = recompose(module, ops=["acme.softsign"], registry=registry)
+    assert modified and ops_of(back) == Counter({"acme.softsign": 1, "exp": 1})
+
+
+def test_pass_reports_what_it_recovered():
+    p = RecomposePass()
+    module = rms_norm_module(lambda b: 1e-5)
+    module, modified = p(module)
+    assert modified and p.report.recovered == Counter({"nn.rms_norm": 1})
+    assert "nn.rms_norm: 1 recovered" in p.report.text()
+
+
+# --- ONNX exports of PyTorch modules ----------------------------------------------------
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+nn, F = torch.nn, torch.nn.functional
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = self.fc(x)  # transformers' NewGELUActivation, as GPT-2 writes it
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                        (h + 0.044715 * torch.pow(h, 3.0))))
+        return self.proj(h)
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, d=16, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.rand(d) + 0.5), eps
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d=16, hidden=32):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class ManualLayerNorm(nn.Module):
+    """layer norm the way older exports write it: ReduceMean, Sub, Pow, Sqrt, Div."""
+
+    def __init__(self, d=16, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d))
+        self.eps = eps
+
+    def forward(self, x):
+        u = x.mean(-1, keepdim=True)
+        s = (x - u).pow(2).mean(-1, keepdim=True)
+        return self.weight * ((x - u) / torch.sqrt(s + self.eps)) + self.bias
+
+
+class BertLayer(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-12), ManualLayerNorm(d, eps=1e-12)
+        self.ff1, self.ff2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def split(self, t):
+        b, n, d = t.shape
+        return t.view(b, n, self.heads, d // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + mask
+        ctx = torch.matmul(torch.softmax(scores, dim=-1), v).permute(0, 2, 1, 3)
+        x = self.ln1(x + self.o(ctx.reshape(x.shape)))
+        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+def _mask():
+    mask = torch.zeros(2, 1, 1, 5)
+    mask[1, ..., -2:] = -10000.0
+    return mask
+
+
+EXPORTS = {  # module, inputs, ops expected back
+    "gpt2_mlp": (GPT2MLP, lambda x: (x,), {"nn.gelu": 1, "nn.linear": 2}),
+    "llama_rmsnorm": (LlamaRMSNorm, lambda x: (x,), {"nn.rms_norm": 1}),
+    "llama_mlp": (LlamaMLP, lambda x: (x,), {"nn.silu": 1, "nn.linear": 3}),
+    "manual_layer_norm": (ManualLayerNorm, lambda x: (x,), {"nn.layer_norm": 1}),
+    "bert_layer": (BertLayer, lambda x: (x, _mask()),
+                   {"nn.attention": 1, "nn.gelu": 1, "nn.layer_norm": 2, "nn.linear": 6}),
+}
+
+
+def export(name):
+    cls, make_inputs, expected = EXPORTS[name]
+    torch.manual_seed(0)
+    module = cls().eval()
+    inputs = make_inputs(torch.randn(2, 5, 16))
+    buffer = io.BytesIO()
+    torch.onnx.export(module, inputs, buffer, dynamo=False, opset_version=17)
+    with torch.no_grad():
+        eager = module(*inputs).numpy()
+    from legato.frontends import onnx as frontend
+    loaded = frontend.load(onnx.load_from_string(buffer.getvalue()))
+    return loaded, [t.numpy() for t in inputs], eager, expected
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_onnx_exports_of_torch_modules(name):
+    module, inputs, eager, expected = export(name)
+    back, modified = recompose(module)
+    got = ops_of(back)
+    for op, n in expected.items():
+        assert got[op] == n, (op, got)
+    for leftover in ("power", "tanh", "erf", "sigmoid", "sqrt", "divide", "nn.softmax"):
+        assert leftover not in got, (leftover, got)
+    assert_same_numbers(module, back, inputs)
+    for backend in ("cpu_ref", "c_kernels"):
+        out = legato.compile(back, backend=backend)(*inputs)
+        np.testing.assert_allclose(np.asarray(out), eager, rtol=1e-3, atol=1e-4)
+
