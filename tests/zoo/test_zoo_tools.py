@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from legato.errors import LegatoError
 from tests.zoo import check, export, models, report
@@ -56,3 +57,15 @@ def test_the_zoo_has_the_architectures_issue_11_names():
               "mobilevit", "segformer", "clip_vision", "gpt2", "llama", "vit", "resnet",
               "mobilenet_v2", "convnext"}
     assert wanted == set(models.NAMES)
+
+
+def test_composite_counts_come_from_the_torch_models():
+    """Two layers each: GPT-2's formula-written gelu and Conv1D linears, Llama's RMSNorms
+    (2 per layer and a final one) and SwiGLU silus, MobileViT's written-out attention."""
+    pytest.importorskip("transformers")
+    from tests.zoo import composites
+    assert composites.expected("gpt2") == {"gelu": 2, "layer_norm": 5, "attention": 2,
+                                           "linear": 8}
+    llama = composites.expected("llama")
+    assert (llama["rms_norm"], llama["silu"], llama["attention"]) == (5, 2, 2)
+    assert "softmax" not in composites.expected("mobilevit")
