@@ -28,7 +28,7 @@ QUICK = {
     ("convnext", "torch"), ("convnext", "onnx"),
     ("efficientnet", "onnx"),
     ("mobilenet_v2", "onnx"),
-    ("mobilevit", "onnx"),
+    ("mobilevit", "torch"), ("mobilevit", "onnx"),
     ("regnet", "torch"), ("regnet", "onnx"),
     ("resnet", "torch"), ("resnet", "onnx"),
     ("segformer", "torch"), ("segformer", "onnx"),
