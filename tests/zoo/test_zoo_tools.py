@@ -9,6 +9,8 @@ import pytest
 from legato.errors import LegatoError
 from tests.zoo import check, export, models, report
 
+pytestmark = pytest.mark.zoo
+
 
 def test_rel_error_is_relative_above_one_and_absolute_below():
     want = np.array([[10.0, -20.0]], np.float32)
