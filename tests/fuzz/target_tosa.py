@@ -271,6 +271,11 @@ def gen_take(p, rng):
     indices = rng.integers(-size, size, random_shape(rng, int(rng.integers(0, 3)))) \
         if size else np.zeros((0,), np.int64)
     dtype = str(rng.choice(["int32", "int64"]))
+    if size and rng.random() < 0.4:  # run-time ids, as an embedding lookup takes them
+        ids = p.b.input(f"x{len(p.feeds)}", indices.shape, dtype)
+        p.feeds.append(indices.astype(dtype))
+        p.add(ids, True)
+        return p.b.call("take", x, ids, axis=axis), p.exact[x]
     return p.b.call("take", x, p.b.const(indices.astype(dtype)), axis=axis), p.exact[x]
 
 
