@@ -4,8 +4,9 @@
     module, ms = import_model("llama", "onnx")    # torch.onnx.export(dynamo=True) -> .onnx
                                                    # -> legato.frontends.onnx
 ONNX files are cached in `.cache/zoo/` (or $LEGATO_ZOO_CACHE), named by model and a key of
-the zoo's source and the torch / transformers / onnxscript versions, so a changed config or
-exporter makes a new file and exporting (seconds per model) happens once per machine.
+models.py, EXPORT_FORM and the torch / transformers / onnxscript versions, so a changed
+config or exporter makes a new file and exporting (seconds per model) happens once per
+machine.
 """
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ def _versions() -> str:
            f"onnxscript {onnxscript.__version__}"
 
 
+EXPORT_FORM = "dynamo, opset default, one file"  # change when onnx_file's export changes
+
+
 def cache_key(name: str) -> str:
-    source = Path(models.__file__).read_bytes() + Path(__file__).read_bytes()
+    source = Path(models.__file__).read_bytes() + EXPORT_FORM.encode()
     digest = hashlib.sha256(source + _versions().encode() + name.encode())
     return digest.hexdigest()[:12]
 
