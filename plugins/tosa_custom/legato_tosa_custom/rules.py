@@ -412,9 +412,13 @@ def cast(b, call):
     src = x.dtype
     if src == dst:
         return x
-    if src not in TOSA_DTYPES or dst not in TOSA_DTYPES or (src in INT_DTYPES and
-                                                             dst in INT_DTYPES):
-        return None  # integer to integer: pro_fp has no integer CAST
+    if src not in TOSA_DTYPES or dst not in TOSA_DTYPES:
+        return None
+    if src in INT_DTYPES and dst in INT_DTYPES:  # pro_fp has no integer CAST
+        if np.dtype(tosa_dtype(src)).itemsize > np.dtype(tosa_dtype(dst)).itemsize:
+            return None  # narrowing wraps around in legato; TOSA's CAST would saturate
+        # widening: int8 / int16 values are exact in float32
+        return b.call("tosa.cast", b.cast(x, dtype="float32"), dtype=dst)
     if src in INT_DTYPES:  # to bool: through float (pro_fp compares floats only)
         x = b.cast(x, dtype="float32")
     if dst == "bool":

@@ -98,8 +98,17 @@ def bool_masks():
          RNG.standard_normal((4, 6)).astype(np.float32)]
 
 
+def widened_ints():
+    """int8 / int16 widened to int32 / int64 (through float32, exact for them)."""
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (4,), "int8"), b.input("y", (4,), "int16")
+    return b.build(b.cast(x, dtype="int64"), b.cast(y, dtype="int32"),
+                   b.cast(x, dtype="int16")), \
+        [np.array([-128, 127, 0, -5], np.int8), np.array([-32768, 32767, 1, -2], np.int16)]
+
+
 PROGRAMS = {f.__name__: f for f in (embedding_lookup, position_ids, attention_mask,
-                                    shape_tensor, predicted_ids, bool_masks)}
+                                    shape_tensor, predicted_ids, bool_masks, widened_ints)}
 
 
 def compile_tosa(module):
