@@ -13,6 +13,7 @@ from .backend import Backend
 from .capability import parse_capability
 from .config import BackendConfig, load_config
 from .context import Context, context as current_context
+from .custom_ops import decode_custom
 from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
@@ -107,9 +108,10 @@ class Compiled:
     """A compiled model: call it to run (executing backends), or read `artifact`."""
 
     def __init__(self, module: Module, report: Report, backend: Backend, runner=None,
-                 artifact: Any = None, source: Module | None = None):
+                 artifact: Any = None, source: Module | None = None, fallback_calls=()):
         self.module, self.report, self.backend = module, report, backend
         self.artifact, self.source = artifact, source
+        self.fallback_calls = frozenset(fallback_calls)  # calls that run on the fallback
         self._runner = runner
         # a plugin's executor that does not say it is thread-safe gets one call at a time
         self._lock = None if getattr(runner, "thread_safe", False) else threading.Lock()
@@ -155,6 +157,9 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
         module = convert_layout(source, be.layout, host.registry, cfg.keep)
     result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
     fallback = host.fallback_of(be) if be.executes else None
+    result.report.per_backend = count_per_backend(result.module, be, fallback,
+                                                  result.fallback_calls, host.registry)
+    result.report.fallback = fallback.name if fallback is not None else None
     if not be.executes:
         if be.emitter is None:
             raise LegatoError(f"backend {be.name} neither executes nor emits")
@@ -163,7 +168,52 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     factory = be.executor or Interpreter
     runner = _backend_step(be, "executor", factory, result.module, be, fallback,
                            result.fallback_calls, host.registry)
-    return Compiled(result.module, result.report, be, runner, None, source)
+    return Compiled(result.module, result.report, be, runner, None, source,
+                    result.fallback_calls)
+
+
+def count_per_backend(module: Module, backend: Backend, fallback: Backend | None,
+                      fallback_calls, registry) -> dict[str, dict[str, int]]:
+    """Backend name -> {op: calls it runs} for a legalized module (external functions,
+    which run elsewhere, and calls of module functions are not counted). A custom call
+    counts as "custom <op>" under the backend whose kernel for <op> runs it, when the
+    backend executes custom calls by decoding them (it has no kernel for CUSTOM_OP)."""
+    counts: dict[str, Counter] = {backend.name: Counter()}
+    for fn in module.functions.values():
+        if fn.kind == "external":
+            continue
+        for call in fn.calls:
+            if call.op == CALL_OP:
+                continue
+            runs_on = fallback if call in fallback_calls else backend
+            op = call.op
+            if op == CUSTOM_OP and backend.executes and not backend.has_kernel(CUSTOM_OP):
+                op = decode_custom(call, registry).op
+                if not backend.has_kernel(op) and fallback is not None:
+                    runs_on = fallback
+                op = f"{CUSTOM_OP} {op}"
+            counts.setdefault(runs_on.name, Counter())[op] += 1
+    return {name: dict(c) for name, c in counts.items() if c}
+
+
+def with_every_result(compiled: Compiled, *, context: Context | None = None) -> Compiled:
+    """`compiled` rebuilt so that main returns every call's outputs (after its own results),
+    in call order: for locating where a backend's results first differ from the reference.
+    The legalized calls are reused as they are (same decisions, same fallback calls)."""
+    host = context or current_context()
+    main = compiled.module.main
+    produced = tuple(v for call in main.calls for v in call.outputs)
+    module = Module({**compiled.module.functions,
+                     "main": Function(main.params, main.calls, produced, main.kind,
+                                      main.attrs)})
+    be = compiled.backend
+    if not be.executes:
+        raise LegatoError(f"backend {be.name} emits code; there is nothing to run")
+    factory = be.executor or Interpreter
+    runner = _backend_step(be, "executor", factory, module, be, host.fallback_of(be),
+                           compiled.fallback_calls, host.registry)
+    return Compiled(module, compiled.report, be, runner, None, compiled.source,
+                    compiled.fallback_calls)
 
 
 def _backend_step(be: Backend, what: str, fn, *args):
@@ -192,15 +242,22 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
         codegen = fn.attrs["codegen"]
         region = Module({"main": Function(fn.params, fn.calls, fn.results)})
         callees[name] = compile(region, codegen, config, max_level, context=host)
-        counts = per_backend.setdefault(codegen, Counter())
-        counts.update(c.op for c in callees[name].module.main.calls)
+        for runs_on, counts in callees[name].report.per_backend.items():
+            per_backend.setdefault(runs_on, Counter()).update(counts)
     main_backend = host.backend(backends[-1])
     rest = legalize(parted, main_backend, config=config, max_level=max_level, context=host)
     report = rest.report
+    fallback = host.fallback_of(main_backend)
+    rest_counts = count_per_backend(rest.module, main_backend, fallback,
+                                    rest.fallback_calls, host.registry)
+    for name, counts in rest_counts.items():
+        per_backend.setdefault(name, Counter()).update(counts)
     report.per_backend = {name: dict(c) for name, c in per_backend.items()}
-    runner = Interpreter(rest.module, main_backend, host.fallback_of(main_backend),
+    report.fallback = fallback.name if fallback is not None else None
+    runner = Interpreter(rest.module, main_backend, fallback,
                          rest.fallback_calls, host.registry, callees=callees)
-    return Compiled(rest.module, report, main_backend, runner, None, source)
+    return Compiled(rest.module, report, main_backend, runner, None, source,
+                    rest.fallback_calls)
 
 
 def _backend(host, backend) -> Backend:

@@ -1,9 +1,15 @@
-"""The `legato` command line."""
+"""The `legato` command line.
+
+Results go to stdout (`--print-ir`, `ops`, `backends`, `run`); reports, summaries and
+progress to stderr. A closed pipe (`legato ops | head`) ends the command quietly.
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -11,13 +17,17 @@ import numpy as np
 
 from . import api
 from .cli_kit import add_commands as add_kit_commands
+from .cli_model import DEFAULT_BACKEND, add_model_arguments, backends_arg, load
 from .errors import LegatoError
-from .examples import EXAMPLES, random_inputs
-from .executor import as_tuple
-from .frontends.onnx import coverage, load_with_nodes
+from .examples import random_inputs
+from .executor import as_tuple, describe_call
+from .frontends.onnx import coverage
 from .fuse import fuse, op_info
+from .progress import size_text, timer
+from .show import add_command as add_show_command
 
 DEMO_CONFIG = Path("configs/demo.yaml")
+TOLERANCE = 1e-4  # largest relative error `legato run` accepts
 
 
 def main(argv=None) -> int:
@@ -27,40 +37,73 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.command(args) or 0
+        code = args.command(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141  # as if killed by SIGPIPE, like other tools in a pipe
     except LegatoError as err:
+        if args.verbose:
+            traceback.print_exception(err)
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except Exception:
+        if args.verbose:
+            raise
+        print("error: legato failed unexpectedly (a bug; rerun with --verbose for the "
+              "traceback):", file=sys.stderr)
+        print("  " + traceback.format_exc().strip().splitlines()[-1], file=sys.stderr)
         return 1
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (captured in tests)
+        pass
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="legato", description=(
-        "Legalize tensor programs for a backend: keep the ops it has, decompose the rest."))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks (plugin failures, errors)")
+    parser = argparse.ArgumentParser(prog="legato", parents=[common], description=(
+        "Legalize tensor programs for a backend: keep the ops it has, decompose the rest. "
+        f"The default backend is {DEFAULT_BACKEND}."))
+    parser.set_defaults(verbose=False)
     sub = parser.add_subparsers(title="commands")
-    p = sub.add_parser("backends", help="list installed backends and plugin problems")
+    p = sub.add_parser("backends", parents=[common],
+                       help="list installed backends (with descriptions) and plugin problems")
     p.set_defaults(command=cmd_backends)
-    p = sub.add_parser("ops", help="list registered ops with level, pattern kind, signature")
+    p = sub.add_parser("ops", parents=[common],
+                       help="list registered ops with level, pattern kind, signature")
     p.add_argument("--level", type=int, help="only ops of this composite level")
+    p.add_argument("--doc", action="store_true", help="add each op's one-line description")
     p.set_defaults(command=cmd_ops)
     for name, fn, helptext in (("compile", cmd_compile, "legalize MODEL for a backend"),
                                ("run", cmd_run, "compile MODEL, run it on random inputs and "
                                                "check the result against cpu_ref")):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("model", help="text-form file, .onnx file, or example:" + "|".join(EXAMPLES))
-        p.add_argument("--backend", "-b", default="cpu_ref")
-        p.add_argument("--config", "-c", help="user config YAML (configs/*.yaml)")
-        p.add_argument("--max-level", type=int, help="decompose every op above this level")
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        add_model_arguments(p)
         p.set_defaults(command=fn)
         if name == "compile":
-            p.add_argument("-o", "--output", help="write the legalized module or artifact here")
+            p.add_argument("-o", "--output", help="write the artifact (emitting backends) or "
+                                                  "the legalized module's text here")
+            p.add_argument("--print-ir", action="store_true",
+                           help="print the legalized module's text on stdout")
             p.add_argument("--explain", action="store_true",
                            help="print what happened to each op and why")
         else:
             p.add_argument("--seed", type=int, default=0)
-    p = sub.add_parser("demo", help="legalize and run the examples on every backend")
+    p = sub.add_parser("demo", parents=[common],
+                       help="legalize and run the examples on every backend")
     p.add_argument("--config", "-c", help=f"user config (default: {DEMO_CONFIG} if present)")
     p.set_defaults(command=cmd_demo)
-    add_kit_commands(sub)  # init, check-backend
+    add_kit_commands(sub, [common])  # init, check-backend
+    add_show_command(sub, [common])
     return parser
 
 
@@ -73,9 +116,31 @@ def cmd_backends(args) -> int:
             extra.append(f"custom ops ({be.domain})")
         print(f"{name:<14} {role:<9} {len(be.legal):>3} legal ops  {', '.join(extra)}"
               f"  [{be.source}]")
+        if be.description:
+            print(f"{'':<14} {be.description}")
     for plugin, message in api.plugin_problems():
         print(f"problem in plugin {plugin}: {message}", file=sys.stderr)
+        if args.verbose:
+            print(_plugin_traceback(plugin), file=sys.stderr)
     return 0
+
+
+def _plugin_traceback(plugin: str) -> str:
+    """The traceback of a plugin's failure: kept by the host when it records one, else
+    found by importing the plugin's entry point again."""
+    kept = getattr(api.current_context(), "tracebacks", {}).get(plugin)
+    if kept:
+        return kept
+    from importlib.metadata import entry_points
+    for ep in entry_points(group="legato"):
+        if ep.name == plugin:
+            try:
+                ep.load()
+            except Exception:
+                return traceback.format_exc()
+            return (f"  ({plugin} imports without error: the problem is in its registration "
+                    "hook or capability, as the message says)")
+    return f"  (no entry point named {plugin}: registered in-process)"
 
 
 def cmd_ops(args) -> int:
@@ -83,36 +148,40 @@ def cmd_ops(args) -> int:
         op = api.get_op(name)
         if args.level is None or op.level == args.level:
             print(f"{op.level}  {op.kind:<21} {op.signature()}")
+            doc = getattr(op, "doc", "")
+            if args.doc and doc:
+                print(f"{'':<24} {doc}")
     return 0
 
 
-def _backends(arg: str):
-    names = [n.strip() for n in arg.split(",") if n.strip()]
-    if not names:
-        raise LegatoError(f"--backend {arg!r} names no backend; see `legato backends`")
-    return names if len(names) > 1 else names[0]
+def compile_model(args, module):
+    with timer(f"compiling for {args.backend}"):
+        return api.compile(module, backends_arg(args.backend), args.config, args.max_level)
 
 
 def cmd_compile(args) -> int:
-    model, onnx_nodes = args.model, None
-    if str(model).endswith(".onnx"):  # loaded here to report per-ONNX-op coverage
-        model, onnx_nodes = load_with_nodes(model)
-    compiled = api.compile(model, _backends(args.backend), args.config, args.max_level)
+    module, onnx_nodes = load(args)
+    compiled = compile_model(args, module)
     print(compiled.report if args.explain else
           f"{args.backend}: {compiled.report.summary()}", file=sys.stderr)
     if onnx_nodes is not None:
         print(coverage(onnx_nodes, compiled.report), file=sys.stderr)
     if args.explain:
         _explain_structure(compiled.module)
-    text = compiled.artifact if compiled.artifact is not None else str(compiled.module)
     if args.output:
+        data = compiled.artifact if compiled.artifact is not None else str(compiled.module)
+        data = data.encode() if isinstance(data, str) else data
         try:
-            Path(args.output).write_text(text)
-        except OSError as err:
-            raise LegatoError(f"cannot write {args.output}: {err.strerror}") from None
-        print(f"wrote {args.output}", file=sys.stderr)
-    elif not args.explain:
-        print(text)
+            Path(args.output).write_bytes(data)
+        except (OSError, TypeError) as err:
+            raise LegatoError(f"cannot write {args.output}: "
+                              f"{getattr(err, 'strerror', None) or err}") from None
+        print(f"wrote {args.output} ({size_text(len(data))})", file=sys.stderr)
+    if args.print_ir:
+        print(compiled.module)
+    elif not args.output and not args.explain:
+        print("(-o FILE writes the result, --print-ir prints the legalized module, "
+              "--explain says why)", file=sys.stderr)
     return 0
 
 
@@ -131,18 +200,44 @@ def _explain_structure(module) -> None:
 
 
 def cmd_run(args) -> int:
-    compiled = api.compile(args.model, _backends(args.backend), args.config, args.max_level)
+    module, _ = load(args)
+    compiled = compile_model(args, module)
     inputs = random_inputs(compiled.source, args.seed)
     outputs = as_tuple(compiled(*inputs))
     expected = as_tuple(api.reference(compiled.source)(*inputs))
     print(f"{args.backend}: {compiled.report.summary()}")
     ok = True
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        err = _rel_error(got, want)
-        ok &= err <= 1e-4
+        err = rel_error(got, want)
+        ok &= err <= TOLERANCE
         print(f"result {i}: {got.dtype}{list(got.shape)}  max rel. error vs reference "
-              f"{err:.2e}  {'ok' if err <= 1e-4 else 'MISMATCH'}")
+              f"{err:.2e}  {'ok' if err <= TOLERANCE else 'MISMATCH'}")
+    if not ok:
+        print(first_divergence(compiled, inputs))
     return 0 if ok else 1
+
+
+def first_divergence(compiled, inputs) -> str:
+    """The first call of the compiled main whose output differs from the reference's by
+    more than TOLERANCE (both run every call, each on its own earlier results), with its
+    origin: where a MISMATCH comes from."""
+    try:
+        probe = api.with_every_result(compiled)
+        got = as_tuple(probe(*inputs))
+        want = as_tuple(api.reference(probe.module)(*inputs))
+    except LegatoError as err:
+        return f"cannot locate the first differing call: {err}"
+    index = 0
+    for number, call in enumerate(probe.module.main.calls):
+        for _ in call.outputs:
+            err = rel_error(got[index], want[index])
+            index += 1
+            if err > TOLERANCE:
+                return (f"first differing call: {describe_call(call, f'main#{number}')}\n"
+                        f"  max rel. error {err:.2e} (tolerance {TOLERANCE:.0e}); the calls "
+                        f"before it agree with the reference")
+    return ("every call agrees with the reference within the tolerance; the differences "
+            "add up along the way")
 
 
 def cmd_demo(args) -> int:
@@ -176,18 +271,27 @@ def _demo_one(source, backend, label, config, inputs, expected) -> int:
     print(f"  {backend:<12} [{label}] legalized in {ms:.1f} ms: {report.summary()}")
     print(f"  {'':<12} after: " + ", ".join(f"{op} x{n}" for op, n in sorted(report.after.items())))
     if not compiled.backend.executes:
-        print(f"  {'':<12} emitted {len(compiled.artifact)} characters of "
-              f"{type(compiled.artifact).__name__}")
+        print(f"  {'':<12} emitted {artifact_text(compiled.artifact)}")
         return 0
     outputs = as_tuple(compiled(*inputs))
-    err = max(_rel_error(g, w) for g, w in zip(outputs, expected))
-    ok = err <= 1e-4
+    err = max(rel_error(g, w) for g, w in zip(outputs, expected))
+    ok = err <= TOLERANCE
     print(f"  {'':<12} result check vs reference kernels: max rel. error {err:.1e} "
           f"{'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 
-def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
+def artifact_text(artifact) -> str:
+    """What an emitter produced, in units people read: 'text, 41.2 KB (812 lines)'."""
+    if isinstance(artifact, str):
+        data = artifact.encode()
+        return f"text, {size_text(len(data))} ({artifact.count(chr(10)) + 1} lines)"
+    if isinstance(artifact, (bytes, bytearray)):
+        return f"binary, {size_text(len(artifact))}"
+    return f"a {type(artifact).__name__}"
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
     """Largest difference relative to the largest finite |want|; NaN matches NaN and an
     infinity matches itself."""
     if got.shape != want.shape:
@@ -201,6 +305,9 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
         same = (g == w) | (np.isnan(g) & np.isnan(w))
         diff = np.where(same, 0.0, np.abs(g - w))
     return float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale
+
+
+_rel_error = rel_error  # the name earlier releases had
 
 
 if __name__ == "__main__":

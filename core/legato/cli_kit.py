@@ -4,17 +4,21 @@ from __future__ import annotations
 import sys
 
 from . import api
-from .testing.conformance import check_backend, table
+from .progress import Progress
+from .testing.conformance import check_backend, ops_to_check, table
 from .testing.scaffold import scaffold
 
 
-def add_commands(sub) -> None:
-    """Add the subcommands to the `legato` parser's subparsers."""
-    p = sub.add_parser("init", help="scaffold a backend plugin distribution in ./NAME")
+def add_commands(sub, parents=()) -> None:
+    """Add the subcommands to the `legato` parser's subparsers (`parents`: the options
+    every command shares)."""
+    parents = list(parents)
+    p = sub.add_parser("init", parents=parents,
+                       help="scaffold a backend plugin distribution in ./NAME")
     p.add_argument("name", help="plugin, package and backend name (lower_case)")
     p.add_argument("--dir", default=".", help="where to create NAME/ (default: here)")
     p.set_defaults(command=cmd_init)
-    p = sub.add_parser("check-backend", help="run every legal op and kernel of a backend on "
+    p = sub.add_parser("check-backend", parents=parents, help="run every legal op and kernel of a backend on "
                                              "sample inputs against cpu_ref")
     p.add_argument("name", help="an installed backend (see `legato backends`)")
     p.add_argument("--op", action="append", help="only these ops (repeatable)")
@@ -35,7 +39,12 @@ def cmd_init(args) -> int:
 
 def cmd_check_backend(args) -> int:
     backend = api.get_backend(args.name)  # an unknown name: an error naming installed ones
-    results = check_backend(args.name, args.op, args.seed)
+    ops = ops_to_check(backend, args.op)
+    results = []
+    with Progress(len(ops), f"checking {args.name}") as progress:
+        for op in ops:  # one at a time: a terminal shows how far the check is
+            results.extend(check_backend(args.name, [op], args.seed))
+            progress.step(op)
     print(table(args.name, results))
     failed = any(not r.ok for r in results)
     if args.onnx:

@@ -5,6 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 ACTIONS = ("legal", "kept", "custom", "decomposed", "fallback", "failed")
+IN_MODEL = "in the model"  # where a call came from when no decomposition produced it
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +18,8 @@ class Decision:
 
 
 class Report:
-    """Per op: what happened (action), why (reason) and how often; op counts before/after."""
+    """Per op: what happened (action), why (reason) and how often; op counts before/after;
+    after a compile, how many calls each backend runs (`per_backend`)."""
 
     def __init__(self, backend: str | None, mode: str):
         self.backend, self.mode = backend, mode
@@ -26,29 +28,54 @@ class Report:
         self.after: Counter = Counter()
         self.failures: list[str] = []
         self.changed = False
-        self.per_backend: dict[str, dict[str, int]] = {}  # multi-backend compile: ops per backend
+        # after compile: backend name -> {op: calls it runs}; custom calls are counted as
+        # "custom <op>" under the backend whose kernel runs them
+        self.per_backend: dict[str, dict[str, int]] = {}
+        self.fallback: str | None = None  # the fallback backend's name, if calls run there
 
-    def record(self, op: str, decision: Decision, source: bool) -> None:
-        self._events[(op, decision.action, decision.reason, source)] += 1
+    def record(self, op: str, decision: Decision, source: bool, origin: str | None = None
+               ) -> None:
+        """Count one call of `op` and its decision; `source`: the call was in the input
+        module; `origin`: the op whose decomposition produced it (None: unknown)."""
+        self._events[(op, decision.action, decision.reason, source,
+                      None if source else origin)] += 1
 
     @property
     def entries(self) -> list[dict]:
-        """One row per (op, action, reason): count, and whether the op was in the input."""
-        return [{"op": op, "action": action, "reason": reason, "count": n, "source": source}
-                for (op, action, reason, source), n in sorted(self._events.items())]
+        """One row per (op, action, reason, whether the op was in the input): count, and
+        `origins` (where the calls came from -> count: IN_MODEL or the decomposed op)."""
+        rows: dict[tuple, dict] = {}
+        for (op, action, reason, source, origin), n in sorted(self._events.items(),
+                                                              key=_event_order):
+            row = rows.setdefault((op, action, reason, source), {
+                "op": op, "action": action, "reason": reason, "count": 0, "source": source,
+                "origins": {}})
+            row["count"] += n
+            where = _where(source, origin)
+            row["origins"][where] = row["origins"].get(where, 0) + n
+        return list(rows.values())
 
     def ops(self, action: str) -> dict[str, int]:
         """Op -> how many calls of it took `action` ('kept', 'decomposed', ...)."""
         counts: Counter = Counter()
-        for (op, act, _, _), n in self._events.items():
+        for (op, act, *_), n in self._events.items():
             if act == action:
                 counts[op] += n
         return dict(counts)
 
     def by_op(self) -> dict[str, list[tuple[str, str, int]]]:
-        table: dict[str, list] = {}
-        for (op, action, reason, _), n in sorted(self._events.items()):
-            table.setdefault(op, []).append((action, reason, n))
+        """Op -> [(action, reason, count)], one row per distinct (action, reason)."""
+        return {op: [(action, reason, n) for (action, reason), (n, _) in rows.items()]
+                for op, rows in self._rows().items()}
+
+    def _rows(self) -> dict[str, dict[tuple[str, str], tuple[int, Counter]]]:
+        table: dict[str, dict] = {}
+        for (op, action, reason, source, origin), n in sorted(self._events.items(),
+                                                              key=_event_order):
+            rows = table.setdefault(op, {})
+            count, origins = rows.get((action, reason), (0, Counter()))
+            origins[_where(source, origin)] += n
+            rows[(action, reason)] = (count + n, origins)
         return table
 
     def summary(self) -> str:
@@ -59,24 +86,62 @@ class Report:
             if ops:
                 parts.append(f"{action}: " + ", ".join(f"{op} x{n}" for op, n in
                                                        sorted(ops.items())))
-        for name, counts in sorted(self.per_backend.items()):
-            parts.append(f"on {name}: {sum(counts.values())} calls")
+        for name, counts in self._backends():
+            parts.append(f"on {self._label(name)}: {sum(counts.values())} calls")
         return "; ".join(parts)
 
     def __str__(self) -> str:
         lines = [f"legalization for {self.backend or '(no backend)'} ({self.mode} mode): "
                  f"{sum(self.before.values())} calls -> {sum(self.after.values())} calls"]
-        for op, rows in self.by_op().items():
-            for action, reason, n in rows:
-                lines.append(f"  {op:<22} {action:<10} x{n:<5} {reason}")
+        for op, rows in self._rows().items():
+            for (action, reason), (n, origins) in rows.items():
+                lines.append(f"  {op:<22} {action:<10} x{n:<5} {_one_line(reason)}"
+                             + _origins_text(origins))
         if self.after:
             lines.append("  result ops: " + ", ".join(f"{op} x{n}" for op, n in
                                                       sorted(self.after.items())))
-        for name, counts in sorted(self.per_backend.items()):
-            lines.append(f"  on {name}: " + ", ".join(f"{op} x{n}" for op, n in
-                                                    sorted(counts.items())))
+        for name, counts in self._backends():
+            lines.append(f"  on {self._label(name)}: " + ", ".join(
+                f"{op} x{n}" for op, n in sorted(counts.items())))
+            custom = sorted(op for op in counts if op.startswith("custom "))
+            if custom and name == self.fallback:
+                lines.append(f"    ({', '.join(custom)}: custom calls that run on the "
+                             f"fallback {name}, as {self.backend} has no kernel for them)")
         lines.extend(f"  FAILED: {f}" for f in self.failures)
         return "\n".join(lines)
 
+    def _backends(self) -> list[tuple[str, dict]]:
+        """per_backend in print order: the compiled-for backend, the others, the fallback."""
+        def order(item):
+            name = item[0]
+            return (name == self.fallback, name != self.backend, name)
+        return sorted(((n, c) for n, c in self.per_backend.items() if c), key=order)
+
+    def _label(self, name: str) -> str:
+        return f"{name} (fallback)" if name == self.fallback else name
+
     def __repr__(self):
         return f"Report({self.summary()})"
+
+
+def _event_order(item):
+    (op, action, reason, source, origin), _ = item
+    return (op, action, reason, not source, origin or "")
+
+
+def _where(source: bool, origin: str | None) -> str:
+    if source:
+        return IN_MODEL
+    return f"from {origin}" if origin else "from decompositions"
+
+
+def _origins_text(origins: Counter) -> str:
+    """Where a row's calls came from, when they did not all come from the same place."""
+    if len(origins) < 2 and IN_MODEL in origins:
+        return ""
+    return "  [" + ", ".join(f"{n} {where}" for where, n in origins.items()) + "]"
+
+
+def _one_line(reason: str) -> str:
+    """A failure's routes are one per line; in a table row they follow each other."""
+    return reason.replace("\n  - ", "; ").replace("\n", " ")
