@@ -64,6 +64,9 @@ def onnx_file(name: str) -> Path:
         raise ExportError(f"torch.onnx.export failed for {name}: "
                           f"{' '.join(str(err).split())[:300]}") from None
     partial.replace(path)  # atomic: a concurrent reader sees a whole file or none
+    for stale in CACHE.glob(f"{name}-*.onnx"):  # exports of older configs or versions
+        if stale != path:
+            stale.unlink(missing_ok=True)
     return path
 
 
