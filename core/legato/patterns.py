@@ -46,6 +46,16 @@ class View:
         for index, call in enumerate(calls):
             self.by_op.setdefault(call.op, []).append(index)
 
+    def owner_counts(self) -> dict[int, int]:
+        """How many view calls stand for each input call."""
+        counts = getattr(self, "_owner_counts", None)
+        if counts is None:
+            counts = self._owner_counts = {}
+            for owners in self.owners:
+                for o in owners:
+                    counts[o] = counts.get(o, 0) + 1
+        return counts
+
     def single_use(self, value: Value) -> bool:
         return len(self.users.get(id(value), ())) == 1 and id(value) not in self.results
 
@@ -68,10 +78,8 @@ def expand(registry, call: Call, expandable: Callable[[str], bool]) -> list[Call
         results = run_decomposition(emitter, opdef, call.inputs, call.attrs)
     except Exception:  # noqa: BLE001 - a decomposition that cannot run here stays opaque
         return [call]
-    rename = {}
-    for new, old in zip(results, call.outputs):
-        if any(new is out for c in emitter.calls for out in c.outputs):
-            rename[id(new)] = old
+    made = {id(out) for c in emitter.calls for out in c.outputs}
+    rename = {id(new): old for new, old in zip(results, call.outputs) if id(new) in made}
     if len(rename) != len(call.outputs):  # a result is an input or a constant: keep the call
         return [call]
     out = []
@@ -90,13 +98,20 @@ def _renamed(call: Call, rename: dict) -> Call:
     return Call(call.op, ins, call.attrs, outs, call.origin)
 
 
+SCALAR_LIMIT = 4096  # a larger constant is a weight, not a broadcast scalar
+
+
 def _scalar(value) -> float | None:
     """The value of a constant whose elements are all equal, else None."""
-    if not isinstance(value, Const) or value.data.size == 0 or value.dtype == "bool":
+    if not isinstance(value, Const) or value.dtype == "bool":
         return None
-    flat = value.data.ravel()
-    first = flat[0]
-    return float(first) if flat.size == 1 or bool(np.all(flat == first)) else None
+    data = value.data
+    if data.size == 1:
+        return float(data.ravel()[0])
+    if data.size == 0 or data.size > SCALAR_LIMIT:
+        return None
+    flat = data.ravel()
+    return float(flat[0]) if bool(np.all(flat == flat[0])) else None
 
 
 def _is_float(value) -> bool:
@@ -218,10 +233,10 @@ class Template:
     params: list
     result: Value
     variants: list = field(default_factory=list)
+    uses: set = field(default_factory=set)  # the ops the form calls (before expansion)
 
-    @property
-    def root(self) -> Call:
-        return self.view.calls[self.view.producer[id(self.result)]]
+    def __post_init__(self):
+        self.root: Call = self.view.calls[self.view.producer[id(self.result)]]
 
     @property
     def size(self) -> int:
@@ -252,6 +267,7 @@ def trace(registry, form: Form, input_types, attrs) -> Template:
     result = form.fn(emitter, *params, **attrs)
     if isinstance(result, tuple):
         raise ValueError("several results")
+    uses = {call.op for call in emitter.calls}
     calls = []
     for call in emitter.calls:
         calls.extend(expand(registry, call, lambda op: True))
@@ -259,7 +275,7 @@ def trace(registry, form: Form, input_types, attrs) -> Template:
     view = View(calls, owners, params, [result])
     if id(result) not in view.producer:
         raise ValueError("the result is not computed by a call")
-    return Template(form, view, params, result, [attrs])
+    return Template(form, view, params, result, [attrs], uses)
 
 
 def signature(template: Template) -> tuple:

@@ -17,6 +17,7 @@ the op's own definition. The region's interior values must not be used outside i
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 from collections import Counter
@@ -28,7 +29,7 @@ import numpy as np
 from .calls import make_call
 from .ir import Call, Const, Function, Module, Origin, TensorType, Value, attr_key, freeze_attr
 from .passes import FunctionPass, PassResult
-from .patterns import Template, View, build_view, derive, trace
+from .patterns import Form, Template, View, _scalar, build_view, derive, trace
 from .shapes import norm_axes
 
 # associative and commutative: operand trees are compared as multisets of leaves
@@ -135,14 +136,57 @@ class Matcher:
         self.claimed, self.concrete = claimed, concrete
         self.params = {id(p) for p in template.params if p is not None}
         self._leaves: dict[int, tuple] = {}
+        self._need = None
 
     def at(self, gi: int):
+        """Matches of the template whose result is made by graph call `gi`."""
         root = self.t.root
         gc = self.g.calls[gi]
         if gc.op != root.op or len(gc.outputs) != len(root.outputs):
             return
         k = next(i for i, out in enumerate(root.outputs) if out is self.t.result)
         yield from self.value(self.t.result, gc.outputs[k], Env())
+
+    def _kind(self, view: View, value) -> str:
+        if value is None:
+            return "none"
+        if id(value) in self.params and view is self.p:
+            return "any"
+        j = view.producer.get(id(value))
+        if j is None:
+            return "const" if isinstance(value, Const) else "value"
+        call = view.calls[j]
+        if view is self.p and call.op == "permute_dims" and id(call.inputs[0]) in self.params:
+            return "any"
+        return call.op
+
+    def _operands(self, view: View, call: Call) -> list:
+        if call.op in ASSOC and len(call.inputs) == 2:
+            leaves: list = []
+            self._tree(view, call, leaves, [], None if view is self.p else Env())
+            return leaves
+        return list(call.inputs)
+
+    def plausible(self, gi: int, kinds: dict) -> bool:
+        """A quick look one level down before the full match: the ops that make the
+        root's operands (all leaves of an operand tree) must be there. `kinds` caches
+        the graph side across templates."""
+        if self._need is None:
+            need = [self._kind(self.p, v) for v in self._operands(self.p, self.t.root)]
+            self._need = (len(need), [k for k in need if k != "any"])
+        have = kinds.get(gi)
+        if have is None:
+            have = kinds[gi] = [self._kind(self.g, v)
+                                for v in self._operands(self.g, self.g.calls[gi])]
+        count, need = self._need
+        if count != len(have):
+            return False
+        have = list(have)
+        for kind in need:
+            if kind not in have:
+                return False
+            have.remove(kind)
+        return True
 
     def bind(self, pv, gv, env: Env):
         have = env.binds.get(id(pv))
@@ -282,16 +326,17 @@ def _index(outputs, value) -> int:
 
 # --- attribute candidates -----------------------------------------------------------------
 
-def _float_candidates(numbers) -> list[float]:
-    out = []
-    for c in numbers:
-        if not math.isfinite(c) or c == 0:
-            continue
-        forms = [c, 1 / c, c * c, 1 / (c * c), -c]
-        if c > 0:
-            forms += [math.sqrt(c), 1 / math.sqrt(c)]
-        out.extend(forms)
-    return out
+# how an attribute may show as a constant of the trace: (forward, inverse)
+TRANSFORMS = (
+    (lambda a: a, lambda c: c),
+    (lambda a: 1 / a, lambda c: 1 / c),
+    (lambda a: a * a, lambda c: math.sqrt(c) if c > 0 else None),
+    (lambda a: 1 / (a * a), lambda c: 1 / math.sqrt(c) if c > 0 else None),
+    (lambda a: -a, lambda c: -c),
+    (math.sqrt, lambda c: c * c if c > 0 else None),
+    (lambda a: 1 / math.sqrt(a), lambda c: 1 / (c * c) if c > 0 else None),
+)
+PROBES = (0.37, 0.61)
 
 
 def _tidy(x: float) -> float:
@@ -300,44 +345,36 @@ def _tidy(x: float) -> float:
         math.isclose(float(np.float32(x)), x, rel_tol=1e-6) else x
 
 
-def candidates(opdef, template: Template, region_calls: list[Call], inputs) -> list[dict]:
-    """Attribute sets to try, most likely first."""
+def scalars(template: Template) -> list[float]:
+    """The values of the template's constants whose elements are all equal."""
+    found = getattr(template, "_scalars", None)
+    if found is None:
+        found = [x for call in template.view.calls for v in call.inputs
+                 if isinstance(v, Const) and (x := _scalar(v)) is not None]
+        template._scalars = found
+    return found
+
+
+def _fits(needed, numbers) -> bool:
+    return all(any(x == c or math.isclose(x, c, rel_tol=RTOL) for c in numbers)
+               for x in needed)
+
+
+def region_facts(region_calls: list[Call]):
+    """The scalar constants, int lists and ints of a region (attribute values come from
+    these)."""
     numbers, lists, ints = [], [], []
     for call in region_calls:
         for v in call.inputs:
-            if isinstance(v, Const) and v.data.size == 1 and v.dtype != "bool":
-                numbers.append(float(v.data.ravel()[0]))
+            if isinstance(v, Const) and (x := _scalar(v)) is not None:
+                numbers.append(x)
         for value in call.attrs.values():
             if isinstance(value, tuple) and all(isinstance(x, int) for x in value):
                 lists.append(value)
                 ints.extend(value)
             elif isinstance(value, int) and not isinstance(value, bool):
                 ints.append(value)
-    numbers = list(dict.fromkeys(numbers))
-    first = next((v for v in inputs if v is not None), None)
-    rank = first.type.rank if first is not None else 0
-    ints += list(range(rank)) + list(range(-rank, 0))  # an axis may show only in shapes
-    per_attr = []
-    for key, spec in opdef.attr_specs.items():
-        kind = spec.type.rstrip("?")
-        seen = [v[key] for v in template.variants]
-        if kind == "bool" or kind.startswith("str:"):
-            values = seen
-        elif kind.startswith("float"):
-            values = ([None] if spec.type.endswith("?") else []) + seen + \
-                [_tidy(x) for x in _float_candidates(numbers)]
-        elif kind.startswith("int"):
-            values = seen + ([None] if spec.type.endswith("?") else []) + \
-                (lists if "ints" in kind else []) + \
-                ([tuple(x) for x in ([i] for i in ints)] if "ints" in kind else ints)
-        else:
-            values = seen
-        per_attr.append((key, list(_unique(values))))
-    out = []
-    for combo in itertools.islice(itertools.product(*(v for _, v in per_attr)),
-                                  MAX_CANDIDATES):
-        out.append({key: value for (key, _), value in zip(per_attr, combo)})
-    return out
+    return list(dict.fromkeys(numbers)), lists, ints
 
 
 def _unique(values):
@@ -360,20 +397,41 @@ class Recovery:
     misses: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)  # op -> number of templates
 
-    def miss(self, op: str, reason: str) -> None:
-        self.misses.setdefault(op, Counter())[reason] += 1
+    def miss(self, op: str, reason: str, times: int = 1) -> None:
+        reasons = self.misses.get(op)
+        if reasons is None:
+            reasons = self.misses[op] = {}
+        reasons[reason] = reasons.get(reason, 0) + times
 
     def text(self) -> str:
         lines = []
         for op in sorted(self.derived):
             got = self.recovered.get(op, 0)
             lines.append(f"{op}: {got} recovered ({self.derived[op]} template(s))")
-            for reason, n in self.misses.get(op, Counter()).most_common(4):
+            for reason, n in Counter(self.misses.get(op, {})).most_common(4):
                 lines.append(f"  not recovered x{n}: {reason}")
         return "\n".join(lines)
 
 
 _TEMPLATES: dict = {}
+_PRIMITIVES: dict = {}
+
+
+def primitives_of(registry, opdef) -> set[str]:
+    """The primitive ops of an op's decomposition on its first example (cached)."""
+    key = (id(registry), opdef.name, id(opdef))
+    found = _PRIMITIVES.get(key)
+    if found is None:
+        found = {"?"}  # no decomposition, or one that cannot be traced: never expanded
+        if opdef.decompose is not None and opdef.examples:
+            types, attrs = opdef.examples[0]
+            try:
+                found = trace(registry, Form(opdef.name, opdef.decompose, "decomposition"),
+                              types, attrs).ops
+            except Exception:  # noqa: BLE001 - e.g. several results
+                pass
+        _PRIMITIVES[key] = found
+    return found
 
 
 def templates_of(registry, opdef) -> tuple[list[Template], list[str]]:
@@ -385,10 +443,16 @@ def templates_of(registry, opdef) -> tuple[list[Template], list[str]]:
     return found
 
 
+_DEFAULT_OPS: dict = {}
+
+
 def default_ops(registry) -> list[str]:
     """The composite ops recomposition looks for unless told: every op with a
     decomposition, except pure reshapes (squeeze, flatten, ...) and ops whose only form
     is a single call (nothing to gain)."""
+    key = (id(registry), tuple(id(d) for d in registry.ops()))
+    if key in _DEFAULT_OPS:
+        return list(_DEFAULT_OPS[key])
     out = []
     for opdef in registry.ops():
         if opdef.decompose is None or opdef.kind == "injective":
@@ -396,7 +460,9 @@ def default_ops(registry) -> list[str]:
         templates, _ = templates_of(registry, opdef)
         if any(t.size >= 2 for t in templates):
             out.append(opdef.name)
-    return out
+    _DEFAULT_OPS.clear()
+    _DEFAULT_OPS[key] = out
+    return list(out)
 
 
 class Recomposer:
@@ -418,45 +484,59 @@ class Recomposer:
         # larger patterns first: an attention block before the softmax inside it
         self.templates.sort(key=lambda t: -t.size)
         self.prims = set().union(*(t.ops for t in self.templates))
+        # an input call of an op looked for stays whole, unless another op's form uses it
+        self.whole = set(names) - {op for t in self.templates for op in t.uses
+                                   if op != t.form.op}
         self._expandable: dict[str, bool] = {}
-        self._verified: dict = {}
+        self.verifications: Counter = Counter()  # candidate attribute sets tried, per op
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""
         hit = self._expandable.get(op)
+        if hit is None and op in self.whole:
+            hit = self._expandable[op] = False
         if hit is None:
-            opdef = self.registry.get(op)
-            hit = False
-            if opdef.decompose is not None and opdef.examples:
-                try:
-                    types, attrs = opdef.examples[0]
-                    from .patterns import Form
-                    t = trace(self.registry, Form(op, opdef.decompose, "decomposition"),
-                              types, attrs)
-                    hit = {c.op for c in t.view.calls} <= self.prims
-                except Exception:  # noqa: BLE001
-                    hit = False
+            hit = primitives_of(self.registry, self.registry.get(op)) <= self.prims
             self._expandable[op] = hit
         return hit
 
     def run_function(self, fn: Function) -> tuple[Function, bool]:
         if not self.templates:
             return fn, False
+        # matching makes many short-lived objects and no cycles: the cyclic collector's
+        # passes would cost a third of the time
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run_function(fn)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _run_function(self, fn: Function) -> tuple[Function, bool]:
         view = build_view(self.registry, list(fn.calls), fn.params, fn.results,
                           self.expandable)
         claimed: set[int] = set()
         rewrites: list[tuple[set[int], list[Call]]] = []
         present = set(view.by_op)
+        kinds: dict = {}
         for template in self.templates:
             if not template.ops <= present:
                 continue
             matcher = Matcher(template, view, claimed, concrete=False)
+            differs = 0
             for gi in view.by_op.get(template.root.op, ()):
                 if gi in claimed:
+                    continue
+                if not matcher.plausible(gi, kinds):
+                    differs += 1
                     continue
                 done = self.try_at(template, matcher, view, gi, claimed, fn)
                 if done is not None:
                     rewrites.append(done)
+            if differs:
+                self.report.miss(template.form.op, f"{template.form.label}: structure differs",
+                                 differs)
         if not rewrites:
             return fn, False
         return _apply(fn, rewrites), True
@@ -468,7 +548,11 @@ class Recomposer:
         if env is None:
             self.report.miss(op, f"{template.form.label}: structure differs")
             return None
-        for attempt in itertools.chain([env], itertools.islice(envs, 7)):
+        owners = {o for i in env.region() for o in view.owners[i]}
+        if len(owners) == 1 and fn.calls[next(iter(owners))].op == op:
+            self.report.miss(op, f"already a {op} call")
+            return None
+        for attempt in itertools.chain([env], itertools.islice(envs, 3)):
             result = self.recover(template, view, gi, claimed, attempt, fn)
             if isinstance(result, str):
                 reason = result
@@ -487,54 +571,103 @@ class Recomposer:
                 return "an input of the op is not used by the form"
             else:
                 values.append(env.binds[id(p)])
-        region = sorted(env.region())
-        region_calls = [view.calls[i] for i in region]
+        problem = region_problem(view, gi, env, values)
+        if problem:
+            return problem
+        region_calls = [view.calls[i] for i in sorted(env.region())]
         types = tuple(None if v is None else v.type for v in values)
+        facts = region_facts(region_calls)
+        numbers = facts[0]
         found = None
-        for attrs in candidates(opdef, template, region_calls, values):
-            found = self.verify(template, view, gi, claimed, values, types, attrs)
+        for attrs in self.candidates(opdef, template, facts, values, types):
+            concrete = traced(self.registry, template.form, types, attrs)
+            if isinstance(concrete, str) or not _fits(scalars(concrete), numbers):
+                continue
+            self.verifications[opdef.name] += 1
+            found = self.verify(concrete, view, gi, claimed, values, attrs)
             if not isinstance(found, str):
                 break
         if found is None or isinstance(found, str):
-            return found or "no attribute values reproduce the region"
+            return found or "no attribute values reproduce the region's constants"
         attrs, env = found
         return self.rewrite(opdef, view, gi, claimed, values, attrs, env, fn)
 
-    def verify(self, template, view, gi, claimed, values, types, attrs):
-        concrete = traced(self.registry, template.form, types, attrs)
-        if isinstance(concrete, str):
-            return concrete
+    def candidates(self, opdef, template, facts, inputs, types) -> list[dict]:
+        """Attribute sets to try, most likely first: enumerable attributes as traced,
+        floats solved from the region's constants, ints and int lists from its
+        attributes (and every axis of the first input)."""
+        numbers, lists, ints = facts
+        first = next((v for v in inputs if v is not None), None)
+        rank = first.type.rank if first is not None else 0
+        ints = ints + list(range(rank)) + list(range(-rank, 0))  # an axis may show in shapes
+        per_attr = []
+        for key, spec in opdef.attr_specs.items():
+            kind, optional = spec.type.rstrip("?"), spec.type.endswith("?")
+            seen = [v[key] for v in template.variants]
+            if kind.startswith("int"):
+                values = seen + ([None] if optional else []) + \
+                    (lists + [(i,) for i in ints] if "ints" in kind else ints)
+            elif kind.startswith("float"):
+                values = ([None] if optional else []) + seen
+            else:
+                values = seen
+            per_attr.append((key, list(_unique(values))))
+        base = {key: values[0] for key, values in per_attr}
+        for index, (key, values) in enumerate(per_attr):
+            if opdef.attr_specs[key].type.rstrip("?").startswith("float"):
+                solved = self.solve_float(template, types, base, key, numbers)
+                per_attr[index] = (key, list(_unique(values + solved)))
+        return [{key: value for (key, _), value in zip(per_attr, combo)}
+                for combo in itertools.islice(itertools.product(*(v for _, v in per_attr)),
+                                              MAX_CANDIDATES)]
+
+    def solve_float(self, template, types, base, key, numbers) -> list[float]:
+        """Values of float attribute `key` that give the region's constants: trace the
+        form with two probe values, see which constants move and how (a, 1/a, a^2,
+        sqrt(a), ...), and invert that on each of the region's constants."""
+        probes = [traced(self.registry, template.form, types, {**base, key: p})
+                  for p in PROBES]
+        if any(isinstance(t, str) for t in probes) or \
+                len(scalars(probes[0])) != len(scalars(probes[1])):
+            inverses = [inv for _, inv in TRANSFORMS]  # cannot tell: try them all
+        else:
+            inverses = []
+            for a, b in zip(scalars(probes[0]), scalars(probes[1])):
+                if a == b:
+                    continue
+                for forward, inverse in TRANSFORMS:
+                    if math.isclose(forward(PROBES[0]), a, rel_tol=1e-6) and \
+                            math.isclose(forward(PROBES[1]), b, rel_tol=1e-6):
+                        inverses.append(inverse)
+                        break
+        out = []
+        for c in numbers:
+            for inverse in dict.fromkeys(inverses):
+                try:
+                    x = inverse(c)
+                except (ZeroDivisionError, OverflowError, ValueError):
+                    continue
+                if x is not None and math.isfinite(x):
+                    out.append(_tidy(x))
+        return out
+
+    def verify(self, concrete, view, gi, claimed, values, attrs):
         matcher = Matcher(concrete, view, claimed, concrete=True)
         for env in matcher.at(gi):
             binds = [None if p is None else env.binds.get(id(p)) for p in concrete.params]
             if all(_same(a, b) or (isinstance(a, Const) and isinstance(b, Const) and
                                    np.array_equal(a.data, b.data))
                    for a, b in zip(binds, values)):
-                return opdef_attrs(self.registry, template, attrs), env
-        return "no attribute values reproduce the region"
+                return opdef_attrs(self.registry, concrete, attrs), env
+        return "no attribute values reproduce the region's constants"
 
     def rewrite(self, opdef, view, gi, claimed, values, attrs, env, fn):
+        problem = region_problem(view, gi, env, values)
+        if problem:
+            return problem
         region = env.region()
         root_value = view.calls[gi].outputs[0]
-        for i in region:
-            for out in view.calls[i].outputs:
-                if out is root_value:
-                    continue
-                if id(out) in view.results or any(u not in region
-                                                  for u in view.users.get(id(out), ())):
-                    return "an interior value is used outside the region"
         owners = {o for i in region for o in view.owners[i]}
-        covered = Counter(o for i in region for o in view.owners[i])
-        for o in owners:
-            if sum(1 for own in view.owners if o in own) != covered[o]:
-                return "the region covers part of an input call"
-        made = {id(out) for i in region for out in view.calls[i].outputs}
-        for v in values:
-            base = v.base if isinstance(v, Permuted) else v
-            if base is not None and id(base) in made:
-                return "an input of the op is computed inside the region"
-        if len(owners) == 1 and fn.calls[next(iter(owners))].op == opdef.name:
-            return f"already a {opdef.name} call"
         prelude, inputs = [], []
         for v in values:
             if isinstance(v, Permuted):
@@ -575,6 +708,29 @@ def traced(registry, form, types, attrs):
                 _TRACES.clear()
             _TRACES[key] = found
     return found
+
+
+def region_problem(view: View, gi: int, env: Env, values) -> str | None:
+    """Why the region of `env` (rooted at view call `gi`) cannot become one call, or None:
+    an interior value is used outside it, it covers part of an input call, or an input
+    of the op is computed inside it."""
+    region = env.region()
+    root_value = view.calls[gi].outputs[0]
+    for i in region:
+        for out in view.calls[i].outputs:
+            if out is not root_value and (id(out) in view.results or any(
+                    u not in region for u in view.users.get(id(out), ()))):
+                return "an interior value is used outside the region"
+    covered = Counter(o for i in region for o in view.owners[i])
+    counts = view.owner_counts()
+    if any(counts[o] != n for o, n in covered.items()):
+        return "the region covers part of an input call"
+    made = {id(out) for i in region for out in view.calls[i].outputs}
+    for v in values:
+        base = v.base if isinstance(v, Permuted) else v
+        if base is not None and id(base) in made:
+            return "an input of the op is computed inside the region"
+    return None
 
 
 def opdef_attrs(registry, template, attrs):

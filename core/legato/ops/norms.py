@@ -38,9 +38,19 @@ NORM_ATTRS = {"axes": ("ints", [-1]), "epsilon": ("float", 1e-5)}
 X234 = f32(2, 3, 4)
 
 
+def layer_norm_as_exported(b, x, gamma, beta, axes, epsilon):
+    """ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add: layer norm as older
+    exporters write it (recomposition only)."""
+    centered = b.subtract(x, b.mean(x, axes=axes, keepdims=True))
+    var = b.mean(b.power(centered, 2.0), axes=axes, keepdims=True)
+    y = b.divide(centered, b.sqrt(b.add(var, epsilon)))
+    y = y if gamma is None else b.multiply(y, gamma)
+    return y if beta is None else b.add(y, beta)
+
+
 @composite("nn.layer_norm", "data, gamma?, beta?", _layer_norm, "opaque", 1, attrs=NORM_ATTRS,
            examples=[((X234, f32(4), f32(4)), {}), ((X234, None, None), {"axes": [1, 2]})],
-           tolerance=3e-4, layout_rule=layout_rules.norm)
+           tolerance=3e-4, layout_rule=layout_rules.norm, patterns=[layer_norm_as_exported])
 def layer_norm(b, x, gamma, beta, axes, epsilon):
     """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over `axes` (population variance);
     gamma and beta broadcast against the trailing dims"""
@@ -49,9 +59,17 @@ def layer_norm(b, x, gamma, beta, axes, epsilon):
     return y if beta is None else b.add(y, beta)
 
 
+def rms_norm_as_llama(b, x, gamma, axes, epsilon):
+    """`gamma * (x * rsqrt(mean(x ** 2) + epsilon))`, as Llama writes it (recomposition
+    only; sqrt with a reciprocal or a division is the same canonical form)."""
+    mean_square = b.mean(b.power(x, 2.0), axes=axes, keepdims=True)
+    y = b.multiply(x, b.rsqrt(b.add(mean_square, epsilon)))
+    return y if gamma is None else b.multiply(gamma, y)
+
+
 @composite("nn.rms_norm", "data, gamma?", _layer_norm, "opaque", 1, attrs=NORM_ATTRS,
            examples=[((X234, f32(4)), {}), ((X234, None), {"axes": [-2, -1]})],
-           tolerance=3e-4, layout_rule=layout_rules.norm)
+           tolerance=3e-4, layout_rule=layout_rules.norm, patterns=[rms_norm_as_llama])
 def rms_norm(b, x, gamma, axes, epsilon):
     """`x / sqrt(mean(x^2) + epsilon) * gamma` over `axes`"""
     mean_square = b.divide(b.sum(b.multiply(x, x), axes=axes, keepdims=True),
