@@ -175,7 +175,8 @@ static int make_layout(int ndim, const int64_t *shape, int nin, const int64_t *c
     X(divide, "divide", a / b)                       \
     X(maximum, "maximum", lgk_maxf(a, b))            \
     X(minimum, "minimum", lgk_minf(a, b))            \
-    X(power, "power", powf(a, b))
+    X(power, "power", powf(a, b))                    \
+    X(fmod, "fmod", fmodf(a, b))
 
 #define BINARY_CODE(id, opname, expr) BINARY_##id,
 enum { LGK_BINARY_TABLE(BINARY_CODE) BINARY_COUNT };

@@ -8,8 +8,10 @@ says its result may be one: reshape);
 a GEMM absorbs a following bias add and activation into its epilogue where the C
 library has that activation; constant GEMM weights are packed once. Every step is
 then bound to its buffers (`kernel.bind(..., out=...)`, a prepared C call where the
-buffers allow it). A run copies the inputs into their buffers, makes the prepared
-calls in order, and returns copies of the result buffers.
+buffers allow it). A run passes the caller's inputs and fresh result arrays in place
+of the planned buffers where the prepared calls declare those pointers (boundary.py),
+copies the other inputs in, makes the prepared calls in order, and copies the other
+results out.
 
 A planned instance owns its buffers, so `PlannedExecutor` keeps a pool of them: each call
 runs on an instance no other call is using, and concurrent calls from several threads run
@@ -30,6 +32,8 @@ from legato.ir import CUSTOM_OP, Const
 
 from . import kernels as K
 from .kernels import elementwise
+from .boundary import Boundary, Touch
+from .kernels.common import OUT
 from .kernels.gemm import ACTIVATIONS, EPILOGUE_BIAS_OP
 from .pool import RunnerPool
 
@@ -49,12 +53,13 @@ def _epilogue_activation(step) -> str | None:
 
 
 class _Step:
-    """A bound step: `run()` computes it on the planned buffers."""
+    """A bound step: `run()` computes it on the planned buffers; `touches` says which
+    values it reads and writes, and how (see boundary.Touch)."""
 
-    __slots__ = ("run", "call", "where")
+    __slots__ = ("run", "call", "where", "touches")
 
-    def __init__(self, run: Callable[[], None], call, where: str):
-        self.run, self.call, self.where = run, call, where
+    def __init__(self, run: Callable[[], None], call, where: str, touches: list):
+        self.run, self.call, self.where, self.touches = run, call, where, touches
 
 
 class _PlannedInstance:
@@ -71,8 +76,10 @@ class _PlannedInstance:
         self.buffers: dict[Any, np.ndarray] = {}
         self.params = [self._own(p) for p in flat.params]
         self.steps: list[_Step] = []
-        self._plan(flat)
+        roots = self._plan(flat)
         self.results = [self._buffer(r) for r in flat.results]
+        self.boundary = Boundary(self.steps, list(flat.params), self.params,
+                                 list(flat.results), self.results, roots)
 
     # --- buffers ----------------------------------------------------------------------
 
@@ -87,7 +94,8 @@ class _PlannedInstance:
             return value.data
         return self.buffers[value]
 
-    def _plan(self, flat: planning.Flat) -> None:
+    def _plan(self, flat: planning.Flat) -> dict:
+        """Plan buffers and bind every step; returns the view roots."""
         calls = flat.calls
         roots = planning.view_roots(calls, self._is_view)
         last_use = planning.last_uses(calls, roots)
@@ -107,6 +115,7 @@ class _PlannedInstance:
             for root in dying:  # what was not reused in place goes back to the arena
                 self.arena.give(self.buffers[root])
             index += absorbed + 1
+        return roots
 
     def _is_view(self, call) -> bool:
         """A call whose kernel says its result may be a view of its first input (reshape)
@@ -186,21 +195,26 @@ class _PlannedInstance:
         if not any(out.size for out in outs):
             return  # an empty result has nothing to compute on any run
         attrs = dict(call.attrs)
+        native = self._native(call)
+        touches = [Touch(v, i if native else None) for i, v in enumerate(call.inputs)
+                   if v is not None and not isinstance(v, Const)]
+        touches += [Touch(o, OUT if native else None) for o in out_call.outputs]
         try:
-            if self._native(call):
+            if native:
                 kernel = self.backend.kernel(call.op)
                 self._pack_constant_weight(kernel, call, inputs)
                 if out_call is not call:  # a GEMM with its epilogue
                     kernel = kernel.epilogue
                     if bias is not None:
                         attrs["bias"] = self._buffer(bias).reshape(-1)
+                        touches.append(Touch(bias, None))  # an attribute: no slot
                     attrs["activation"] = act or "none"
             else:
                 kernel = self._fallback_kernel(call)
             run = self._prepare(kernel, inputs, outs, attrs)
         except LegatoError as err:
             raise ExecutionError(f"{describe_call(call.call, call.where)}: {err}") from None
-        self.steps.append(_Step(run, call.call, call.where))
+        self.steps.append(_Step(run, call.call, call.where, touches))
 
     def _pack_constant_weight(self, kernel, call, inputs) -> None:
         """A constant weight is packed for the GEMM micro-kernel once, not every run
@@ -238,21 +252,21 @@ class _PlannedInstance:
 
     def run(self, args: tuple, kwargs: dict):
         """One run on the caller's inputs (positional `args`, named `kwargs`)."""
-        for buffer, array in zip(self.params, bind_inputs(self.fn, args, kwargs)):
-            np.copyto(buffer, array)
+        runtime = self.boundary.enter(bind_inputs(self.fn, args, kwargs))
         for step in self.steps:
             try:
                 step.run()
             except Exception as err:
                 raise ExecutionError(f"{describe_call(step.call, step.where)}: "
                                      f"{type(err).__name__}: {err}") from err
-        out = [buffer.copy() for buffer in self.results]  # the caller owns every result
+        out = self.boundary.results(runtime)  # the caller owns every result
         return out[0] if len(out) == 1 else tuple(out)
 
     def profile(self, *args, repeat: int = 20) -> list[tuple[str, float]]:
         """Median microseconds of each step over `repeat` runs: (op, us) in plan order."""
         for buffer, array in zip(self.params, bind_inputs(self.fn, args, {})):
             np.copyto(buffer, array)
+        self.boundary.planned()
         times = np.zeros((repeat, len(self.steps)))
         for r in range(repeat):
             for i, step in enumerate(self.steps):
@@ -264,10 +278,12 @@ class _PlannedInstance:
 
     def stats(self) -> dict:
         """How the plan came out: steps, steps that are one prepared C call, bytes of
-        intermediate buffers."""
+        intermediate buffers, inputs read in place and results written in place."""
         direct = sum(getattr(step.run, "direct", False) for step in self.steps)
         return {"steps": len(self.steps), "replayed": direct,
-                "arena_bytes": self.arena.allocated}
+                "arena_bytes": self.arena.allocated,
+                "inputs_in_place": sum(self.boundary.direct_params),
+                "results_in_place": len(self.boundary.fresh)}
 
 
 class PlannedExecutor(RunnerPool):

@@ -192,3 +192,47 @@ def test_modules_with_functions_are_planned_whole(how):
     for got, want in zip(legato.executor.as_tuple(c(*x)),
                          legato.executor.as_tuple(legato.reference(mod)(*x))):
         assert rel_error(got, want) <= 1e-5
+
+
+def _boundary_module(fallback_reads_input: bool):
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 6))
+    s = b.call("sigmoid", x)                       # a result a later step reads too
+    t = b.call("tanh", b.call("multiply", s, x))   # a result only written
+    view = b.call("reshape", t, shape=[6, 4])      # a view of a result
+    results = [s, t, view, t]                      # t returned twice
+    if fallback_reads_input:                       # cpu_ref reads x and s: both copied
+        results.append(b.call("where", b.call("less", x, 0.0), x, s))
+    return b.build(*results)
+
+
+@pytest.mark.parametrize("fallback_reads_input", [False, True])
+def test_inputs_and_results_passed_in_place_where_the_plan_allows(fallback_reads_input):
+    """The caller's input is read in place and a result written straight into a fresh
+    array when every step touching them does so through a declared C argument; the
+    others are copied. Either way results are the reference's, never share memory, and
+    the caller's input is never written."""
+    mod = _boundary_module(fallback_reads_input)
+    c = legato.compile(mod, "c_kernels")
+    stats = c._runner.stats()
+    assert stats["inputs_in_place"] == (0 if fallback_reads_input else 1), stats
+    assert stats["results_in_place"] == (1 if fallback_reads_input else 2), stats  # s, t
+    runs = []
+    for seed in (1, 2):
+        data = np.random.default_rng(seed).standard_normal((6, 4)).astype(np.float32).T
+        kept = data.copy()  # a transposed view: not C-contiguous, passed as a copy
+        got = c(data)
+        np.testing.assert_array_equal(data, kept)
+        for g, w in zip(got, legato.reference(mod)(kept)):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+        assert not any(np.shares_memory(g, h) for i, g in enumerate(got) for h in got[i + 1:])
+        runs.append(got)
+    assert not any(np.shares_memory(g, h) for g in runs[0] for h in runs[1])
+    np.testing.assert_array_equal(runs[0][1], runs[0][3])
+
+
+def test_benchmark_models_pass_their_input_and_result_in_place():
+    for mod in (mlp(batch=4, sizes=(16, 32, 8)), transformer(seq=8, d_model=16, heads=2,
+                                                              ffn=32, blocks=1)):
+        stats = legato.compile(mod, "c_kernels")._runner.stats()
+        assert stats["inputs_in_place"] == 1 and stats["results_in_place"] == 1, stats

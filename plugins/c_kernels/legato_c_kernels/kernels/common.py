@@ -90,14 +90,22 @@ class Unbindable(Exception):
     several C calls), so it cannot be prepared once on fixed buffers."""
 
 
+OUT = "out"  # the slot role of the result buffer
+
+
 class CCall(NamedTuple):
     """One C call of a kernel: ``fn(*args)`` returning an lgk_status. ``keep`` holds
-    the arrays the pointer arguments point into (cffi casts do not)."""
+    the arrays the pointer arguments point into (cffi casts do not). ``slots`` says
+    which arguments are the data pointers of which arrays: (role, argument position)
+    with role an input's position or OUT; a caller may pass another C-contiguous array
+    of the same shape there (a prepared call made without copies points at the first
+    element of each array it reads or writes)."""
 
     op: str
     fn: Any
     args: tuple
     keep: tuple = ()
+    slots: tuple = ()
 
     def run(self) -> None:
         status = self.fn(*self.args)
@@ -106,13 +114,13 @@ class CCall(NamedTuple):
 
     def prepared(self) -> Callable[[], None]:
         """A zero-argument callable making this call (marked ``direct``)."""
-        op, fn, args, keep = self
+        op, fn, args = self.op, self.fn, self.args
 
         def run() -> None:
             status = fn(*args)
             if status:
                 check_status(op, status)
-        run.direct, run.keep = True, keep
+        run.direct, run.call = True, self
         return run
 
 

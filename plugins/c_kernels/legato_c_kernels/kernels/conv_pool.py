@@ -10,8 +10,8 @@ from legato.errors import ShapeError
 from legato.shapes import Window, window
 
 from .._lib import ffi, lib
-from .common import (Array, CCall, bound, dense, detach, error, f32, ints, num_threads, opt_f32,
-                     opt_ptr, out_array, ptr, run_call)
+from .common import (OUT, Array, CCall, bound, dense, detach, error, f32, ints, num_threads,
+                     opt_f32, opt_ptr, out_array, ptr, run_call)
 from .gemm import _activation
 
 
@@ -80,7 +80,8 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     b = None if bias is None else dense(detach(bias, out, strict=strict), strict)
     return out, CCall(op, lib.lgk_conv2d_nchw, (
         p, ptr(x), x.size, ptr(w), w.size, opt_ptr(b), 0 if b is None else b.size, ptr(out),
-        out.size, act, num_threads()))
+        out.size, act, num_threads()), (), ((0, 1), (1, 3), *(((2, 5),) if b is not None else ()),
+                                           (OUT, 7)))
 
 
 def nn_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
@@ -113,7 +114,7 @@ def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padd
     if out.size == 0:
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
-    return out, CCall(op, fn, (p, ptr(x), x.size, ptr(out), out.size))
+    return out, CCall(op, fn, (p, ptr(x), x.size, ptr(out), out.size), (), ((0, 1), (OUT, 3)))
 
 
 def _plan_max_pool2d(data: Array, *, pool_size: Sequence[int],

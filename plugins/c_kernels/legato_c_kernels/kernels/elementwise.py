@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .._lib import ffi, lib
-from .common import (MAX_NDIM, Array, CCall, bound, broadcast_shape, dense, detach, error,
+from .common import (MAX_NDIM, OUT, Array, CCall, bound, broadcast_shape, dense, detach, error,
                      estrides, extent, f32, i64, norm_axis, out_array, ptr, run_call, strided)
 
 
@@ -101,7 +101,8 @@ def _plan_binary(op: str, code: int, a: Any, b: Any, out: Optional[Array],
         ndim, dims = len(shape), i64(shape)
         sa, sb = i64(_broadcast_strides(a, shape)), i64(_broadcast_strides(b, shape))
     return out, CCall(op, lib.lgk_binary, (code, ndim, dims, ptr(a), extent(a), sa, ptr(b),
-                                           extent(b), sb, ptr(out), out.size), (a, b))
+                                           extent(b), sb, ptr(out), out.size), (a, b),
+                      ((0, 3), (1, 6), (OUT, 9)))
 
 
 def _plan_unary(op: str, code: int, x: Any, out: Optional[Array],
@@ -111,7 +112,8 @@ def _plan_unary(op: str, code: int, x: Any, out: Optional[Array],
     if out.size == 0:
         return out, None
     x = dense(detach(x, out, True, strict), strict)
-    return out, CCall(op, lib.lgk_unary, (code, x.size, ptr(x), ptr(out)))
+    return out, CCall(op, lib.lgk_unary, (code, x.size, ptr(x), ptr(out)), (),
+                      ((0, 2), (OUT, 3)))
 
 
 def _code(op: str, variants: dict[tuple, int], attrs: dict) -> int:
@@ -195,7 +197,8 @@ def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
     x = strided(detach(data, out, strict=strict), strict)
     src_strides = [estrides(x)[p] for p in perm]
     return out, CCall(op, lib.lgk_strided_copy, (len(shape), i64(shape), ptr(x), extent(x),
-                                                 i64(src_strides), ptr(out), out.size), (x,))
+                                                 i64(src_strides), ptr(out), out.size), (x,),
+                      ((0, 2), (OUT, 5)))
 
 
 def permute_dims(data: Array, *, axes: Optional[Sequence[int]] = None,

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .._lib import ffi, lib
-from .common import (ITEM, Array, CCall, F32, Unbindable, bound, broadcast_shape, check_status,
+from .common import (ITEM, OUT, Array, CCall, F32, Unbindable, bound, broadcast_shape, check_status,
                      dense, detach, error, estrides, extent, f32, num_threads, opt_f32,
                      opt_ptr, out_array, prod, ptr, run_call, strided)
 
@@ -48,7 +48,13 @@ def _batch_offsets(x: Array, batch: tuple[int, ...]) -> Any:
     return ffi.from_buffer("int64_t[]", flat)  # the cdata keeps `flat` alive
 
 
-def _gemm(op: str, a: Array, b: Array, c: Array, bias: Optional[Array], act: int) -> CCall:
+def _bias_slot(bias: Optional[Array], bias_input: Optional[int], position: int) -> tuple:
+    """The slot of a bias that is one of the kernel's inputs (nn.linear's third)."""
+    return () if bias is None or bias_input is None else ((bias_input, position),)
+
+
+def _gemm(op: str, a: Array, b: Array, c: Array, bias: Optional[Array], act: int,
+          bias_input: Optional[int]) -> CCall:
     """c (M, N) = act(a (M, K) @ b (K, N) + bias[N]); a and b are strided 2-D views."""
     (m, k), n = a.shape, b.shape[1]
     (rsa, csa), (rsb, csb) = estrides(a), estrides(b)
@@ -56,7 +62,7 @@ def _gemm(op: str, a: Array, b: Array, c: Array, bias: Optional[Array], act: int
     return CCall(op, lib.lgk_sgemm, (
         m, n, k, ptr(a), extent(a), rsa, csa, ptr(b), extent(b), rsb, csb, ptr(c), c.size, n,
         opt_ptr(bias), 0 if bias is None else bias.size, bias_mode, act, num_threads()),
-        (a, b, c, bias))
+        (a, b, c, bias), ((0, 3), (1, 7), (OUT, 11), *_bias_slot(bias, bias_input, 14)))
 
 
 def _as_rows(x: Array, strict: bool) -> Array:
@@ -79,7 +85,7 @@ def _gemm_batched(op: str, a: Array, b: Array, c: Array, batch: tuple[int, ...])
     return CCall(op, lib.lgk_sgemm_batched, (
         prod(batch), m, n, k, ptr(a), extent(a), a_off, rsa, csa, ptr(b), extent(b), b_off,
         rsb, csb, ptr(c), c.size, m * n, n, ffi.NULL, 0, lib.LGK_BIAS_NONE, lib.LGK_ACT_NONE,
-        num_threads()), (a, b, c))
+        num_threads()), (a, b, c), ((0, 4), (1, 9), (OUT, 14)))
 
 
 _ISA_NAMES = {lib.LGK_ISA_GENERIC: "generic", lib.LGK_ISA_AVX2: "avx2",
@@ -168,7 +174,8 @@ def _packed_buffer(op: str, w: PackedWeight) -> Array:
 
 
 def _plan_packed(op: str, a: Array, w: PackedWeight, bias: Optional[Array], act: int,
-                 out: Optional[Array], strict: bool) -> tuple[Array, Optional[CCall]]:
+                 out: Optional[Array], strict: bool,
+                 bias_input: Optional[int]) -> tuple[Array, Optional[CCall]]:
     """``act(a @ B + bias)`` with B prepacked; a's leading dims fold into M."""
     if a.ndim == 0:
         raise error(op, "matmul operands must have at least one dimension")
@@ -189,16 +196,18 @@ def _plan_packed(op: str, a: Array, w: PackedWeight, bias: Optional[Array], act:
         m, n, k, ptr(rows), extent(rows), rsa, csa, ptr(packed), packed.size, ptr(out),
         out.size, n, opt_ptr(bias), 0 if bias is None else bias.size,
         lib.LGK_BIAS_NONE if bias is None else lib.LGK_BIAS_COL, act, num_threads()),
-        (rows, packed, out, bias))
+        (rows, packed, out, bias), ((0, 3), (OUT, 9), *_bias_slot(bias, bias_input, 12)))
 
 
 def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: str = "none",
-                 out: Optional[Array] = None, op: str = "matmul",
-                 strict: bool = False) -> tuple[Array, Optional[CCall]]:
+                 out: Optional[Array] = None, op: str = "matmul", strict: bool = False,
+                 bias_input: Optional[int] = None) -> tuple[Array, Optional[CCall]]:
+    """The C call of act(a @ b + bias); `bias_input`: the kernel input the bias is, if
+    it is one (nn.linear), for its slot."""
     a, bias = f32(op, "a", a), opt_f32(op, "bias", bias)
     act = _activation(op, activation)
     if isinstance(b, PackedWeight):
-        return _plan_packed(op, a, b, bias, act, out, strict)
+        return _plan_packed(op, a, b, bias, act, out, strict, bias_input)
     b = f32(op, "b", b)
     if a.ndim == 0 or b.ndim == 0:
         raise error(op, "matmul operands must have at least one dimension")
@@ -221,7 +230,7 @@ def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: 
     bias = None if bias is None else dense(detach(bias, out, strict=strict), strict)
     c2 = out.reshape(out.size // n, n)
     if b2.ndim == 2:  # fold every batch dim of a into M: one big GEMM
-        return out, _gemm(op, _as_rows(a2, strict), b2, c2, bias, act)
+        return out, _gemm(op, _as_rows(a2, strict), b2, c2, bias, act, bias_input)
     return out, _gemm_batched(op, a2, b2, c2, batch)
 
 
@@ -262,7 +271,7 @@ def _plan_linear(data: Array, weight: Any, bias: Optional[Array] = None, *,
             raise error(op, f"bias must have shape ({n_out},), got {bias.shape}")
         bias = np.broadcast_to(bias.reshape(-1), (n_out,))
     return _plan_matmul(data, right, bias=bias, activation=activation, out=out, op=op,
-                        strict=strict)
+                        strict=strict, bias_input=2)
 
 
 def fused_linear(data: Array, weight: Any, bias: Optional[Array] = None, *,

@@ -7,9 +7,9 @@ from typing import Any, Optional
 import numpy as np
 
 from .._lib import lib
-from .common import (Array, CCall, F32, Unbindable, bound, broadcasts_to, dense, detach, error,
-                     f32, norm_axes, norm_axis, number, opt_f32, opt_ptr, out_array, prod, ptr,
-                     run_call)
+from .common import (OUT, Array, CCall, F32, Unbindable, bound, broadcasts_to, dense, detach,
+                     error, f32, norm_axes, norm_axis, number, opt_f32, opt_ptr, out_array,
+                     prod, ptr, run_call)
 from .elementwise import BINARY, permute_dims
 
 
@@ -24,7 +24,7 @@ def _plan_softmax(op: str, fn: Any, data: Any, axis: Any, out: Optional[Array],
         return out, None
     x = dense(detach(data, out, True, strict), strict)
     outer, n, inner = prod(data.shape[:ax]), data.shape[ax], prod(data.shape[ax + 1:])
-    return out, CCall(op, fn, (outer, n, inner, ptr(x), ptr(out)))
+    return out, CCall(op, fn, (outer, n, inner, ptr(x), ptr(out)), (), ((0, 3), (OUT, 4)))
 
 
 def _plan_nn_softmax(data: Array, *, axis: int = -1, out: Optional[Array] = None,
@@ -57,10 +57,13 @@ def _per_feature(p: Optional[Array], norm_shape: tuple[int, ...]) -> Optional[Ar
 
 def _norm_call(op: str, rms: bool, rows: int, n: int, x: Array, g: Optional[Array],
                b: Optional[Array], eps: float, y: Array) -> CCall:
+    affine = ((1, 3),) if g is not None else ()  # gamma: the data of input 1 (no copy)
     if rms:
-        return CCall(op, lib.lgk_rms_norm, (rows, n, ptr(x), opt_ptr(g), eps, ptr(y)), (g,))
+        return CCall(op, lib.lgk_rms_norm, (rows, n, ptr(x), opt_ptr(g), eps, ptr(y)), (g,),
+                     ((0, 2), *affine, (OUT, 5)))
+    affine += ((2, 4),) if b is not None else ()
     return CCall(op, lib.lgk_layer_norm, (rows, n, ptr(x), opt_ptr(g), opt_ptr(b), eps, ptr(y)),
-                 (g, b))
+                 (g, b), ((0, 2), *affine, (OUT, 6)))
 
 
 def _plan_normalize(op: str, data: Any, gamma: Any, beta: Any, axes: Any, epsilon: Any,
@@ -170,7 +173,8 @@ def _make_reduce(op: str, code: int) -> Callable[..., Array]:
         if data.size == 0 and code in (lib.LGK_REDUCE_MAX, lib.LGK_REDUCE_MIN):
             raise error(op, f"cannot reduce a zero-size array {data.shape} (no identity)")
         x, outer, r, inner = _reduce_view(detach(data, out, strict=strict), ax, strict)
-        return out, CCall(op, lib.lgk_reduce, (code, outer, r, inner, ptr(x), ptr(out)), (x,))
+        return out, CCall(op, lib.lgk_reduce, (code, outer, r, inner, ptr(x), ptr(out)), (x,),
+                          ((0, 4), (OUT, 5)))
 
     def kernel(data: Array, *, axes: Optional[Sequence[int]] = None, keepdims: bool = False,
                out: Optional[Array] = None) -> Array:
