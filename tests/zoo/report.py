@@ -47,6 +47,9 @@ def markdown(rows, seconds: float) -> str:
         "on the TOSA reference model.",
         "import ms: torch.export, its decompositions and legato's importer (route torch);",
         "legato's ONNX importer alone (route onnx: the export is cached).",
+        "By route: " + ", ".join(
+            f"{route} {sum(r.ok for r in rows if r.route == route)} of "
+            f"{sum(r.route == route for r in rows)}" for route in export.ROUTES) + ".",
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
         f"onnxscript {onnxscript.__version__}; {seconds:.0f} s.",
         "",
