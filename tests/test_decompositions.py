@@ -598,6 +598,109 @@ case("qconv-uint8-weight-per-tensor-bias", "qnn.conv2d",
      qconv_inputs((2, 3, 6, 5), (4, 3, 3, 2), wdt=np.uint8, per_channel=False),
      strides=[1, 2], padding=[1, 0, 1, 1], dilation=[1, 2], **QCONV_TIES)
 
+# comparisons, predicates, signs and remainders (derived.py)
+
+
+def pair(make_a, make_b):
+    return lambda rng: [make_a(rng), make_b(rng)]
+
+
+def with_specials(rng, *shape):
+    x = randn(rng, *shape, scale=3.0)
+    x.flat[::5] = np.nan
+    x.flat[1::7] = np.inf
+    x.flat[2::7] = -np.inf
+    x.flat[3::11] = 0.0
+    return x
+
+
+def small_ints(dtype, *shape):
+    return lambda rng: ints(rng, dtype, *shape, low=-6, high=6)
+
+
+for _op in ("not_equal", "greater_equal", "less_equal"):
+    case(f"{_op}-float-nan-broadcast", _op,
+         pair(lambda rng: with_specials(rng, 3, 5), lambda rng: with_specials(rng, 5)))
+    case(f"{_op}-int32", _op, pair(small_ints(np.int32, 4, 1), small_ints(np.int32, 1, 3)))
+case("logical_xor-broadcast", "logical_xor",
+     lambda rng: [rng.random((3, 4)) < 0.5, rng.random((4,)) < 0.5])
+case("isnan-specials", "isnan", lambda rng: [with_specials(rng, 4, 6)])
+case("isnan-int64", "isnan", lambda rng: [ints(rng, np.int64, 5)])
+case("isinf-both", "isinf", lambda rng: [with_specials(rng, 4, 6)])
+case("isinf-positive", "isinf", lambda rng: [with_specials(rng, 3, 7)], detect_negative=False)
+case("isinf-negative", "isinf", lambda rng: [with_specials(rng, 3, 7)], detect_positive=False)
+case("isinf-int32", "isinf", lambda rng: [ints(rng, np.int32, 5)])
+case("sign-specials", "sign", lambda rng: [with_specials(rng, 4, 6)])
+case("sign-int8", "sign", lambda rng: [ints(rng, np.int8, 9)])
+case("sign-uint8", "sign", lambda rng: [ints(rng, np.uint8, 9)])
+case("trunc", "trunc", lambda rng: [randn(rng, 4, 6, scale=4.0)])
+case("remainder-float-negative", "remainder",
+     pair(lambda rng: randn(rng, 4, 6, scale=10.0), lambda rng: randn(rng, 6, scale=3.0)))
+case("remainder-int32-negative", "remainder",
+     pair(small_ints(np.int32, 5, 4), lambda rng: np.array([-3, 2, -1, 5], np.int32)))
+case("remainder-int64-zero-divisor", "remainder",
+     pair(small_ints(np.int64, 6), lambda rng: np.array([0, 3, -3, 0, 4, -4], np.int64)))
+case("remainder-uint8", "remainder",
+     pair(lambda rng: ints(rng, np.uint8, 6), lambda rng: ints(rng, np.uint8, 6, low=1)))
+
+# activations (activations.py)
+case("elu", "nn.elu", unary(3, 5, scale=3.0))
+case("elu-alpha", "nn.elu", unary(2, 7, scale=3.0), alpha=0.3)
+case("selu", "nn.selu", unary(3, 5, scale=3.0))
+case("selu-onnx-params", "nn.selu", unary(4, 4, scale=3.0), alpha=1.5, gamma=2.0)
+case("celu", "nn.celu", unary(3, 5, scale=3.0))
+case("celu-alpha2", "nn.celu", unary(3, 5, scale=3.0), alpha=2.0)
+case("softplus", "nn.softplus", unary(3, 5, scale=10.0))
+case("softplus-beta-threshold", "nn.softplus", unary(3, 5, scale=10.0), beta=2.0,
+     threshold=5.0)
+case("softsign", "nn.softsign", unary(3, 5, scale=5.0))
+case("mish", "nn.mish", unary(3, 5, scale=5.0))
+case("hardsigmoid", "nn.hardsigmoid", unary(3, 5, scale=4.0))
+case("hardsigmoid-torch", "nn.hardsigmoid", unary(3, 5, scale=4.0), alpha=1 / 6)
+case("hardswish", "nn.hardswish", unary(4, 6, scale=4.0))
+case("thresholded_relu", "nn.thresholded_relu", unary(3, 5, scale=2.0))
+case("thresholded_relu-negative", "nn.thresholded_relu", unary(3, 5), alpha=-0.5)
+case("shrink-hard", "nn.shrink", unary(3, 5))
+case("shrink-soft", "nn.shrink", unary(3, 5), lambd=0.3, bias=0.3)
+case("prelu-channel", "nn.prelu", pair(lambda rng: randn(rng, 2, 3, 4),
+                                       lambda rng: randn(rng, 3, 1)))
+case("prelu-scalar-const", "nn.prelu", pair(lambda rng: randn(rng, 2, 5),
+                                            lambda rng: Const(randn(rng, 1))))
+
+# indexing, scans and selection (indexing.py)
+
+
+def gather_inputs(data_shape, index_shape, axis, dtype=np.int64):
+    def make(rng):
+        dim = data_shape[axis]
+        return [randn(rng, *data_shape),
+                rng.integers(-dim, dim, index_shape).astype(dtype)]
+    return make
+
+
+case("gather_elements-axis1", "gather_elements", gather_inputs((3, 4), (3, 6), 1), axis=1)
+case("gather_elements-axis0-smaller", "gather_elements", gather_inputs((5, 4, 3), (2, 3, 3), 0))
+case("gather_elements-neg-axis-int32", "gather_elements",
+     gather_inputs((2, 3, 4), (2, 2, 5), -1, np.int32), axis=-1)
+case("cumsum-axis1", "cumsum", unary(3, 7), axis=1)
+case("cumsum-exclusive-reverse", "cumsum", unary(9, 2), axis=0, exclusive=True, reverse=True)
+case("cumsum-int64-reverse", "cumsum", lambda rng: [ints(rng, np.int64, 2, 17, low=-9,
+                                                          high=9)], axis=-1, reverse=True)
+case("cumsum-int8-wraps", "cumsum", lambda rng: [ints(rng, np.int8, 20)], exclusive=True)
+case("cumsum-length1", "cumsum", unary(4, 1), axis=1, exclusive=True)
+case("trilu-upper", "trilu", unary(4, 6))
+case("trilu-lower-k", "trilu", unary(2, 5, 3), upper=False, k=-1)
+case("trilu-upper-k2-bool", "trilu", lambda rng: [rng.random((3, 5)) < 0.5], k=2)
+case("tile", "tile", unary(2, 3), repeats=[2, 3])
+case("tile-zero-int", "tile", lambda rng: [ints(rng, np.int32, 3, 1)], repeats=[1, 0])
+case("argmin-float", "argmin", unary(4, 6), axis=1)
+case("argmin-int8-extremes", "argmin",
+     lambda rng: [np.array([[5, -128, 127, -128], [127, 0, 127, 3]], np.int8)],
+     axis=-1, select_last_index=True)
+case("argmin-uint8", "argmin", lambda rng: [ints(rng, np.uint8, 3, 5)], keepdims=False)
+case("argmin-bool", "argmin", lambda rng: [np.array([True, False, False])],
+     select_last_index=True)
+
 # --- edge inputs: rejected up front by the inference, or handled alike by both sides ------
 # (each was once accepted by the inference while the decomposition and kernel disagreed)
 

@@ -17,6 +17,7 @@ NOT_ONE_TO_ONE_ONNX = {
     "power": "Pow casts a mixed-type exponent first",
     "maximum": "ONNX Max is variadic", "minimum": "ONNX Min is variadic",
     "rsqrt": "ONNX has no Rsqrt",
+    "fmod": "ONNX Mod with fmod=1 (fmod=0 is remainder)",
 }
 
 

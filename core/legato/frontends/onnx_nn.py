@@ -292,3 +292,22 @@ def _output_dtype(node, default: str) -> str:
     code = node.attr("output_dtype", 0)
     return onnx_dtype(code, "attribute 'output_dtype'") if code else default
 
+
+
+# --- activations ----------------------------------------------------------------------------
+
+def _activation(op: str, **defaults):
+    """An activation whose ONNX attributes are the op's, under the same names."""
+    def convert(node):
+        return node.call(op, node.arg(0), **{k: node.attr(k, v) for k, v in defaults.items()})
+    return convert
+
+
+converter("Elu")(_activation("nn.elu", alpha=1.0))
+converter("Celu")(_activation("nn.celu", alpha=1.0))
+converter("Selu")(_activation("nn.selu", alpha=1.67326319217681884765625,
+                              gamma=1.05070102214813232421875))
+converter("HardSigmoid")(_activation("nn.hardsigmoid", alpha=0.2, beta=0.5))
+converter("ThresholdedRelu")(_activation("nn.thresholded_relu", alpha=1.0))
+converter("Shrink")(_activation("nn.shrink", lambd=0.5, bias=0.0))
+converter("Softplus")(_activation("nn.softplus"))

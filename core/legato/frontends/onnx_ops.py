@@ -27,11 +27,16 @@ for _opdef in REGISTRY.ops():
         converter(*_opdef.onnx)(_direct(_opdef.name))
 
 
-@converter("LessOrEqual", "GreaterOrEqual")
-def compare_or_equal(node):
-    a, b = node.arg(0), node.arg(1)
-    strict = node.call("less" if node.op == "LessOrEqual" else "greater", a, b)
-    return node.call("logical_or", strict, node.call("equal", a, b))
+@converter("Mod")
+def mod(node):
+    # fmod=0 is Python's sign-of-divisor remainder (integers only, by the spec)
+    return node.call("fmod" if node.flag("fmod", 0) else "remainder", node.arg(0), node.arg(1))
+
+
+@converter("IsInf")
+def isinf(node):
+    return node.call("isinf", node.arg(0), detect_positive=node.flag("detect_positive", 1),
+                     detect_negative=node.flag("detect_negative", 1))
 
 
 @converter("Pow")
@@ -266,6 +271,7 @@ def _wrap_pad(node, x, pads):
 # --- reductions -----------------------------------------------------------------------------
 
 REDUCTIONS = {"ReduceSum": ("sum", 0.0), "ReduceMean": ("mean", math.nan),
+              "ReduceProd": ("prod", 1.0),
               "ReduceMax": ("max", -math.inf), "ReduceMin": ("min", math.inf)}
 
 
@@ -294,8 +300,66 @@ def _empty_identity(value: float, dtype: str, shape) -> np.ndarray:
     return np.full(shape, value, dtype=dtype)
 
 
-@converter("ArgMax")
+@converter("ArgMax", "ArgMin")
 def argmax(node):
-    return node.call("argmax", node.arg(0), axis=node.attr("axis", 0),
+    return node.call(node.op.lower(), node.arg(0), axis=node.attr("axis", 0),
                      keepdims=node.flag("keepdims", 1),
                      select_last_index=node.flag("select_last_index", 0))
+
+
+# --- indexing, scans and selection ----------------------------------------------------------
+
+@converter("GatherElements")
+def gather_elements(node):
+    return node.call("gather_elements", node.arg(0), node.arg(1), axis=node.attr("axis", 0))
+
+
+@converter("CumSum", const_inputs=(1,))
+def cumsum(node):
+    x = node.arg(0)
+    axis = int(node.scalar(1))
+    node.require(-x.rank <= axis < x.rank, f"axis {axis} is out of range for rank {x.rank}")
+    return node.call("cumsum", x, axis=axis,
+                     exclusive=node.flag("exclusive", 0), reverse=node.flag("reverse", 0))
+
+
+@converter("Trilu", const_inputs=(1,))
+def trilu(node):
+    return node.call("trilu", node.arg(0), k=node.scalar(1, 0), upper=node.flag("upper", 1))
+
+
+@converter("Tile", const_inputs=(1,))
+def tile(node):
+    return node.call("tile", node.arg(0), repeats=node.ints(1))
+
+
+@converter("TopK", const_inputs=(1,))
+def topk(node):
+    x = node.arg(0)
+    (k,) = node.ints(1)
+    node.require(node.flag("sorted", 1), "sorted=0 is not supported (the order would be "
+                                         "unspecified); legato's topk always sorts")
+    return node.call("topk", x, k=k, axis=node.axis("axis", x.rank, -1),
+                     largest=node.flag("largest", 1))
+
+
+@converter("OneHot", const_inputs=(1, 2))
+def one_hot(node):
+    indices, depth = node.arg(0), int(node.scalar(1))
+    values = node.const(2)
+    node.require(values.size == 2, f"values must hold [off, on], not {values.size} values")
+    off, on = (Const.of(v) for v in values.reshape(2))
+    node.require(depth >= 0, f"depth {depth} must not be negative")
+    return one_hot_values(node.b, indices, depth, node.attr("axis", -1), on, off)
+
+
+def one_hot_values(b, indices, depth: int, axis: int, on, off):
+    """`on` where the position along the new `axis` equals the index (negative indices
+    count from `depth`), else `off`."""
+    axis = norm_axis(axis, indices.rank + 1)
+    index = b.call("where", b.call("less", indices, 0), b.call("add", indices, depth), indices)
+    shape = [1] * (indices.rank + 1)
+    shape[axis] = depth
+    positions = Const.of(np.arange(depth, dtype=indices.dtype).reshape(shape))
+    hit = b.call("equal", b.call("expand_dims", index, axes=[axis]), positions)
+    return b.call("where", hit, on, off)

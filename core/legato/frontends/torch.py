@@ -15,6 +15,7 @@ import operator
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module
+from . import torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
 from .torch_ops import ATEN, KEEP
 
 

@@ -39,6 +39,11 @@ OVERLOADS = ("default", "Tensor", "Scalar", "self", "Tensor_Tensor", "Tensor_Sca
              "Scalar_Tensor")
 
 
+# ATen's bitwise ops take bool tensors too, where they are the logical ops
+ON_BOOL = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
+           "bitwise_xor": "logical_xor", "bitwise_not": "logical_not"}
+
+
 def _direct(opdef):
     """The converter of an ATen op that maps one to one onto `opdef`: tensors and Python
     scalars positionally, keyword arguments named as the op's attributes."""
@@ -50,7 +55,10 @@ def _direct(opdef):
         inputs = [a if a is None or hasattr(a, "type") or like is None
                   else b.scalar(a, like.dtype) for a in args]
         attrs = {k: v for k, v in kwargs.items() if k in opdef.attr_specs}
-        return b.call(opdef.name, *inputs, **attrs)
+        op = opdef.name
+        if op in ON_BOOL and like is not None and like.dtype == "bool":
+            op = ON_BOOL[op]
+        return b.call(op, *inputs, **attrs)
     convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
 

@@ -5,7 +5,8 @@ The op modules register in any order; the decompositions are checked once all ar
 from .base import REGISTRY, composite as define_composite, primitive as define_primitive
 
 with REGISTRY.deferred():
-    from . import composite, conv, elementwise, norms, primitives, qnn  # noqa: F401
+    from . import (activations, composite, conv, derived, elementwise, indexing,  # noqa: F401
+                   norms, primitives, qnn)
 
 CORE_OPS = frozenset(REGISTRY.names())  # what plugins and users register comes on top
 

@@ -35,6 +35,13 @@ def _logical(types, attrs):
     return TensorType(broadcast_shapes(*(t.shape for t in types)), "bool")
 
 
+def _integer(types, attrs):
+    if any(t.dtype == "bool" or t.dtype.startswith(("float", "bfloat")) for t in types):
+        fail(f"bitwise ops need integer tensors, got {', '.join(t.dtype for t in types)} "
+             "(on bool use the logical ops)")
+    return _binary(types, attrs) if len(types) == 2 else types[0]
+
+
 def _where(types, attrs):
     cond, x, y = types
     if cond.dtype != "bool":
@@ -64,6 +71,9 @@ binary("divide", _arithmetic, "`a / b`; integers truncate toward zero (C semanti
        onnx="Div", aten="div", tolerance=ULPS)
 binary("power", _arithmetic, "`a ** b`, in the dtype of `a`", aten="pow",
        tolerance=1e-3)  # x ** y amplifies the error of x by |y|
+binary("fmod", _arithmetic, "`a - trunc(a / b) * b`: the sign of `a` (C `fmod`, ONNX Mod "
+       "with fmod=1, `torch.fmod`); an integer `fmod(a, 0)` is 0", aten="fmod",
+       tolerance=EXACT)  # exact in any float format
 binary("maximum", _binary, "elementwise maximum (on bool: or)", aten="maximum",
        tolerance=EXACT)
 binary("minimum", _binary, "elementwise minimum (on bool: and)", aten="minimum",
@@ -77,6 +87,14 @@ binary("logical_and", _logical, "`a and b` on bool tensors", onnx="And",
        aten="logical_and", tolerance=EXACT)
 binary("logical_or", _logical, "`a or b` on bool tensors", onnx="Or", aten="logical_or",
        tolerance=EXACT)
+binary("bitwise_and", _integer, "`a & b` on integers", onnx="BitwiseAnd", aten="bitwise_and",
+       tolerance=EXACT)
+binary("bitwise_or", _integer, "`a | b` on integers", onnx="BitwiseOr", aten="bitwise_or",
+       tolerance=EXACT)
+binary("bitwise_xor", _integer, "`a ^ b` on integers", onnx="BitwiseXor", aten="bitwise_xor",
+       tolerance=EXACT)
+unary("bitwise_not", "`~a` on integers", infer=_integer, onnx="BitwiseNot",
+      aten="bitwise_not", tolerance=EXACT)
 unary("logical_not", "`not a` on a bool tensor", infer=_logical, onnx="Not",
       aten="logical_not", tolerance=EXACT)
 primitive("where", "cond, x, y", _where, "broadcast", onnx="Where", aten="where",

@@ -26,9 +26,9 @@ def _reduce(types, attrs):
 
 REDUCE_ATTRS = {"axes": ("ints?", None), "keepdims": ("bool", False)}
 for _name, _doc in (("sum", "sum over `axes`"), ("max", "maximum over `axes`"),
-                   ("min", "minimum over `axes`")):
+                   ("min", "minimum over `axes`"), ("prod", "product over `axes`")):
     primitive(_name, "data", _reduce, "reduce", REDUCE_ATTRS, tolerance=None if
-              _name == "sum" else 0.0, layout_rule=layout_rules.reduce,
+              _name in ("sum", "prod") else 0.0, layout_rule=layout_rules.reduce,
               doc=f"{_doc} (`None`: every axis, `[]`: none; negative axes count from the "
                   "end); a reduced axis may not be empty")
 

@@ -47,7 +47,7 @@ def gen_binary(ctx, op):
     return ctx.call(op, *pair)
 
 
-@generator("divide")
+@generator("divide", "fmod", "remainder")
 def gen_divide(ctx, op):
     a = ctx.value(_numeric(ctx))
     return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype, "nonzero"))
@@ -63,14 +63,14 @@ def gen_power(ctx, op):
                     else ctx.feed(exponent))
 
 
-@generator("equal", "less", "greater")
+@generator("equal", "less", "greater", "not_equal", "greater_equal", "less_equal")
 def gen_compare(ctx, op):
     a = ctx.value(_numeric(ctx), exact=True)
     b = ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype) if ctx.chance(0.5) else a
     return ctx.call(op, a, b)
 
 
-@generator("logical_and", "logical_or")
+@generator("logical_and", "logical_or", "logical_xor")
 def gen_logical(ctx, op):
     a = ctx.value("bool")
     return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), "bool"))
@@ -79,6 +79,28 @@ def gen_logical(ctx, op):
 @generator("logical_not")
 def gen_not(ctx, op):
     return ctx.call(op, ctx.value("bool"))
+
+
+@generator("bitwise_and", "bitwise_or", "bitwise_xor")
+def gen_bitwise(ctx, op):
+    a = ctx.value(ctx.choice(INTS), exact=True)
+    return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype))
+
+
+@generator("bitwise_not")
+def gen_bitwise_not(ctx, op):
+    return ctx.call(op, ctx.value(ctx.choice(INTS), exact=True))
+
+
+@generator("isinf")
+def gen_isinf(ctx, op):
+    data = ctx.value(_numeric(ctx))
+    if data.dtype == ctx.float and ctx.chance(0.7):  # some infinities to find
+        values = ctx.data(data.shape, data.dtype)
+        values[ctx.rng.random(values.shape) < 0.3] = np.inf
+        values[ctx.rng.random(values.shape) < 0.2] = -np.inf
+        data = ctx.feed(values)
+    return ctx.call(op, data, detect_positive=ctx.chance(0.7), detect_negative=ctx.chance(0.7))
 
 
 @generator("where")
@@ -90,7 +112,7 @@ def gen_where(ctx, op):
     return ctx.call(op, cond, x, y)
 
 
-@generator("negative", "abs")
+@generator("negative", "abs", "sign", "isnan")
 def gen_signed_unary(ctx, op):
     return ctx.call(op, ctx.value(_numeric(ctx)))
 
@@ -111,7 +133,7 @@ def gen_reciprocal(ctx, op):
     return ctx.call(op, ctx.value(ctx.float, kind="nonzero"))
 
 
-@generator("round", "floor", "ceil")
+@generator("round", "floor", "ceil", "trunc")
 def gen_rounding(ctx, op):
     return ctx.call(op, ctx.value(ctx.float, exact=True))
 
@@ -149,7 +171,7 @@ def _axes(ctx, rank: int):
     return [a - rank if ctx.chance(0.3) else a for a in axes]
 
 
-@generator("sum", "max", "min", "mean", "variance")
+@generator("sum", "max", "min", "mean", "variance", "prod")
 def gen_reduce(ctx, op):
     dtypes = (ctx.float,) if op in ("mean", "variance") else _numeric(ctx)
     data = ctx.value(dtypes, nonempty=op in ("max", "min"))
@@ -159,7 +181,7 @@ def gen_reduce(ctx, op):
     return ctx.call(op, data, **attrs)
 
 
-@generator("argmax")
+@generator("argmax", "argmin")
 def gen_argmax(ctx, op):
     data = ctx.value(_numeric(ctx), min_rank=1, exact=True, nonempty=True)
     return ctx.call(op, data, axis=ctx.int(-data.rank, data.rank - 1),
@@ -588,3 +610,54 @@ def generator_for(opdef):
         return from_examples
     return None
 
+
+
+# --- activations with a parameter tensor, indexing, scans and selection ------------------
+
+@generator("nn.prelu")
+def gen_prelu(ctx, op):
+    data = ctx.value(ctx.float, min_rank=1)
+    count = ctx.int(0, data.rank)  # slope broadcasts one way: trailing dims, some of 1
+    shape = [d if ctx.chance(0.6) else 1 for d in data.shape[data.rank - count:]]
+    return ctx.call(op, data, ctx.fresh(shape, data.dtype, const=ctx.chance(0.5)))
+
+
+@generator("gather_elements")
+def gen_gather_elements(ctx, op):
+    data = ctx.value(ctx.all, min_rank=1)
+    axis = ctx.int(-data.rank, data.rank - 1)
+    dim = data.shape[axis]
+    shape = [ctx.int(0 if ctx.edge else 1, 3) if a == axis % data.rank else
+             ctx.int(0 if ctx.edge else min(d, 1), d) for a, d in enumerate(data.shape)]
+    if not dim:
+        shape[axis % data.rank] = 0
+    indices = ctx.rng.integers(-dim, dim, size=shape) if dim else np.zeros(shape)
+    return ctx.call(op, data, ctx.feed(indices.astype(ctx.choice(["int32", "int64"]))),
+                    axis=axis)
+
+
+@generator("cumsum")
+def gen_cumsum(ctx, op):
+    data = ctx.value(_numeric(ctx), min_rank=1)
+    return ctx.call(op, data, axis=ctx.int(-data.rank, data.rank - 1),
+                    exclusive=ctx.chance(0.4), reverse=ctx.chance(0.4))
+
+
+@generator("trilu")
+def gen_trilu(ctx, op):
+    data = ctx.value(ctx.all, min_rank=2)
+    return ctx.call(op, data, k=ctx.int(-3, 3), upper=ctx.chance(0.5))
+
+
+@generator("tile")
+def gen_tile(ctx, op):
+    data = ctx.value(ctx.all, max_rank=3)
+    return ctx.call(op, data, repeats=[ctx.int(0 if ctx.edge else 1, 3) for _ in data.shape])
+
+
+@generator("topk")
+def gen_topk(ctx, op):
+    data = ctx.value(_numeric(ctx), min_rank=1, exact=True)
+    axis = ctx.int(-data.rank, data.rank - 1)
+    return ctx.call(op, data, k=ctx.int(0, data.shape[axis]), axis=axis,
+                    largest=ctx.chance(0.6))

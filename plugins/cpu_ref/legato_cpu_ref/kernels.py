@@ -19,6 +19,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from legato import shapes
 from legato.errors import LegatoError
 
+from .indexing import KERNELS as INDEXING_KERNELS
+
 # --- shared helpers -----------------------------------------------------------------------
 
 
@@ -115,20 +117,82 @@ _GELU = {
     "tanh": lambda x: x * _sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)),
 }
 
+def _remainder(a, b):
+    """Python's `%`: the sign of the divisor (numpy's remainder; 0 for integer x % 0)."""
+    return np.remainder(a, b)
+
+
+def _isinf(x, detect_positive=True, detect_negative=True):
+    if x.dtype.kind != "f":
+        return np.zeros(x.shape, bool)
+    return (np.isposinf(x) & detect_positive) | (np.isneginf(x) & detect_negative)
+
+
+def _softplus(x):
+    return np.logaddexp(x, 0.0)
+
+
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
     "power": _power, "maximum": np.maximum, "minimum": np.minimum, "matmul": np.matmul,
+    "fmod": np.fmod, "remainder": _remainder, "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
 }
 _PREDICATES = {
-    "equal": np.equal, "less": np.less, "greater": np.greater,
+    "equal": np.equal, "less": np.less, "greater": np.greater, "not_equal": np.not_equal,
+    "greater_equal": np.greater_equal, "less_equal": np.less_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
+    "logical_xor": np.logical_xor, "isnan": np.isnan,
 }
 _UNARY = {
     "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf,
     "round": np.rint, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
+    "sign": np.sign, "trunc": np.trunc, "bitwise_not": np.invert,
     "nn.relu": lambda x: np.maximum(x, 0), "nn.silu": lambda x: x * _sigmoid(x),
+    "nn.softsign": lambda x: x / (1 + np.abs(x)), "nn.mish": lambda x: x * np.tanh(_softplus(x)),
+    "nn.hardswish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
 }
+
+
+def _activation(fn):
+    """Kernel of an activation with float attributes: fn(x, **attrs) in float64."""
+    def kernel(data, **attrs):
+        return _fresh(fn(_f64(data), **attrs), data.dtype)
+    return kernel
+
+
+def _elu(x, alpha=1.0, scale=1.0):
+    return np.where(x > 0, x, alpha * np.expm1(x / scale))
+
+
+def _softplus_beta(x, beta=1.0, threshold=None):
+    y = _softplus(beta * x) / beta
+    return y if threshold is None else np.where(beta * x > threshold, x, y)
+
+
+def _shrink(x, lambd=0.5, bias=0.0):
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0.0 * x))
+
+
+_ACTIVATIONS = {
+    "nn.elu": _elu,
+    "nn.celu": lambda x, alpha=1.0: _elu(x, alpha, alpha),
+    "nn.selu": lambda x, alpha=1.0, gamma=1.0: gamma * _elu(x, alpha),
+    "nn.softplus": _softplus_beta,
+    "nn.hardsigmoid": lambda x, alpha=0.2, beta=0.5: np.clip(alpha * x + beta, 0, 1),
+    "nn.thresholded_relu": lambda x, alpha=1.0: np.where(x > alpha, x, 0.0),
+    "nn.shrink": _shrink,
+}
+
+
+def isinf(data, *, detect_positive=True, detect_negative=True):
+    return _fresh(_isinf(data, detect_positive, detect_negative), np.bool_)
+
+
+def prelu(data, slope):
+    x = _acc(data)
+    return _fresh(np.where(x < 0, x * _acc(slope), x), data.dtype)
 
 
 def _binary(fn):
@@ -205,7 +269,7 @@ def gelu(data, *, approximate="none"):
 
 # Integer sums are computed in int64 and cast back, which wraps exactly like the dtype would;
 # an integer mean truncates like the decomposition's integer divide.
-_REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+_REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean, "prod": np.prod}
 
 
 def _reduction(fn):
@@ -615,6 +679,8 @@ KERNELS = {name: _reporting(name, kernel) for name, kernel in {
     **{name: _unary(fn) for name, fn in _UNARY.items()},
     **{name: _reduction(fn) for name, fn in _REDUCTIONS.items()},
     **{name: _along_one_axis(fn) for name, fn in _SOFTMAXES.items()},
+    **{name: _activation(fn) for name, fn in _ACTIVATIONS.items()},
+    **INDEXING_KERNELS, "isinf": isinf, "nn.prelu": prelu,
     "where": where, "cast": cast, "argmax": argmax, "variance": variance,
     "reshape": reshape, "permute_dims": permute_dims, "broadcast_to": broadcast_to,
     "concat": concat, "split": split, "strided_slice": strided_slice, "take": take,

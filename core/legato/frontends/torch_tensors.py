@@ -1,0 +1,246 @@
+"""ATen converters for tensor factories (folded to constants: legato has static shapes),
+no-op asserts, indexing, scans and selection. They register in torch_ops.ATEN."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import LegatoError
+from ..ir import Const
+from ..shapes import broadcast_shapes, norm_axis
+from .onnx_ops import one_hot_values
+from .torch_ops import aten
+
+# --- factories: static shapes, so their results are constants -------------------------------
+
+
+def _dtype(dtype, value=None) -> str:
+    """A torch dtype as legato names it; without one, what torch infers from `value`."""
+    if dtype is not None:
+        return str(dtype).removeprefix("torch.")
+    if isinstance(value, bool):
+        return "bool"
+    return "int64" if isinstance(value, int) else "float32"
+
+
+def _full(shape, value, dtype) -> Const:
+    size = math.prod(int(d) for d in shape)
+    if size > 1 << 24:
+        raise LegatoError(f"a constant of shape {list(shape)} is too large to fold")
+    return Const.of(np.full([int(d) for d in shape], value, dtype=_numpy(dtype)))
+
+
+def _numpy(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+@aten("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+def arange(b, *bounds, dtype=None, **_):
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else \
+        (bounds[0], bounds[1], bounds[2] if len(bounds) > 2 else 1)
+    if step == 0:
+        raise LegatoError("arange step must not be 0")
+    exact = all(isinstance(v, int) for v in (start, end, step))
+    dtype = _dtype(dtype, 0 if exact else 0.0)
+    # torch: ceil((end - start) / step) elements start + i * step, computed in double
+    count = max(0, math.ceil((end - start) / step))
+    values = start + np.arange(count, dtype=np.int64 if exact else np.float64) * step
+    return Const.of(values.astype(_numpy(dtype)))
+
+
+@aten("aten.full.default")
+def full(b, size, fill_value, dtype=None, **_):
+    return _full(size, fill_value, _dtype(dtype, fill_value))
+
+
+@aten("aten.zeros.default", "aten.empty.memory_format")
+def zeros(b, size, dtype=None, **_):
+    return _full(size, 0, _dtype(dtype, 0.0))
+
+
+@aten("aten.ones.default")
+def ones(b, size, dtype=None, **_):
+    return _full(size, 1, _dtype(dtype, 0.0))
+
+
+@aten("aten.full_like.default")
+def full_like(b, x, fill_value, dtype=None, **_):
+    return _full(x.shape, fill_value, _dtype(dtype) if dtype is not None else x.dtype)
+
+
+@aten("aten.zeros_like.default", "aten.empty_like.default")
+def zeros_like(b, x, dtype=None, **_):
+    return full_like(b, x, 0, dtype)
+
+
+@aten("aten.ones_like.default")
+def ones_like(b, x, dtype=None, **_):
+    return full_like(b, x, 1, dtype)
+
+
+@aten("aten.new_full.default")
+def new_full(b, x, size, fill_value, dtype=None, **_):
+    return _full(size, fill_value, _dtype(dtype) if dtype is not None else x.dtype)
+
+
+@aten("aten.new_zeros.default", "aten.new_empty.default")
+def new_zeros(b, x, size, dtype=None, **_):
+    return new_full(b, x, size, 0, dtype)
+
+
+@aten("aten.new_ones.default")
+def new_ones(b, x, size, dtype=None, **_):
+    return new_full(b, x, size, 1, dtype)
+
+
+@aten("aten.scalar_tensor.default")
+def scalar_tensor(b, value, dtype=None, **_):
+    return _full((), value, _dtype(dtype, 0.0))
+
+
+@aten("aten.lift_fresh_copy.default")
+def lift_fresh_copy(b, x):
+    return x
+
+
+# --- asserts on what is known statically: nothing to compute --------------------------------
+
+@aten("aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+      "aten._assert_async.msg", "aten._assert_async.default",
+      "aten.sym_constrain_range_for_size.default", "aten._functional_assert_async.msg")
+def no_op_assert(b, *args, **kwargs):
+    return None
+
+
+# --- indexing --------------------------------------------------------------------------------
+
+@aten("aten.index_select.default")
+def index_select(b, x, dim, index):
+    return b.take(x, index, axis=dim)
+
+
+@aten("aten.gather.default")
+def gather(b, x, dim, index, sparse_grad=False):
+    return b.gather_elements(x, index, axis=dim)
+
+
+@aten("aten.index.Tensor")
+def index(b, x, indices):
+    """x[..., i0, i1, ...] with index tensors for a run of consecutive dims (None for a
+    whole dim): one take along the run's flattened dims."""
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return x
+    first, last = dims[0], dims[-1]
+    if dims != list(range(first, last + 1)):
+        raise LegatoError("index tensors on non-adjacent dims are not supported")
+    if any(i.dtype == "bool" for i in indices if i is not None):
+        raise LegatoError("boolean masks select a data-dependent number of elements")
+    if first == last:
+        return b.take(x, indices[first], axis=first)
+    run = x.shape[first:last + 1]
+    strides = [math.prod(run[k + 1:]) for k in range(len(run))]
+    flat = None
+    for k, d in enumerate(dims):
+        i = indices[d] if indices[d].dtype == "int64" else b.cast(indices[d], dtype="int64")
+        i = b.where(b.less(i, 0), b.add(i, run[k]), i)
+        term = i if strides[k] == 1 else b.multiply(i, strides[k])
+        flat = term if flat is None else b.add(flat, term)
+    shape = broadcast_shapes(*(indices[d].shape for d in dims))
+    if flat.shape != shape:
+        flat = b.broadcast_to(flat, shape=list(shape))
+    merged = b.reshape(x, shape=list(x.shape[:first]) + [math.prod(run)] +
+                       list(x.shape[last + 1:]))
+    return b.take(merged, flat, axis=first)
+
+
+@aten("aten.flip.default")
+def flip(b, x, dims):
+    axes = sorted({norm_axis(d, x.rank, "dim") for d in dims})
+    if not axes:
+        return x
+    return b.strided_slice(x, begin=[-1] * len(axes), end=[-(1 << 62)] * len(axes),
+                           strides=[-1] * len(axes), axes=axes)
+
+
+@aten("aten.repeat.default")
+def repeat(b, x, repeats):
+    lead = len(repeats) - x.rank
+    if lead < 0:
+        raise LegatoError(f"repeats {list(repeats)} has fewer dims than the input {x.type}")
+    if lead:
+        x = b.reshape(x, shape=[1] * lead + list(x.shape))
+    return b.tile(x, repeats=list(repeats))
+
+
+def _trilu(upper: bool):
+    def convert(b, x, diagonal=0):
+        return b.trilu(x, k=diagonal, upper=upper)
+    return convert
+
+
+aten("aten.triu.default")(_trilu(True))
+aten("aten.tril.default")(_trilu(False))
+
+
+@aten("aten.one_hot.default")
+def one_hot(b, x, num_classes=-1):
+    if num_classes < 0:
+        raise LegatoError("one_hot needs num_classes: the default (max + 1) depends on data")
+    return one_hot_values(b, x, num_classes, -1, Const.of(np.int64(1)), Const.of(np.int64(0)))
+
+
+# --- scans, reductions and selection -----------------------------------------------------------
+
+@aten("aten.cumsum.default")
+def cumsum(b, x, dim, dtype=None):
+    # torch sums bools and integers in int64 unless told otherwise
+    target = _dtype(dtype) if dtype is not None else \
+        x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
+    if target != x.dtype:
+        x = b.cast(x, dtype=target)
+    return b.cumsum(x, axis=dim)
+
+
+def _arg(op: str):
+    def convert(b, x, dim=None, keepdim=False):
+        if dim is None:  # over every element: of the flattened tensor
+            index = b.call(op, b.reshape(x, shape=[-1]), axis=0, keepdims=False)
+            return b.reshape(index, shape=[1] * x.rank) if keepdim else index
+        return b.call(op, x, axis=dim, keepdims=keepdim)
+    return convert
+
+
+aten("aten.argmax.default")(_arg("argmax"))
+aten("aten.argmin.default")(_arg("argmin"))
+
+
+@aten("aten.prod.dim_int")
+def prod(b, x, dim, keepdim=False, dtype=None):
+    x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
+    return b.prod(x, axes=[dim], keepdims=keepdim)
+
+
+@aten("aten.prod.default")
+def prod_all(b, x, dtype=None):
+    x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
+    return b.prod(x)
+
+
+@aten("aten.topk.default")
+def topk(b, x, k, dim=-1, largest=True, sorted=True):
+    return b.topk(x, k=k, axis=dim, largest=largest)
+
+
+@aten("aten.sort.default", "aten.sort.stable")
+def sort(b, x, *args, dim=-1, descending=False, stable=None):
+    if args and isinstance(args[0], bool) or args and args[0] is None:  # sort.stable
+        args = args[1:]
+    dim = args[0] if args else dim
+    descending = args[1] if len(args) > 1 else descending
+    axis = norm_axis(dim, max(x.rank, 1), "dim")
+    return b.topk(x, k=x.shape[axis] if x.rank else 1, axis=axis, largest=descending)

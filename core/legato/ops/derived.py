@@ -1,0 +1,114 @@
+"""Elementwise ops that are short compositions of the primitives (level 1): the other
+comparisons, predicates on floats, sign, trunc and remainder.
+
+Being composites, every backend has them: one that lacks a kernel decomposes them into
+primitives it has (TOSA and the C kernels included); one with a kernel keeps them whole.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import T, composite, f32, fail, float_unary_infer, is_float
+from .elementwise import _arithmetic, _compare, _logical
+
+X23 = f32(2, 3)
+PAIRS = [((X23, f32(3)), {}), ((T("int32", 2, 3), T("int32", 2, 1)), {})]
+BOOLS = [((T("bool", 2, 3), T("bool", 3)), {})]
+
+
+def _pair(name, infer, examples, doc, **facts):
+    return composite(name, "a, b", infer, "broadcast", 1, examples, doc=doc,
+                     tolerance=0.0, **facts)
+
+
+def _single(name, infer, examples, attrs=None, **facts):
+    return composite(name, "a", infer, "elemwise", 1, examples, attrs, **facts)
+
+
+# --- comparisons and logic (NaN compares unequal, as in IEEE 754) ---------------------------
+
+@_pair("not_equal", _compare, PAIRS, "`a != b` (true where either is NaN)", aten="ne")
+def not_equal(b, x, y):
+    return b.logical_not(b.equal(x, y))
+
+
+@_pair("greater_equal", _compare, PAIRS, "`a >= b`", onnx="GreaterOrEqual", aten="ge")
+def greater_equal(b, x, y):
+    return b.logical_or(b.greater(x, y), b.equal(x, y))
+
+
+@_pair("less_equal", _compare, PAIRS, "`a <= b`", onnx="LessOrEqual", aten="le")
+def less_equal(b, x, y):
+    return b.logical_or(b.less(x, y), b.equal(x, y))
+
+
+@_pair("logical_xor", _logical, BOOLS, "`a != b` on bool tensors", onnx="Xor",
+       aten="logical_xor")
+def logical_xor(b, x, y):
+    return b.logical_and(b.logical_or(x, y), b.logical_not(b.logical_and(x, y)))
+
+
+# --- predicates ---------------------------------------------------------------------------
+
+def _predicate(types, attrs):
+    if types[0].dtype == "bool":
+        fail("needs a numeric tensor, got bool")
+    return TensorType(types[0].shape, "bool")
+
+
+def _nothing(b, x):
+    """All false: an integer is never NaN nor infinite."""
+    return b.const(np.zeros(x.shape, dtype=bool))
+
+
+NUMERIC = [((X23,), {}), ((T("int64", 2, 3),), {})]
+
+
+@_single("isnan", _predicate, NUMERIC, onnx="IsNaN", aten="isnan", tolerance=0.0)
+def isnan(b, x):
+    """`a` is NaN (bool result; false for integers)"""
+    return b.logical_not(b.equal(x, x)) if is_float(x.dtype) else _nothing(b, x)
+
+
+@_single("isinf", _predicate, NUMERIC + [((X23,), {"detect_negative": False})],
+         {"detect_positive": ("bool", True), "detect_negative": ("bool", True)},
+         aten="isinf", tolerance=0.0)
+def isinf(b, x, detect_positive, detect_negative):
+    """`a` is +inf (`detect_positive`) or -inf (`detect_negative`), as ONNX IsInf"""
+    if not is_float(x.dtype) or not (detect_positive or detect_negative):
+        return _nothing(b, x)
+    if detect_positive and detect_negative:
+        return b.equal(b.abs(x), math.inf)
+    return b.equal(x, math.inf if detect_positive else -math.inf)
+
+
+# --- rounding and signs -------------------------------------------------------------------
+
+@_single("sign", _arithmetic, NUMERIC, onnx="Sign", aten="sign", tolerance=0.0)
+def sign(b, x):
+    """-1, 0 or 1 by the sign of `a`, in its dtype (NaN stays NaN)"""
+    signs = b.where(b.less(x, 0), -1, x) if x.dtype != "uint8" else x
+    return b.where(b.greater(x, 0), 1, signs)
+
+
+@_single("trunc", float_unary_infer, [((X23,), {})], aten="trunc", tolerance=0.0)
+def trunc(b, x):
+    """`a` rounded toward zero"""
+    return b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
+
+
+@_pair("remainder", _arithmetic, PAIRS, "`a - floor(a / b) * b`: the sign of `b` (Python "
+       "`%`, ONNX Mod with fmod=0, `torch.remainder`); an integer `remainder(a, 0)` is 0",
+       aten="remainder")
+def remainder(b, x, y):
+    # Python's float modulo: the fmod, moved by one divisor where the signs differ.
+    rest = b.fmod(x, y)
+    if x.dtype == "uint8":
+        return rest
+    zero = 0.0 if is_float(x.dtype) else 0
+    moved = b.logical_and(b.logical_not(b.equal(rest, zero)),
+                          b.logical_not(b.equal(b.less(rest, zero), b.less(y, zero))))
+    return b.where(moved, b.add(rest, y), rest)

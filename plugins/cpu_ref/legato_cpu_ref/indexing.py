@@ -1,0 +1,84 @@
+"""Reference kernels of the indexing, scan and selection ops (gather_elements, cumsum,
+trilu, tile, argmin, topk), written directly with numpy, independent of the
+decompositions they check."""
+from __future__ import annotations
+
+import numpy as np
+
+from legato import shapes
+from legato.errors import LegatoError
+
+
+def _fresh(x, dtype=None) -> np.ndarray:
+    return np.array(x, dtype=dtype, order="C", copy=True)
+
+
+def _axis(axis, ndim: int) -> int:
+    return shapes.norm_axis(int(axis), ndim, "axis")
+
+
+def gather_elements(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    if indices.dtype.kind not in "iu":
+        raise LegatoError(f"indices must be integers, got {indices.dtype}")
+    dim = data.shape[axis]
+    index = indices.astype(np.int64)
+    if np.any((index < -dim) | (index >= dim)):
+        raise LegatoError(f"indices out of range [{-dim}, {dim - 1}]")
+    index = np.where(index < 0, index + dim, index)
+    # indices may be smaller than data off the axis: gather from the matching corner
+    corner = tuple(slice(None) if a == axis else slice(0, n)
+                   for a, n in enumerate(indices.shape))
+    return _fresh(np.take_along_axis(data[corner], index, axis=axis), data.dtype)
+
+
+def cumsum(data, *, axis=0, exclusive=False, reverse=False):
+    axis = _axis(axis, data.ndim)
+    x = np.flip(data, axis) if reverse else data
+    acc = x.astype(np.float64) if x.dtype.kind == "f" else x
+    total = np.cumsum(acc, axis=axis, dtype=acc.dtype)  # integers wrap in their dtype
+    if exclusive:
+        total = total - acc
+    return _fresh(np.flip(total, axis) if reverse else total, data.dtype)
+
+
+def trilu(data, *, k=0, upper=True):
+    if data.ndim < 2:
+        raise LegatoError(f"trilu needs rank >= 2, got shape {list(data.shape)}")
+    return _fresh(np.triu(data, int(k)) if upper else np.tril(data, int(k)), data.dtype)
+
+
+def tile(data, *, repeats):
+    if len(repeats) != data.ndim:
+        raise LegatoError(f"repeats {list(repeats)} must be {data.ndim} ints")
+    return _fresh(np.tile(data, tuple(int(r) for r in repeats)), data.dtype)
+
+
+def argmin(data, *, axis=0, keepdims=True, select_last_index=False):
+    axis = _axis(axis, data.ndim)
+    if select_last_index:
+        index = data.shape[axis] - 1 - np.argmin(np.flip(data, axis), axis=axis)
+    else:
+        index = np.argmin(data, axis=axis)
+    return _fresh(np.expand_dims(index, axis) if keepdims else index, np.int64)
+
+
+def topk(data, *, k, axis=-1, largest=True):
+    axis = _axis(axis, data.ndim)
+    if not 0 <= k <= data.shape[axis]:
+        raise LegatoError(f"k={k} is not in [0, {data.shape[axis]}]")
+    # a stable sort keeps equal values in index order; for the largest, sort the
+    # reversed axis ascending and reverse back, so ties still come lowest index first
+    if largest:
+        flipped = np.flip(data, axis)
+        order = np.flip(np.argsort(flipped, axis=axis, kind="stable"), axis)
+        order = data.shape[axis] - 1 - order
+    else:
+        order = np.argsort(data, axis=axis, kind="stable")
+    order = np.take(order, np.arange(k), axis=axis)
+    return (_fresh(np.take_along_axis(data, order, axis=axis), data.dtype),
+            _fresh(order, np.int64))
+
+
+KERNELS = {"gather_elements": gather_elements, "cumsum": cumsum, "trilu": trilu,
+           "tile": tile, "argmin": argmin, "topk": topk}
