@@ -1,7 +1,7 @@
 """Graphviz DOT text of a picture (a plain text format; no Graphviz needed to write it)."""
 from __future__ import annotations
 
-from .picture import COLOURS, Node, Picture
+from .picture import COLOURS, LEGEND, Node, Picture
 
 def _q(text: str) -> str:
     """A DOT quoted string."""
@@ -13,6 +13,13 @@ def dot_text(picture: Picture) -> str:
     lines = ["digraph legato {", "  rankdir=TB; newrank=true; compound=true;",
              '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
              '  edge [color="#666666", arrowsize=0.6];']
+    legend = [k for k in COLOURS if k not in ("primitive", "value")]
+    lines.append('  subgraph cluster_legend { label="decisions"; color="#cccccc"; '
+                 'fontname="Helvetica";')
+    lines.extend(f"    legend_{k} [label={_q(k)}, fillcolor={_q(COLOURS[k])}, "
+                 f"tooltip={_q(LEGEND[k])}];" for k in legend)
+    lines.append("    " + " -> ".join(f"legend_{k}" for k in legend) + " [style=invis];")
+    lines.append("  }")
     for name, g in (("before", picture.before), ("after", picture.after)):
         lines.append(f"  subgraph cluster_{name} {{")
         lines.append(f"    label={_q(g.title)}; fontname=\"Helvetica\"; color=\"#999999\";")

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 COLOURS = {"legal": "#b7e4c7", "kept": "#74c69d", "decomposed": "#ffd6a5",
            "custom": "#a0c4ff", "fallback": "#fdffb6", "failed": "#ffadad",
            "external": "#e0e0e0", "primitive": "#e0e0e0", "value": "#ffffff"}
+LEGEND = {"legal": "the backend runs it natively",
+          "kept": "kept by the config and run natively",
+          "decomposed": "rewritten into lower-level ops (a box groups what it became)",
+          "custom": "tunnelled to the backend as a custom op",
+          "fallback": "runs on the fallback backend",
+          "failed": "no route: the error names each route and why it failed",
+          "external": "a call of a function another backend compiles (or a fused one)"}
 
 
 @dataclass

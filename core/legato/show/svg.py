@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from .picture import COLOURS, Graph, Picture
+from .picture import COLOURS, LEGEND, Graph, Picture
 
 ROW = 74          # vertical distance of layers
 GAP = 18          # horizontal gap between nodes
@@ -130,9 +130,10 @@ def svg_text(picture: Picture) -> str:
     after, w1, h1 = _drawing(picture.after, w0 + 40)
     legend, x = [], MARGIN
     for kind in ("legal", "kept", "decomposed", "custom", "fallback", "failed", "external"):
-        legend.append(f'<rect x="{x}" y="6" width="14" height="14" rx="3" '
+        legend.append(f'<g><title>{escape(LEGEND[kind])}</title>'
+                      f'<rect x="{x}" y="6" width="14" height="14" rx="3" '
                       f'fill="{COLOURS[kind]}" stroke="#555"/>'
-                      f'<text x="{x + 20}" y="18">{kind}</text>')
+                      f'<text x="{x + 20}" y="18">{kind}</text></g>')
         x += 40 + len(kind) * CHAR
     width, height = w0 + 40 + w1, max(h0, h1) + 24
     return "\n".join([
