@@ -114,6 +114,7 @@ TOSA: dict[str, Lowering] = {
     "sum": reduction("tosa.reduce_sum"),
     "max": reduction("tosa.reduce_max"),
     "min": reduction("tosa.reduce_min"),
+    "prod": reduction("tosa.reduce_product"),
     "argmax": Lowering("tosa.argmax", "argmax", check=rules.argmax_form,
                        rule=rules.via_float(rules.argmax)),
     "matmul": Lowering("tosa.matmul", "matmul", check=rules.same_batch, rule=rules.matmul,
@@ -149,7 +150,13 @@ RULES: dict[str, Callable] = {
 }
 
 # ops tosa_custom cannot lower, and why (a config may keep them: they become tosa.custom)
-NOT_LOWERED: dict[str, str] = {}
+NOT_LOWERED: dict[str, str] = {
+    "fmod": "TOSA 1.0 has no remainder operator, and a - trunc(a / b) * b is not exact",
+    "remainder": "its decomposition needs fmod, which TOSA 1.0 has no exact form of",
+    "topk": "TOSA 1.0 has no sort or top-k operator",
+    **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
+       for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
+}
 
 
 def capability_tables() -> dict:
