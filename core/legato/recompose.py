@@ -39,16 +39,49 @@ MAX_CANDIDATES = 256
 RTOL = 1e-5
 
 
-class Permuted(NamedTuple):
-    """An op input the rewrite computes: `permute_dims(base, axes)` (a transpose the
-    exporter wrote differently, or folded into a constant)."""
+class Rearranged(NamedTuple):
+    """An op input the rewrite computes from a graph value: `base` reshaped to `shape`
+    (None: as it is), then transposed by `axes` (None: not). Exporters move attention's
+    heads and keys around with reshapes and transposes the op's form writes differently."""
 
     base: Value
-    axes: tuple
+    shape: tuple | None
+    axes: tuple | None
 
     @property
     def type(self) -> TensorType:
-        return TensorType(tuple(self.base.shape[a] for a in self.axes), self.base.dtype)
+        shape = self.shape if self.shape is not None else self.base.shape
+        if self.axes is not None:
+            shape = tuple(shape[a] for a in self.axes)
+        return TensorType(shape, self.base.dtype)
+
+
+def _rearrangement(base: Value, chain: list[Call], inverse: tuple):
+    """`base` through the reshapes and transposes of `chain`, then transposed by
+    `inverse`, as one Rearranged (or `base` itself), or None if it is not one."""
+    index = np.arange(base.type.size).reshape(base.shape)
+    for call in chain:
+        index = index.reshape(call.outputs[0].shape) if call.op == "reshape" else \
+            np.transpose(index, _perm(call, index.ndim))
+    wanted = np.transpose(index, inverse)
+    if np.array_equal(wanted.ravel(), np.arange(wanted.size)):
+        return base if wanted.shape == base.shape else Rearranged(base, wanted.shape, None)
+    if wanted.ndim != base.rank:
+        return None
+    strides = np.cumprod((1,) + base.shape[:0:-1])[::-1]  # row-major strides of base
+    axes, free = [], set(range(base.rank))
+    for i, n in enumerate(wanted.shape):
+        step = int(wanted[(0,) * i + (1,) + (0,) * (wanted.ndim - i - 1)]) if n > 1 else None
+        match = next((a for a in sorted(free) if base.shape[a] == n and
+                      (step is None or strides[a] == step)), None)
+        if match is None:
+            return None
+        axes.append(match)
+        free.discard(match)
+    axes = tuple(axes)
+    ok = np.array_equal(np.transpose(np.arange(base.type.size).reshape(base.shape), axes),
+                        wanted)
+    return Rearranged(base, None, axes) if ok else None
 
 
 class Env:
@@ -73,8 +106,8 @@ class Env:
 
 
 def _same(a, b) -> bool:
-    return a is b or (isinstance(a, Permuted) and isinstance(b, Permuted) and
-                      a.base is b.base and a.axes == b.axes)
+    return a is b or (isinstance(a, Rearranged) and isinstance(b, Rearranged) and
+                      a.base is b.base and a.shape == b.shape and a.axes == b.axes)
 
 
 def _type_of(value) -> TensorType:
@@ -250,16 +283,24 @@ class Matcher:
             return
         perm = _perm(pc, rank)
         inverse = tuple(int(i) for i in np.argsort(perm))
-        gi = self.g.producer.get(id(gv))
-        gc = self.g.calls[gi] if gi is not None else None
-        if gc is not None and gc.op == "permute_dims" and gi not in self.claimed and \
-                gi not in env.taken and self.g.single_use(gv):
-            inner = _perm(gc, rank)
-            axes = tuple(inner[i] for i in inverse)
-            base = gc.inputs[0]
-            bound = base if axes == tuple(range(rank)) else Permuted(base, axes)
-            yield from self.bind(param, bound, env.with_call(pi, gi))
-        elif isinstance(gv, Const):
+        chain, value = [], gv  # reshapes and transposes that make gv, last first
+        while len(chain) < 4:
+            j = self.g.producer.get(id(value))
+            call = self.g.calls[j] if j is not None else None
+            if call is None or call.op not in ("reshape", "permute_dims") or \
+                    j in self.claimed or j in env.taken or not self.g.single_use(value):
+                break
+            chain.append(j)
+            value = call.inputs[0]
+        for depth in range(len(chain), 0, -1):  # absorb as many of them as possible
+            base = self.g.calls[chain[depth - 1]].inputs[0]
+            bound = _rearrangement(base, [self.g.calls[j] for j in reversed(chain[:depth])],
+                                   inverse)
+            if bound is not None:
+                yield from self.bind(param, bound,
+                                     env.with_call(pi, chain[0], chain[1:depth]))
+                return
+        if isinstance(gv, Const):
             folded = Const.of(np.ascontiguousarray(np.transpose(gv.data, inverse)))
             have = env.binds.get(id(param))
             if have is None:
@@ -670,10 +711,18 @@ class Recomposer:
         owners = {o for i in region for o in view.owners[i]}
         prelude, inputs = [], []
         for v in values:
-            if isinstance(v, Permuted):
-                call = make_call(self.registry, "permute_dims", [v.base], {"axes": list(v.axes)})
-                prelude.append(call)
-                v = call.outputs[0]
+            if isinstance(v, Rearranged):
+                base = v.base
+                if v.shape is not None:
+                    call = make_call(self.registry, "reshape", [base], {"shape": list(v.shape)})
+                    prelude.append(call)
+                    base = call.outputs[0]
+                if v.axes is not None:
+                    call = make_call(self.registry, "permute_dims", [base],
+                                     {"axes": list(v.axes)})
+                    prelude.append(call)
+                    base = call.outputs[0]
+                v = base
             inputs.append(v)
         replaced = tuple(fn.calls[o].op for o in sorted(owners))
         origin = Origin(opdef.name, attrs, f"recompose of {len(owners)} calls",
@@ -727,7 +776,7 @@ def region_problem(view: View, gi: int, env: Env, values) -> str | None:
         return "the region covers part of an input call"
     made = {id(out) for i in region for out in view.calls[i].outputs}
     for v in values:
-        base = v.base if isinstance(v, Permuted) else v
+        base = v.base if isinstance(v, Rearranged) else v
         if base is not None and id(base) in made:
             return "an input of the op is computed inside the region"
     return None

@@ -155,9 +155,10 @@ def _attention(types, attrs):
 QKV = f32(1, 2, 3, 4)
 
 
-def _attention_form(b, q, k, v, mask, scale, causal, q_factor, k_factor, s_factor):
+def _attention_form(b, q, k, v, mask, scale, causal, q_factor, k_factor, s_factor,
+                    nan_to_zero=False):
     """The attention decomposition with the scale applied as factors of q, k and the
-    scores (None: not applied there)."""
+    scores (None: not applied there); `nan_to_zero` sets NaN probabilities to 0."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     q = q if q_factor is None else b.multiply(q, q_factor(scale))
     kt = b.permute_dims(k, axes=[0, 1, 3, 2])
@@ -171,7 +172,10 @@ def _attention_form(b, q, k, v, mask, scale, causal, q_factor, k_factor, s_facto
     if causal:
         keep = np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool))
         scores = b.where(b.const(keep), scores, float("-inf"))
-    return b.matmul(b.nn_softmax(scores, axis=-1), v)
+    probs = b.nn_softmax(scores, axis=-1)
+    if nan_to_zero:
+        probs = b.where(b.isnan(probs), 0.0, probs)
+    return b.matmul(probs, v)
 
 
 def attention_scaling_q(b, q, k, v, mask, scale, causal):
@@ -186,12 +190,20 @@ def attention_scaling_q_and_k(b, q, k, v, mask, scale, causal):
     return _attention_form(b, q, k, v, mask, scale, causal, math.sqrt, math.sqrt, None)
 
 
+def attention_as_sdpa_exported(b, q, k, v, mask, scale, causal):
+    """PyTorch's scaled_dot_product_attention as torch.onnx writes it: q and k^T each
+    times sqrt(scale), NaN probabilities (rows whose every score is -inf, where attention
+    is undefined) set to 0 (recomposition only)."""
+    return _attention_form(b, q, k, v, mask, scale, causal, math.sqrt, math.sqrt, None,
+                           nan_to_zero=True)
+
+
 @composite("nn.attention", "q, k, v, mask?", _attention, "opaque", 2,
            [((QKV, QKV, QKV, None), {}), ((QKV, QKV, QKV, T("bool", 3, 3)), {"causal": True}),
             ((QKV, QKV, QKV, f32(1, 1, 3, 3)), {"scale": 0.5})],
            {"scale": ("float?", None), "causal": ("bool", False)},
            tolerance=1e-3,  # exp of scores that carry a matmul's rounding
-           patterns=[attention_scaling_q, attention_scaling_q_and_k])
+           patterns=[attention_scaling_q, attention_scaling_q_and_k, attention_as_sdpa_exported])
 def attention(b, q, k, v, mask, scale, causal):
     """`softmax(q @ k^T * scale + mask) @ v`, q/k/v `(batch, heads, seq, head_dim)`; a bool
     mask keeps `True`, a float mask is added; `causal` masks `j > i`; `scale=None` is
