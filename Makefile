@@ -15,7 +15,7 @@ TEST_DEPS :=
 .DEFAULT_GOAL := demo
 -include mk/*.mk
 
-.PHONY: demo test bench clean check-kit
+.PHONY: demo test bench clean check-kit pictures
 
 $(STAMP): $(INSTALL_DEPS)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.10"; exit 1; }
@@ -44,6 +44,13 @@ check-kit: $(STAMP)
 	$(KIT_DIR)/venv/bin/python -m legato.cli check-backend demo_npu
 	cd $(KIT_DIR)/demo_npu && $(KIT_DIR)/venv/bin/python -m pytest -q -p no:cacheprovider
 	rm -rf $(KIT_DIR)
+
+# The README's pictures (legato show); Graphviz's dot lays them out when installed,
+# legato's own layout otherwise.
+pictures: $(STAMP)
+	$(BIN)/legato show example:transformer --backend c_kernels -o docs/img/transformer.svg
+	$(BIN)/legato show example:transformer --backend c_kernels \
+		--config docs/img/decompose.yaml -o docs/img/transformer-decomposed.svg
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/legalize.py

@@ -173,3 +173,16 @@ def test_explain_has_one_row_per_op_decision_and_reason():
     assert len(rows) == len({tuple(r) for r in rows})
     add = next(line for line in str(report).splitlines() if line.split()[:2] == ["add", "legal"])
     assert "in the model" in add and "from " in add  # where the calls came from
+
+
+def test_run_names_the_partitioned_region_that_diverges(backend_factory, capsys):
+    def softmax(x, axis=-1):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return (1.1 * e / e.sum(axis, keepdims=True)).astype(x.dtype)
+
+    backend_factory({"backend": "badsoftmax", "fallback": "cpu_ref",
+                     "legal": {"nn.softmax": {}}}, kernels={"nn.softmax": softmax})
+    assert main(["run", "example:transformer", "-b", "badsoftmax,cpu_ref"]) == 1
+    out = capsys.readouterr().out
+    assert "first differing call: main#" in out and '{"callee": "badsoftmax_0"}' in out
+    assert "(@badsoftmax_0 runs on badsoftmax: nn.softmax)" in out

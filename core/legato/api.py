@@ -112,6 +112,7 @@ class Compiled:
         self.module, self.report, self.backend = module, report, backend
         self.artifact, self.source = artifact, source
         self.fallback_calls = frozenset(fallback_calls)  # calls that run on the fallback
+        self.callees: dict = {}  # partitioned: external function name -> its Compiled
         self._runner = runner
         # a plugin's executor that does not say it is thread-safe gets one call at a time
         self._lock = None if getattr(runner, "thread_safe", False) else threading.Lock()
@@ -197,8 +198,7 @@ def count_per_backend(module: Module, backend: Backend, fallback: Backend | None
 
 
 def with_every_result(compiled: Compiled, *, context: Context | None = None) -> Compiled:
-    """`compiled` rebuilt so that main returns every call's outputs (after its own results),
-    in call order: for locating where a backend's results first differ from the reference.
+    """`compiled` rebuilt so that main returns every call's outputs, in call order: for locating where a backend's results first differ from the reference.
     The legalized calls are reused as they are (same decisions, same fallback calls)."""
     host = context or current_context()
     main = compiled.module.main
@@ -209,11 +209,17 @@ def with_every_result(compiled: Compiled, *, context: Context | None = None) -> 
     be = compiled.backend
     if not be.executes:
         raise LegatoError(f"backend {be.name} emits code; there is nothing to run")
-    factory = be.executor or Interpreter
-    runner = _backend_step(be, "executor", factory, module, be, host.fallback_of(be),
-                           compiled.fallback_calls, host.registry)
-    return Compiled(module, compiled.report, be, runner, None, compiled.source,
-                    compiled.fallback_calls)
+    if compiled.callees:  # partitioned: main calls the regions compiled for their backends
+        runner = Interpreter(module, be, host.fallback_of(be), compiled.fallback_calls,
+                             host.registry, callees=compiled.callees)
+    else:
+        factory = be.executor or Interpreter
+        runner = _backend_step(be, "executor", factory, module, be, host.fallback_of(be),
+                               compiled.fallback_calls, host.registry)
+    probe = Compiled(module, compiled.report, be, runner, None, compiled.source,
+                     compiled.fallback_calls)
+    probe.callees = compiled.callees
+    return probe
 
 
 def _backend_step(be: Backend, what: str, fn, *args):
@@ -256,8 +262,10 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     report.fallback = fallback.name if fallback is not None else None
     runner = Interpreter(rest.module, main_backend, fallback,
                          rest.fallback_calls, host.registry, callees=callees)
-    return Compiled(rest.module, report, main_backend, runner, None, source,
-                    rest.fallback_calls)
+    compiled = Compiled(rest.module, report, main_backend, runner, None, source,
+                        rest.fallback_calls)
+    compiled.callees = callees
+    return compiled
 
 
 def _backend(host, backend) -> Backend:

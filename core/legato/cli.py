@@ -23,6 +23,7 @@ from .examples import random_inputs
 from .executor import as_tuple, describe_call
 from .frontends.onnx import coverage
 from .fuse import fuse, op_info
+from .ir import CALL_OP
 from .progress import size_text, timer
 from .show import add_command as add_show_command
 
@@ -234,10 +235,20 @@ def first_divergence(compiled, inputs) -> str:
             index += 1
             if err > TOLERANCE:
                 return (f"first differing call: {describe_call(call, f'main#{number}')}\n"
+                        + _region_text(probe.module, call) +
                         f"  max rel. error {err:.2e} (tolerance {TOLERANCE:.0e}); the calls "
                         f"before it agree with the reference")
     return ("every call agrees with the reference within the tolerance; the differences "
             "add up along the way")
+
+
+def _region_text(module, call) -> str:
+    """For a call of a partitioned region: which backend runs it and its ops."""
+    if call.op != CALL_OP:
+        return ""
+    fn = module.functions[call.attrs["callee"]]
+    return (f"  (@{call.attrs['callee']} runs on {fn.attrs.get('codegen', fn.kind)}: "
+            f"{', '.join(c.op for c in fn.calls)})\n")
 
 
 def cmd_demo(args) -> int:
