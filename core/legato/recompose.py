@@ -27,6 +27,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .calls import make_call
+from .errors import ConfigError, quote
 from .ir import Call, Const, Function, Module, Origin, TensorType, Value, attr_key, freeze_attr
 from .passes import FunctionPass, PassResult
 from .patterns import Form, Template, View, _scalar, build_view, derive, trace
@@ -833,3 +834,57 @@ def explain(module: Module, ops: Sequence[str] | None = None, registry=None) -> 
     p = RecomposePass(ops, registry)
     p(module)
     return p.report
+
+
+recompose.explain = explain  # legato.recompose(...) is the function; its report helper
+
+
+# --- what `compile` and the command line call ---------------------------------------------
+
+def ops_for_backend(backend, registry, keep=()) -> list[str]:
+    """The ops `compile` recomposes for `backend` by default: the composite ops with
+    patterns that it lists as legal or the config keeps (recovering an op the backend
+    would decompose again gains nothing)."""
+    wanted = set(backend.legal) | set(keep)
+    return [op for op in default_ops(registry) if op in wanted]
+
+
+def resolve_setting(setting, backend, registry, keep=()) -> list[str]:
+    """The ops a config's `recompose:` value asks for: true (the backend's, see
+    ops_for_backend), false (none) or a list of op names (each a composite op)."""
+    if setting is True or setting is None:
+        return ops_for_backend(backend, registry, keep) if backend is not None \
+            else default_ops(registry)
+    if setting is False:
+        return []
+    if isinstance(setting, str) or not all(isinstance(op, str) for op in setting):
+        raise ConfigError(f"recompose: expected true, false or a list of op names, got "
+                          f"{quote(setting)}")
+    for op in setting:
+        opdef = registry.get(op)  # OpError names an unknown op, with a suggestion
+        if opdef.decompose is None:
+            raise ConfigError(f"recompose: {op} is a primitive op; only composite ops "
+                              "(with a decomposition) can be recomposed")
+    return list(setting)
+
+
+def recompose_for(module: Module, backend=None, setting=True, keep=(), registry=None
+                  ) -> tuple[Module, Recovery]:
+    """Recomposition as `compile` runs it before legalization: the ops `setting` selects
+    for `backend` (see resolve_setting); returns the module and what was recovered
+    (`Recovery.recovered` counts calls per op, for the report)."""
+    if registry is None:
+        from .context import context
+        registry = context().registry
+    ops = resolve_setting(setting, backend, registry, keep)
+    if not ops:
+        return module, Recovery()
+    p = RecomposePass(ops, registry)
+    module, _ = p(module)
+    return module, p.report
+
+
+def summary(report: Recovery) -> str:
+    """One line for a compile report: `recovered nn.gelu x2, nn.rms_norm x5`."""
+    found = ", ".join(f"{op} x{n}" for op, n in sorted(report.recovered.items()))
+    return f"recovered {found}" if found else "recovered nothing"
