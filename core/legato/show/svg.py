@@ -30,8 +30,15 @@ def layout(g: Graph) -> tuple[dict[str, _Box], float, float]:
     for a, b in g.edges:
         preds[b].append(a)
     layer: dict[str, int] = {}
-    for n in g.nodes:  # program order: inputs come before their users
-        layer[n.id] = 1 + max((layer[p] for p in preds[n.id]), default=-1)
+    # program order (inputs come before their users). The calls of one cluster are
+    # consecutive in it; each run of calls in or out of a cluster starts below everything
+    # placed before, so cluster boxes never share a row with other nodes.
+    floor, segment, deepest = 0, "", 0
+    for n in g.nodes:
+        if n.cluster != segment:
+            floor, segment = deepest + 1, n.cluster
+        layer[n.id] = max(floor, 1 + max((layer[p] for p in preds[n.id]), default=-1))
+        deepest = max(deepest, layer[n.id])
     rows: dict[int, list] = {}
     for n in g.nodes:
         rows.setdefault(layer[n.id], []).append(n)
@@ -85,7 +92,8 @@ def _drawing(g: Graph, dx: float) -> tuple[list[str], float, float]:
         members = [boxes[n.id] for n in g.nodes if n.cluster == cluster]
         x0 = min(b.x - b.w / 2 for b in members) - PAD + dx
         y0 = min(b.y - b.h / 2 for b in members) - PAD - 12
-        x1 = max(b.x + b.w / 2 for b in members) + PAD + dx
+        x1 = max(max(b.x + b.w / 2 for b in members) + PAD + dx,
+                 x0 + len(label) * CHAR * 0.9 + 12)  # room for the label (11px font)
         y1 = max(b.y + b.h / 2 for b in members) + PAD
         out.append(f'<g class="cluster"><title>{escape(label)}</title>'
                    f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
@@ -135,7 +143,7 @@ def svg_text(picture: Picture) -> str:
                       f'fill="{COLOURS[kind]}" stroke="#555"/>'
                       f'<text x="{x + 20}" y="18">{kind}</text></g>')
         x += 40 + len(kind) * CHAR
-    width, height = w0 + 40 + w1, max(h0, h1) + 24
+    width, height = max(w0 + 40 + w1, x), max(h0, h1) + 24
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">',
