@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .calls import Emitter, make_call, run_decomposition
-from .ir import Call, Const, Value
+from .ir import Call, Const, TensorType, Value
 
 # attributes whose values a template enumerates (the structure may depend on them)
 ENUMERABLE = ("bool", "str:")
@@ -313,12 +313,33 @@ def variants(opdef, attrs: dict) -> list[dict]:
     return out
 
 
+def _doubled(t):
+    return None if t is None else TensorType(tuple(2 * d for d in t.shape), t.dtype)
+
+
+def shape_dependent(registry, opdef) -> bool:
+    """Whether the decomposition writes other calls when every input dimension doubles
+    (a convolution unrolled per kernel tap does; a norm or an attention does not)."""
+    form = Form(opdef.name, opdef.decompose, "decomposition")
+    for input_types, attrs in opdef.examples:
+        try:
+            small = trace(registry, form, input_types, attrs)
+            large = trace(registry, form, [_doubled(t) for t in input_types], attrs)
+        except Exception:  # noqa: BLE001 - doubled shapes the op refuses: try the next
+            continue
+        return signature(small) != signature(large)
+    return False
+
+
 def derive(registry, opdef) -> tuple[list[Template], list[str]]:
     """Every distinct template of an op, and why the rest could not be traced."""
     found: dict[tuple, Template] = {}
     problems = []
     if opdef.variadic:
         return [], [f"{opdef.name}: variadic inputs are not recomposed"]
+    if shape_dependent(registry, opdef):
+        return [], [f"{opdef.name}: its decomposition's structure depends on the input "
+                    "shapes (e.g. unrolled over a window), so no one pattern finds it"]
     for form in forms(opdef):
         for input_types, attrs in opdef.examples:
             for attrs_variant in variants(opdef, dict(attrs)):
