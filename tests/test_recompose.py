@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import legato
-from legato.recompose import RecomposePass, default_ops, explain, recompose
+from legato.recompose import (RecomposePass, default_ops, explain, ops_for_backend, recompose,
+                              recompose_for, resolve_setting, summary)
 from legato.testing.samples import samples
 
 REGISTRY = legato.context().registry
@@ -242,6 +243,87 @@ def test_pass_reports_what_it_recovered():
     module, modified = p(module)
     assert modified and p.report.recovered == Counter({"nn.rms_norm": 1})
     assert "nn.rms_norm: 1 recovered" in p.report.text()
+
+
+def sdpa_as_exported(gqa: bool):
+    """Attention as torch.onnx writes scaled_dot_product_attention: k^T made by reshapes
+    and a transpose (after repeating k's heads for grouped queries), q and k^T each
+    scaled by sqrt(scale), NaN probabilities zeroed."""
+    b = legato.GraphBuilder()
+    q = b.input("q", (1, 4, 6, 8), "float32")
+    k = b.input("k", (1, 2 if gqa else 4, 6, 8), "float32")
+    v = b.input("v", (1, 4, 6, 8), "float32")
+    if gqa:  # repeat_kv: (1, 2, 6, 8) -> (1, 2, 2, 6, 8) -> (4, 6, 8)
+        k = b.broadcast_to(b.expand_dims(k, axes=[2]), shape=[1, 2, 2, 6, 8])
+    kt = b.reshape(b.permute_dims(b.reshape(k, shape=[4, 6, 8]), axes=[0, 2, 1]),
+                   shape=[1, 4, 8, 6])
+    root = math.sqrt(1 / math.sqrt(8))
+    scores = b.matmul(b.multiply(q, root), b.multiply(kt, root))
+    probs = b.nn_softmax(b.add(scores, b.const(np.zeros((1, 1, 6, 6), np.float32))), axis=-1)
+    probs = b.where(b.isnan(probs), 0.0, probs)
+    return b.build(b.matmul(probs, v)), [(1, 4, 6, 8), (1, 2 if gqa else 4, 6, 8), (1, 4, 6, 8)]
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_attention_as_torch_onnx_writes_sdpa(gqa):
+    module, shapes = sdpa_as_exported(gqa)
+    back, _ = recompose(module, ops=["nn.attention"])
+    (att,) = [c for c in back.main.calls if c.op == "nn.attention"]
+    assert att.attrs["scale"] is None or math.isclose(att.attrs["scale"], 1 / math.sqrt(8))
+    assert not {"isnan", "where", "matmul", "multiply"} & set(ops_of(back))
+    rng = np.random.default_rng(4)
+    assert_same_numbers(module, back, [rng.standard_normal(s).astype(np.float32)
+                                       for s in shapes])
+
+
+def test_convolutions_have_no_pattern_and_explain_says_why():
+    assert "nn.conv2d" not in default_ops(REGISTRY)
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 2, 5, 5), "float32")
+    module = b.build(b.multiply(x, 2.0))
+    text = explain(module, ops=["nn.conv2d"]).text()
+    assert "depends on the input shapes" in text
+
+
+def test_compile_wiring_helpers():
+    """What compile calls: the backend's legal composite ops by default, a config's
+    true / false / [ops], and a summary line for the report."""
+    c_kernels = legato.get_backend("c_kernels")
+    ops = ops_for_backend(c_kernels, REGISTRY)
+    assert {"nn.gelu", "nn.rms_norm", "nn.layer_norm", "nn.softmax"} <= set(ops)
+    assert "nn.attention" not in ops  # c_kernels would decompose it again
+    assert "nn.attention" in ops_for_backend(c_kernels, REGISTRY, keep={"nn.attention"})
+    assert resolve_setting(False, c_kernels, REGISTRY) == []
+    assert resolve_setting(["nn.gelu"], c_kernels, REGISTRY) == ["nn.gelu"]
+    with pytest.raises(legato.ConfigError, match="primitive"):
+        resolve_setting(["add"], c_kernels, REGISTRY)
+    with pytest.raises(legato.OpError, match="nn.gelu"):
+        resolve_setting(["nn.gelux"], c_kernels, REGISTRY)
+    module = rms_norm_module(lambda b: 1e-5)
+    back, report = recompose_for(module, c_kernels, True, registry=REGISTRY)
+    assert summary(report) == "recovered nn.rms_norm x1"
+    same, nothing = recompose_for(module, c_kernels, False, registry=REGISTRY)
+    assert same is module and summary(nothing) == "recovered nothing"
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    np.testing.assert_allclose(legato.compile(back, backend="c_kernels")(x),
+                               legato.compile(module, backend="c_kernels")(x),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_cli_command(tmp_path, capsys):
+    import argparse
+    from legato import cli_recompose
+    path = tmp_path / "m.legato"
+    path.write_text(str(rms_norm_module(lambda b: 1e-6)))
+    parser = argparse.ArgumentParser()
+    cli_recompose.add_command(parser.add_subparsers(), [])
+    args = parser.parse_args(["recompose", str(path), "--explain", "--print-ir",
+                              "--ops", "nn.rms_norm,nn.gelu"])
+    assert args.command(args) == 0
+    out, err = capsys.readouterr()
+    assert "recovered nn.rms_norm x1" in err and "nn.gelu: 0 recovered" in err
+    assert "nn.rms_norm(" in out and "power(" not in out
+    assert legato.parse(out).main.calls[0].op == "nn.rms_norm"
 
 
 # --- ONNX exports of PyTorch modules ----------------------------------------------------
