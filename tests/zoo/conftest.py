@@ -59,6 +59,12 @@ def tosa_tools():
     return found
 
 
+@pytest.fixture(scope="session")
+def full_run(request) -> bool:
+    """Whether this run is the whole zoo (which also runs TOSA on the reference model)."""
+    return full_zoo(request.config)
+
+
 @pytest.fixture
 def zoo_row(request):
     """Call with a tests.zoo.check.Row: it goes into the table printed at the end."""
