@@ -634,6 +634,10 @@ case("sign-specials", "sign", lambda rng: [with_specials(rng, 4, 6)])
 case("sign-int8", "sign", lambda rng: [ints(rng, np.int8, 9)])
 case("sign-uint8", "sign", lambda rng: [ints(rng, np.uint8, 9)])
 case("trunc", "trunc", lambda rng: [randn(rng, 4, 6, scale=4.0)])
+case("expm1", "expm1", lambda rng: [randn(rng, 4, 6, scale=1e-3)])
+case("expm1-wide", "expm1", unary(4, 6, scale=5.0), rtol=1e-5, atol=1e-6)
+case("log1p", "log1p", lambda rng: [randn(rng, 4, 6, scale=1e-3)])
+case("log1p-wide", "log1p", lambda rng: [positive(rng, 4, 6, low=-0.9, high=50.0)])
 case("remainder-float-negative", "remainder",
      pair(lambda rng: randn(rng, 4, 6, scale=10.0), lambda rng: randn(rng, 6, scale=3.0)))
 case("remainder-int32-negative", "remainder",

@@ -16,6 +16,7 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module
 from . import torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
+from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP
 
 
@@ -48,6 +49,20 @@ def load(module, example_inputs, *, registry=None) -> Module:
 def _aten_overload(torch, name: str):
     _, op, overload = name.split(".")
     return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def _all_constant(args, kwargs) -> bool:
+    """Whether every tensor among a node's arguments is a constant (and there is one)."""
+    tensors = [a for a in _flat([*args, *kwargs.values()]) if hasattr(a, "type")]
+    return bool(tensors) and all(isinstance(t, Const) for t in tensors)
+
+
+def _flat(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flat(item)
+        else:
+            yield item
 
 
 def torch_dtype(dtype) -> str:
@@ -112,12 +127,30 @@ class _Importer:
                                                      for k, v in node.kwargs.items()}
         if node.target is operator.getitem:
             return args[0][args[1]]
+        start = len(self.b.calls)
         try:
             result = ATEN[str(node.target)](self.b, *args, **kwargs)
         except LegatoError as err:
             raise type(err)(f"{node.target} ({node.name}): {err}") from None
+        if _all_constant(args, kwargs):
+            result = self.fold(start, result)
         self.check_type(node, result)
         return result
+
+    def fold(self, start: int, result):
+        """Index arithmetic on folded factories (arange, full, ...) becomes constants too,
+        so backends never see it (TOSA has no integer remainder, for one)."""
+        results = result if isinstance(result, tuple) else (result,)
+        values = [v for v in results if v is not None]
+        if not foldable(values) or all(isinstance(v, Const) for v in values):
+            return result
+        arrays = fold_calls(self.b.calls[start:], values, self.b.registry)
+        if arrays is None:
+            return result
+        del self.b.calls[start:]
+        consts = iter(Const.of(a) for a in arrays)
+        folded = tuple(None if v is None else next(consts) for v in results)
+        return folded if isinstance(result, tuple) else folded[0]
 
     def check_type(self, node, result) -> None:
         """Every converted value must have the shape and dtype torch says it has."""

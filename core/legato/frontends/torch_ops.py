@@ -48,8 +48,9 @@ def _direct(opdef):
     """The converter of an ATen op that maps one to one onto `opdef`: tensors and Python
     scalars positionally, keyword arguments named as the op's attributes."""
     def convert(b, *args, alpha=1, **kwargs):
-        like = next((a for a in args if hasattr(a, "type")), None)
-        args = list(args)
+        tensors = [a for a in args if hasattr(a, "type")]
+        like = next((a for a in tensors if a.dtype != "bool"), tensors[0] if tensors else None)
+        args = _promoted(b, opdef.name, list(args))
         if alpha != 1:  # add/sub: x + alpha * y
             args[1] = b.multiply(args[1], alpha)
         inputs = [a if a is None or hasattr(a, "type") or like is None
@@ -61,6 +62,21 @@ def _direct(opdef):
         return b.call(op, *inputs, **attrs)
     convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
+
+
+def _promoted(b, op: str, args: list) -> list:
+    """Tensor operands of differing dtypes cast to the one torch computes in: the widest
+    float if there is a float, else the widest integer (a where's condition stays bool)."""
+    first = 1 if op == "where" else 0
+    tensors = [a for a in args[first:] if hasattr(a, "type")]
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) < 2 or op.startswith("logical_"):
+        return args
+    floats = [d for d in dtypes if d.startswith(("float", "bfloat"))]
+    common = max(floats, key=lambda d: np.dtype(d).itemsize if d != "bfloat16" else 2) \
+        if floats else np.result_type(*(d for d in dtypes)).name
+    return args[:first] + [b.cast(a, dtype=common) if hasattr(a, "type") and a.dtype != common
+                           else a for a in args[first:]]
 
 
 # ATen packets that map one to one onto a legato op say so in its definition (`aten`)

@@ -215,6 +215,18 @@ def _arg(op: str):
     return convert
 
 
+def _any_all(op: str):
+    """any/all as max/min of the bool tensor (x != 0 for numbers)."""
+    def convert(b, x, dims=None, keepdim=False):
+        flags = x if x.dtype == "bool" else b.not_equal(x, 0)
+        if isinstance(dims, int):
+            dims = [dims]
+        return b.call(op, flags, axes=None if dims is None else list(dims), keepdims=keepdim)
+    return convert
+
+
+aten("aten.any.default", "aten.any.dim", "aten.any.dims")(_any_all("max"))
+aten("aten.all.default", "aten.all.dim", "aten.all.dims")(_any_all("min"))
 aten("aten.argmax.default")(_arg("argmax"))
 aten("aten.argmin.default")(_arg("argmin"))
 

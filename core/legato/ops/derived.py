@@ -85,6 +85,20 @@ def isinf(b, x, detect_positive, detect_negative):
     return b.equal(x, math.inf if detect_positive else -math.inf)
 
 
+# --- exp and log near 0 ------------------------------------------------------------------
+
+@_single("expm1", float_unary_infer, [((X23,), {})], aten="expm1", tolerance=1e-6)
+def expm1(b, x):
+    """`exp(a) - 1` (the error stays below a float32 ulp of 1 near 0)"""
+    return b.subtract(b.exp(x), 1.0)
+
+
+@_single("log1p", float_unary_infer, [((X23,), {})], aten="log1p", tolerance=1e-6)
+def log1p(b, x):
+    """`log(1 + a)` (the error stays below a float32 ulp of 1 near 0)"""
+    return b.log(b.add(x, 1.0))
+
+
 # --- rounding and signs -------------------------------------------------------------------
 
 @_single("sign", _arithmetic, NUMERIC, onnx="Sign", aten="sign", tolerance=0.0)
