@@ -61,13 +61,20 @@ def onnx_file(name: str) -> Path:
         program.save(str(partial), external_data=False)
     except Exception as err:  # noqa: BLE001 - the exporter raises many types
         partial.unlink(missing_ok=True)
-        raise ExportError(f"torch.onnx.export failed for {name}: "
-                          f"{' '.join(str(err).split())[:300]}") from None
+        raise ExportError(f"torch.onnx.export failed for {name}: {_cause(err)}") from None
     partial.replace(path)  # atomic: a concurrent reader sees a whole file or none
     for stale in CACHE.glob(f"{name}-*.onnx"):  # exports of older configs or versions
         if stale != path:
             stale.unlink(missing_ok=True)
     return path
+
+
+def _cause(err: Exception) -> str:
+    """torch.onnx's error without its boilerplate: the exception summary when it has one."""
+    text = str(err)
+    if "## Exception summary" in text:
+        text = text.split("## Exception summary", 1)[1]
+    return " ".join(text.split())[:300]
 
 
 _WARM: set = set()  # routes whose one-time set-up (lazy imports, tables) is done
