@@ -19,6 +19,7 @@ import numpy as np
 
 from .calls import Emitter, make_call, run_decomposition
 from .ir import Call, Const, TensorType, Value
+from .registry import REQUIRED
 
 # attributes whose values a template enumerates (the structure may depend on them)
 ENUMERABLE = ("bool", "str:")
@@ -122,8 +123,12 @@ def _const_like(number: float, like: Const) -> Const:
     return Const.of(np.full(like.data.shape, number, dtype=like.data.dtype))
 
 
-def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], results=()):
-    """Rewrite `calls` (with their owners) into the canonical form; returns both lists."""
+def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], results=(),
+              identities: set | None = None):
+    """Rewrite `calls` (with their owners) into the canonical form; returns both lists.
+    The owners of calls dropped as identities (x * 1, x + 0) are added to `identities`:
+    they stand for no view call, and a rewrite may leave them unused."""
+    identities = set() if identities is None else identities
     uses: dict[int, int] = {}
     for call in calls:
         for value in call.inputs:
@@ -152,14 +157,24 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         dropped.add(j)
         return calls[j].inputs[0]
 
+    result_ids = {id(r) for r in results}
+    rename: dict[int, Value] = {}  # results of dropped calls -> the value they equal
     for i, call in enumerate(calls):
         owner = owners[i]
+        if rename and any(v is not None and id(v) in rename for v in call.inputs):
+            call = Call(call.op, tuple(rename.get(id(v), v) if v is not None else None
+                                       for v in call.inputs), call.attrs, call.outputs,
+                        call.origin)
         op, ins = call.op, call.inputs
         a = ins[0] if ins else None
         b = ins[1] if len(ins) > 1 else None
         c = _scalar(b) if op in ("divide", "subtract", "power") else None
         out = call.outputs[0] if call.outputs else None
-        if op == "divide" and _is_float(out) and _scalar(a) == 1.0 and \
+        same = _identity_operand(op, a, b, out) if id(out) not in result_ids else None
+        if same is not None:  # x * 1, x + 0: the call is its other operand
+            rename[id(out)] = rename.get(id(same), same)
+            identities.update(owner)
+        elif op == "divide" and _is_float(out) and _scalar(a) == 1.0 and \
                 (root := sqrt_input(b)) is not None:
             emit("rsqrt", [root], {}, [out], owner + _owner_of(made, owners, b))
         elif op == "divide" and _is_float(out) and c not in (None, 0.0):
@@ -189,6 +204,18 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     return [out_calls[k] for k in keep], [out_owners[k] for k in keep]
 
 
+def _identity_operand(op, a, b, out):
+    """The operand a `multiply` by ones or an `add` of zeros returns unchanged, or None."""
+    if op not in ("multiply", "add") or not _is_float(out):
+        return None
+    neutral = 1.0 if op == "multiply" else 0.0
+    for x, y in ((a, b), (b, a)):
+        if isinstance(y, Const) and x is not None and x.type == out.type and \
+                _scalar(y) == neutral:
+            return x
+    return None
+
+
 def _keeps_shape(a, b) -> bool:
     try:
         return np.broadcast_shapes(a.shape, b.shape) == a.shape
@@ -208,8 +235,11 @@ def build_view(registry, calls, params, results, expandable) -> View:
         for inner in expand(registry, call, expandable):
             flat.append(inner)
             owners.append((index,))
-    flat, owners = canonical(registry, flat, owners, results)
-    return View(flat, owners, params, results)
+    identities: set[int] = set()
+    flat, owners = canonical(registry, flat, owners, results, identities)
+    view = View(flat, owners, params, results)
+    view.identities = identities
+    return view
 
 
 # --- forms and templates ------------------------------------------------------------------
@@ -299,7 +329,8 @@ def signature(template: Template) -> tuple:
 
 
 def variants(opdef, attrs: dict) -> list[dict]:
-    """`attrs` with each enumerable attribute (bool, string choice) set to every value."""
+    """`attrs` with each enumerable attribute (bool, string choice) set to every value,
+    and each float attribute also set to 1 (a scale of 1 writes no multiplication)."""
     choices = []
     for key, spec in opdef.attr_specs.items():
         kind = spec.type.rstrip("?")
@@ -307,6 +338,8 @@ def variants(opdef, attrs: dict) -> list[dict]:
             choices.append([(key, False), (key, True)])
         elif kind.startswith("str:"):
             choices.append([(key, v) for v in kind[4:].split("|")])
+        elif kind == "float" and (key in attrs or spec.default is not REQUIRED):
+            choices.append([(key, attrs.get(key, spec.default)), (key, 1.0)])
     out = []
     for combo in itertools.islice(itertools.product(*choices), MAX_VARIANTS):
         out.append({**attrs, **dict(combo)})

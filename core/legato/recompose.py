@@ -301,13 +301,9 @@ class Matcher:
                 yield from self.bind(param, bound,
                                      env.with_call(pi, chain[0], chain[1:depth]))
                 return
-        if isinstance(gv, Const):
-            folded = Const.of(np.ascontiguousarray(np.transpose(gv.data, inverse)))
-            have = env.binds.get(id(param))
-            if have is None:
-                yield from self.bind(param, folded, env.with_call(pi, -1))
-            elif isinstance(have, Const) and np.array_equal(have.data, folded.data):
-                yield env
+        if isinstance(gv, Const):  # folded into a transposed constant by the rewrite
+            bound = gv if inverse == tuple(range(rank)) else Rearranged(gv, None, inverse)
+            yield from self.bind(param, bound, env.with_call(pi, -1))
 
     def operand_tree(self, pi, pc, gi, gc, env: Env):
         p_leaves, p_inner = self.pattern_leaves(pi)
@@ -581,7 +577,7 @@ class Recomposer:
                                  differs)
         if not rewrites:
             return fn, False
-        return _apply(fn, rewrites), True
+        return _apply(fn, rewrites, view.identities), True
 
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
@@ -712,7 +708,9 @@ class Recomposer:
         owners = {o for i in region for o in view.owners[i]}
         prelude, inputs = [], []
         for v in values:
-            if isinstance(v, Rearranged):
+            if isinstance(v, Rearranged) and isinstance(v.base, Const) and v.shape is None:
+                v = Const.of(np.ascontiguousarray(np.transpose(v.base.data, v.axes)))
+            elif isinstance(v, Rearranged):
                 base = v.base
                 if v.shape is not None:
                     call = make_call(self.registry, "reshape", [base], {"shape": list(v.shape)})
@@ -771,7 +769,10 @@ def region_problem(view: View, gi: int, env: Env, values) -> str | None:
             if out is not root_value and (id(out) in view.results or any(
                     u not in region for u in view.users.get(id(out), ()))):
                 return "an interior value is used outside the region"
-    covered = Counter(o for i in region for o in view.owners[i])
+    covered: dict[int, int] = {}
+    for i in region:
+        for o in view.owners[i]:
+            covered[o] = covered.get(o, 0) + 1
     counts = view.owner_counts()
     if any(counts[o] != n for o, n in covered.items()):
         return "the region covers part of an input call"
@@ -787,7 +788,7 @@ def opdef_attrs(registry, template, attrs):
     return registry.get(template.form.op).normalize_attrs(attrs)
 
 
-def _apply(fn: Function, rewrites) -> Function:
+def _apply(fn: Function, rewrites, identities=frozenset()) -> Function:
     at: dict[int, list[Call]] = {}
     removed: set[int] = set()
     for owners, calls in rewrites:
@@ -799,6 +800,12 @@ def _apply(fn: Function, rewrites) -> Function:
             out.extend(at[index])
         elif index not in removed:
             out.append(call)
+    if identities:  # a `x * 1` whose users became one call is left unused: drop it
+        dead = {id(fn.calls[i]) for i in identities}
+        used = {id(v) for call in out for v in call.inputs if v is not None}
+        used |= {id(r) for r in fn.results}
+        out = [call for call in out if id(call) not in dead or
+               any(id(o) in used for o in call.outputs)]
     return fn.with_calls(out)
 
 
