@@ -11,13 +11,13 @@ from legato.executor import Interpreter
 
 def reciprocal(a):
     with np.errstate(divide="ignore"):
-        return np.reciprocal(a)
+        return np.asarray(np.reciprocal(a))  # numpy gives a scalar for a 0-d array
 
 
 def pow(a, b):  # noqa: A001 - the TOSA operator's name
     """TOSA POW on its domain (a finite base > 0, a finite exponent), where it is numpy's."""
     with np.errstate(all="ignore"):
-        return np.power(a, b)
+        return np.asarray(np.power(a, b))
 
 
 def gather(values, indices):

@@ -6,6 +6,7 @@
   takes besides the call's tensors (emitter.FORMS); `rule` rewrites the other forms.
   An elementwise op with a 1:1 TOSA operator is one row here.
 - RULES: ops that are not one TOSA operator but a lowering rule rewrites into rows above.
+- INTEGER_RULES: rules for the integer forms of ops whose float forms are NOT_LOWERED.
 - NOT_LOWERED: ops with neither, and why (a config can still keep them as tosa.custom).
 Ops in none of them are left to their generic decomposition (composites).
 
@@ -149,10 +150,17 @@ RULES: dict[str, Callable] = {
     "split": rules.split,            # one slice per part
 }
 
+# ops lowered for integer tensors only; their float forms are in NOT_LOWERED, with the reason
+INTEGER_RULES: dict[str, Callable] = {
+    "fmod": rules.integer_fmod,      # in float32, exact for quotients below 2**22
+}
+
 # ops tosa_custom cannot lower, and why (a config may keep them: they become tosa.custom)
 NOT_LOWERED: dict[str, str] = {
-    "fmod": "TOSA 1.0 has no remainder operator, and a - trunc(a / b) * b is not exact",
-    "remainder": "its decomposition needs fmod, which TOSA 1.0 has no exact form of",
+    "fmod": "floats: TOSA 1.0 has no remainder operator, and a - trunc(a / b) * b in float32 "
+            "is not exact (integers: INTEGER_RULES)",
+    "remainder": "floats: its decomposition needs fmod, which TOSA 1.0 has no exact form of "
+                 "(integers: through the integer fmod)",
     "topk": "TOSA 1.0 has no sort or top-k operator",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
@@ -163,6 +171,7 @@ def capability_tables() -> dict:
     """The `legal` and `rules` keys of the tosa_custom capability."""
     rule_table = {op: row.rule for op, row in TOSA.items() if row.rule is not None}
     rule_table.update(RULES)
+    rule_table.update(INTEGER_RULES)
     return {"legal": {op: row.condition() for op, row in TOSA.items()}, "rules": rule_table}
 
 
@@ -179,4 +188,6 @@ def table() -> str:
               for op, row in sorted(TOSA.items())]
     lines += [f"| `{op}` | rule `{fn.__name__}` | | |" for op, fn in sorted(RULES.items())]
     lines += [f"| `{op}` | none: {why} | | |" for op, why in sorted(NOT_LOWERED.items())]
+    lines += [f"| `{op}` (integers) | rule `{fn.__name__}` | | |"
+              for op, fn in sorted(INTEGER_RULES.items())]
     return "\n".join(lines)

@@ -317,13 +317,52 @@ def less(b, call):
 
 
 def divide(b, call):
-    """x / y = x * (1 / y): TOSA 1.0 has no float divide (INTDIV is integer only)."""
+    """x / y = x * (1 / y): TOSA 1.0 has no float divide (INTDIV is integer only);
+    integers truncate toward zero (_int_division)."""
     x, y = call.inputs
+    if x.dtype in INT_DTYPES:
+        quotient, _ = _int_division(b, call)
+        return _back(b, quotient, call.outputs[0].dtype)
     if not is_float(x.dtype):
         return None
     if isinstance(y, Const):
         return _divide_by_constant(b, x, y.data)
     return b.multiply(x, b.call("tosa.reciprocal", y))
+
+
+def _trunc(b, x):
+    return b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
+
+
+def _int_division(b, call):
+    """(quotient, remainder) of integers, C style (toward zero; the remainder has the sign
+    of the dividend; a divisor of 0 gives 0, 0), in float32: pro_fp has no INTDIV. The
+    quotient from the reciprocal can be one off; one correction step makes both exact
+    while the quotient stays below 2**22 in magnitude."""
+    x, y = call.inputs
+    a = _as_float(b, x, f"{call.op}'s integer constant")
+    d = _as_float(b, y, f"{call.op}'s integer constant")
+    zero = b.equal(d, 0.0)
+    d = b.where(zero, 1.0, d)
+    q = _trunc(b, b.multiply(a, b.call("tosa.reciprocal", d)))
+    r = b.subtract(a, b.multiply(q, d))
+    step = b.where(b.equal(b.less(a, 0.0), b.less(d, 0.0)), b.scalar(1.0, "float32"),
+                   b.scalar(-1.0, "float32"))  # the quotient's sign
+    short = b.logical_not(b.less(b.abs(r), b.abs(d)))  # |r| >= |d|: one step short
+    q, r = b.where(short, b.add(q, step), q), \
+        b.where(short, b.subtract(r, b.multiply(step, d)), r)
+    over = b.less(b.multiply(r, a), 0.0)  # the remainder's sign is not a's: one step over
+    q, r = b.where(over, b.subtract(q, step), q), \
+        b.where(over, b.add(r, b.multiply(step, d)), r)
+    return b.where(zero, 0.0, q), b.where(zero, 0.0, r)
+
+
+def integer_fmod(b, call):
+    """fmod of integers (exactly, see _int_division); float fmod has no exact TOSA form."""
+    if call.inputs[0].dtype not in INT_DTYPES:
+        return None
+    _, rest = _int_division(b, call)
+    return _back(b, rest, call.outputs[0].dtype)
 
 
 def _divide_by_constant(b, x, y):
@@ -430,8 +469,7 @@ def cast(b, call):
         return x if dst == "float32" else b.cast(x, dtype=dst)
     # float to int: truncate toward zero first, then TOSA's rounding cast is exact (and
     # saturates); NaN, which TOSA leaves undefined, is 0 as in legato's cast
-    trunc = b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
-    trunc = b.where(b.equal(x, x), trunc, b.scalar(0.0, x.dtype))
+    trunc = b.where(b.equal(x, x), _trunc(b, x), b.scalar(0.0, x.dtype))
     return b.call("tosa.cast", trunc, dtype=dst)
 
 

@@ -107,8 +107,23 @@ def widened_ints():
         [np.array([-128, 127, 0, -5], np.int8), np.array([-32768, 32767, 1, -2], np.int16)]
 
 
+def integer_division():
+    """Swin's window indices: fmod and remainder of int64 ids (torch.fmod, %), and `//`.
+    Every sign combination, zero divisors (0 by definition), quotients up to 2**21."""
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (4, 8), "int64"), b.input("y", (4, 8), "int64")
+    three = b.const(np.array(3, np.int64))
+    return b.build(b.fmod(x, y), b.remainder(x, y), b.divide(x, y), b.fmod(x, three),
+                   b.divide(b.cast(x, dtype="int32"), b.cast(y, dtype="int32"))), \
+        [np.array([[7, -7, 7, -7, 0, 5, -5, 9]] * 2 + [[2**21 * 3 + 1, -(2**21) * 5, 6, -6,
+                                                         2**22 - 1, 2**22 - 3, 1, -1]] * 2),
+         np.array([[3, 3, -3, -3, 3, 0, 0, 3], [1, -1, 2, -2, 7, 5, 5, -5],
+                   [3, 5, -3, 3, 1, 2, -1, 1], [-3, 7, 4, 5, 3, 3, 2, -2]])]
+
+
 PROGRAMS = {f.__name__: f for f in (embedding_lookup, position_ids, attention_mask,
-                                    shape_tensor, predicted_ids, bool_masks, widened_ints)}
+                                    shape_tensor, predicted_ids, bool_masks, widened_ints,
+                                    integer_division)}
 
 
 def compile_tosa(module):

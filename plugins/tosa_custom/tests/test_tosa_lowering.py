@@ -48,7 +48,7 @@ def test_each_op_has_one_place():
 def test_the_backend_is_derived_from_the_table():
     backend = legato.get_backend(KEEP)
     assert set(backend.legal) == set(lowering.TOSA)
-    assert set(backend._rules) == set(lowering.RULES) | {
+    assert set(backend._rules) == set(lowering.RULES) | set(lowering.INTEGER_RULES) | {
         op for op, row in lowering.TOSA.items() if row.rule is not None}
     for op, row in lowering.TOSA.items():
         cond = backend.legal[op]
@@ -64,6 +64,10 @@ def test_the_emitter_prints_every_row_and_says_so():
     assert emit_mlir.ops == set(lowering.TOSA) | {"custom"}
     assert {row.form for row in lowering.TOSA.values()} <= set(FORMS)
     assert set(lowering.TOSA) >= own_ops()  # the TOSA-only ops are printed as they are
+
+
+def test_integer_rules_are_for_ops_whose_float_forms_are_not_lowered():
+    assert set(lowering.INTEGER_RULES) <= set(lowering.NOT_LOWERED)
 
 
 def test_not_lowered_ops_are_refused_with_a_reason():
