@@ -156,6 +156,35 @@ def measure(name: str, repeat: int, run: bool) -> dict:
     return row
 
 
+def synthetic(blocks: int, repeat: int) -> str:
+    """The legalize benchmark's transformer (constant weights), decomposed to primitives
+    and recomposed: time per call of the decomposed module, next to legalize's time per
+    source call measured now (both slow down alike on a loaded machine)."""
+    from legato.examples import transformer
+    module = transformer(batch=1, seq=128, d_model=768, heads=12, ffn=3072, blocks=blocks,
+                         use_linear=False)
+    flat = legato.legalize(module, max_level=0).module
+    no_linear = [op for op in RecomposePass().recomposer.report.derived if op != "nn.linear"]
+    RecomposePass()(flat)
+    best = {"all": float("inf"), "no linear": float("inf"), "legalize": float("inf")}
+    for _ in range(repeat):
+        for key, run in (("all", lambda: RecomposePass()(flat)),
+                         ("no linear", lambda: RecomposePass(no_linear)(flat)),
+                         ("legalize", lambda: legato.legalize(module, backend="cpu_ref"))):
+            start = time.perf_counter()
+            out = run()
+            best[key] = min(best[key], time.perf_counter() - start)
+            if key == "all":
+                back = out.module
+    per_call = {k: best[k] / len(flat.main.calls) * 1e6 for k in ("all", "no linear")}
+    return (f"transformer x{blocks}: {len(flat.main.calls)} primitive calls -> "
+            f"{len(back.main.calls)} ({show(kinds_of(back))}); recompose {per_call['all']:.1f} "
+            f"us per call ({per_call['no linear']:.1f} without nn.linear, whose recovery "
+            f"transposes each weight), legalize (cpu_ref) "
+            f"{best['legalize'] / len(module.main.calls) * 1e6:.1f} us per source call, "
+            f"measured together")
+
+
 def show(counts: Counter) -> str:
     return " ".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "-"
 
@@ -166,7 +195,11 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(models.NAMES))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-run", action="store_true", help="skip the c_kernels timing")
+    parser.add_argument("--blocks", type=int, default=4,
+                        help="blocks of the synthetic transformer (0: skip it)")
     args = parser.parse_args()
+    if args.blocks:
+        print(synthetic(args.blocks, args.repeat), flush=True)
     rows, missed = [], []
     for name in args.models.split(","):
         try:

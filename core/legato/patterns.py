@@ -112,6 +112,8 @@ def _scalar(value) -> float | None:
     if data.size == 0 or data.size > SCALAR_LIMIT:
         return None
     flat = data.ravel()
+    if flat[0] != flat[-1]:  # the common case (a weight or a bias) decided at once
+        return None
     return float(flat[0]) if bool(np.all(flat == flat[0])) else None
 
 
@@ -210,8 +212,8 @@ def _identity_operand(op, a, b, out):
         return None
     neutral = 1.0 if op == "multiply" else 0.0
     for x, y in ((a, b), (b, a)):
-        if isinstance(y, Const) and x is not None and x.type == out.type and \
-                _scalar(y) == neutral:
+        if isinstance(y, Const) and x is not None and y.data.size and \
+                y.data.flat[0] == neutral and x.type == out.type and _scalar(y) == neutral:
             return x
     return None
 

@@ -379,8 +379,8 @@ PROBES = (0.37, 0.61)
 
 def _tidy(x: float) -> float:
     """A float32-rounded constant back to its shortest decimal (1e-5, not 9.99999974e-06)."""
-    return float(str(np.float32(x))) if abs(x) > 1e-30 and \
-        math.isclose(float(np.float32(x)), x, rel_tol=1e-6) else x
+    short = float("%.7g" % x)
+    return short if math.isclose(short, x, rel_tol=1e-6) else x
 
 
 def scalars(template: Template) -> list[float]:
