@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import rules
+from . import integers, rules
 
 FLOAT = ("float32", "float16")
 ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
@@ -59,7 +59,7 @@ def unary(tosa: str, dtypes=FLOAT, form: str = "operands", rule=None) -> Lowerin
 def binary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
     """Operands of equal rank; lower ranks are reshaped up (TOSA broadcasts size-1 dims);
     integer operands of a float-only row go through float32."""
-    rule = rules.via_float(rules.broadcast_ranks) if dtypes == FLOAT else \
+    rule = integers.via_float(rules.broadcast_ranks) if dtypes == FLOAT else \
         rules.broadcast_ranks
     return Lowering(tosa, form, dtypes, rules.same_rank, rule)
 
@@ -67,12 +67,12 @@ def binary(tosa: str, dtypes=FLOAT, form: str = "operands") -> Lowering:
 def reduction(tosa: str) -> Lowering:
     """One axis, kept; other axes and keepdims=False: one reduction per axis + reshape."""
     return Lowering(tosa, "reduce", FLOAT, rules.single_axis,
-                    rules.via_float(rules.reduce_axes), {"keepdims": True})
+                    integers.via_float(rules.reduce_axes), {"keepdims": True})
 
 
 def movement(tosa: str, form: str, check=rules.tosa_tensors, rule=None, attrs=None) -> Lowering:
     """Data movement of floats and bools; integers move as float32 (pro_int has them)."""
-    rule = rules.via_float(rule, bools=False)
+    rule = integers.via_float(rule, bools=False)
     return Lowering(tosa, form, DATA, check, rule, attrs or {})
 
 
@@ -92,9 +92,9 @@ TOSA: dict[str, Lowering] = {
     "logical_or": binary("tosa.logical_or", LOGIC),
     "logical_not": unary("tosa.logical_not", LOGIC),
     "where": Lowering("tosa.select", dtypes=("bool",) + FLOAT, check=rules.select_form,
-                      rule=rules.via_float(rules.broadcast_ranks)),
-    "negative": unary("tosa.negate", form="negate", rule=rules.via_float()),
-    "abs": unary("tosa.abs", rule=rules.via_float()),
+                      rule=integers.via_float(rules.broadcast_ranks)),
+    "negative": unary("tosa.negate", form="negate", rule=integers.via_float()),
+    "abs": unary("tosa.abs", rule=integers.via_float()),
     "exp": unary("tosa.exp"),
     "log": unary("tosa.log"),
     "rsqrt": unary("tosa.rsqrt"),
@@ -106,7 +106,7 @@ TOSA: dict[str, Lowering] = {
     "floor": unary("tosa.floor"),
     "ceil": unary("tosa.ceil"),
     "tosa.reciprocal": unary("tosa.reciprocal"),
-    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds, rule=rules.via_float()),
+    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds, rule=integers.via_float()),
     "nn.relu": unary("tosa.clamp", form="relu"),  # CLAMP [0, inf]
     # int64 <-> int32: one type in the module, nothing printed (form "cast")
     "cast": Lowering("tosa.cast", "cast", None, rules.cast_supported, rules.cast),
@@ -117,7 +117,7 @@ TOSA: dict[str, Lowering] = {
     "min": reduction("tosa.reduce_min"),
     "prod": reduction("tosa.reduce_product"),
     "argmax": Lowering("tosa.argmax", "argmax", check=rules.argmax_form,
-                       rule=rules.via_float(rules.argmax)),
+                       rule=integers.via_float(rules.argmax)),
     "matmul": Lowering("tosa.matmul", "matmul", check=rules.same_batch, rule=rules.matmul,
                        ranks=(3,)),
     # data movement
@@ -152,7 +152,7 @@ RULES: dict[str, Callable] = {
 
 # ops lowered for integer tensors only; their float forms are in NOT_LOWERED, with the reason
 INTEGER_RULES: dict[str, Callable] = {
-    "fmod": rules.integer_fmod,      # in float32, exact for quotients below 2**22
+    "fmod": integers.integer_fmod,      # in float32, exact for quotients below 2**22
 }
 
 # ops tosa_custom cannot lower, and why (a config may keep them: they become tosa.custom)

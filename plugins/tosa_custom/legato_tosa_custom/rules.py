@@ -13,14 +13,13 @@ element types); the rules of ops listed as legal decline calls whose tensors bre
 the refusal names the limit.
 
 int64 tensors are int32 ones here (narrowing.py): they take the int32 forms, and integer
-ops pro_fp has only for floats run on float32 copies of their values (via_float).
+ops pro_fp has only for floats run on float32 copies of their values (integers.py).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from legato.calls import make_call
 from legato.errors import clip
 from legato.ir import Const
 from legato.ops.base import is_float
@@ -28,11 +27,10 @@ from legato.shapes import broadcast_shapes, norm_axes, norm_axis, slice_params, 
     window
 
 from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule, window_problem
-from .narrowing import float_exact, narrow_array, tosa_dtype
+from .integers import INT_DTYPES, back, int_division, trunc, via_float_call
+from .narrowing import narrow_array, tosa_dtype
 from .ops import INDEX_DTYPE
 
-# int64: the int32 it is printed as (narrowing.py)
-INT_DTYPES = ("int32", "int16", "int8", "int64")
 # TOSA 1.0 CAST modes of profile pro_fp (bool and integer-to-integer casts need pro_int)
 PRO_FP_CASTS = {(src, dst) for src in INT_DTYPES + ("float32", "float16")
                 for dst in ("float32", "float16") if src != dst} | \
@@ -257,60 +255,6 @@ def broadcast_ranks(b, call):
     return b.call(call.op, *inputs, **call.attrs)
 
 
-def _as_float(b, v, what: str):
-    if isinstance(v, Const):
-        return b.const(float_exact(v.data, f"{what} {clip(v.name or str(v.type), 60)}"))
-    return b.cast(v, dtype="float32")
-
-
-def _back(b, v, dtype: str):
-    """A float32 result of integer (exact) or 0/1 values as `dtype`."""
-    if v.dtype == dtype:
-        return v
-    return b.call("tosa.cast", v, dtype=dtype) if dtype in INT_DTYPES else b.cast(v, dtype=dtype)
-
-
-def _float_positions(call, bools: bool) -> list[int]:
-    """The integer inputs (and bool ones if `bools`, but where's condition)."""
-    return [i for i, v in enumerate(call.inputs) if v is not None and (
-        v.dtype in INT_DTYPES or bools and v.dtype == "bool" and
-        not (call.op == "where" and i == 0))]
-
-
-def _via_float(b, call, positions, then=None):
-    """`call` on float32 copies of its inputs at `positions`, rewritten by the rule `then`
-    if it takes the float call; results cast back (exact: they hold integers or 0/1).
-    pro_fp has integer add, sub, mul and casts only; float32 holds integers exactly up to
-    2**24 (narrowing.FLOAT_EXACT)."""
-    inputs = list(call.inputs)
-    for i in positions:
-        inputs[i] = _as_float(b, inputs[i], f"{call.op}'s integer constant")
-    made = None
-    if then is not None:  # the op's own rule, in this rewrite (its op again would loop)
-        made = then(b, make_call(b.registry, call.op, inputs, call.attrs))
-    if made is None:
-        made = b.call(call.op, *inputs, **call.attrs)
-    made = made if isinstance(made, tuple) else (made,)
-    back = tuple(_back(b, m, o.dtype) for m, o in zip(made, call.outputs))
-    return back if len(back) > 1 else back[0]
-
-
-def via_float(then=None, bools: bool = True):
-    """A rule for an op pro_fp has for floats only (TOSA 1.0 has integer compares,
-    selects, min/max, reductions and data movement in pro_int): integer inputs (and bool
-    ones, if `bools`) as float32, then the op's own rule `then`; other calls go to `then`
-    directly."""
-    @shaped_rule
-    def rule(b, call):
-        positions = _float_positions(call, bools)
-        if positions:
-            return _via_float(b, call, positions, then)
-        return then(b, call) if then is not None else None
-    rule.__name__ = rule.__qualname__ = "via_float" + (f"_then_{then.__name__}" if then
-                                                       else "")
-    return rule
-
-
 def less(b, call):
     x, y = call.inputs
     return b.greater(y, x)
@@ -318,51 +262,16 @@ def less(b, call):
 
 def divide(b, call):
     """x / y = x * (1 / y): TOSA 1.0 has no float divide (INTDIV is integer only);
-    integers truncate toward zero (_int_division)."""
+    integers truncate toward zero (integers.int_division)."""
     x, y = call.inputs
     if x.dtype in INT_DTYPES:
-        quotient, _ = _int_division(b, call)
-        return _back(b, quotient, call.outputs[0].dtype)
+        quotient, _ = int_division(b, call)
+        return back(b, quotient, call.outputs[0].dtype)
     if not is_float(x.dtype):
         return None
     if isinstance(y, Const):
         return _divide_by_constant(b, x, y.data)
     return b.multiply(x, b.call("tosa.reciprocal", y))
-
-
-def _trunc(b, x):
-    return b.where(b.less(x, 0.0), b.ceil(x), b.floor(x))
-
-
-def _int_division(b, call):
-    """(quotient, remainder) of integers, C style (toward zero; the remainder has the sign
-    of the dividend; a divisor of 0 gives 0, 0), in float32: pro_fp has no INTDIV. The
-    quotient from the reciprocal can be one off; one correction step makes both exact
-    while the quotient stays below 2**22 in magnitude."""
-    x, y = call.inputs
-    a = _as_float(b, x, f"{call.op}'s integer constant")
-    d = _as_float(b, y, f"{call.op}'s integer constant")
-    zero = b.equal(d, 0.0)
-    d = b.where(zero, 1.0, d)
-    q = _trunc(b, b.multiply(a, b.call("tosa.reciprocal", d)))
-    r = b.subtract(a, b.multiply(q, d))
-    step = b.where(b.equal(b.less(a, 0.0), b.less(d, 0.0)), b.scalar(1.0, "float32"),
-                   b.scalar(-1.0, "float32"))  # the quotient's sign
-    short = b.logical_not(b.less(b.abs(r), b.abs(d)))  # |r| >= |d|: one step short
-    q, r = b.where(short, b.add(q, step), q), \
-        b.where(short, b.subtract(r, b.multiply(step, d)), r)
-    over = b.less(b.multiply(r, a), 0.0)  # the remainder's sign is not a's: one step over
-    q, r = b.where(over, b.subtract(q, step), q), \
-        b.where(over, b.add(r, b.multiply(step, d)), r)
-    return b.where(zero, 0.0, q), b.where(zero, 0.0, r)
-
-
-def integer_fmod(b, call):
-    """fmod of integers (exactly, see _int_division); float fmod has no exact TOSA form."""
-    if call.inputs[0].dtype not in INT_DTYPES:
-        return None
-    _, rest = _int_division(b, call)
-    return _back(b, rest, call.outputs[0].dtype)
 
 
 def _divide_by_constant(b, x, y):
@@ -469,8 +378,8 @@ def cast(b, call):
         return x if dst == "float32" else b.cast(x, dtype=dst)
     # float to int: truncate toward zero first, then TOSA's rounding cast is exact (and
     # saturates); NaN, which TOSA leaves undefined, is 0 as in legato's cast
-    trunc = b.where(b.equal(x, x), _trunc(b, x), b.scalar(0.0, x.dtype))
-    return b.call("tosa.cast", trunc, dtype=dst)
+    truncated = b.where(b.equal(x, x), trunc(b, x), b.scalar(0.0, x.dtype))
+    return b.call("tosa.cast", truncated, dtype=dst)
 
 
 # --- reductions and matmul ----------------------------------------------------------------
@@ -544,7 +453,7 @@ def take(b, call):
     if not (isinstance(idx, Const) or idx.dtype in INT_DTYPES):
         return None  # uint8 indices: not in TOSA 1.0 pro_fp
     if data.dtype in INT_DTYPES or data.dtype == "bool":  # pro_fp gathers floats
-        return _via_float(b, call, [0], take)
+        return via_float_call(b, call, [0], take)
     if not is_float(data.dtype):
         return None
     outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + 1:])
