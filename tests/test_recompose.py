@@ -109,6 +109,7 @@ def test_random_programs_recompose_then_legalize_gives_the_same_numbers():
         low = legato.legalize(b.build(b.multiply(y, 1.0)), max_level=0).module
         back, modified = recompose(low, ops=list(used))
         assert modified
+        legato.verify(back, REGISTRY)
         for op, n in used.items():
             assert ops_of(back)[op] == n, (trial, op, ops_of(back))
         feeds = [rng.standard_normal((2, 3, 4, 8)).astype(np.float32)]
@@ -439,8 +440,39 @@ def test_onnx_exports_of_torch_modules(name):
         assert got[op] == n, (op, got)
     for leftover in ("power", "tanh", "erf", "sigmoid", "sqrt", "divide", "nn.softmax"):
         assert leftover not in got, (leftover, got)
+    legato.verify(back, REGISTRY)
     assert_same_numbers(module, back, inputs)
     for backend in ("cpu_ref", "c_kernels"):
         out = legato.compile(back, backend=backend)(*inputs)
         np.testing.assert_allclose(np.asarray(out), eager, rtol=1e-3, atol=1e-4)
 
+
+
+# --- the public zoo's ONNX exports (tests/zoo) ----------------------------------------------
+
+ZOO_EXPECTED = {  # blocks of the PyTorch source models (two layers each)
+    "gpt2": {"nn.attention": 2, "nn.gelu": 2, "nn.layer_norm": 5},
+    "llama": {"nn.attention": 2, "nn.rms_norm": 5, "nn.silu": 2},
+    "t5_encoder": {"nn.attention": 2, "nn.rms_norm": 5},
+    "distilbert": {"nn.attention": 2, "nn.gelu": 2, "nn.layer_norm": 5},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_EXPECTED))
+def test_zoo_exports(name):
+    """Every attention, gelu, norm and SiLU block of the zoo's torch.onnx exports comes
+    back (sdpa as torch.onnx writes it, GQA, T5's unscaled attention), and the numbers
+    stay those of the imported module."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    from legato.frontends import onnx as frontend
+    from tests.zoo import export, models
+    module = frontend.load(export.onnx_file(name))
+    back, modified = recompose(module)
+    got = ops_of(back)
+    for op, n in ZOO_EXPECTED[name].items():
+        assert got[op] == n, (op, got)
+    assert "power" not in got and "isnan" not in got
+    legato.verify(back, REGISTRY)
+    feeds = [t.numpy() for t in models.example_inputs(models.ZOO[name])]
+    assert_same_numbers(module, back, feeds, rtol=1e-4, atol=1e-5)
