@@ -637,6 +637,9 @@ case("trunc", "trunc", lambda rng: [randn(rng, 4, 6, scale=4.0)])
 case("expm1", "expm1", lambda rng: [randn(rng, 4, 6, scale=1e-3)])
 case("expm1-wide", "expm1", unary(4, 6, scale=5.0), rtol=1e-5, atol=1e-6)
 case("log1p", "log1p", lambda rng: [randn(rng, 4, 6, scale=1e-3)])
+case("log2", "log2", lambda rng: [positive(rng, 4, 6, low=1e-3, high=1e3)])
+case("log10", "log10", lambda rng: [positive(rng, 4, 6, low=1e-3, high=1e3)])
+case("exp2", "exp2", unary(4, 6, scale=5.0), rtol=1e-5, atol=1e-6)
 case("log1p-wide", "log1p", lambda rng: [positive(rng, 4, 6, low=-0.9, high=50.0)])
 case("remainder-float-negative", "remainder",
      pair(lambda rng: randn(rng, 4, 6, scale=10.0), lambda rng: randn(rng, 6, scale=3.0)))
@@ -817,7 +820,8 @@ def test_edge_inputs_agree(case):
 
 # --- property tests over random shapes and axes -------------------------------------------
 
-HYPO = settings(max_examples=25, deadline=None,
+# derandomized: make test runs the same examples every time (make fuzz explores)
+HYPO = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -836,6 +840,12 @@ def shapes_and_axes(draw, allow_none=True, allow_empty=False):
 
 
 def check_random(op, arrays, attrs, rtol=1e-5, atol=1e-5):
+    """One random call against the reference, within the op's documented error bound
+    (relative to max(|reference|, 1); a float32 layer_norm of a nearly constant row loses
+    digits to cancellation that the float64 reference keeps)."""
+    from legato.ops.tolerance import error_bound
+    atol = max(atol, error_bound(op) * max(1.0, *(float(np.max(np.abs(a), initial=0))
+                                                   for a in arrays if a is not None)))
     case = Case(f"hypothesis-{op}", op, lambda rng: arrays, attrs, rtol=rtol, atol=atol)
     check_case(case, 0)
 
