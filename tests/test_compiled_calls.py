@@ -74,3 +74,28 @@ def test_inputs_numpy_cannot_read_are_an_execution_error_naming_the_input(backen
 def test_unregistering_by_a_non_string_name_is_a_plugin_error(name):
     with pytest.raises(legato.PluginError, match="a backend name is a string"):
         legato.unregister_backend(name)
+
+
+def test_compile_recomposes_what_the_backend_keeps():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 5, 16), "float32")
+    ms = b.mean(b.power(x, 2.0), axes=[-1], keepdims=True)
+    module = b.build(b.multiply(x, b.divide(1.0, b.sqrt(b.add(ms, 1e-6)))))
+    c = legato.compile(module, backend="c_kernels")
+    assert c.report.recovered == {"nn.rms_norm": 1}
+    assert "power" not in {k.op for k in c.module.main.calls}
+    assert "recovered nn.rms_norm x1" in c.report.summary()
+    assert "recomposed before legalization: nn.rms_norm x1" in str(c.report)
+    off = legato.compile(module, backend="c_kernels",
+                         config={"backends": {"c_kernels": {"recompose": False}}})
+    assert not off.report.recovered and "power" in {k.op for k in off.module.main.calls}
+    x_ = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    np.testing.assert_allclose(c(x_), off(x_), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting, names", [
+    (["nn.gelux"], "unknown op .nn.gelux."), ("nn.gelu", "true, false or a list of op names")])
+def test_the_recompose_setting_is_checked(setting, names):
+    with pytest.raises(legato.ConfigError, match=names):
+        legato.compile("example:mlp", "c_kernels",
+                       {"backends": {"c_kernels": {"recompose": setting}}})

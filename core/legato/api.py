@@ -23,6 +23,7 @@ from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
 from .printer import parse
+from .recompose import recompose_for
 from .report import Report
 from .verify import verify
 
@@ -153,10 +154,13 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
         return _compile_multi(host, source, list(backend), config, max_level)
     be = _backend(host, backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
-    module = source
+    # composite ops the model spells out in primitives are found first, so the backend
+    # can keep them
+    module, recovered = recompose_for(source, be, cfg.recompose, cfg.keep, host.registry)
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
-        module = convert_layout(source, be.layout, host.registry, cfg.keep)
+        module = convert_layout(module, be.layout, host.registry, cfg.keep)
     result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
+    result.report.recovered.update(recovered.recovered)
     fallback = host.fallback_of(be) if be.executes else None
     result.report.per_backend = count_per_backend(result.module, be, fallback,
                                                   result.fallback_calls, host.registry)

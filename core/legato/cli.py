@@ -24,6 +24,7 @@ from .executor import as_tuple, describe_call
 from .frontends.onnx import coverage
 from .fuse import fuse, op_info
 from .ir import CALL_OP
+from .cli_recompose import add_command as add_recompose_command
 from .progress import size_text, timer
 from .show import add_command as add_show_command
 
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(command=cmd_demo)
     add_kit_commands(sub, [common])  # init, check-backend
     add_show_command(sub, [common])
+    add_recompose_command(sub, [common])
     return parser
 
 

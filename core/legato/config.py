@@ -6,6 +6,7 @@
       c_kernels:
         decompose: [nn.gelu]       # decompose even though supported
         max_level: 1
+        recompose: [nn.rms_norm]   # find these in primitive code first (default: true)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Mapping
 from .errors import ConfigError, LegatoWarning, clip, quote
 from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
 
-BACKEND_KEYS = {"keep", "decompose", "max_level"}
+BACKEND_KEYS = {"keep", "decompose", "max_level", "recompose"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class BackendConfig:
     decompose: frozenset = frozenset()
     max_level: int | None = None
     source: str = ""
+    # before legalization, find these composite ops where the model spells them out in
+    # primitives (legato.recompose): True for those the backend lists as legal or keeps,
+    # False for none, or a tuple of op names
+    recompose: object = True
 
 
 EMPTY_CONFIG = BackendConfig()
@@ -100,4 +105,10 @@ def _parse_section(section, where, registry, label) -> BackendConfig:
         raise ConfigError(f"{label}: {where}: {sorted(both)[0]} is in both keep and decompose")
     level = section.get("max_level")
     expect(level is None or is_int(level), level, label, f"{where}.max_level", "an int >= 0")
-    return BackendConfig(lists["keep"], lists["decompose"], level, label)
+    recompose = section.get("recompose", True)
+    if not isinstance(recompose, bool):
+        ops = as_list(recompose, label, f"{where}.recompose", "true, false or a list of op names")
+        for op in ops:
+            check_op(op, registry, label, f"{where}.recompose")
+        recompose = tuple(ops)
+    return BackendConfig(lists["keep"], lists["decompose"], level, label, recompose)

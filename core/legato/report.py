@@ -32,6 +32,7 @@ class Report:
         # "custom <op>" under the backend whose kernel runs them
         self.per_backend: dict[str, dict[str, int]] = {}
         self.fallback: str | None = None  # the fallback backend's name, if calls run there
+        self.recovered: Counter = Counter()  # op -> calls recomposed before legalization
 
     def record(self, op: str, decision: Decision, source: bool, origin: str | None = None
                ) -> None:
@@ -88,11 +89,15 @@ class Report:
                                                        sorted(ops.items())))
         for name, counts in self._backends():
             parts.append(f"on {self._label(name)}: {sum(counts.values())} calls")
+        if self.recovered:
+            parts.append("recovered " + _counts(self.recovered))
         return "; ".join(parts)
 
     def __str__(self) -> str:
         lines = [f"legalization for {self.backend or '(no backend)'} ({self.mode} mode): "
                  f"{sum(self.before.values())} calls -> {sum(self.after.values())} calls"]
+        if self.recovered:
+            lines.append("  recomposed before legalization: " + _counts(self.recovered))
         for op, rows in self._rows().items():
             for (action, reason), (n, origins) in rows.items():
                 lines.append(f"  {op:<22} {action:<10} x{n:<5} {_one_line(reason)}"
@@ -122,6 +127,10 @@ class Report:
 
     def __repr__(self):
         return f"Report({self.summary()})"
+
+
+def _counts(counts) -> str:
+    return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
 
 
 def _event_order(item):
