@@ -212,3 +212,14 @@ def test_the_command(tmp_path, capsys):
     assert "must end in .dot, .svg, .html" in capsys.readouterr().err
     assert main(["show", "example:mlp", "-b", "c_kernels,cpu_ref", "-o", str(out)]) == 1
     assert "one backend at a time" in capsys.readouterr().err
+
+
+def test_the_picture_recomposes_as_compile_does():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 5, 16), "float32")
+    ms = b.mean(b.power(x, 2.0), axes=[-1], keepdims=True)
+    module = b.build(b.multiply(x, b.divide(1.0, b.sqrt(b.add(ms, 1e-6)))))
+    picture = graph(module, "c_kernels")
+    assert "recomposed first: nn.rms_norm x1" in picture.after.title
+    assert [n.label for n in picture.after.nodes if n.kind != "value"] == \
+        [c.op for c in legato.compile(module, "c_kernels").module.main.calls]

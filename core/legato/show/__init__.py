@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 from .. import api
@@ -24,6 +25,8 @@ from ..config import load_config
 from ..context import Context, context as current_context
 from ..errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
+from ..layout import convert_layout
+from ..recompose import recompose_for
 from .dot import dot_text
 from .picture import COLOURS, Graph, Node, Picture
 from .svg import html_page, svg_text
@@ -38,16 +41,23 @@ def graph(model, backend: str, config=None, max_level: int | None = None, *,
     host = context or current_context()
     source = api.load_model(model, context=host)
     be = host.backend(backend)
-    result = api.legalize(source, be, config=config, max_level=max_level, mode="partial",
-                          context=host)
     cfg = load_config(config, be.name, host.registry, host.backends)
+    # what compile does before legalizing: recompose, then the backend's layout
+    module, recovered = recompose_for(source, be, cfg.recompose, cfg.keep, host.registry)
+    if be.layout:
+        module = convert_layout(module, be.layout, host.registry, cfg.keep)
+    result = api.legalize(module, be, config=cfg, max_level=max_level, mode="partial",
+                          context=host)
     if max_level is not None:
-        cfg = type(cfg)(cfg.keep, cfg.decompose, max_level, cfg.source)
+        cfg = replace(cfg, max_level=max_level)
     fallback = host.fallback_of(be) if be.executes else None
     judge = _Judge(host.registry, be, cfg, fallback, result.fallback_calls)
     before = _draw(source, "b", f"before: {_count(source)} calls", judge, grouped=False)
-    after = _draw(result.module, "a", f"after, for {be.name}: {_count(result.module)} calls",
-                  judge, grouped=True)
+    title = f"after, for {be.name}: {_count(result.module)} calls"
+    if recovered.recovered:
+        title += " (recomposed first: " + ", ".join(
+            f"{op} x{n}" for op, n in sorted(recovered.recovered.items())) + ")"
+    after = _draw(result.module, "a", title, judge, grouped=True)
     return Picture(before, after, be.name)
 
 
