@@ -215,6 +215,37 @@ def test_attention_with_the_exporters_transposes_and_scale_on_q():
     assert_same_numbers(module, back, feeds)
 
 
+def test_softmax_without_the_max_shift():
+    b = legato.GraphBuilder()
+    x = b.input("x", (3, 7), "float32")
+    e = b.exp(x)
+    module = b.build(b.divide(e, b.sum(e, axes=[1], keepdims=True)))
+    back, _ = recompose(module, ops=["nn.softmax"])
+    (call,) = back.main.calls
+    assert call.op == "nn.softmax" and call.attrs["axis"] in (1, -1)
+    assert_same_numbers(module, back, [np.random.default_rng(5).standard_normal((3, 7))
+                                       .astype(np.float32)])
+
+
+def test_attention_with_a_boolean_mask_and_causal():
+    """A boolean mask keeps True, causal masks j > i: both written with where(..., -inf)."""
+    b = legato.GraphBuilder()
+    q, k, v = (b.input(n, (1, 2, 4, 8), "float32") for n in "qkv")
+    mask = b.input("mask", (1, 1, 4, 4), "bool")
+    scores = b.multiply(b.matmul(q, b.permute_dims(k, axes=[0, 1, 3, 2])), 0.3)
+    scores = b.where(mask, scores, float("-inf"))
+    scores = b.where(b.const(np.tril(np.ones((4, 4), bool))), scores, float("-inf"))
+    module = b.build(b.matmul(b.nn_softmax(scores, axis=-1), v))
+    back, _ = recompose(module, ops=["nn.attention"])
+    (call,) = back.main.calls
+    assert call.op == "nn.attention" and call.attrs["causal"] is True
+    assert math.isclose(call.attrs["scale"], 0.3, rel_tol=1e-6)
+    rng = np.random.default_rng(6)
+    feeds = [rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3)]
+    feeds.append(np.ones((1, 1, 4, 4), bool))
+    assert_same_numbers(module, back, feeds)
+
+
 def test_plugin_composite_is_recoverable_without_extra_code():
     """A composite registered now (as a plugin would) is found in its decomposition."""
     from legato.ops.base import composite, f32, float_unary_infer
