@@ -186,3 +186,13 @@ def test_run_names_the_partitioned_region_that_diverges(backend_factory, capsys)
     out = capsys.readouterr().out
     assert "first differing call: main#" in out and '{"callee": "badsoftmax_0"}' in out
     assert "(@badsoftmax_0 runs on badsoftmax: nn.softmax)" in out
+
+
+def test_reasons_read_as_sentences(backend_factory):
+    backend_factory({"backend": "f32npu", "fallback": "cpu_ref",
+                     "legal": {"exp": {"dtypes": ["float32"]}}}, kernels={"exp": np.exp})
+    b = legato.GraphBuilder()
+    mod = b.build(b.call("exp", b.input("x", (3,), "float64")))
+    text = str(legato.compile(mod, "f32npu").report)
+    assert "f32npu lists exp as legal, but float64 is not among float32" in text
+    assert "not in [" not in text

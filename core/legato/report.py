@@ -1,6 +1,7 @@
 """What legalization did, per op and why."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -153,4 +154,30 @@ def _origins_text(origins: Counter) -> str:
 
 def _one_line(reason: str) -> str:
     """A failure's routes are one per line; in a table row they follow each other."""
-    return reason.replace("\n  - ", "; ").replace("\n", " ")
+    return sentence(reason).replace("\n  - ", "; ").replace("\n", " ")
+
+
+# a backend's condition reasons in their terse form -> as a reader says them
+_SENTENCES = (
+    (re.compile(r"\bdtype ([\w, ]+?) not in \[([^\]]*)\]"),
+     lambda m: f"{m[1]} is not among {_plain(m[2])}"),
+    (re.compile(r"\brank ([\d, ]+?) not in \[([^\]]*)\]"),
+     lambda m: f"rank {m[1]} is not among ranks {_plain(m[2])}"),
+    (re.compile(r"\b(\w+)=(\S+) not in \[([^\]]*)\]"),
+     lambda m: f"{m[1]}={m[2]} is not among {_plain(m[3])}"),
+    (re.compile(r" as legal but not for "), lambda m: " as legal, but "),
+    (re.compile(r" takes custom ops but not for "), lambda m: " takes custom ops, but "),
+)
+
+
+def _plain(items: str) -> str:
+    return items.replace("'", "")
+
+
+def sentence(reason: str) -> str:
+    """A decision's reason as the report prints it: "npu lists exp as legal, but float16
+    is not among float32" for "npu lists exp as legal but not for dtype float16 not in
+    ['float32']"."""
+    for pattern, say in _SENTENCES:
+        reason = pattern.sub(say, reason)
+    return reason

@@ -27,6 +27,7 @@ from ..errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
 from ..layout import convert_layout
 from ..recompose import recompose_for
+from ..report import sentence
 from .dot import dot_text
 from .picture import COLOURS, Graph, Node, Picture
 from .svg import html_page, svg_text
@@ -151,7 +152,7 @@ def _call_node(module: Module, call: Call, node_id: str, judge: _Judge) -> Node:
     lines = [f"{call.op}({types}) -> {results}"]
     if call.attrs:
         lines.append(f"attributes: {attrs}")
-    lines.append(f"{kind}: {reason}")
+    lines.append(f"{kind}: {sentence(reason)}")
     if call.origin is not None:
         lines.append(f"part of {call.origin.op} at {call.origin.source} via "
                      f"{' > '.join(call.origin.rules)}")
