@@ -30,7 +30,11 @@ for _opdef in REGISTRY.ops():
 @converter("Mod")
 def mod(node):
     # fmod=0 is Python's sign-of-divisor remainder (integers only, by the spec)
-    return node.call("fmod" if node.flag("fmod", 0) else "remainder", node.arg(0), node.arg(1))
+    a, b, fmod = node.arg(0), node.arg(1), node.flag("fmod", 0)
+    if isinstance(a, Const) and isinstance(b, Const) and a.data.dtype.kind in "iu" \
+            and np.all(b.data != 0):  # shape arithmetic (head counts): fold it now
+        return Const.of((np.fmod if fmod else np.remainder)(a.data, b.data).astype(a.dtype))
+    return node.call("fmod" if fmod else "remainder", a, b)
 
 
 @converter("IsInf")
@@ -82,8 +86,19 @@ def clip(node):
 
 @converter("Cast")
 def cast(node):
-    dtype = onnx_dtype(node.attr("to"), "attribute 'to'")
-    return node.call("cast", node.arg(0), dtype=dtype)
+    return cast_to(node, node.arg(0), onnx_dtype(node.attr("to"), "attribute 'to'"))
+
+
+def cast_to(node, x, dtype: str):
+    """A cast; a small constant to a float type is cast now."""
+    if isinstance(x, Const) and dtype.startswith(("float", "bfloat")) and \
+            x.data.dtype.kind in "fiu" and x.type.size <= 4096:
+        # a constant to a float type (a pad value, a mask fill): IEEE rounding, as any
+        # backend would, done now so operands that must be constant stay constant
+        if dtype == "bfloat16":
+            import ml_dtypes  # noqa: F401  (registers the dtype with numpy)
+        return Const.of(x.data.astype(dtype))
+    return node.call("cast", x, dtype=dtype)
 
 
 @converter("Identity")
@@ -363,3 +378,7 @@ def one_hot_values(b, indices, depth: int, axis: int, on, off):
     positions = Const.of(np.arange(depth, dtype=indices.dtype).reshape(shape))
     hit = b.call("equal", b.call("expand_dims", index, axes=[axis]), positions)
     return b.call("where", hit, on, off)
+
+
+# the converters composed from the ones above register on import
+from . import onnx_math  # noqa: E402,F401

@@ -13,6 +13,17 @@ def hardtanh(b, x, min_val=-1.0, max_val=1.0):
     return b.clip(x, min=min_val, max=max_val)
 
 
+@aten("aten.clamp.Tensor")
+def clamp_tensor(b, x, min=None, max=None):  # noqa: A002 - ATen's argument names
+    y = x if min is None else b.maximum(x, min)
+    return y if max is None else b.minimum(y, max)
+
+
+@aten("aten.reciprocal.default")
+def reciprocal(b, x):
+    return b.divide(1.0, x)
+
+
 @aten("aten.relu6.default")
 def relu6(b, x):
     return b.clip(x, min=0.0, max=6.0)

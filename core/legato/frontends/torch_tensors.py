@@ -228,6 +228,44 @@ def _any_all(op: str):
 aten("aten.any.default", "aten.any.dim", "aten.any.dims")(_any_all("max"))
 aten("aten.all.default", "aten.all.dim", "aten.all.dims")(_any_all("min"))
 aten("aten.argmax.default")(_arg("argmax"))
+
+
+def _extreme(op: str):
+    def convert(b, x, dim, keepdim=False):
+        return (b.call(op, x, axes=[dim], keepdims=keepdim),
+                b.call("arg" + op, x, axis=dim, keepdims=keepdim))
+    return convert
+
+
+aten("aten.max.dim")(_extreme("max"))
+aten("aten.min.dim")(_extreme("min"))
+
+
+@aten("aten.var.correction", "aten.var.dim")
+def var(b, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
+    if args and isinstance(args[0], bool):  # var.dim(x, dims, unbiased, keepdim)
+        unbiased, args = args[0], args[1:]
+    keepdim = args[0] if args else keepdim
+    correction = (1 if unbiased is None or unbiased else 0) if correction is None \
+        else correction
+    axes = None if not dims else [dims] if isinstance(dims, int) else list(dims)
+    if correction in (0, 1):
+        return b.variance(x, axes=axes, keepdims=keepdim, unbiased=bool(correction))
+    n = math.prod(x.shape[a] for a in (range(x.rank) if axes is None else
+                                       [norm_axis(a, x.rank) for a in axes]))
+    return b.multiply(b.variance(x, axes=axes, keepdims=keepdim), n / (n - correction))
+
+
+@aten("aten.linalg_vector_norm.default")
+def vector_norm(b, x, ord=2, dim=None, keepdim=False, dtype=None):
+    axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    if ord == 2:
+        return b.sqrt(b.sum(b.multiply(x, x), axes=axes, keepdims=keepdim))
+    if ord == 1:
+        return b.sum(b.abs(x), axes=axes, keepdims=keepdim)
+    if ord == math.inf:
+        return b.max(b.abs(x), axes=axes, keepdims=keepdim)
+    raise LegatoError(f"vector norm of order {ord} is not supported (1, 2, inf)")
 aten("aten.argmin.default")(_arg("argmin"))
 
 

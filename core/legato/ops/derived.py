@@ -99,6 +99,24 @@ def log1p(b, x):
     return b.log(b.add(x, 1.0))
 
 
+@_single("log2", float_unary_infer, [((X23,), {})], aten="log2", tolerance=1e-6)
+def log2(b, x):
+    """base-2 logarithm"""
+    return b.multiply(b.log(x), 1 / math.log(2))
+
+
+@_single("log10", float_unary_infer, [((X23,), {})], aten="log10", tolerance=1e-6)
+def log10(b, x):
+    """base-10 logarithm"""
+    return b.multiply(b.log(x), 1 / math.log(10))
+
+
+@_single("exp2", float_unary_infer, [((X23,), {})], aten="exp2", tolerance=1e-6)
+def exp2(b, x):
+    """`2 ** a`"""
+    return b.exp(b.multiply(x, math.log(2)))
+
+
 # --- rounding and signs -------------------------------------------------------------------
 
 @_single("sign", _arithmetic, NUMERIC, onnx="Sign", aten="sign", tolerance=0.0)

@@ -123,7 +123,7 @@ def gen_float_unary(ctx, op):
     return ctx.call(op, ctx.value(ctx.float), **attrs)
 
 
-@generator("log", "sqrt", "rsqrt", "log1p")
+@generator("log", "sqrt", "rsqrt", "log1p", "log2", "log10")
 def gen_positive_unary(ctx, op):
     return ctx.call(op, ctx.value(ctx.float, kind="positive"))
 

@@ -149,7 +149,7 @@ _UNARY = {
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf,
     "round": np.rint, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
     "sign": np.sign, "trunc": np.trunc, "bitwise_not": np.invert, "expm1": np.expm1,
-    "log1p": np.log1p,
+    "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "exp2": np.exp2,
     "nn.relu": lambda x: np.maximum(x, 0), "nn.silu": lambda x: x * _sigmoid(x),
     "nn.softsign": lambda x: x / (1 + np.abs(x)), "nn.mish": lambda x: x * np.tanh(_softplus(x)),
     "nn.hardswish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
