@@ -87,6 +87,15 @@ CASES = {
                                                                            descending=True)[0][
         :, :2] + torch.topk(x, 2, largest=False).indices, lambda: [torch.randn(3, 5)]),
     "one_hot": (lambda i: F.one_hot(i, 5), lambda: [torch.tensor([[0, 4], [2, 1]])]),
+    "scatter": (lambda x, i, u: x.scatter(1, i, u) + x.scatter_add(1, i, u) + x.scatter(
+        1, i, 2.0), lambda: [torch.randn(3, 5), torch.tensor([[0, 1], [2, 3], [4, 0]]),
+                             torch.randn(3, 2)]),
+    "scatter_reduce": (lambda x, i, u: x.scatter_reduce(0, i, u, "amax"),
+                       lambda: [torch.randn(3, 4), torch.tensor([[0, 1, 2, 0], [0, 1, 1, 2]]),
+                                torch.randn(2, 4)]),
+    "index_put": (lambda x, u: x.index_put((torch.tensor([0, -1]),), u, accumulate=True)
+                  + x.index_put((torch.tensor([1, 2]), torch.tensor([0, 3])), u[:, 0]),
+                  lambda: [torch.randn(3, 5), torch.randn(2, 5)]),
     "factories": (lambda x: x + torch.zeros(3) + torch.ones_like(x) + torch.full_like(x, 2)
                   + torch.arange(0.5, 2.0, 0.5), lambda: [torch.randn(2, 3)]),
 }

@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import broadcast_shapes, norm_axis
+from .onnx_index import flat_index, scatter_rows
 from .onnx_ops import one_hot_values
 from .torch_ops import aten
 
@@ -294,3 +295,50 @@ def sort(b, x, *args, dim=-1, descending=False, stable=None):
     descending = args[1] if len(args) > 1 else descending
     axis = norm_axis(dim, max(x.rank, 1), "dim")
     return b.topk(x, k=x.shape[axis] if x.rank else 1, axis=axis, largest=descending)
+
+
+# --- scatter ---------------------------------------------------------------------------------
+
+SCATTER_REDUCE = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",
+                  "amax": "max", "amin": "min"}
+
+
+@aten("aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce",
+      "aten.scatter.value_reduce")
+def scatter(b, x, dim, index, src, reduce=None):
+    if not hasattr(src, "type"):  # scatter.value: one value everywhere
+        src = Const.of(np.full(index.shape, src, dtype=_numpy(x.dtype)))
+    reduction = "none" if reduce is None else SCATTER_REDUCE.get(reduce)
+    if reduction is None:
+        raise LegatoError(f"scatter reduce {reduce!r} is not supported")
+    return b.scatter_elements(x, index, src, axis=dim, reduction=reduction)
+
+
+@aten("aten.scatter_add.default")
+def scatter_add(b, x, dim, index, src):
+    return b.scatter_elements(x, index, src, axis=dim, reduction="add")
+
+
+@aten("aten.scatter_reduce.two")
+def scatter_reduce(b, x, dim, index, src, reduce, include_self=True):
+    if not include_self or reduce not in SCATTER_REDUCE:
+        raise LegatoError(f"scatter_reduce {reduce!r} with include_self={include_self} is "
+                          "not supported (sum, prod, amax, amin including self)")
+    return b.scatter_elements(x, index, src, axis=dim, reduction=SCATTER_REDUCE[reduce])
+
+
+@aten("aten.index_put.default")
+def index_put(b, x, indices, values, accumulate=False):
+    """x[i0, i1, ...] = values (or +=) with index tensors for the leading dims."""
+    if any(i is None for i in indices) or any(i.dtype == "bool" for i in indices):
+        raise LegatoError("index_put supports index tensors for the leading dims only "
+                          "(no None, no bool masks)")
+    k = len(indices)
+    shape = broadcast_shapes(*(i.shape for i in indices))
+    stacked = b.concat(*(b.reshape(b.broadcast_to(i, shape=list(shape)) if i.shape != shape
+                                   else i, shape=list(shape) + [1]) for i in indices), axis=-1)
+    rows = flat_index(b, stacked, x.shape[:k])
+    updates = b.broadcast_to(values, shape=list(shape) + list(x.shape[k:]))
+    if updates.dtype != x.dtype:
+        updates = b.cast(updates, dtype=x.dtype)
+    return scatter_rows(b, x, rows, updates, k, "add" if accumulate else "none")

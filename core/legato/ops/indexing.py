@@ -174,3 +174,31 @@ primitive("topk", "data", _topk, "opaque",
               "int64 indices (two results); equal values in index order, NaN largest "
               "(ONNX TopK; a sort is topk with k the whole axis)")
 
+
+
+# --- scatter ------------------------------------------------------------------------------
+
+def _scatter_elements(types, attrs):
+    data, indices, updates = types
+    _require_indices(indices)
+    axis = norm_axis(attrs["axis"], data.rank)
+    if updates.dtype != data.dtype:
+        fail(f"updates dtype {updates.dtype} differs from data dtype {data.dtype}")
+    if updates.shape != indices.shape:
+        fail(f"updates {list(updates.shape)} must have the shape of indices "
+             f"{list(indices.shape)}")
+    if indices.rank != data.rank or any(
+            i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape)) if a != axis):
+        fail(f"indices {list(indices.shape)} must have the rank of data {list(data.shape)} "
+             f"and no larger dims except on axis {axis}")
+    if data.dtype == "bool" and attrs["reduction"] in ("add", "mul"):
+        fail(f"reduction {attrs['reduction']} needs numeric data, got bool")
+    return data
+
+
+primitive("scatter_elements", "data, indices, updates", _scatter_elements, "opaque",
+          {"axis": ("int", 0), "reduction": ("str:none|add|mul|max|min", "none")},
+          tolerance=0.0,
+          doc="ONNX ScatterElements / `torch.scatter`: a copy of data with `updates` written "
+              "(or, by `reduction`, added, multiplied, maxed, mined) at `indices` along "
+              "`axis`; with reduction none an index written twice keeps one of its updates")

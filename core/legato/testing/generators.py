@@ -661,3 +661,20 @@ def gen_topk(ctx, op):
     axis = ctx.int(-data.rank, data.rank - 1)
     return ctx.call(op, data, k=ctx.int(0, data.shape[axis]), axis=axis,
                     largest=ctx.chance(0.6))
+
+
+@generator("scatter_elements")
+def gen_scatter_elements(ctx, op):
+    reduction = ctx.choice(["none", "none", "add", "mul", "max", "min"])
+    data = ctx.value(ctx.numeric if reduction != "none" else ctx.all, min_rank=1)
+    axis = ctx.int(-data.rank, data.rank - 1)
+    dim = data.shape[axis]
+    shape = [ctx.int(0, d) for d in data.shape]
+    # distinct indices along the axis (for "none", where a repeated index keeps any one)
+    order = np.argsort(ctx.rng.random(data.shape), axis=axis)
+    indices = order[tuple(slice(0, n) for n in shape)]
+    if dim and ctx.chance(0.3):
+        indices = indices - dim  # negative ones count from the end
+    updates = ctx.fresh(shape, data.dtype)
+    return ctx.call(op, data, ctx.feed(indices.astype(ctx.choice(["int32", "int64"]))),
+                    updates, axis=axis, reduction=reduction)

@@ -82,3 +82,28 @@ def topk(data, *, k, axis=-1, largest=True):
 
 KERNELS = {"gather_elements": gather_elements, "cumsum": cumsum, "trilu": trilu,
            "tile": tile, "argmin": argmin, "topk": topk}
+
+
+_SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
+    axis = _axis(axis, data.ndim)
+    dim = data.shape[axis]
+    index = indices.astype(np.int64)
+    if np.any((index < -dim) | (index >= dim)):
+        raise LegatoError(f"indices out of range [{-dim}, {dim - 1}]")
+    where = list(np.indices(indices.shape, sparse=True)) if indices.ndim else []
+    where[axis] = np.where(index < 0, index + dim, index)
+    out = _fresh(data)
+    if reduction == "none":
+        out[tuple(where)] = updates
+    else:
+        ufunc = _SCATTER.get(reduction)
+        if ufunc is None:
+            raise LegatoError(f"unknown reduction {reduction!r}")
+        ufunc.at(out, tuple(where), updates)
+    return out
+
+
+KERNELS["scatter_elements"] = scatter_elements
