@@ -23,11 +23,14 @@ def as_float(b, v, what: str):
     return b.cast(v, dtype="float32")
 
 
-def back(b, v, dtype: str):
-    """A float32 result of integer (exact) or 0/1 values as `dtype`."""
+def back(b, v, dtype: str, truncate: bool = False):
+    """A float32 result of integer (exact) or 0/1 values as `dtype`; with `truncate`,
+    values that may have a fraction, truncated as legato's cast does."""
     if v.dtype == dtype:
         return v
-    return b.call("tosa.cast", v, dtype=dtype) if dtype in INT_DTYPES else b.cast(v, dtype=dtype)
+    if dtype in INT_DTYPES and not truncate:
+        return b.call("tosa.cast", v, dtype=dtype)  # TOSA CAST rounds: exact on integers
+    return b.cast(v, dtype=dtype)
 
 
 def float_positions(call, bools: bool) -> list[int]:
@@ -37,7 +40,7 @@ def float_positions(call, bools: bool) -> list[int]:
         not (call.op == "where" and i == 0))]
 
 
-def via_float_call(b, call, positions, then=None):
+def via_float_call(b, call, positions, then=None, truncate: bool = False):
     """`call` on float32 copies of its inputs at `positions`, rewritten by the rule `then`
     if it takes the float call; results cast back (exact: they hold integers or 0/1).
     pro_fp has integer add, sub, mul and casts only; float32 holds integers exactly up to
@@ -51,20 +54,21 @@ def via_float_call(b, call, positions, then=None):
     if made is None:
         made = b.call(call.op, *inputs, **call.attrs)
     made = made if isinstance(made, tuple) else (made,)
-    results = tuple(back(b, m, o.dtype) for m, o in zip(made, call.outputs))
+    results = tuple(back(b, m, o.dtype, truncate) for m, o in zip(made, call.outputs))
     return results if len(results) > 1 else results[0]
 
 
-def via_float(then=None, bools: bool = True):
+def via_float(then=None, bools: bool = True, truncate: bool = False):
     """A rule for an op pro_fp has for floats only (TOSA 1.0 has integer compares,
     selects, min/max, reductions and data movement in pro_int): integer inputs (and bool
     ones, if `bools`) as float32, then the op's own rule `then`; other calls go to `then`
-    directly."""
+    directly. `truncate`: results may have fractions (clip's bounds), cast as legato
+    casts."""
     @shaped_rule
     def rule(b, call):
         positions = float_positions(call, bools)
         if positions:
-            return via_float_call(b, call, positions, then)
+            return via_float_call(b, call, positions, then, truncate)
         return then(b, call) if then is not None else None
     rule.__name__ = rule.__qualname__ = "via_float" + (f"_then_{then.__name__}" if then
                                                        else "")

@@ -106,7 +106,9 @@ TOSA: dict[str, Lowering] = {
     "floor": unary("tosa.floor"),
     "ceil": unary("tosa.ceil"),
     "tosa.reciprocal": unary("tosa.reciprocal"),
-    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds, rule=integers.via_float()),
+    # integers: clipped as floats, then truncated (the bounds may have fractions)
+    "clip": Lowering("tosa.clamp", "clip", check=rules.clamp_bounds,
+                     rule=integers.via_float(truncate=True)),
     "nn.relu": unary("tosa.clamp", form="relu"),  # CLAMP [0, inf]
     # int64 <-> int32: one type in the module, nothing printed (form "cast")
     "cast": Lowering("tosa.cast", "cast", None, rules.cast_supported, rules.cast),

@@ -39,7 +39,8 @@ def position_ids():
     wpe = b.const(RNG.standard_normal((20, 16)).astype(np.float32), name="wpe")
     hidden = b.add(b.take(wte, ids, axis=0), b.take(wpe, positions, axis=0))
     scaled = b.multiply(positions, b.const(np.array(3, np.int64)))
-    return b.build(hidden, b.subtract(scaled, ids)), \
+    clipped = b.clip(ids, min=-2.5, max=31.5)  # clipped, then truncated: 31 (rounding: 32)
+    return b.build(hidden, b.subtract(scaled, ids), clipped), \
         [RNG.integers(0, 50, (2, 8)), np.array([[5]], np.int64)]
 
 
@@ -175,7 +176,7 @@ def test_int64_parameters_and_results_are_i32_marked_in_the_signature():
 def test_the_tools_narrow_inputs_and_widen_results(tools):
     module, feeds = position_ids()
     outputs = tools.run_reference(compile_tosa(module).artifact, feeds, validate=True)
-    assert [o.dtype for o in outputs] == [np.float32, np.int64]
+    assert [o.dtype for o in outputs] == [np.float32, np.int64, np.int64]
 
 
 def test_an_int64_constant_outside_int32_is_refused_naming_it():
