@@ -55,6 +55,7 @@ def onnx_file(name: str) -> Path:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision not installed"
     module, inputs = models.build(name, models.ZOO[name].onnx_attention or None)
     CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / ".gitignore").write_text("# exported models, made again on demand\n*\n")
     partial = path.with_suffix(f".{os.getpid()}.part")
     try:
         program = torch.onnx.export(module, inputs, dynamo=True, verbose=False)
