@@ -441,7 +441,8 @@ def _mask():
 EXPORTS = {  # module, inputs, ops expected back
     "gpt2_mlp": (GPT2MLP, lambda x: (x,), {"nn.gelu": 1, "nn.linear": 2}),
     "llama_rmsnorm": (LlamaRMSNorm, lambda x: (x,), {"nn.rms_norm": 1}),
-    "llama_mlp": (LlamaMLP, lambda x: (x,), {"nn.silu": 1, "nn.linear": 3}),
+    # bias-free projections stay MatMuls: one call for another gains nothing
+    "llama_mlp": (LlamaMLP, lambda x: (x,), {"nn.silu": 1, "matmul": 3}),
     "manual_layer_norm": (ManualLayerNorm, lambda x: (x,), {"nn.layer_norm": 1}),
     "bert_layer": (BertLayer, lambda x: (x, _mask()),
                    {"nn.attention": 1, "nn.gelu": 1, "nn.layer_norm": 2, "nn.linear": 6}),

@@ -587,8 +587,10 @@ class Recomposer:
             self.report.miss(op, f"{template.form.label}: structure differs")
             return None
         owners = {o for i in env.region() for o in view.owners[i]}
-        if len(owners) == 1 and fn.calls[next(iter(owners))].op == op:
-            self.report.miss(op, f"already a {op} call")
+        if len(owners) == 1:  # one call for another gains nothing (and a kept op is kept)
+            only = fn.calls[next(iter(owners))].op
+            self.report.miss(op, f"already a {op} call" if only == op else
+                             f"the region is one call ({only})")
             return None
         for attempt in itertools.chain([env], itertools.islice(envs, 3)):
             result = self.recover(template, view, gi, claimed, attempt, fn)
