@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import api
+from .cli_model import load
 from .recompose import Recovery, recompose_for, summary
 
 
@@ -18,7 +19,10 @@ def add_command(sub, parents) -> None:
     p = sub.add_parser("recompose", parents=parents,
                        help="recover composite ops (gelu, norms, attention, ...) that an "
                             "exporter wrote out as primitives")
-    p.add_argument("model", help="text-form file or .onnx file")
+    p.add_argument("model", help="text-form file, .onnx file, or example:NAME")
+    p.add_argument("--shape", action="append", metavar="NAME=SIZE,...",
+                   help="ONNX: bind symbolic dimensions (batch=1,seq=128) or whole inputs "
+                        "(x=1x3x224x224); repeatable")
     p.add_argument("--backend", "-b", help="recompose the ops this backend keeps or lists "
                                            "as legal (default: every composite op)")
     p.add_argument("--ops", help="comma-separated ops to recompose (overrides --backend)")
@@ -31,7 +35,7 @@ def add_command(sub, parents) -> None:
 
 def cmd_recompose(args: argparse.Namespace) -> int:
     host = api.current_context()
-    module = api.load_model(args.model, context=host)
+    module, _ = load(args)  # the ONNX importer's symbolic dimensions bound by --shape
     backend = host.backend(args.backend) if args.backend else None
     setting = [op.strip() for op in args.ops.split(",") if op.strip()] if args.ops else True
     result, report = recompose_for(module, backend, setting, registry=host.registry)
