@@ -102,7 +102,7 @@ def _renamed(call: Call, rename: dict) -> Call:
 SCALAR_LIMIT = 4096  # a larger constant is a weight, not a broadcast scalar
 
 
-def _scalar(value) -> float | None:
+def scalar_value(value) -> float | None:
     """The value of a constant whose elements are all equal, else None."""
     if not isinstance(value, Const) or value.dtype == "bool":
         return None
@@ -170,13 +170,13 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         op, ins = call.op, call.inputs
         a = ins[0] if ins else None
         b = ins[1] if len(ins) > 1 else None
-        c = _scalar(b) if op in ("divide", "subtract", "power") else None
+        c = scalar_value(b) if op in ("divide", "subtract", "power") else None
         out = call.outputs[0] if call.outputs else None
         same = _identity_operand(op, a, b, out) if id(out) not in result_ids else None
         if same is not None:  # x * 1, x + 0: the call is its other operand
             rename[id(out)] = rename.get(id(same), same)
             identities.update(owner)
-        elif op == "divide" and _is_float(out) and _scalar(a) == 1.0 and \
+        elif op == "divide" and _is_float(out) and scalar_value(a) == 1.0 and \
                 (root := sqrt_input(b)) is not None:
             emit("rsqrt", [root], {}, [out], owner + _owner_of(made, owners, b))
         elif op == "divide" and _is_float(out) and c not in (None, 0.0):
@@ -213,7 +213,7 @@ def _identity_operand(op, a, b, out):
     neutral = 1.0 if op == "multiply" else 0.0
     for x, y in ((a, b), (b, a)):
         if isinstance(y, Const) and x is not None and y.data.size and \
-                y.data.flat[0] == neutral and x.type == out.type and _scalar(y) == neutral:
+                y.data.flat[0] == neutral and x.type == out.type and scalar_value(y) == neutral:
             return x
     return None
 
