@@ -96,6 +96,14 @@ CASES = {
     "index_put": (lambda x, u: x.index_put((torch.tensor([0, -1]),), u, accumulate=True)
                   + x.index_put((torch.tensor([1, 2]), torch.tensor([0, 3])), u[:, 0]),
                   lambda: [torch.randn(3, 5), torch.randn(2, 5)]),
+    "interpolate": (lambda x: F.interpolate(x, size=(5, 9), mode="nearest")[..., :2, :3]
+                    + F.interpolate(x, scale_factor=1.7, mode="bilinear")[..., :2, :3]
+                    + F.interpolate(x, size=(2, 3), mode="bilinear", align_corners=True)
+                    + F.interpolate(x, size=(2, 3), mode="nearest-exact"),
+                    lambda: [torch.randn(1, 2, 5, 7)]),
+    "adaptive_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, (2, 3))[..., :1, :]
+                          + F.adaptive_avg_pool2d(x, (3, 3))[..., :1, :],
+                          lambda: [torch.randn(1, 2, 5, 6)]),
     "factories": (lambda x: x + torch.zeros(3) + torch.ones_like(x) + torch.full_like(x, 2)
                   + torch.arange(0.5, 2.0, 0.5), lambda: [torch.randn(2, 3)]),
 }

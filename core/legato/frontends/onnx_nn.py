@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import shapes
+from . import resample
 from ..errors import quote
+from ..ir import Const
 from ..ops.conv import pad_spatial, window_slices
 from .onnx_convert import converter, onnx_dtype
 
@@ -311,3 +313,79 @@ converter("HardSigmoid")(_activation("nn.hardsigmoid", alpha=0.2, beta=0.5))
 converter("ThresholdedRelu")(_activation("nn.thresholded_relu", alpha=1.0))
 converter("Shrink")(_activation("nn.shrink", lambd=0.5, bias=0.0))
 converter("Softplus")(_activation("nn.softplus"))
+
+
+# --- resizing ---------------------------------------------------------------------------------
+
+@converter("Resize", const_inputs=(1, 2, 3))
+def resize(node):
+    x = node.arg(0)
+    mode = node.attr("mode", "nearest")
+    axes = [shapes.norm_axis(a, x.rank) for a in node.attr("axes", range(x.rank))]
+    scales, sizes = node.const(2), node.ints(3)
+    scales = None if scales is None or scales.size == 0 else [float(s) for s in scales]
+    node.require((scales is None) != (sizes is None), "exactly one of scales and sizes must "
+                                                      "be given")
+    node.require(len(scales or sizes) == len(axes), f"{len(scales or sizes)} scales or "
+                 f"sizes for {len(axes)} axes")
+    inputs = [x.shape[a] for a in axes]
+    if sizes is not None:
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            scales = [s / d for s, d in zip(sizes, inputs)]
+        else:
+            node.require(policy in ("not_larger", "not_smaller"), f"keep_aspect_ratio_policy "
+                         f"{quote(policy)} is none of stretch, not_larger, not_smaller")
+            pick = min if policy == "not_larger" else max
+            scale = pick(s / d for s, d in zip(sizes, inputs))
+            scales = [scale] * len(axes)
+            sizes = [int(np.floor(scale * d + 0.5)) for d in inputs]
+    else:
+        sizes = [int(np.floor(d * s)) for d, s in zip(inputs, scales)]
+    node.require(all(s > 0 for s in scales), f"scales {scales} must be positive")
+    roi = node.const(1)
+    rois = [(0.0, 1.0)] * len(axes)
+    if roi is not None and roi.size:
+        node.require(roi.size == 2 * len(axes), f"roi must hold starts and ends of the "
+                                                f"{len(axes)} axes, not {roi.size} values")
+        rois = list(zip(roi.reshape(2, -1)[0].tolist(), roi.reshape(2, -1)[1].tolist()))
+    options = dict(mode=mode, coordinates=node.attr("coordinate_transformation_mode",
+                                                    "half_pixel"),
+                   nearest_mode=node.attr("nearest_mode", "round_prefer_floor"),
+                   cubic_a=node.attr("cubic_coeff_a", -0.75),
+                   exclude_outside=bool(node.attr("exclude_outside", 0)),
+                   antialias=bool(node.attr("antialias", 0)),
+                   extrapolation=node.attr("extrapolation_value", 0.0))
+    for axis, size, scale, region in zip(axes, sizes, scales, rois):
+        x = resize_one(node.b, x, axis, size, scale, region, **options)
+    return x
+
+
+def resize_one(b, x, axis, size, scale, roi, mode, coordinates, nearest_mode="floor",
+               cubic_a=-0.75, exclude_outside=False, antialias=False, extrapolation=0.0):
+    """x resized along `axis` (unchanged when it keeps its size at scale 1 and the whole
+    region); tf_crop_and_resize writes `extrapolation` where it samples outside."""
+    if size == x.shape[axis] and scale == 1 and tuple(roi) == (0.0, 1.0):
+        return x
+    coords = resample.source_coordinates(coordinates, x.shape[axis], size, scale, roi)
+    y = resample.resize_axis(b, x, axis, size, coords, mode, nearest_mode, scale, cubic_a,
+                             exclude_outside, antialias and scale < 1)
+    if coordinates != "tf_crop_and_resize":
+        return y
+    outside = (coords < 0) | (coords > x.shape[axis] - 1)
+    if not outside.any():
+        return y
+    shape = [1] * x.rank
+    shape[axis] = size
+    return b.call("where", Const.of(outside.reshape(shape)), extrapolation, y)
+
+
+@converter("Upsample", const_inputs=(1,))
+def upsample(node):
+    x, mode = node.arg(0), node.attr("mode", "nearest")
+    scales = [float(s) for s in node.const(1)]
+    node.require(len(scales) == x.rank, f"{len(scales)} scales for rank {x.rank}")
+    for axis, scale in enumerate(scales):
+        x = resize_one(node.b, x, axis, int(np.floor(x.shape[axis] * scale)), scale,
+                       (0.0, 1.0), mode, "asymmetric", "floor")
+    return x

@@ -1,8 +1,11 @@
-"""ATen converters for activations with parameters, padding and the generic convolution.
-They register in torch_ops.ATEN."""
+"""ATen converters for activations with parameters, padding, the generic convolution,
+resizing and adaptive pooling. They register in torch_ops.ATEN."""
 from __future__ import annotations
 
+import math
+
 from ..errors import LegatoError
+from . import resample
 from .torch_ops import aten
 
 
@@ -119,3 +122,60 @@ def convolution(b, x, weight, bias, stride, padding, dilation, transposed, outpu
     y = b.nn_conv2d(x, weight, bias, strides=stride, padding=padding + padding,
                     dilation=dilation, groups=groups)
     return b.squeeze(y, axes=[2]) if spatial == 1 else y
+
+
+# --- resizing ---------------------------------------------------------------------------------
+
+def _resize(b, x, output_size, scale_factors, mode, coordinates, nearest_mode="floor"):
+    """Resize the trailing dims: to `output_size`, or by `scale_factors` (which then also
+    set the coordinate scale, as PyTorch computes it)."""
+    spatial = len(output_size or scale_factors)
+    axes = list(range(x.rank - spatial, x.rank))
+    if output_size:
+        sizes = [int(s) for s in output_size]
+        scales = [s / x.shape[a] for a, s in zip(axes, sizes)]
+    else:
+        scales = [float(s) for s in scale_factors]
+        sizes = [int(math.floor(x.shape[a] * s)) for a, s in zip(axes, scales)]
+    for axis, size, scale in zip(axes, sizes, scales):
+        if size == x.shape[axis] and scale == 1:
+            continue
+        coords = resample.source_coordinates(coordinates, x.shape[axis], size, scale)
+        x = resample.resize_axis(b, x, axis, size, coords, mode, nearest_mode, scale)
+    return x
+
+
+@aten("aten.upsample_nearest2d.vec", "aten.upsample_nearest1d.vec")
+def upsample_nearest(b, x, output_size=None, scale_factors=None):
+    return _resize(b, x, output_size, scale_factors, "nearest", "asymmetric", "floor")
+
+
+@aten("aten._upsample_nearest_exact2d.vec", "aten._upsample_nearest_exact1d.vec")
+def upsample_nearest_exact(b, x, output_size=None, scale_factors=None):
+    return _resize(b, x, output_size, scale_factors, "nearest", "half_pixel",
+                   "round_prefer_ceil")
+
+
+@aten("aten.upsample_bilinear2d.vec", "aten.upsample_linear1d.vec")
+def upsample_linear(b, x, output_size=None, align_corners=False, scale_factors=None):
+    # PyTorch clamps a negative source coordinate to 0: the edge, as half_pixel's taps do
+    return _resize(b, x, output_size, scale_factors, "linear",
+                   "align_corners" if align_corners else "half_pixel")
+
+
+@aten("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+def adaptive_avg_pool2d(b, x, output_size):
+    """Output cell i of an axis averages input [floor(i * n / m), ceil((i + 1) * n / m)):
+    an avg_pool2d when m divides n, else one mean per cell."""
+    out = [x.shape[-2 + k] if s is None else int(s) for k, s in enumerate(output_size)]
+    (h, w), (oh, ow) = x.shape[-2:], out
+    if h % oh == 0 and w % ow == 0:
+        if (oh, ow) == (1, 1):
+            return b.mean(x, axes=[-2, -1], keepdims=True)
+        return b.nn_avg_pool2d(x, pool_size=[h // oh, w // ow], strides=[h // oh, w // ow])
+    for axis, (n, m) in ((x.rank - 2, (h, oh)), (x.rank - 1, (w, ow))):
+        cells = [b.mean(b.strided_slice(x, begin=[i * n // m], end=[-(-(i + 1) * n // m)],
+                                        axes=[axis]), axes=[axis], keepdims=True)
+                 for i in range(m)]
+        x = b.concat(*cells, axis=axis) if len(cells) > 1 else cells[0]
+    return x

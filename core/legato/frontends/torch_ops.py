@@ -177,13 +177,6 @@ def avg_pool2d(b, x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
                            count_include_pad=count_include_pad)
 
 
-@aten("aten.adaptive_avg_pool2d.default")
-def adaptive_avg_pool2d(b, x, output_size):
-    if list(output_size) != [1, 1]:
-        raise LegatoError(f"only output_size [1, 1] is supported, got {list(output_size)}")
-    return b.mean(x, axes=[-2, -1], keepdims=True)
-
-
 @aten("aten.batch_norm.default")
 def batch_norm(b, x, weight, bias, mean, var, training, momentum, eps, cudnn=True):
     if training:
