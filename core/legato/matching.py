@@ -42,32 +42,51 @@ class Rearranged(NamedTuple):
         return TensorType(shape, self.base.dtype)
 
 
+_REARRANGEMENTS: dict = {}
+
+
 def _rearrangement(base: Value, chain: list[Call], inverse: tuple):
     """`base` through the reshapes and transposes of `chain`, then transposed by
     `inverse`, as one Rearranged (or `base` itself), or None if it is not one."""
-    index = np.arange(base.type.size).reshape(base.shape)
+    key = (base.shape, inverse, tuple((c.op, c.outputs[0].shape, _perm(c, c.outputs[0].rank)
+                                       if c.op == "permute_dims" else None) for c in chain))
+    found = _REARRANGEMENTS.get(key, False)
+    if found is False:  # shapes and permutations decide it: layers repeat them
+        if len(_REARRANGEMENTS) > 1024:
+            _REARRANGEMENTS.clear()
+        found = _REARRANGEMENTS[key] = _solve_rearrangement(base.shape, chain, inverse)
+    if found is None:
+        return None
+    shape, axes = found
+    return base if shape is None and axes is None else Rearranged(base, shape, axes)
+
+
+def _solve_rearrangement(shape: tuple, chain: list[Call], inverse: tuple):
+    """(reshape to, then transpose by) that `_rearrangement` describes, by following the
+    element indices through the chain; None if no such pair exists."""
+    size = int(np.prod(shape, dtype=np.int64))
+    index = np.arange(size).reshape(shape)
     for call in chain:
         index = index.reshape(call.outputs[0].shape) if call.op == "reshape" else \
             np.transpose(index, _perm(call, index.ndim))
     wanted = np.transpose(index, inverse)
     if np.array_equal(wanted.ravel(), np.arange(wanted.size)):
-        return base if wanted.shape == base.shape else Rearranged(base, wanted.shape, None)
-    if wanted.ndim != base.rank:
+        return (None if wanted.shape == shape else wanted.shape), None
+    if wanted.ndim != len(shape):
         return None
-    strides = np.cumprod((1,) + base.shape[:0:-1])[::-1]  # row-major strides of base
-    axes, free = [], set(range(base.rank))
+    strides = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major strides of base
+    axes, free = [], set(range(len(shape)))
     for i, n in enumerate(wanted.shape):
         step = int(wanted[(0,) * i + (1,) + (0,) * (wanted.ndim - i - 1)]) if n > 1 else None
-        match = next((a for a in sorted(free) if base.shape[a] == n and
+        match = next((a for a in sorted(free) if shape[a] == n and
                       (step is None or strides[a] == step)), None)
         if match is None:
             return None
         axes.append(match)
         free.discard(match)
     axes = tuple(axes)
-    ok = np.array_equal(np.transpose(np.arange(base.type.size).reshape(base.shape), axes),
-                        wanted)
-    return Rearranged(base, None, axes) if ok else None
+    ok = np.array_equal(np.transpose(np.arange(size).reshape(shape), axes), wanted)
+    return (None, axes) if ok else None
 
 
 class Env:

@@ -29,7 +29,7 @@ import numpy as np
 from .calls import make_call
 from .context import context
 from .errors import ConfigError, quote
-from .ir import Call, Const, Function, Module, Origin, attr_key, freeze_attr
+from .ir import Call, Const, Function, Module, Origin, TensorType, attr_key, freeze_attr
 from .passes import FunctionPass, PassResult
 from .matching import RTOL, Matcher, Rearranged, same_value, region_problem
 from .patterns import Form, Template, scalar_value, build_view, derive, trace
@@ -386,7 +386,7 @@ class Recomposer:
         prelude, inputs = [], []
         for v in values:
             if isinstance(v, Rearranged) and isinstance(v.base, Const) and v.shape is None:
-                v = Const.of(np.ascontiguousarray(np.transpose(v.base.data, v.axes)))
+                v = _transposed(v.base, v.axes)
             elif isinstance(v, Rearranged):
                 base = v.base
                 if v.shape is not None:
@@ -437,6 +437,13 @@ def traced(registry, form, types, attrs):
 
 def opdef_attrs(registry, template, attrs):
     return registry.get(template.form.op).normalize_attrs(attrs)
+
+
+def _transposed(const: Const, axes: tuple) -> Const:
+    """A constant transposed once, in C order (one copy: weights can be large)."""
+    data = np.ascontiguousarray(np.transpose(const.data, axes))
+    data.setflags(write=False)
+    return Const(TensorType(data.shape, const.dtype), None, data)
 
 
 def _apply(fn: Function, rewrites, identities=frozenset()) -> Function:
