@@ -1,5 +1,6 @@
 """ONNX converters for the N-d gathers and scatters (GatherND, ScatterElements, ScatterND),
-written as take and scatter_elements on the data with its indexed dims flattened."""
+written as take and scatter_elements on the data with its indexed dims flattened, and for
+rearrangements (DepthToSpace, SpaceToDepth, Einsum as reshapes, transposes and matmuls)."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import math
 import numpy as np
 
 from ..ir import Const
+from ..shapes import broadcast_shapes
 from .onnx_convert import converter
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -74,3 +76,125 @@ def scatter_rows(b, data, rows, updates, k: int, reduction: str):
     values = b.call("reshape", updates, shape=[count, rest])
     out = b.call("scatter_elements", table, rows, values, axis=0, reduction=reduction)
     return b.call("reshape", out, shape=list(data.shape))
+
+
+# --- rearrangements -------------------------------------------------------------------------
+
+@converter("DepthToSpace")
+def depth_to_space(node):
+    x, size = node.arg(0), node.positive("blocksize", 1)
+    node.require(x.rank == 4 and x.shape[1] % (size * size) == 0,
+                 f"input {x.type} must be NCHW with C divisible by blocksize^2 = {size * size}")
+    n, c, h, w = x.shape
+    depth = c // (size * size)
+    if node.attr("mode", "DCR") == "DCR":
+        y = node.call("reshape", x, shape=[n, size, size, depth, h, w])
+        y = node.call("permute_dims", y, axes=[0, 3, 4, 1, 5, 2])
+    else:  # CRD
+        y = node.call("reshape", x, shape=[n, depth, size, size, h, w])
+        y = node.call("permute_dims", y, axes=[0, 1, 4, 2, 5, 3])
+    return node.call("reshape", y, shape=[n, depth, h * size, w * size])
+
+
+@converter("SpaceToDepth")
+def space_to_depth(node):
+    x, size = node.arg(0), node.positive("blocksize", 1)
+    node.require(x.rank == 4 and x.shape[2] % size == 0 and x.shape[3] % size == 0,
+                 f"input {x.type} must be NCHW with H and W divisible by {size}")
+    n, c, h, w = x.shape
+    y = node.call("reshape", x, shape=[n, c, h // size, size, w // size, size])
+    axes = [0, 3, 5, 1, 2, 4] if node.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = node.call("permute_dims", y, axes=axes)
+    return node.call("reshape", y, shape=[n, c * size * size, h // size, w // size])
+
+
+@converter("Einsum")
+def einsum(node):
+    equation = node.attr("equation").replace(" ", "")
+    operands = node.args()
+    inputs, arrow, output = equation.partition("->")
+    terms = inputs.split(",")
+    node.require(len(terms) == len(operands), f"equation {equation!r} names {len(terms)} "
+                                              f"operands, the node has {len(operands)}")
+    b = node.b
+    # an ellipsis stands for the leading dims each operand has beyond its letters; they
+    # broadcast together and get capital letters of their own
+    extra = max((x.rank - len(t.replace("...", "")) for t, x in zip(terms, operands)
+                 if "..." in t), default=0)
+    dots = "".join(chr(ord("A") + i) for i in range(extra))
+    if dots:
+        shape = broadcast_shapes(*(x.shape[:x.rank - len(t) + 3] for t, x in
+                                   zip(terms, operands) if "..." in t))
+        for k, (t, x) in enumerate(zip(terms, operands)):
+            if "..." in t:
+                lead = x.rank - len(t) + 3
+                shape_k = list(shape) + list(x.shape[lead:])
+                x = b.call("reshape", x, shape=[1] * (extra - lead) + list(x.shape)) \
+                    if lead < extra else x
+                operands[k] = b.call("broadcast_to", x, shape=shape_k) \
+                    if tuple(x.shape) != tuple(shape_k) else x
+                terms[k] = t.replace("...", dots)
+    for k, (term, x) in enumerate(zip(terms, operands)):
+        node.require(len(term) == x.rank, f"term {term!r} must name the {x.rank} dims of "
+                                          f"{x.type}")
+        operands[k], terms[k] = _diagonals(b, x, term)
+    if not arrow:  # implicit output: the letters used once, in alphabetical order
+        letters = "".join(terms)
+        output = dots + "".join(sorted(c for c in set(letters) - set(dots)
+                                       if letters.count(c) == 1))
+    output = output.replace("...", dots)
+    b = node.b
+    value, term = operands[0], terms[0]
+    for k in range(1, len(operands)):
+        keep = output + "".join(terms[k + 1:])
+        value, term = contract(b, value, term, operands[k], terms[k], keep)
+    value, term = _sum_others(b, value, term, output)
+    if term != output:
+        value = b.call("permute_dims", value, axes=[term.index(c) for c in output])
+    return value
+
+
+def _diagonals(b, x, term: str):
+    """A letter repeated in one term takes the diagonal of those dims."""
+    for c in dict.fromkeys(term):
+        while term.count(c) > 1:
+            p = term.index(c)
+            q = term.index(c, p + 1)
+            n = x.shape[p]
+            rest = [i for i in range(x.rank) if i not in (p, q)]
+            x = b.call("permute_dims", x, axes=rest + [p, q])
+            x = b.call("reshape", x, shape=[x.shape[i] for i in range(len(rest))] + [n * n])
+            x = b.call("strided_slice", x, begin=[0], end=[n * n], strides=[n + 1], axes=[-1])
+            term = "".join(term[i] for i in rest) + c
+    return x, term
+
+
+def _sum_others(b, x, term: str, wanted: str):
+    """x summed over the dims of `term` not in `wanted`; (value, its term)."""
+    gone = [i for i, c in enumerate(term) if c not in wanted]
+    if not gone:
+        return x, term
+    return b.call("sum", x, axes=gone), "".join(c for c in term if c in wanted)
+
+
+def contract(b, x, xt: str, y, yt: str, keep: str):
+    """x (dims xt) times y (dims yt), summed over the shared dims not in `keep`: one
+    batched matmul (batch: shared and kept; left/right: only in x/y; inner: summed)."""
+    # dims only one side has and nobody keeps are summed on that side first
+    x, xt = _sum_others(b, x, xt, yt + keep)
+    y, yt = _sum_others(b, y, yt, xt + keep)
+    batch = [c for c in xt if c in yt and c in keep]
+    inner = [c for c in xt if c in yt and c not in keep]
+    left = [c for c in xt if c not in yt]
+    right = [c for c in yt if c not in xt]
+    dim = {**dict(zip(xt, x.shape)), **dict(zip(yt, y.shape))}
+
+    def size(letters):
+        return math.prod(dim[c] for c in letters)
+    x = b.call("permute_dims", x, axes=[xt.index(c) for c in batch + left + inner])
+    y = b.call("permute_dims", y, axes=[yt.index(c) for c in batch + inner + right])
+    x = b.call("reshape", x, shape=[size(batch), size(left), size(inner)])
+    y = b.call("reshape", y, shape=[size(batch), size(inner), size(right)])
+    z = b.call("matmul", x, y)
+    z = b.call("reshape", z, shape=[dim[c] for c in batch + left + right])
+    return z, "".join(batch + left + right)
