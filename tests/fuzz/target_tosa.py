@@ -320,9 +320,37 @@ def gen_window(p, rng):
                     data_layout=layout), op == "nn.max_pool2d"
 
 
+# integer ops of exported models on ids, positions and masks (int64 is narrowed to int32)
+INT_OPS = ("add", "subtract", "multiply", "equal", "greater", "less", "maximum", "minimum",
+           "divide", "fmod", "remainder", "cumsum", "where", "cast")
+
+
+def gen_ints(p, rng):
+    """An integer op as models write them: on an int input (made if none) and a constant or
+    another value of it; divisors are constants, nonzero now and then."""
+    ints = [v for v in p.values if v.dtype in ("int32", "int64") and 0 < v.rank <= 4
+            and all(v.shape)]
+    x = ints[int(rng.integers(len(ints)))] if ints and rng.random() < 0.7 else \
+        p.input(random_shape(rng, int(rng.integers(1, 3)), edgy=False),
+                str(rng.choice(["int64", "int64", "int32"])))
+    op = str(rng.choice(INT_OPS))
+    other = p.b.const(rng.integers(-9, 10, broadcast_partner(rng, x.shape)).astype(x.dtype))
+    if op == "cumsum":
+        return p.b.call(op, x, axis=int(rng.integers(-x.rank, x.rank)),
+                        exclusive=bool(rng.random() < 0.3), reverse=bool(rng.random() < 0.3)), True
+    if op == "where":
+        return p.b.call(op, p.b.greater(x, other), x, other), True
+    if op == "cast":
+        return p.b.call(op, x, dtype=str(rng.choice(["float32", "bool", "int32", "int64"]))), True
+    if op in ("divide", "fmod", "remainder"):
+        other = p.b.const(np.where(other.data == 0, 3, other.data).astype(x.dtype)) \
+            if rng.random() < 0.8 else other
+    return p.b.call(op, x, other), True
+
+
 GENERATORS = (gen_unary, gen_unary, gen_clip, gen_binary, gen_binary, gen_cast, gen_reduce,
               gen_movement, gen_movement, gen_slice_pad, gen_take, gen_matmul, gen_norm,
-              gen_window)
+              gen_window, gen_ints)
 
 
 def build(seed):
