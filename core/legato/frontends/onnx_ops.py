@@ -329,12 +329,12 @@ def gather_elements(node):
     return node.call("gather_elements", node.arg(0), node.arg(1), axis=node.attr("axis", 0))
 
 
-@converter("CumSum", const_inputs=(1,))
+@converter("CumSum", "CumProd", const_inputs=(1,))
 def cumsum(node):
     x = node.arg(0)
     axis = int(node.scalar(1))
     node.require(-x.rank <= axis < x.rank, f"axis {axis} is out of range for rank {x.rank}")
-    return node.call("cumsum", x, axis=axis,
+    return node.call(node.op.lower(), x, axis=axis,
                      exclusive=node.flag("exclusive", 0), reverse=node.flag("reverse", 0))
 
 

@@ -197,14 +197,19 @@ def one_hot(b, x, num_classes=-1):
 
 # --- scans, reductions and selection -----------------------------------------------------------
 
-@aten("aten.cumsum.default")
-def cumsum(b, x, dim, dtype=None):
-    # torch sums bools and integers in int64 unless told otherwise
-    target = _dtype(dtype) if dtype is not None else \
-        x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
-    if target != x.dtype:
-        x = b.cast(x, dtype=target)
-    return b.cumsum(x, axis=dim)
+def _running(op: str):
+    def convert(b, x, dim, dtype=None):
+        # torch sums and multiplies bools and integers in int64 unless told otherwise
+        target = _dtype(dtype) if dtype is not None else \
+            x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
+        if target != x.dtype:
+            x = b.cast(x, dtype=target)
+        return b.call(op, x, axis=dim)
+    return convert
+
+
+aten("aten.cumsum.default")(_running("cumsum"))
+aten("aten.cumprod.default")(_running("cumprod"))
 
 
 def _arg(op: str):

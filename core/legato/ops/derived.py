@@ -117,6 +117,56 @@ def exp2(b, x):
     return b.exp(b.multiply(x, math.log(2)))
 
 
+# --- trigonometric and hyperbolic ----------------------------------------------------------
+FLOATS = [((X23,), {})]
+LN2 = math.log(2)
+
+
+def _half_exps(b, x):
+    """exp(x) / 2 and exp(-x) / 2, each as one exp (so exp(89) / 2 does not overflow)."""
+    return b.exp(b.subtract(x, LN2)), b.exp(b.subtract(b.negative(x), LN2))
+
+
+@_single("tan", float_unary_infer, FLOATS, onnx="Tan", aten="tan", tolerance=1e-5)
+def tan(b, x):
+    """tangent (radians)"""
+    return b.divide(b.sin(x), b.cos(x))
+
+
+@_single("sinh", float_unary_infer, FLOATS, onnx="Sinh", aten="sinh", tolerance=1e-6)
+def sinh(b, x):
+    """hyperbolic sine"""
+    up, down = _half_exps(b, x)
+    return b.subtract(up, down)
+
+
+@_single("cosh", float_unary_infer, FLOATS, onnx="Cosh", aten="cosh", tolerance=1e-6)
+def cosh(b, x):
+    """hyperbolic cosine"""
+    up, down = _half_exps(b, x)
+    return b.add(up, down)
+
+
+@_single("asinh", float_unary_infer, FLOATS, onnx="Asinh", aten="asinh", tolerance=1e-6)
+def asinh(b, x):
+    """inverse hyperbolic sine, `sign(a) log(|a| + sqrt(a^2 + 1))`"""
+    size = b.abs(x)
+    value = b.log(b.add(size, b.sqrt(b.add(b.multiply(size, size), 1.0))))
+    return b.where(b.less(x, 0.0), b.negative(value), value)
+
+
+@_single("acosh", float_unary_infer, FLOATS, onnx="Acosh", aten="acosh", tolerance=1e-6)
+def acosh(b, x):
+    """inverse hyperbolic cosine, `log(a + sqrt(a^2 - 1))` (NaN below 1)"""
+    return b.log(b.add(x, b.sqrt(b.subtract(b.multiply(x, x), 1.0))))
+
+
+@_single("atanh", float_unary_infer, FLOATS, onnx="Atanh", aten="atanh", tolerance=1e-6)
+def atanh(b, x):
+    """inverse hyperbolic tangent, `log((1 + a) / (1 - a)) / 2`"""
+    return b.multiply(b.log(b.divide(b.add(x, 1.0), b.subtract(1.0, x))), 0.5)
+
+
 # --- rounding and signs -------------------------------------------------------------------
 
 @_single("sign", _arithmetic, NUMERIC, onnx="Sign", aten="sign", tolerance=0.0)

@@ -1,4 +1,5 @@
-"""Indexing, scans and selection: gather_elements, cumsum, trilu, tile, argmin, topk.
+"""Indexing, scans and selection: gather_elements, cumsum/cumprod, trilu, tile, argmin,
+topk, scatter_elements.
 
 The composites here decompose into data movement a backend surely has (take on the
 flattened data, pad and slice, broadcast and reshape); topk is a primitive.
@@ -72,28 +73,44 @@ def _cumsum(types, attrs):
     return t
 
 
-@composite("cumsum", "data", _cumsum, "opaque", 1,
-           [((X23,), {"axis": 1}), ((T("int64", 2, 5),), {"axis": -1, "exclusive": True}),
-            ((f32(4, 2),), {"reverse": True, "exclusive": True})],
-           {"axis": ("int", 0), "exclusive": ("bool", False), "reverse": ("bool", False)})
-def cumsum(b, x, axis, exclusive, reverse):
-    """running sum along `axis` (ONNX CumSum): `exclusive` leaves the current element
-    out, `reverse` sums from the end"""
+SCAN_EXAMPLES = [((X23,), {"axis": 1}), ((T("int64", 2, 5),), {"axis": -1, "exclusive": True}),
+                 ((f32(4, 2),), {"reverse": True, "exclusive": True})]
+SCAN_ATTRS = {"axis": ("int", 0), "exclusive": ("bool", False), "reverse": ("bool", False)}
+
+
+def scan(b, x, axis, exclusive, reverse, combine, identity):
+    """Hillis-Steele: log2(n) combines of x with itself shifted along `axis`, `identity`
+    coming in (the shifted copy is a slice padded at the start, or at the end if
+    `reverse`); `exclusive` shifts the result once more."""
     axis = norm_axis(axis, x.rank)
     n = x.shape[axis]
 
-    def shifted(v, k):  # v moved k places along the scan, zeros coming in
+    def shifted(v, k):
         part = b.strided_slice(v, begin=[k if reverse else 0], end=[n if reverse else n - k],
                                axes=[axis])
         pads = [0] * (2 * x.rank)
         pads[axis + x.rank if reverse else axis] = min(k, n)
-        return b.pad(part, pads=pads)
+        return b.pad(part, pads=pads, value=identity)
 
     step = 1
-    while step < n:  # Hillis-Steele: log2(n) shifted adds
-        x = b.add(x, shifted(x, step))
+    while step < n:
+        x = combine(x, shifted(x, step))
         step *= 2
     return shifted(x, 1) if exclusive else x
+
+
+@composite("cumsum", "data", _cumsum, "opaque", 1, SCAN_EXAMPLES, SCAN_ATTRS)
+def cumsum(b, x, axis, exclusive, reverse):
+    """running sum along `axis` (ONNX CumSum): `exclusive` leaves the current element
+    out, `reverse` sums from the end"""
+    return scan(b, x, axis, exclusive, reverse, b.add, 0.0)
+
+
+@composite("cumprod", "data", _cumsum, "opaque", 1, SCAN_EXAMPLES, SCAN_ATTRS)
+def cumprod(b, x, axis, exclusive, reverse):
+    """running product along `axis` (ONNX CumProd): `exclusive` leaves the current
+    element out, `reverse` multiplies from the end"""
+    return scan(b, x, axis, exclusive, reverse, b.multiply, 1.0)
 
 
 # --- triangles and tiles ------------------------------------------------------------------

@@ -123,9 +123,15 @@ def gen_float_unary(ctx, op):
     return ctx.call(op, ctx.value(ctx.float), **attrs)
 
 
-@generator("log", "sqrt", "rsqrt", "log1p", "log2", "log10")
+@generator("log", "sqrt", "rsqrt", "log1p", "log2", "log10", "acosh")
 def gen_positive_unary(ctx, op):
     return ctx.call(op, ctx.value(ctx.float, kind="positive"))
+
+
+@generator("atanh")
+def gen_inside_unit(ctx, op):
+    values = np.tanh(ctx.data(ctx.shape(), ctx.float))  # inside (-1, 1), the domain
+    return ctx.call(op, ctx.feed(values.astype(ctx.float)))
 
 
 @generator("tosa.reciprocal")
@@ -636,9 +642,9 @@ def gen_gather_elements(ctx, op):
                     axis=axis)
 
 
-@generator("cumsum")
+@generator("cumsum", "cumprod")
 def gen_cumsum(ctx, op):
-    data = ctx.value(_numeric(ctx), min_rank=1)
+    data = ctx.value(_numeric(ctx), min_rank=1, max_rank=3 if op == "cumprod" else 4)
     return ctx.call(op, data, axis=ctx.int(-data.rank, data.rank - 1),
                     exclusive=ctx.chance(0.4), reverse=ctx.chance(0.4))
 

@@ -32,14 +32,23 @@ def gather_elements(data, indices, *, axis=0):
     return _fresh(np.take_along_axis(data[corner], index, axis=axis), data.dtype)
 
 
-def cumsum(data, *, axis=0, exclusive=False, reverse=False):
-    axis = _axis(axis, data.ndim)
-    x = np.flip(data, axis) if reverse else data
-    acc = x.astype(np.float64) if x.dtype.kind == "f" else x
-    total = np.cumsum(acc, axis=axis, dtype=acc.dtype)  # integers wrap in their dtype
-    if exclusive:
-        total = total - acc
-    return _fresh(np.flip(total, axis) if reverse else total, data.dtype)
+def _scan(fn, unit):
+    def kernel(data, *, axis=0, exclusive=False, reverse=False):
+        axis = _axis(axis, data.ndim)
+        x = np.flip(data, axis) if reverse else data
+        acc = x.astype(np.float64) if x.dtype.kind == "f" else x
+        if exclusive:  # the identity in front, the last element dropped
+            head = np.full_like(np.take(acc, [0], axis=axis), unit) if acc.shape[axis] else \
+                np.take(acc, [], axis=axis)
+            acc = np.concatenate([head, np.take(acc, np.arange(acc.shape[axis] - 1),
+                                                axis=axis)], axis=axis)
+        total = fn(acc, axis=axis, dtype=acc.dtype)  # integers wrap in their dtype
+        return _fresh(np.flip(total, axis) if reverse else total, data.dtype)
+    return kernel
+
+
+cumsum = _scan(np.cumsum, 0)
+cumprod = _scan(np.cumprod, 1)
 
 
 def trilu(data, *, k=0, upper=True):
@@ -80,7 +89,8 @@ def topk(data, *, k, axis=-1, largest=True):
             _fresh(order, np.int64))
 
 
-KERNELS = {"gather_elements": gather_elements, "cumsum": cumsum, "trilu": trilu,
+KERNELS = {"gather_elements": gather_elements, "cumsum": cumsum, "cumprod": cumprod,
+           "trilu": trilu,
            "tile": tile, "argmin": argmin, "topk": topk}
 
 
