@@ -199,7 +199,8 @@ def _tile(body, call, tosa_op):
     return body.call_op(tosa_op, call, _inputs(body, call) + [body.shape(multiples)])
 
 
-def _concat(body, call, tosa_op):
+def _axis(body, call, tosa_op):
+    """CONCAT, ARGMAX: the operands and the call's `axis`."""
     axis = norm_axis(call.attrs["axis"], call.inputs[0].rank)
     return body.call_op(tosa_op, call, _inputs(body, call), f"axis = {axis} : i32")
 
@@ -234,11 +235,6 @@ def _cast(body, call, tosa_op):
     return body.call_op(tosa_op, call, _inputs(body, call))
 
 
-def _argmax(body, call, tosa_op):
-    axis = norm_axis(call.attrs["axis"], call.inputs[0].rank)
-    return body.call_op(tosa_op, call, _inputs(body, call), f"axis = {axis} : i32")
-
-
 def _max_pool(body, call, tosa_op):
     return body.call_op(tosa_op, call, _inputs(body, call), _window_props(call, pool=True))
 
@@ -251,9 +247,9 @@ def _avg_pool(body, call, tosa_op):
 
 FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
          "matmul": _with_zero_points, "clip": _clip, "relu": _relu, "reduce": _reduce,
-         "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _concat,
+         "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _axis,
          "slice": _slice, "pad": _pad, "conv2d": _conv2d, "max_pool2d": _max_pool,
-         "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _argmax}
+         "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _axis}
 
 
 def _custom(body, call):
