@@ -71,8 +71,6 @@ def _index_const(b, indices, what="gather indices"):
     return b.const(narrow_array(np.asarray(indices, dtype=np.int64), what))
 
 
-
-
 # --- checks -------------------------------------------------------------------------------
 
 # for ops whose only conditions are dtypes, ranks and attributes
