@@ -111,6 +111,9 @@ unary("tanh", "hyperbolic tangent", onnx="Tanh", aten="tanh", tolerance=ULPS)
 unary("sigmoid", "`1 / (1 + exp(-a))`", onnx="Sigmoid", aten="sigmoid", tolerance=ULPS)
 unary("sin", "sine (radians)", onnx="Sin", aten="sin", tolerance=ULPS)
 unary("cos", "cosine (radians)", onnx="Cos", aten="cos", tolerance=ULPS)
+unary("asin", "inverse sine (NaN outside [-1, 1])", onnx="Asin", aten="asin", tolerance=ULPS)
+unary("acos", "inverse cosine (NaN outside [-1, 1])", onnx="Acos", aten="acos", tolerance=ULPS)
+unary("atan", "inverse tangent", onnx="Atan", aten="atan", tolerance=ULPS)
 unary("erf", "the error function", onnx="Erf", aten="erf",
       tolerance=3e-4)  # backends use polynomial approximations of erf
 unary("round", "round half to even (numpy `rint`)", onnx="Round", aten="round",

@@ -26,6 +26,9 @@
     X(erf, "erf", lgk_erff(v))                                      \
     X(sin, "sin", sinf(v))                                          \
     X(cos, "cos", cosf(v))                                          \
+    X(asin, "asin", asinf(v))                                       \
+    X(acos, "acos", acosf(v))                                       \
+    X(atan, "atan", atanf(v))                                       \
     X(floor, "floor", floorf(v))                                    \
     X(ceil, "ceil", ceilf(v))                                       \
     X(round, "round", rintf(v)) /* half to even, as numpy.rint */   \

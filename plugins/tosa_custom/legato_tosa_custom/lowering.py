@@ -164,6 +164,8 @@ NOT_LOWERED: dict[str, str] = {
     "remainder": "floats: its decomposition needs fmod, which TOSA 1.0 has no exact form of "
                  "(integers: through the integer fmod)",
     "topk": "TOSA 1.0 has no sort or top-k operator",
+    **{op: "TOSA 1.0 has sin and cos but no inverse trigonometric operator"
+       for op in ("asin", "acos", "atan")},
     "scatter_elements": "TOSA 1.0 SCATTER writes whole rows at indices that must not repeat, "
                         "with no reductions; run-time indices cannot be proven distinct",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
