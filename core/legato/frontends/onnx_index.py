@@ -198,3 +198,58 @@ def contract(b, x, xt: str, y, yt: str, keep: str):
     z = b.call("matmul", x, y)
     z = b.call("reshape", z, shape=[dim[c] for c in batch + left + right])
     return z, "".join(batch + left + right)
+
+
+@converter("Scatter")
+def scatter(node):  # ScatterElements under its opset-9 name
+    return node.call("scatter_elements", node.arg(0), node.arg(1), node.arg(2),
+                     axis=node.attr("axis", 0))
+
+
+@converter("Compress", const_inputs=(1,))
+def compress(node):
+    x, keep = node.arg(0), np.asarray(node.const(1)).astype(bool).reshape(-1)
+    axis = node.attr("axis")
+    if axis is None:
+        x = node.call("reshape", x, shape=[-1])
+        axis = 0
+    axis = axis % x.rank if -x.rank <= axis < x.rank else node.fail(f"axis {axis} is out "
+                                                                       f"of range")
+    node.require(keep.size <= x.shape[axis], f"condition of {keep.size} values is longer "
+                                             f"than the axis ({x.shape[axis]})")
+    return node.call("take", x, Const.of(np.flatnonzero(keep).astype(np.int64)), axis=axis)
+
+
+@converter("ReverseSequence", const_inputs=(1,))
+def reverse_sequence(node):
+    x, lengths = node.arg(0), [int(v) for v in node.const(1).reshape(-1)]
+    batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+    node.require({batch_axis, time_axis} == {0, 1} and x.rank >= 2,
+                 "batch_axis and time_axis must be 0 and 1")
+    steps, batches = x.shape[time_axis], x.shape[batch_axis]
+    node.require(len(lengths) == batches and all(0 <= n <= steps for n in lengths),
+                 f"sequence_lens {lengths} must give one length in [0, {steps}] per batch")
+    index = np.empty((steps, batches), np.int64)  # (time, batch)
+    for k, n in enumerate(lengths):
+        index[:, k] = [n - 1 - t if t < n else t for t in range(steps)]
+    index = index if time_axis == 0 else index.T
+    index = np.broadcast_to(index.reshape(index.shape + (1,) * (x.rank - 2)), x.shape)
+    return node.call("gather_elements", x, Const.of(np.ascontiguousarray(index)),
+                     axis=time_axis)
+
+
+@converter("CenterCropPad", const_inputs=(1,))
+def center_crop_pad(node):
+    x, sizes = node.arg(0), node.ints(1)
+    axes = [a % x.rank for a in node.attr("axes", range(x.rank))]
+    node.require(len(sizes) == len(axes), f"{len(sizes)} sizes for {len(axes)} axes")
+    for axis, size in zip(axes, sizes):
+        dim = x.shape[axis]
+        if size < dim:  # crop: the extra element goes at the end
+            start = (dim - size) // 2
+            x = node.call("strided_slice", x, begin=[start], end=[start + size], axes=[axis])
+        elif size > dim:  # pad: the extra element goes at the end
+            pads = [0] * (2 * x.rank)
+            pads[axis], pads[x.rank + axis] = (size - dim) // 2, size - dim - (size - dim) // 2
+            x = node.call("pad", x, pads=pads)
+    return x

@@ -389,3 +389,76 @@ def upsample(node):
         x = resize_one(node.b, x, axis, int(np.floor(x.shape[axis] * scale)), scale,
                        (0.0, 1.0), mode, "asymmetric", "floor")
     return x
+
+
+# --- Lp pooling, LRN, integer matmul ----------------------------------------------------------
+
+def _power_sum(node, x, p):
+    return node.call("abs", x) if p == 1 else node.call("multiply", x, x) if p == 2 else \
+        node.call("power", node.call("abs", x), float(p))
+
+
+def _root(node, x, p):
+    return x if p == 1 else node.call("sqrt", x) if p == 2 else \
+        node.call("power", x, 1.0 / p)
+
+
+@converter("GlobalLpPool")
+def global_lp_pool(node):
+    x, p = node.arg(0), node.attr("p", 2)
+    axes = list(range(2, x.rank))
+    return _root(node, node.call("sum", _power_sum(node, x, p), axes=axes, keepdims=True), p)
+
+
+@converter("LpPool")
+def lp_pool(node):
+    """(sum over the window of |x|^p)^(1/p): an average pool counting the padding, times
+    the window's size."""
+    x, p = node.arg(0), node.attr("p", 2)
+    kernel = list(node.attr("kernel_shape"))
+    strides, dilations, pads = window_attrs(node, kernel)
+    powered = _power_sum(node, x, p)
+    if len(kernel) == 3:
+        sums = pool3d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, pads,
+                      count_include_pad=True)
+        return _root(node, node.call("multiply", sums, float(np.prod(kernel))), p)
+    powered, kernel, strides, dilations, pads = as_2d(node, powered, kernel, strides,
+                                                      dilations, pads)
+    sums = pool2d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, pads,
+                  count_include_pad=True)
+    sums = node.call("multiply", sums, float(kernel[0] * kernel[1]))
+    return from_2d(node, _root(node, sums, p), x.rank)
+
+
+@converter("LRN")
+def lrn(node):
+    """x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ^ beta."""
+    x, size = node.arg(0), node.positive("size", 1)
+    alpha, beta, bias = node.attr("alpha", 1e-4), node.attr("beta", 0.75), node.attr("bias", 1.0)
+    channels = x.shape[1]
+    pads = [0] * (2 * x.rank)
+    pads[1], pads[x.rank + 1] = (size - 1) // 2, size - 1 - (size - 1) // 2
+    squares = node.call("pad", node.call("multiply", x, x), pads=pads)
+    total = None
+    for k in range(size):
+        part = node.call("strided_slice", squares, begin=[k], end=[k + channels], axes=[1])
+        total = part if total is None else node.call("add", total, part)
+    scale = node.call("add", node.call("multiply", total, alpha / size), bias)
+    return node.call("divide", x, node.call("power", scale, float(beta)))
+
+
+@converter("MatMulInteger")
+def matmul_integer(node):
+    a, b = node.arg(0), node.arg(1)
+
+    def shifted(x, zero, axis):
+        x = node.call("cast", x, dtype="int32")
+        if zero is None:
+            return x
+        zero = node.call("cast", zero, dtype="int32")
+        if zero.rank == 1 and zero.shape[0] > 1:  # per row of a, per column of b
+            shape = [1] * x.rank
+            shape[axis] = zero.shape[0]
+            zero = node.call("reshape", zero, shape=shape)
+        return node.call("subtract", x, zero)
+    return node.call("matmul", shifted(a, node.input(2), -2), shifted(b, node.input(3), -1))
