@@ -383,3 +383,4 @@ def one_hot_values(b, indices, depth: int, axis: int, on, off):
 # the converters composed from the ones above register on import
 from . import onnx_math  # noqa: E402,F401
 from . import onnx_index  # noqa: E402,F401
+from . import onnx_quant  # noqa: E402,F401
