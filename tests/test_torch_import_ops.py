@@ -137,3 +137,17 @@ def test_data_dependent_ops_are_refused_clearly():
     # by the converter, naming num_classes
     with pytest.raises(legato.LegatoError, match="export|num_classes"):
         torch_frontend.load(Fn(lambda i: F.one_hot(i)), [torch.tensor([0, 2])])
+
+
+def test_refused_ops_say_why():
+    from legato.frontends.torch_ops import refusal
+    assert "random" in refusal("aten.bernoulli.p")
+    assert "depends on the data" in refusal("aten.nonzero.default")
+    assert "backward" in refusal("aten.gelu_backward.default")
+    assert refusal("aten.cummax.default") is None
+
+    class Bernoulli(nn.Module):
+        def forward(self, x):
+            return torch.bernoulli(torch.sigmoid(x))
+    with pytest.raises(legato.LegatoError, match=r"refused: a random op"):
+        torch_frontend.load(Bernoulli(), [torch.randn(3)])

@@ -17,7 +17,7 @@ from ..errors import LegatoError
 from ..ir import Const, Module
 from . import torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
 from .onnx_fold import fold_calls, foldable
-from .torch_ops import ATEN, KEEP
+from .torch_ops import ATEN, KEEP, refusal
 
 
 def _torch():
@@ -49,6 +49,11 @@ def load(module, example_inputs, *, registry=None) -> Module:
 def _aten_overload(torch, name: str):
     _, op, overload = name.split(".")
     return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def _why(op: str) -> str:
+    reason = refusal(op)
+    return f" (refused: {reason})" if reason else ""
 
 
 def _all_constant(args, kwargs) -> bool:
@@ -100,7 +105,7 @@ class _Importer:
         if missing:
             raise LegatoError(f"the exported program uses {len(missing)} ATen op(s) legato "
                               "cannot import:\n" + "\n".join(
-                                  f"  {op}: {', '.join(names)}"
+                                  f"  {op}: {', '.join(names)}" + _why(op)
                                   for op, names in sorted(missing.items())))
 
     def constants(self) -> dict[str, Const]:

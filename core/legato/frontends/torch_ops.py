@@ -18,6 +18,29 @@ KEEP = ("aten.layer_norm.default", "aten.gelu.default", "aten.softmax.int",
         "aten.max_pool2d.default")
 
 
+# ATen ops legato refuses on purpose, by a word of their packet name, and why
+REFUSED = (
+    (("backward",), "a backward op (legato imports inference graphs)"),
+    (("rand", "bernoulli", "normal", "uniform", "multinomial", "exponential", "poisson",
+      "native_dropout"), "a random op (legato's results are deterministic)"),
+    (("nonzero", "unique", "masked_select", "argwhere"),
+     "its output shape depends on the data (legato has static shapes)"),
+    (("sym_", "_local_scalar_dense", "item"), "a dynamic shape or scalar query (legato "
+                                              "has static shapes: export with fixed sizes)"),
+    (("sparse",), "a sparse op (legato has dense tensors)"),
+)
+
+
+def refusal(name: str) -> str | None:
+    """Why legato does not import the ATen op `name` ("aten.nonzero.default"), if that
+    is on purpose."""
+    packet = name.split(".")[1] if name.count(".") >= 2 else name
+    for words, why in REFUSED:
+        if any(w in packet for w in words):
+            return why
+    return None
+
+
 def aten(*names: str):
     def register(fn):
         for name in names:
