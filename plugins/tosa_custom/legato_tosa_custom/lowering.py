@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import integers, rules
+from . import integers, rules, scatter
 
 FLOAT = ("float32", "float16")
 ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
@@ -150,6 +150,7 @@ RULES: dict[str, Callable] = {
     "round": rules.round_half_even,  # from floor, compares and select
     "take": rules.take,              # tosa.gather on [outer, axis, inner]
     "split": rules.split,            # one slice per part
+    "scatter_elements": scatter.scatter_elements,  # one-hot compare, reduce, select
 }
 
 # ops lowered for integer tensors only; their float forms are in NOT_LOWERED, with the reason
@@ -166,8 +167,6 @@ NOT_LOWERED: dict[str, str] = {
     "topk": "TOSA 1.0 has no sort or top-k operator",
     **{op: "TOSA 1.0 has sin and cos but no inverse trigonometric operator"
        for op in ("asin", "acos", "atan")},
-    "scatter_elements": "TOSA 1.0 SCATTER writes whole rows at indices that must not repeat, "
-                        "with no reductions; run-time indices cannot be proven distinct",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
 }

@@ -122,9 +122,32 @@ def integer_division():
                    [3, 5, -3, 3, 1, 2, -1, 1], [-3, 7, 4, 5, 3, 3, 2, -2]])]
 
 
+def scatter_updates():
+    """scatter_elements with int64 indices: a cache write at run-time positions (distinct:
+    with `none`, a position written twice keeps either update), counts added at repeated
+    ids, a max over a block smaller than the data, negative indices."""
+    b = legato.GraphBuilder()
+    cache, rows = b.input("cache", (2, 8, 4)), b.input("rows", (2, 3, 4))
+    where = b.input("where", (2, 3, 4), "int64")
+    counts = b.const(np.zeros((1, 6), np.int64))
+    ids = b.input("ids", (1, 10), "int64")
+    block = b.input("block", (3, 5))
+    return b.build(
+        b.call("scatter_elements", cache, where, rows, axis=1),
+        b.call("scatter_elements", counts, ids, b.const(np.ones((1, 10), np.int64)), axis=-1,
+               reduction="add"),
+        b.call("scatter_elements", block, b.const(np.array([[-1, 0], [2, 2]], np.int64)),
+               b.const(np.array([[9.0, -9.0], [0.5, 7.0]], np.float32)), axis=0,
+               reduction="max")), \
+        [RNG.standard_normal((2, 8, 4)).astype(np.float32),
+         RNG.standard_normal((2, 3, 4)).astype(np.float32),
+         np.broadcast_to(np.array([5, -1, 0]).reshape(1, 3, 1), (2, 3, 4)).copy(),
+         RNG.integers(-6, 6, (1, 10)), RNG.standard_normal((3, 5)).astype(np.float32)]
+
+
 PROGRAMS = {f.__name__: f for f in (embedding_lookup, position_ids, attention_mask,
                                     shape_tensor, predicted_ids, bool_masks, widened_ints,
-                                    integer_division)}
+                                    integer_division, scatter_updates)}
 
 
 def compile_tosa(module):
