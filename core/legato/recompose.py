@@ -110,11 +110,15 @@ class Recovery:
     misses: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)  # op -> number of templates
 
-    def miss(self, op: str, reason: str, times: int = 1) -> None:
+    where: dict = field(default_factory=dict)  # (op, reason) -> the first call it was at
+
+    def miss(self, op: str, reason: str, times: int = 1, at: str | None = None) -> None:
         reasons = self.misses.get(op)
         if reasons is None:
             reasons = self.misses[op] = {}
         reasons[reason] = reasons.get(reason, 0) + times
+        if at is not None:
+            self.where.setdefault((op, reason), at)
 
     def text(self) -> str:
         lines = []
@@ -122,7 +126,9 @@ class Recovery:
             got = self.recovered.get(op, 0)
             lines.append(f"{op}: {got} recovered ({self.derived[op]} template(s))")
             for reason, n in Counter(self.misses.get(op, {})).most_common(4):
-                lines.append(f"  not recovered x{n}: {reason}")
+                at = self.where.get((op, reason))
+                lines.append(f"  not recovered x{n}: {reason}" + (f" (first at {at})"
+                                                                  if at else ""))
         return "\n".join(lines)
 
 
@@ -256,16 +262,18 @@ class Recomposer:
 
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
+        first = min(view.owners[gi]) if view.owners[gi] else None
+        at = None if first is None else f"call {first} ({fn.calls[first].op})"
         envs = matcher.at(gi)
         env = next(envs, None)
         if env is None:
-            self.report.miss(op, f"{template.form.label}: structure differs")
+            self.report.miss(op, f"{template.form.label}: structure differs", at=at)
             return None
         owners = {o for i in env.region() for o in view.owners[i]}
         if len(owners) == 1:  # one call for another gains nothing (and a kept op is kept)
             only = fn.calls[next(iter(owners))].op
             self.report.miss(op, f"already a {op} call" if only == op else
-                             f"the region is one call ({only})")
+                             f"the region is one call ({only})", at=at)
             return None
         for attempt in itertools.chain([env], itertools.islice(envs, 3)):
             result = self.recover(template, view, gi, claimed, attempt, fn)
@@ -273,7 +281,7 @@ class Recomposer:
                 reason = result
                 continue
             return result
-        self.report.miss(op, f"{template.form.label}: {reason}")
+        self.report.miss(op, f"{template.form.label}: {reason}", at=at)
         return None
 
     def recover(self, template, view, gi, claimed, env, fn):
@@ -293,17 +301,20 @@ class Recomposer:
         types = tuple(None if v is None else v.type for v in values)
         facts = region_facts(region_calls)
         numbers = facts[0]
-        found = None
+        found, refused = None, None
         for attrs in self.candidates(opdef, template, facts, values, types):
             concrete = traced(self.registry, template.form, types, attrs)
-            if isinstance(concrete, str) or not _fits(scalars(concrete), numbers):
+            if isinstance(concrete, str):
+                refused = refused or concrete  # the op refuses these inputs: say why
+                continue
+            if not _fits(scalars(concrete), numbers):
                 continue
             self.verifications[opdef.name] += 1
             found = self.verify(concrete, view, gi, claimed, values, attrs)
             if not isinstance(found, str):
                 break
         if found is None or isinstance(found, str):
-            return found or "no attribute values reproduce the region's constants"
+            return found or refused or "no attribute values reproduce the region's constants"
         attrs, env = found
         return self.rewrite(opdef, view, gi, claimed, values, attrs, env, fn)
 
