@@ -119,7 +119,7 @@ def _type_of(value) -> TensorType:
     return value.type
 
 
-def _close(p: Const, g: Const) -> bool:
+def consts_close(p: Const, g: Const) -> bool:
     pd, gd = p.data, g.data
     if pd.size == 1 and gd.size == 1 and pd.dtype != bool and gd.dtype != bool:
         a, b = float(pd.ravel()[0]), float(gd.ravel()[0])
@@ -147,7 +147,7 @@ def _perm(call: Call, rank: int) -> tuple:
         tuple(a % rank for a in axes)
 
 
-def _attrs_equal(pc: Call, gc: Call) -> bool:
+def attrs_equal(pc: Call, gc: Call) -> bool:
     if pc.op in ("reshape", "broadcast_to"):
         return True  # the output types say it all
     for key, pa in pc.attrs.items():
@@ -240,7 +240,7 @@ class Matcher:
             yield from self.bind(pv, gv, env)
             return
         if isinstance(pv, Const):
-            if isinstance(gv, Const) and (not self.concrete or _close(pv, gv)):
+            if isinstance(gv, Const) and (not self.concrete or consts_close(pv, gv)):
                 yield env
             return
         pi = self.p.producer[id(pv)]
@@ -259,7 +259,7 @@ class Matcher:
         if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
                 pc.outputs.index(pv) != _index(gc.outputs, gv):
             return
-        if self.concrete and (pv.type != gv.type or not _attrs_equal(pc, gc)):
+        if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
             return
         if pc.op in ASSOC and len(pc.inputs) == 2:
             yield from self.operand_tree(pi, pc, gi, gc, env)

@@ -31,8 +31,8 @@ from .context import context
 from .errors import ConfigError, quote
 from .ir import Call, Const, Function, Module, Origin, TensorType, attr_key, freeze_attr
 from .passes import FunctionPass, PassResult
-from .matching import RTOL, Matcher, Rearranged, same_value, region_problem
-from .patterns import Form, Template, scalar_value, build_view, derive, trace
+from .matching import RTOL, Matcher, Rearranged, region_problem, same_value
+from .patterns import Form, Template, build_view, derive, scalar_value, trace
 
 MAX_CANDIDATES = 256
 
@@ -378,6 +378,8 @@ class Recomposer:
         return out
 
     def verify(self, concrete, view, gi, claimed, values, attrs):
+        """The region equals `concrete` (the form traced with `attrs` on the inputs'
+        types), matched afresh with constants, attributes and types compared."""
         matcher = Matcher(concrete, view, claimed, concrete=True)
         for env in matcher.at(gi):
             binds = [None if p is None else env.binds.get(id(p)) for p in concrete.params]
