@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import shapes
-from . import resample
+from . import conv_nd, resample
 from ..errors import quote
 from ..ir import Const
 from ..ops.conv import pad_spatial, window_slices
@@ -61,6 +61,9 @@ def conv(node):
     x, w, bias = node.arg(0), node.arg(1), node.input(2)
     kernel = list(node.attr("kernel_shape", w.shape[2:]))
     attrs = conv_attrs(node, kernel)
+    if len(kernel) == 3:
+        return conv_nd.conv(node.b, x, w, bias, attrs["strides"], attrs["padding"],
+                            attrs["dilation"], attrs["groups"])
     x2, _, strides, dilation, padding = as_2d(node, x, kernel, attrs["strides"],
                                               attrs["dilation"], attrs["padding"])
     if x.rank == 3:
@@ -68,6 +71,33 @@ def conv(node):
     y = node.call("nn.conv2d", x2, w, bias, strides=strides, dilation=dilation,
                   padding=padding, groups=attrs["groups"])
     return from_2d(node, y, x.rank)
+
+
+@converter("ConvTranspose")
+def conv_transpose(node):
+    x, w, bias = node.arg(0), node.arg(1), node.input(2)
+    spatial = x.rank - 2
+    node.require(1 <= spatial <= 3 and w.rank == x.rank, f"input {x.type} and weight "
+                 f"{w.type} must be 1-D to 3-D NC... and (C, O/groups, k...)")
+    kernel = list(node.attr("kernel_shape", w.shape[2:]))
+    strides = window_ints(node, "strides", spatial, 1)
+    dilations = window_ints(node, "dilations", spatial, 1)
+    extra = list(node.attr("output_padding", [0] * spatial))
+    auto_pad, shape = node.attr("auto_pad", "NOTSET"), node.attr("output_shape")
+    full = [s * (n - 1) + e + (k - 1) * d + 1 for s, n, e, k, d in
+            zip(strides, x.shape[2:], extra, kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        shape = shape or [n * s for n, s in zip(x.shape[2:], strides)]
+        total = [f - o for f, o in zip(full, shape)]
+        small = [t // 2 for t in total]
+        big = [t - t // 2 for t in total]
+        pads = small + big if auto_pad == "SAME_UPPER" else big + small
+    elif shape is not None:  # the output is cut or zero-extended at the end
+        pads = [0] * spatial + [f - o for f, o in zip(full, shape)]
+    else:
+        pads = window_ints(node, "pads", 2 * spatial, 0)
+    return conv_nd.conv_transpose(node.b, x, w, bias, strides, pads, dilations,
+                                  node.positive("group", 1), extra)
 
 
 @converter("QLinearConv")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..errors import LegatoError
-from . import resample
+from . import conv_nd, resample
 from .torch_ops import aten
 
 
@@ -108,20 +108,16 @@ def constant_pad_nd(b, x, pad, value=0.0):
 @aten("aten.convolution.default")
 def convolution(b, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups):
-    if transposed:
-        raise LegatoError("transposed convolution is not supported yet")
     spatial = x.rank - 2
-    if spatial not in (1, 2):
-        raise LegatoError(f"{spatial}-d convolution is not supported (1-d and 2-d)")
-    stride, padding, dilation = (list(v) * (spatial if len(v) == 1 else 1)
-                                 for v in (stride, padding, dilation))
-    if spatial == 1:  # as a 2-d convolution of height 1
-        x = b.expand_dims(x, axes=[2])
-        weight = b.expand_dims(weight, axes=[2])
-        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
-    y = b.nn_conv2d(x, weight, bias, strides=stride, padding=padding + padding,
-                    dilation=dilation, groups=groups)
-    return b.squeeze(y, axes=[2]) if spatial == 1 else y
+    if not 1 <= spatial <= 3:
+        raise LegatoError(f"{spatial}-d convolution is not supported (1-d to 3-d)")
+    stride, padding, dilation, output_padding = (
+        list(v) * (spatial if len(v) == 1 else 1)
+        for v in (stride, padding, dilation, output_padding))
+    if transposed:
+        return conv_nd.conv_transpose(b, x, weight, bias, stride, padding + padding,
+                                      dilation, groups, output_padding)
+    return conv_nd.conv(b, x, weight, bias, stride, padding + padding, dilation, groups)
 
 
 # --- resizing ---------------------------------------------------------------------------------
