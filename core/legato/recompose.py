@@ -208,6 +208,7 @@ class Recomposer:
                                    if op != t.form.op}
         self._expandable: dict[str, bool] = {}
         self.verifications: Counter = Counter()  # candidate attribute sets tried, per op
+        self._known: dict = {}  # (template, region_key) -> attributes, or why not
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""
@@ -297,7 +298,22 @@ class Recomposer:
         problem = region_problem(view, gi, env, values)
         if problem:
             return problem
-        region_calls = [view.calls[i] for i in sorted(env.region())]
+        region = sorted(env.region())
+        key = region_key(view, region, values)
+        if key is not None:  # a repeated layer: the same region, the same answer
+            known = self._known.get((id(template), key))
+            if isinstance(known, str):
+                return known
+            if known is not None:
+                return self.rewrite(opdef, view, gi, claimed, values, known, env, fn)
+        result = self._recover(opdef, template, view, gi, claimed, env, fn, region, values)
+        if key is not None:
+            self._known[(id(template), key)] = result if isinstance(result, str) else \
+                result[1][-1].attrs
+        return result
+
+    def _recover(self, opdef, template, view, gi, claimed, env, fn, region, values):
+        region_calls = [view.calls[i] for i in region]
         types = tuple(None if v is None else v.type for v in values)
         facts = region_facts(region_calls)
         numbers = facts[0]
@@ -446,6 +462,44 @@ def traced(registry, form, types, attrs):
                 _TRACES.clear()
             _TRACES[key] = found
     return found
+
+
+SMALL_CONST = 4096  # elements; a larger constant in a region is told apart by identity
+
+
+def region_key(view, region: list[int], values) -> tuple | None:
+    """The region as data: each call's op, attributes, result types and where its inputs
+    come from (the region, an op input, a constant's contents), plus the op inputs'
+    types. Two regions with one key recover the same attributes (layers repeat); None if
+    an input comes from elsewhere."""
+    bound = {}
+    for i, v in enumerate(values):
+        if v is not None:
+            base = v.base if isinstance(v, Rearranged) else v
+            bound[id(base)] = ("input", i, v.shape if isinstance(v, Rearranged) else None,
+                               v.axes if isinstance(v, Rearranged) else None)
+    made: dict[int, tuple] = {}
+    items = []
+    for k, i in enumerate(region):
+        call = view.calls[i]
+        ins = []
+        for v in call.inputs:
+            if v is None:
+                ins.append(None)
+            elif id(v) in made:
+                ins.append(made[id(v)])
+            elif id(v) in bound:
+                ins.append(bound[id(v)])
+            elif isinstance(v, Const):
+                ins.append((v.dtype, v.shape, v.data.tobytes() if v.data.size <= SMALL_CONST
+                            else id(v)))
+            else:
+                return None
+        items.append((call.op, call.attrs.key(), tuple(o.type for o in call.outputs),
+                      tuple(ins)))
+        for j, out in enumerate(call.outputs):
+            made[id(out)] = ("call", k, j)
+    return tuple(items), tuple(None if v is None else v.type for v in values)
 
 
 def opdef_attrs(registry, template, attrs):
