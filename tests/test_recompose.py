@@ -269,6 +269,46 @@ def test_plugin_composite_is_recoverable_without_extra_code():
     assert modified and ops_of(back) == Counter({"acme.softsign": 1, "exp": 1})
 
 
+SWIGLU = """
+import legato
+from legato.ir import TensorType
+
+
+def infer(types, attrs):
+    return types[0]
+
+
+def swiglu(b, gate, up):
+    return b.multiply(b.multiply(gate, b.sigmoid(gate)), up)
+
+
+@legato.hookimpl
+def legato_register_ops(register):
+    register("acme.swiglu", "gate, up", infer, "elemwise", level=1, decompose=swiglu,
+             examples=[([TensorType((2, 8), "float32"), TensorType((2, 8), "float32")], {})])
+"""
+
+
+def test_op_of_an_installed_plugin_is_recovered(install_plugins):
+    """SwiGLU registered by a plugin (entry point, hook) is found in a Llama-style MLP
+    with no recomposition code of its own."""
+    import types
+    plugin = types.ModuleType("swiglu_plugin")
+    exec(compile(SWIGLU, "swiglu_plugin", "exec"), plugin.__dict__)
+    host = install_plugins({"acme_swiglu": plugin})
+    assert "acme.swiglu" in host.registry, host.problems
+    b = legato.GraphBuilder(host.registry)
+    x = b.input("x", (3, 8), "float32")
+    w1, w2 = (b.const(np.random.default_rng(i).standard_normal((8, 8)).astype(np.float32))
+              for i in (1, 2))
+    gate, up = b.matmul(x, w1), b.matmul(x, w2)
+    module = b.build(b.multiply(up, b.multiply(b.sigmoid(gate), gate)))
+    back, _ = recompose(module, registry=host.registry)
+    assert ops_of(back) == Counter({"matmul": 2, "acme.swiglu": 1})  # before nn.silu: larger
+    (call,) = [c for c in back.main.calls if c.op == "acme.swiglu"]
+    assert call.inputs == (gate, up)
+
+
 def test_pass_reports_what_it_recovered():
     p = RecomposePass()
     module = rms_norm_module(lambda b: 1e-5)
