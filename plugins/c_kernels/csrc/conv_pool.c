@@ -7,6 +7,15 @@
  * straight into the output with the bias and activation fused into the GEMM
  * epilogue. Bands bound the scratch size; a 1x1 stride-1 unpadded conv skips
  * im2col and multiplies the input in place.
+ *
+ * Depthwise convs (one input channel per group) skip im2col and GEMM: each tap
+ * is one pass along an output row (vectorised along x), as in pooling.
+ *
+ * With weights prepacked once (lgk_conv2d_nchw_prepacked, groups == 1) the
+ * product is taken the other way round: im2col(x)^T (pixels x taps) times the
+ * packed weights^T (taps x filters), so the GEMM's wide dimension is the
+ * filter count even on 2x2 maps, the weights stream once from their packed
+ * panels, and the pixels x filters result is transposed into NCHW.
  */
 #include <stdlib.h>
 
@@ -48,6 +57,12 @@ static int out_dim(int64_t in, int64_t k, int64_t stride, int64_t pad0, int64_t 
     return LGK_OK;
 }
 
+/* Taps of one output position along one dim: [lo, hi) hit the input,
+ * `padded` of them lie inside the padded extent. */
+typedef struct {
+    int64_t lo, hi, padded;
+} window;
+
 /* ---- conv2d --------------------------------------------------------------------- */
 
 int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow)
@@ -71,30 +86,50 @@ typedef struct {
     int activation, gemm_threads;
 } conv_job;
 
+/* Kernel widths up to this get their valid output ranges computed once per band. */
+#define IM2COL_MAX_KW 32
+
 /* Unrolls output rows [oy0, oy1) of one group's input planes into col,
- * row (c, ki, kj) holding the tap x[c, iy, ix] for every output pixel. */
+ * row (c, ki, kj) holding the tap x[c, iy, ix] for every output pixel. The
+ * valid range of each kernel column is the same for every channel and row:
+ * computed once (its divisions cost more than a small map's copies). */
 static void im2col(const conv_job *j, const float *x, int64_t oy0, int64_t oy1, float *col)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t ncols = (oy1 - oy0) * j->ow;
+    int64_t ncols = (oy1 - oy0) * j->ow, ow = j->ow;
+    window kx[IM2COL_MAX_KW];
+    int cached = p->kw <= IM2COL_MAX_KW;
+    for (int64_t kj = 0; cached && kj < p->kw; ++kj)
+        valid_range(p->w, ow, p->stride_w, kj * p->dilation_w - p->pad_left, &kx[kj].lo,
+                    &kx[kj].hi);
     for (int64_t c = 0; c < j->cg; ++c)
         for (int64_t ki = 0; ki < p->kh; ++ki)
             for (int64_t kj = 0; kj < p->kw; ++kj, col += ncols) {
                 int64_t xlo, xhi, off_x = kj * p->dilation_w - p->pad_left;
-                valid_range(p->w, j->ow, p->stride_w, off_x, &xlo, &xhi);
+                if (cached)
+                    xlo = kx[kj].lo, xhi = kx[kj].hi;
+                else
+                    valid_range(p->w, ow, p->stride_w, off_x, &xlo, &xhi);
                 for (int64_t oy = oy0; oy < oy1; ++oy) {
-                    float *dst = col + (oy - oy0) * j->ow;
+                    float *dst = col + (oy - oy0) * ow;
                     int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
                     if (iy < 0 || iy >= p->h) {
-                        memset(dst, 0, (size_t)j->ow * sizeof(float));
+                        for (int64_t ox = 0; ox < ow; ++ox)
+                            dst[ox] = 0.0f;
                         continue;
                     }
                     /* Index, not pointer, arithmetic: off_x may be negative. */
                     const float *src = x + (c * p->h + iy) * p->w;
-                    memset(dst, 0, (size_t)xlo * sizeof(float));
-                    for (int64_t ox = xlo; ox < xhi; ++ox)
-                        dst[ox] = src[ox * p->stride_w + off_x];
-                    memset(dst + xhi, 0, (size_t)(j->ow - xhi) * sizeof(float));
+                    for (int64_t ox = 0; ox < xlo; ++ox)
+                        dst[ox] = 0.0f;
+                    if (p->stride_w == 1)
+                        for (int64_t ox = xlo; ox < xhi; ++ox)
+                            dst[ox] = src[ox + off_x];
+                    else
+                        for (int64_t ox = xlo; ox < xhi; ++ox)
+                            dst[ox] = src[ox * p->stride_w + off_x];
+                    for (int64_t ox = xhi; ox < ow; ++ox)
+                        dst[ox] = 0.0f;
                 }
             }
 }
@@ -156,11 +191,150 @@ static int check_conv_buffers(const lgk_conv2d_params *p, int64_t oh, int64_t ow
     LGK_TRY(lgk_checked_count(2, wd, &nw));
     LGK_TRY(lgk_checked_count(4, yd, &ny));
     LGK_TRY(lgk_check_buffer(x, x_len, nx));
-    LGK_TRY(lgk_check_buffer(w, w_len, nw));
+    if (w_len >= 0) /* a negative length: prepacked weights, checked by the GEMM */
+        LGK_TRY(lgk_check_buffer(w, w_len, nw));
     LGK_TRY(lgk_check_buffer(y, y_len, ny));
     if (bias != NULL)
         LGK_CHECK(bias_len >= p->o, LGK_ERR_SHAPE);
     return LGK_OK;
+}
+
+/* ---- depthwise: direct ------------------------------------------------------------ */
+
+/* A depthwise step computes DW_ROWS output rows x DW_LANES pixels at once, in
+ * registers, over every tap: independent accumulators hide the FMA latency. */
+#define DW_LANES 8
+#define DW_ROWS 4
+
+typedef float dw_vec __attribute__((vector_size(DW_LANES * sizeof(float))));
+
+typedef struct {
+    const lgk_conv2d_params *p;
+    int64_t oh, ow, og; /* og: filters per input channel (the depth multiplier) */
+    int64_t ph, pw;     /* the zero-padded copy of an input plane */
+    const float *x, *w, *bias;
+    float *y;
+    int activation;
+} dw_job;
+
+/* *v = DW_LANES taps `sw` apart from s (sw a constant 1 or 2 where inlined). Vectors
+ * go by pointer: by value their ABI would differ between the SIMD clones. */
+static inline __attribute__((always_inline)) void dw_load(dw_vec *v, const float *s, int64_t sw)
+{
+    if (sw == 1) {
+        memcpy(v, s, sizeof *v);
+    } else if (sw == 2) {
+        dw_vec lo, hi;
+        memcpy(&lo, s, sizeof lo);
+        memcpy(&hi, s + DW_LANES, sizeof hi);
+#if defined(__clang__)
+        *v = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+#else
+        typedef int dw_mask __attribute__((vector_size(DW_LANES * sizeof(int))));
+        *v = __builtin_shuffle(lo, hi, (dw_mask){0, 2, 4, 6, 8, 10, 12, 14});
+#endif
+    } else {
+        for (int t = 0; t < DW_LANES; ++t)
+            (*v)[t] = s[t * sw];
+    }
+}
+
+/* acc[r] += every tap of the block of output row r, whose first window starts at
+ * src + r * out_step. Always inlined with sw a constant where it is 1 or 2. */
+static inline __attribute__((always_inline)) void
+dw_taps(dw_vec *acc, const float *src, const float *wk, const lgk_conv2d_params *p,
+        int64_t pw, int64_t out_step, int64_t sw)
+{
+    for (int64_t ki = 0; ki < p->kh; ++ki)
+        for (int64_t kj = 0; kj < p->kw; ++kj) {
+            float wv = wk[ki * p->kw + kj];
+            const float *s = src + ki * p->dilation_h * pw + kj * p->dilation_w;
+            for (int r = 0; r < DW_ROWS; ++r) {
+                dw_vec v;
+                dw_load(&v, s + r * out_step, sw);
+                acc[r] += wv * v;
+            }
+        }
+}
+
+/* One output plane from a zero-padded copy of its input plane (`pad`, ph x pw, big
+ * enough that the spare rows and lanes of the last blocks read inside it). */
+LGK_CLONES static void dw_plane(const dw_job *j, int64_t plane, float *pad)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t img = plane / p->o, oc = plane % p->o, pw = j->pw, sw = p->stride_w;
+    int64_t out_step = p->stride_h * pw;
+    const float *xp = j->x + (img * p->c + oc / j->og) * p->h * p->w;
+    const float *wk = j->w + oc * p->kh * p->kw;
+    float *yp = j->y + plane * j->oh * j->ow;
+    float b = j->bias != NULL ? j->bias[oc] : 0.0f;
+    memset(pad, 0, (size_t)(j->ph * pw) * sizeof(float));
+    for (int64_t iy = 0; iy < p->h; ++iy)
+        memcpy(pad + (iy + p->pad_top) * pw + p->pad_left, xp + iy * p->w,
+               (size_t)p->w * sizeof(float));
+    for (int64_t oy = 0; oy < j->oh; oy += DW_ROWS) {
+        int64_t rows = LGK_MIN((int64_t)DW_ROWS, j->oh - oy);
+        for (int64_t ox0 = 0; ox0 < j->ow; ox0 += DW_LANES) {
+            dw_vec acc[DW_ROWS];
+            for (int r = 0; r < DW_ROWS; ++r)
+                for (int t = 0; t < DW_LANES; ++t)
+                    acc[r][t] = b;
+            const float *src = pad + oy * out_step + ox0 * sw;
+            if (sw == 1)
+                dw_taps(acc, src, wk, p, pw, out_step, 1);
+            else if (sw == 2)
+                dw_taps(acc, src, wk, p, pw, out_step, 2);
+            else
+                dw_taps(acc, src, wk, p, pw, out_step, sw);
+            int64_t n = LGK_MIN((int64_t)DW_LANES, j->ow - ox0);
+            for (int64_t r = 0; r < rows; ++r)
+                memcpy(yp + (oy + r) * j->ow + ox0, &acc[r], (size_t)n * sizeof(float));
+        }
+    }
+    lgk_activate(j->activation, yp, j->oh * j->ow);
+}
+
+static int dw_planes(void *ctx, int64_t begin, int64_t end)
+{
+    const dw_job *j = ctx;
+    lgk_scratch pad = {NULL, 0};
+    LGK_TRY(lgk_scratch_acquire(j->ph * j->pw, &pad));
+    for (int64_t plane = begin; plane < end; ++plane)
+        dw_plane(j, plane, pad.data);
+    lgk_scratch_release(&pad);
+    return LGK_OK;
+}
+
+/* Planes below this many multiply-adds per thread are not worth a thread. */
+#define DW_MIN_WORK_PER_THREAD 32768
+
+/* Extent of the padded plane along one dim: the padded input, and every tap of the
+ * last block of `block` outputs (`extra` more floats for a wide strided load). */
+static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int64_t stride,
+                     int64_t k, int64_t dil, int64_t extra, int64_t *out)
+{
+    int64_t blocks = (n_out + block - 1) / block, reach, padded;
+    LGK_TRY(lgk_mul(blocks * block, stride, &reach));
+    LGK_TRY(lgk_add(reach, (k - 1) * dil + 1 + extra, &reach));
+    LGK_TRY(lgk_add(in, pads, &padded));
+    *out = LGK_MAX(padded, reach);
+    return LGK_OK;
+}
+
+static int depthwise(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
+                     const float *w, const float *bias, float *y, int activation, int nthreads)
+{
+    int64_t ph, pw, count;
+    LGK_TRY(dw_extent(p->h, p->pad_top + p->pad_bottom, oh, DW_ROWS, p->stride_h, p->kh,
+                      p->dilation_h, 0, &ph));
+    LGK_TRY(dw_extent(p->w, p->pad_left + p->pad_right, ow, DW_LANES, p->stride_w, p->kw,
+                      p->dilation_w, DW_LANES, &pw));
+    LGK_TRY(lgk_mul(ph, pw, &count));
+    dw_job j = {p, oh, ow, p->o / p->c, ph, pw, x, w, bias, y, activation};
+    int64_t planes = p->n * p->o, work = planes * oh * ow * p->kh * p->kw;
+    int threads = (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads,
+                                                   work / DW_MIN_WORK_PER_THREAD));
+    return lgk_parallel_for(threads, planes, 1, dw_planes, &j);
 }
 
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,
@@ -177,15 +351,112 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     if (p->n == 0 || p->o == 0)
         return LGK_OK;
+    nthreads = lgk_clamp_threads(nthreads);
+    if (p->c == p->groups && p->c > 0)
+        return depthwise(p, oh, ow, x, w, bias, y, activation, nthreads);
     int64_t band = LGK_MAX((int64_t)1, LGK_MIN(oh, COL_BUDGET / LGK_MAX(kg * ow, (int64_t)1)));
     int64_t col_count;
     LGK_TRY(lgk_mul(kg, band * ow, &col_count));
-    nthreads = lgk_clamp_threads(nthreads);
     /* Enough images: one image per thread, single-threaded GEMMs. */
     int per_image = p->n >= nthreads;
     conv_job j = {p, oh, ow, p->c / p->groups, p->o / p->groups, kg, band, x, w, bias, y,
                   activation, per_image ? 1 : nthreads};
     return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, conv_images, &j);
+}
+
+/* ---- prepacked weights: pixels x filters ---------------------------------------- */
+
+/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
+static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
+{
+    const int64_t block = 32;
+    for (int64_t i0 = 0; i0 < rows; i0 += block)
+        for (int64_t o0 = 0; o0 < cols; o0 += block) {
+            int64_t i1 = LGK_MIN(rows, i0 + block), o1 = LGK_MIN(cols, o0 + block);
+            for (int64_t o = o0; o < o1; ++o)
+                for (int64_t i = i0; i < i1; ++i)
+                    dst[o * ldd + i] = src[i * cols + o];
+        }
+}
+
+typedef struct {
+    conv_job base;
+    int64_t packed_len, x_len;
+} packed_job;
+
+/* One image: per band of output rows, t (pixels x filters) = im2col^T @ W^T with
+ * bias and activation in the epilogue, then t^T into the image's output. */
+static int packed_image(const packed_job *pj, int64_t img, float *col, float *t)
+{
+    const conv_job *j = &pj->base;
+    const lgk_conv2d_params *p = j->p;
+    int64_t plane = j->oh * j->ow, in_plane = p->h * p->w;
+    const float *xi = j->x + img * p->c * in_plane;
+    float *yi = j->y + img * p->o * plane;
+    int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
+    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band) {
+        int64_t oy1 = LGK_MIN(j->oh, oy0 + j->band), rows = (oy1 - oy0) * j->ow;
+        const float *a = col;
+        int64_t cs_a = rows, a_len = j->kg * rows;
+        if (is_pointwise(p)) { /* the input is already taps x pixels */
+            a = xi + oy0 * j->ow;
+            cs_a = in_plane;
+            a_len = pj->x_len - img * p->c * in_plane - oy0 * j->ow;
+        } else {
+            im2col(j, xi, oy0, oy1, col);
+        }
+        LGK_TRY(lgk_sgemm_prepacked(rows, p->o, j->kg, a, a_len, 1, cs_a, j->w, pj->packed_len,
+                                    t, rows * p->o, p->o, j->bias, j->bias != NULL ? p->o : 0,
+                                    bias_mode, j->activation, j->gemm_threads));
+        transpose_into(rows, p->o, t, yi + oy0 * j->ow, plane);
+    }
+    return LGK_OK;
+}
+
+static int packed_images(void *ctx, int64_t begin, int64_t end)
+{
+    const packed_job *pj = ctx;
+    const conv_job *j = &pj->base;
+    int64_t rows = j->band * j->ow;
+    lgk_scratch col = {NULL, 0}, t = {NULL, 0};
+    if (begin >= end)
+        return LGK_OK;
+    int status = lgk_scratch_acquire(rows * j->p->o, &t);
+    if (status == LGK_OK && !is_pointwise(j->p))
+        status = lgk_scratch_acquire(j->kg * rows, &col);
+    for (int64_t img = begin; img < end && status == LGK_OK; ++img)
+        status = packed_image(pj, img, col.data, t.data);
+    lgk_scratch_release(&col);
+    lgk_scratch_release(&t);
+    return status;
+}
+
+int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
+                              const float *x, int64_t x_len,
+                              const float *packed_w, int64_t packed_len,
+                              const float *bias, int64_t bias_len,
+                              float *y, int64_t y_len, int activation, int nthreads)
+{
+    int64_t oh, ow, kg;
+    LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
+    LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_SILU, LGK_ERR_ARG);
+    LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
+    const int64_t kd[3] = {p->c, p->kh, p->kw};
+    LGK_TRY(lgk_checked_count(3, kd, &kg));
+    LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, -1, y_len, bias, bias_len, x, NULL, y));
+    if (p->n == 0 || p->o == 0)
+        return LGK_OK;
+    /* Bands bound both scratch blocks: im2col (kg x rows) and the result (rows x o). */
+    int64_t per_row = LGK_MAX(LGK_MAX(kg, p->o) * ow, (int64_t)1);
+    int64_t band = LGK_MAX((int64_t)1, LGK_MIN(oh, COL_BUDGET / per_row)), count;
+    LGK_TRY(lgk_mul(LGK_MAX(kg, p->o), band * ow, &count));
+    nthreads = lgk_clamp_threads(nthreads);
+    int per_image = p->n >= nthreads;
+    packed_job pj = {{p, oh, ow, p->c, p->o, kg, band, x, packed_w, bias, y, activation,
+                      per_image ? 1 : nthreads},
+                     packed_len, x_len};
+    return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, packed_images, &pj);
 }
 
 /* ---- pooling ------------------------------------------------------------------------- */
@@ -200,12 +471,6 @@ int lgk_pool2d_out_shape(const lgk_pool2d_params *p, int64_t *oh, int64_t *ow)
                     p->ceil_mode, ow));
     return LGK_OK;
 }
-
-/* Taps of one output position along one dim: [lo, hi) hit the input,
- * `padded` of them lie inside the padded extent. */
-typedef struct {
-    int64_t lo, hi, padded;
-} window;
 
 static void make_windows(int64_t in, int64_t n_out, int64_t k, int64_t stride, int64_t pad0,
                          int64_t pad1, int64_t dil, window *win)

@@ -150,13 +150,24 @@ typedef struct {
 int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow);
 
 /* y (n, o, oh, ow) = conv(x, w) + bias[o] (bias may be NULL, else length o),
- * followed by `activation`. Lowered to im2col + lgk_sgemm. With c == 0 every
+ * followed by `activation`. Lowered to im2col + lgk_sgemm, depthwise convs
+ * (groups == c) computed directly. With c == 0 every
  * output is activation(bias) (a sum over no taps). */
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,
                     const float *x, int64_t x_len,
                     const float *w, int64_t w_len,
                     const float *bias, int64_t bias_len,
                     float *y, int64_t y_len, int activation, int nthreads);
+
+/* lgk_conv2d_nchw with groups == 1 and the weights (o, c, kh, kw) prepacked as
+ * the GEMM right operand W^T (K = c * kh * kw, N = o): lgk_sgemm_pack_b(K, o,
+ * w, len, 1, K, ...). Computed as im2col^T @ W^T (pixels x filters), so the
+ * GEMM stays wide on small maps and the weights are streamed once. */
+int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
+                              const float *x, int64_t x_len,
+                              const float *packed_w, int64_t packed_len,
+                              const float *bias, int64_t bias_len,
+                              float *y, int64_t y_len, int activation, int nthreads);
 
 typedef struct {
     int64_t n, c, h, w;

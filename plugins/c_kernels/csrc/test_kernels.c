@@ -340,6 +340,18 @@ static void check_conv(lgk_conv2d_params p, int64_t want_oh, int64_t want_ow, in
         EXPECT_STATUS(lgk_conv2d_nchw(&p, x, nx, w, nw, with_bias ? bias : NULL,
                                       with_bias ? p.o : 0, y, ny, LGK_ACT_NONE, threads), LGK_OK);
         EXPECT(all_close(y, want, ny, 1e-4, 1e-5));
+        if (p.groups == 1 && nw > 0) { /* the same through weights packed once */
+            int64_t k = p.c * p.kh * p.kw, np = lgk_sgemm_packed_b_size(k, p.o);
+            float *packed = packed_alloc(np);
+            EXPECT_STATUS(lgk_sgemm_pack_b(k, p.o, w, nw, 1, k, packed, np), LGK_OK);
+            for (int64_t i = 0; i < ny; ++i)
+                y[i] = 7.0f;
+            EXPECT_STATUS(lgk_conv2d_nchw_prepacked(&p, x, nx, packed, np,
+                                                    with_bias ? bias : NULL, with_bias ? p.o : 0,
+                                                    y, ny, LGK_ACT_NONE, threads), LGK_OK);
+            EXPECT(all_close(y, want, ny, 1e-4, 1e-5));
+            free(packed);
+        }
     }
     free(x), free(w), free(bias), free(y), free(want);
 }
@@ -366,6 +378,26 @@ static void test_conv_edges(void)
     check_conv(half, 1, 2, 1); /* empty height, padded on top */
     empty.pad_top = empty.pad_bottom = 0;
     EXPECT_STATUS(lgk_conv2d_out_shape(&empty, &e.n, &e.c), LGK_ERR_SHAPE); /* nothing fits */
+    /* depthwise (groups == c): the direct kernel */
+    lgk_conv2d_params dw = {2, 5, 11, 19, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 5};
+    check_conv(dw, 11, 19, 2);
+    lgk_conv2d_params dw7 = {1, 3, 16, 16, 3, 7, 7, 1, 1, 3, 3, 3, 3, 1, 1, 3};
+    check_conv(dw7, 16, 16, 1);
+    lgk_conv2d_params dws = {1, 4, 9, 17, 8, 3, 2, 2, 2, 1, 0, 1, 1, 1, 2, 4};
+    check_conv(dws, 5, 8, 2); /* stride 2, multiplier 2, dilation */
+    lgk_conv2d_params dw3 = {1, 2, 10, 10, 2, 3, 3, 3, 3, 4, 4, 4, 4, 2, 2, 2};
+    check_conv(dw3, 5, 5, 1); /* stride 3, padding larger than the kernel */
+    lgk_conv2d_params dw1 = {1, 4, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4};
+    check_conv(dw1, 1, 1, 1); /* 1x1 map */
+    lgk_conv2d_params dwbig = {1, 2, 2, 3, 2, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 2};
+    check_conv(dwbig, 2, 3, 1); /* kernel larger than the input */
+    dw.n = 0;
+    check_conv(dw, 11, 19, 2); /* zero-size batch */
+    /* small maps: the pixels x filters form of a packed weight */
+    lgk_conv2d_params small = {1, 33, 2, 2, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    check_conv(small, 2, 2, 2);
+    lgk_conv2d_params point = {2, 9, 3, 5, 17, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+    check_conv(point, 3, 5, 1);
 }
 
 static void test_conv(void)

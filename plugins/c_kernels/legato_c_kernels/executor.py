@@ -155,11 +155,12 @@ class _PlannedInstance:
         following add of a per-column bias (matmul only; nn.linear has its own), then
         an activation the C epilogue has, each the only reader of the value before it."""
         call = calls[index]
-        if not self._native(call) or getattr(self.backend.kernel(call.op), "epilogue",
-                                             None) is None:
+        kernel = self.backend.kernel(call.op) if self._native(call) else None
+        if getattr(kernel, "epilogue", None) is None:
             return None, None, 0
+        column_bias = getattr(kernel, "epilogue_bias", False)  # a GEMM (else: a conv)
         weight = call.inputs[1]
-        if weight is None or weight.rank != 2 or call.inputs[0].rank < 2:
+        if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
             return None, None, 0
         bias, act, product, used = None, None, call.output, 0
 
@@ -170,7 +171,8 @@ class _PlannedInstance:
             return nxt if ok else None
 
         nxt = sole_reader(index + 1)
-        if len(call.inputs) == 2 and nxt is not None and nxt.op == EPILOGUE_BIAS_OP:
+        if column_bias and len(call.inputs) == 2 and nxt is not None and \
+                nxt.op == EPILOGUE_BIAS_OP:
             other = nxt.inputs[1] if nxt.inputs[0] is product else nxt.inputs[0]
             n = product.shape[-1]
             if product in nxt.inputs and other is not product and other is not None and \
@@ -218,18 +220,22 @@ class _PlannedInstance:
 
     def _pack_constant_weight(self, kernel, call, inputs) -> None:
         """A constant weight is packed for the GEMM micro-kernel once, not every run
-        (kernels that take one say which input: `packed_input = (index, transposed)`)."""
+        (kernels that take one say which input: `packed_input = (index, transposed)`;
+        a kernel with `pack(weight, **attrs)` packs it itself, or returns None)."""
         spec = getattr(kernel, "packed_input", None)
         if spec is None:
             return
         index, transposed = spec
         weight = call.inputs[index]
-        if isinstance(weight, Const) and weight.rank == 2:
-            key = (weight, transposed)
-            packed = self._packed.get(key)
-            if packed is None:
-                packed = self._packed[key] = K.pack_weight(weight.data, transposed=transposed)
-            inputs[index] = packed
+        pack = getattr(kernel, "pack", None)
+        if not isinstance(weight, Const) or (pack is None and weight.rank != 2):
+            return
+        key = (weight, transposed, call.op)
+        if key not in self._packed:
+            self._packed[key] = pack(weight.data, **call.attrs) if pack is not None else \
+                K.pack_weight(weight.data, transposed=transposed)
+        if self._packed[key] is not None:
+            inputs[index] = self._packed[key]
 
     def _fallback_kernel(self, call):
         backend = self.fallback if self.fallback is not None else self.backend

@@ -80,8 +80,36 @@ def test_gemm_epilogue_fusion():
     bias = b.const(np.random.default_rng(2).standard_normal(9).astype(np.float32))
     y = b.call("nn.relu", b.call("add", b.call("matmul", x, w), bias))
     mod = b.build(b.call("nn.silu", b.call("nn.linear", y, b.const(np.ones((3, 9), np.float32)))))
-    c = legato.compile(mod, "c_kernels")
+    x_in = random_inputs(mod)
+    # without recomposition the matmul + add + relu chain is one fused matmul step
+    c = legato.compile(mod, "c_kernels", config={"backends": {"c_kernels": {"recompose": False}}})
     assert [call.op for _, call, _ in c._runner.steps] == ["matmul", "nn.linear"]
+    assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-5
+    # by default matmul + add is recovered as nn.linear, the relu still in its epilogue
+    c = legato.compile(mod, "c_kernels")
+    assert [call.op for _, call, _ in c._runner.steps] == ["nn.linear", "nn.linear"]
+    assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-5
+
+
+@pytest.mark.parametrize("size", [2, 9])
+def test_conv_weights_packed_and_activation_fused(size):
+    """A constant conv weight is packed once; a following relu runs in the conv's
+    epilogue; a depthwise conv (groups == channels) takes the direct kernel."""
+    from legato_c_kernels.kernels import PackedConvWeight
+    rng = np.random.default_rng(3)
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 8, size, size))
+    w = b.const(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+    dw = b.const(rng.standard_normal((16, 1, 3, 3)).astype(np.float32))
+    conv = dict(strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1])
+    y = b.call("nn.relu", b.call("nn.conv2d", x, w, groups=1, **conv))
+    mod = b.build(b.call("nn.relu", b.call("nn.conv2d", y, dw, groups=16, **conv)))
+    c = legato.compile(mod, "c_kernels")
+    steps = c._runner.steps
+    assert [call.op for _, call, _ in steps] == ["nn.conv2d", "nn.conv2d"]
+    assert isinstance(steps[0][0].call.args, tuple) and steps[0][0].direct
+    assert any(isinstance(v, PackedConvWeight)
+               for v in c._runner.prototype._packed.values())
     x_in = random_inputs(mod)
     assert rel_error(c(*x_in), legato.reference(mod)(*x_in)) <= 1e-5
 

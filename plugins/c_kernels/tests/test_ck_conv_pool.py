@@ -41,6 +41,21 @@ CONV_CASES = [
     ((1, 3, 5, 5), (2, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 1),
     ((1, 2, 3, 3), (3, 3, 3), (3, 3), (4, 4, 4, 4), (2, 2), 1),   # padding > kernel
     ((3, 129, 4, 4), (17, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((2, 4, 2, 2), (12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 2x2 map, 12 filters
+    ((1, 5, 1, 1), (7, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),   # 1x1 map, 3x3 kernel
+    ((1, 3, 40, 40), (8, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),
+]
+
+DEPTHWISE_CASES = [
+    # (x shape, multiplier, (kh, kw), strides, padding, dilation)
+    ((1, 32, 16, 16), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
+    ((2, 5, 9, 13), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 8, 8), 2, (3, 5), (1, 2), (1, 2, 0, 1), (2, 1)),   # multiplier, dilation
+    ((1, 4, 1, 1), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),   # 1x1 map
+    ((1, 4, 2, 2), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),   # kernel larger than input
+    ((1, 2, 3, 3), 1, (3, 3), (3, 3), (4, 4, 4, 4), (2, 2)),   # padding > kernel
+    ((1, 6, 20, 20), 3, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((0, 4, 5, 5), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),   # zero-size batch
 ]
 
 
@@ -56,6 +71,50 @@ def test_conv2d(rng, monkeypatch, case, threads):
         got = K.nn_conv2d(x, w, bias, strides=strides, padding=padding, dilation=dilation,
                           groups=groups, data_layout="NCHW", kernel_layout="OIHW")
         assert_close(got, conv_ref(x, w, bias, strides, padding, dilation, groups), atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_conv2d_prepacked_weight(rng, monkeypatch, case, threads):
+    """A weight packed once (groups == 1): the same results through the pixels x filters
+    GEMM, with and without bias and a fused activation."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    shape, (o, kh, kw), strides, padding, dilation, groups = case
+    x, w, b = f32(rng, *shape), f32(rng, o, shape[1] // groups, kh, kw), f32(rng, o)
+    attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
+    packed = K.pack_conv_weight(w, **attrs)
+    if groups != 1:
+        assert packed is None
+        return
+    for bias, activation in ((b, "none"), (None, "none"), (b, "nn.relu")):
+        got = K.nn_conv2d(x, packed, bias, activation=activation, **attrs)
+        ref = conv_ref(x, w, bias, strides, padding, dilation, groups)
+        assert_close(got, np.maximum(ref, 0) if activation == "nn.relu" else ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=str)
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_conv2d_depthwise(rng, monkeypatch, case, threads):
+    """Depthwise convs (one input channel per group) take the direct kernel."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    shape, mult, (kh, kw), strides, padding, dilation = case
+    c = shape[1]
+    x, w, b = f32(rng, *shape), f32(rng, c * mult, 1, kh, kw), f32(rng, c * mult)
+    attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=c)
+    for bias, activation in ((b, "none"), (None, "none"), (b, "nn.silu")):
+        got = K.nn_conv2d(x, w, bias, activation=activation, **attrs)
+        ref = conv_ref(x, w, bias, strides, padding, dilation, c)
+        if activation == "nn.silu":
+            ref = ref / (1 + np.exp(-ref))
+        assert_close(got, ref, atol=1e-5)
+
+
+def test_packed_conv_weight_is_checked(rng):
+    packed = K.pack_conv_weight(f32(rng, 4, 3, 3, 3))
+    with pytest.raises(LegatoError, match="groups=1"):
+        K.nn_conv2d(f32(rng, 1, 3, 5, 5), packed, groups=3)
+    with pytest.raises(LegatoError, match="channels do not match"):
+        K.nn_conv2d(f32(rng, 1, 2, 5, 5), packed)
 
 
 def test_conv2d_fused_relu_noncontiguous_and_out(rng):

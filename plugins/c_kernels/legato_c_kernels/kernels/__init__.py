@@ -29,7 +29,8 @@ kernel. A planned executor binds every step once and then only makes those calls
 Constant weights: :func:`pack_weight` packs a 2-D right operand once (the layout the GEMM
 micro-kernel reads); the resulting :class:`PackedWeight` is accepted by ``matmul``,
 ``nn_linear`` and the fused variants in place of ``b`` / ``weight`` and saves the
-per-call packing of B (15-25% of a GEMM at M = 64..128).
+per-call packing of B (15-25% of a GEMM at M = 64..128). :func:`pack_conv_weight` does the
+same for an nn.conv2d weight with groups == 1 (:class:`PackedConvWeight`).
 
 Threads: ``LEGATO_NUM_THREADS`` (read at every call, and by ``bind`` for the call it
 prepares; default: the usable cores, at most 2, measured fastest on the 2-core target).
@@ -42,7 +43,8 @@ from collections.abc import Callable
 
 from . import elementwise
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
-from .conv_pool import nn_avg_pool2d, nn_conv2d, nn_max_pool2d
+from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
+                        pack_conv_weight)
 from .elementwise import python_name
 from .gemm import (ACTIVATIONS, PackedWeight, fused_linear, fused_matmul, matmul, nn_linear,
                    pack_weight)
@@ -71,6 +73,7 @@ globals().update({python_name(op): kernel for op, kernel in elementwise.KERNELS.
 
 __all__ = [
     "KERNELS", "ACTIVATIONS", "MAX_NDIM", "num_threads", "release_scratch", "bind_generic",
-    "PackedWeight", "pack_weight", "fused_linear", "fused_matmul",
+    "PackedWeight", "pack_weight", "fused_linear", "fused_matmul", "PackedConvWeight",
+    "pack_conv_weight",
     *sorted({python_name(op) for op in KERNELS}),
 ]

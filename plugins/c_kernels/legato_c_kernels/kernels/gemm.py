@@ -297,5 +297,6 @@ bound(nn_linear, _plan_linear)
 matmul.epilogue, nn_linear.epilogue = fused_matmul, fused_linear
 # The binary op whose per-column form the epilogue's bias computes (LGK_BIAS_COL).
 EPILOGUE_BIAS_OP = "add"
+matmul.epilogue_bias = nn_linear.epilogue_bias = True
 # A constant right operand may be packed once: (input index, packed as transposed).
 matmul.packed_input, nn_linear.packed_input = (1, False), (1, True)
