@@ -127,5 +127,6 @@ def assert_matches(actual, expected, rtol=1e-5):
         if e.dtype == np.bool_ or np.issubdtype(e.dtype, np.integer):
             np.testing.assert_array_equal(a, e)
         else:
-            scale = float(np.max(np.abs(e))) if e.size else 0.0
+            finite = np.abs(e[np.isfinite(e)])  # NaN and infinities compare as themselves
+            scale = float(np.max(finite)) if finite.size else 0.0
             np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * max(scale, 1e-30))

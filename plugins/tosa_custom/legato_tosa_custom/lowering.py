@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import integers, rules, scatter
+from . import integers, rules, scatter, sorting
 
 FLOAT = ("float32", "float16")
 ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
@@ -151,6 +151,7 @@ RULES: dict[str, Callable] = {
     "take": rules.take,              # tosa.gather on [outer, axis, inner]
     "split": rules.split,            # one slice per part
     "scatter_elements": scatter.scatter_elements,  # one-hot compare, reduce, select
+    "topk": sorting.topk,            # ranks from a pairwise comparison
 }
 
 # ops lowered for integer tensors only; their float forms are in NOT_LOWERED, with the reason
@@ -164,7 +165,6 @@ NOT_LOWERED: dict[str, str] = {
             "is not exact (integers: INTEGER_RULES)",
     "remainder": "floats: its decomposition needs fmod, which TOSA 1.0 has no exact form of "
                  "(integers: through the integer fmod)",
-    "topk": "TOSA 1.0 has no sort or top-k operator",
     **{op: "TOSA 1.0 has sin and cos but no inverse trigonometric operator"
        for op in ("asin", "acos", "atan")},
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"

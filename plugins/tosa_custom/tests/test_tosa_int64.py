@@ -145,9 +145,22 @@ def scatter_updates():
          RNG.integers(-6, 6, (1, 10)), RNG.standard_normal((3, 5)).astype(np.float32)]
 
 
+def router_topk():
+    """A mixture-of-experts router: the top 2 experts per token (int64 indices, ties in
+    index order, NaN largest), their weights looked up by those indices; a full sort."""
+    b = legato.GraphBuilder()
+    logits = b.input("logits", (6, 8))
+    weights, experts = b.call("topk", logits, k=2, axis=-1)
+    scale = b.const(RNG.standard_normal((8, 3)).astype(np.float32))
+    ranked, order = b.call("topk", logits, k=8, axis=-1, largest=False)
+    scores = RNG.integers(-3, 4, (6, 8)).astype(np.float32)  # ties
+    scores[1, 3], scores[2, :2] = np.nan, np.inf
+    return b.build(weights, experts, b.take(scale, experts, axis=0), ranked, order), [scores]
+
+
 PROGRAMS = {f.__name__: f for f in (embedding_lookup, position_ids, attention_mask,
                                     shape_tensor, predicted_ids, bool_masks, widened_ints,
-                                    integer_division, scatter_updates)}
+                                    integer_division, scatter_updates, router_topk)}
 
 
 def compile_tosa(module):
