@@ -199,12 +199,17 @@ def gen_reduce(p, rng):
     x = p.pick()
     if x is None:
         return None
-    op = str(rng.choice(REDUCE + ("argmax",)))
-    if op == "argmax":
+    op = str(rng.choice(REDUCE + ("argmax", "topk")))
+    if op in ("argmax", "topk"):
         if x.rank == 0 or not p.exact[x]:
             return None
-        return p.b.call("argmax", x, axis=int(rng.integers(-x.rank, x.rank)),
-                        keepdims=bool(rng.random() < 0.5)), True
+        axis = int(rng.integers(-x.rank, x.rank))
+        if op == "topk":  # ties, NaN and infinities in the feeds: its order is exact
+            low = 0 if rng.random() < 0.1 else min(1, x.shape[axis])  # k = 0: empty results
+            values, indices = p.b.call(op, x, k=int(rng.integers(low, x.shape[axis] + 1)),
+                                       axis=axis, largest=bool(rng.random() < 0.5))
+            return (values if rng.random() < 0.5 else indices), True
+        return p.b.call("argmax", x, axis=axis, keepdims=bool(rng.random() < 0.5)), True
     axes = random_axes(rng, x.rank)
     keepdims = bool(rng.random() < 0.5)
     return p.b.call(op, x, axes=axes, keepdims=keepdims), p.exact[x] and op in ("max", "min")
