@@ -248,6 +248,8 @@ class _PlannedInstance:
     def _prepare(kernel, inputs, outs, attrs) -> Callable[[], None]:
         if len(outs) == 1:
             return K.bind_generic(kernel, *inputs, out=outs[0], **attrs)
+        if hasattr(kernel, "bind_outs"):  # several results, each into its buffer
+            return kernel.bind_outs(*inputs, outs=outs, **attrs)
 
         def run() -> None:
             for out, value in zip(outs, as_tuple(kernel(*inputs, **attrs))):

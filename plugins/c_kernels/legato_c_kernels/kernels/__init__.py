@@ -18,7 +18,9 @@ Function names are the op names with ``.`` replaced by ``_`` (``nn.layer_norm`` 
 ``nn_layer_norm``), plus a trailing ``_`` where that would shadow a Python builtin
 (``abs_``, ``sum_``, ``max_``, ``min_``). ``KERNELS`` maps op names to the functions.
 The elementwise kernels are made from the C library's own list of ops (see
-:mod:`.elementwise`): an op added to csrc/elementwise.c is a kernel here.
+:mod:`.elementwise`): an op added to csrc/elementwise.c is a kernel here. Data movement
+and comparisons of any dtype (slices, concat, split, pad, take, where, ...) are numpy
+copies and ufuncs whose views `bind` works out once (:mod:`.movement`).
 
 Prepared calls: every kernel has ``kernel.bind(*inputs, out=..., **attrs)``, a
 zero-argument callable that computes the kernel into ``out`` on each call. Where the
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import elementwise
+from . import elementwise, movement
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
                         pack_conv_weight)
@@ -66,6 +68,7 @@ KERNELS: dict[str, Callable[..., Array]] = {
     "mean": mean,
     "max": max_,
     "min": min_,
+    **movement.KERNELS,
 }
 
 # the elementwise kernels under their function names (exp, abs_, nn_relu, ...)

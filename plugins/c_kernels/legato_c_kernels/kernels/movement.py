@@ -1,0 +1,227 @@
+"""Data movement and comparisons of any dtype: slices, broadcasts, concat, split, pad,
+take (embedding gathers), where, comparisons and logical ops.
+
+Their results depend on where the data is, not on float arithmetic, so numpy moves
+the memory; what makes them fast in a planned executor is `bind`: the view of the
+input a result copies (a slice, a broadcast, a split part, the interior of a pad) is
+worked out once, on the planned buffer, and each run is one numpy copy or ufunc with
+`out=` (no attribute parsing, no temporaries). Semantics follow the reference kernels
+(cpu_ref) through the same `legato.shapes` rules.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from legato import shapes
+
+from .common import Array, error
+
+
+def _result(out: Optional[Array], shape: tuple[int, ...], dtype, op: str = "") -> Array:
+    """A fresh result, or the caller's `out` once it is checked to fit."""
+    if out is None:
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype:
+        raise error(op, f"out must be a {np.dtype(dtype)} array of shape {tuple(shape)}, got "
+                        f"{getattr(out, 'dtype', type(out).__name__)} "
+                        f"{getattr(out, 'shape', '')}")
+    return out
+
+
+def _copier(view_of: Callable[..., Array]) -> Callable[..., Array]:
+    """A kernel whose result is a copy of a view of its first input (`view_of(data,
+    **attrs)`), with `bind` taking the view once."""
+    def kernel(data: Array, *, out: Optional[Array] = None, **attrs: Any) -> Array:
+        view = view_of(data, **attrs)
+        out = _result(out, view.shape, data.dtype, kernel.__name__)
+        np.copyto(out, view)
+        return out
+
+    def bind(data: Array, *, out: Array, **attrs: Any) -> Callable[[], None]:
+        return functools.partial(np.copyto, out, view_of(data, **attrs))
+    kernel.bind = bind
+    kernel.__name__ = kernel.__qualname__ = view_of.__name__.lstrip("_")
+    kernel.__doc__ = view_of.__doc__
+    return kernel
+
+
+def _strided_slice(data: Array, *, begin: Sequence[int], end: Sequence[int],
+                   strides: Optional[Sequence[int]] = None,
+                   axes: Optional[Sequence[int]] = None) -> Array:
+    """strided_slice: a copy of data[begin:end:strides] along `axes`."""
+    params = shapes.slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
+                                              "axes": axes})
+    return data[tuple(p.as_slice() for p in params)]
+
+
+def _broadcast_to(data: Array, *, shape: Sequence[int]) -> Array:
+    """broadcast_to: numpy broadcasting to `shape`."""
+    target = tuple(int(d) for d in shape)
+    try:
+        return np.broadcast_to(data, target)
+    except ValueError:
+        raise error("broadcast_to", f"cannot broadcast {data.shape} to {target}") from None
+
+
+strided_slice = _copier(_strided_slice)
+broadcast_to = _copier(_broadcast_to)
+
+
+def concat(*data: Array, axis: int = 0, out: Optional[Array] = None) -> Array:
+    """concat: the inputs joined along `axis`."""
+    if not data:
+        raise error("concat", "needs at least one input")
+    axis = shapes.norm_axis(int(axis), data[0].ndim, "axis")
+    if out is None:
+        return np.concatenate(data, axis=axis)
+    np.concatenate(data, axis=axis, out=out)
+    return out
+
+
+def _concat_bind(*data: Array, out: Array, axis: int = 0) -> Callable[[], None]:
+    if not data:
+        raise error("concat", "needs at least one input")
+    axis = shapes.norm_axis(int(axis), data[0].ndim, "axis")
+    return functools.partial(np.concatenate, data, axis=axis, out=out)
+
+
+concat.bind = _concat_bind
+
+
+def _split_parts(data: Array, sections: Any, axis: int) -> list[Array]:
+    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    bounds = np.cumsum(shapes.split_sizes(data.shape[axis], sections))[:-1]
+    return np.split(data, bounds, axis=axis)
+
+
+def split(data: Array, *, sections: Any = 2, axis: int = 0) -> tuple[Array, ...]:
+    """split: `sections` equal parts (an int) or parts of the given sizes along `axis`."""
+    return tuple(part.copy() for part in _split_parts(data, sections, axis))
+
+
+def _split_bind_outs(data: Array, *, outs: Sequence[Array], sections: Any = 2,
+                     axis: int = 0) -> Callable[[], None]:
+    pairs = list(zip(outs, _split_parts(data, sections, axis)))
+
+    def run() -> None:
+        for out, part in pairs:
+            np.copyto(out, part)
+    return run
+
+
+split.bind_outs = _split_bind_outs
+split.bind = lambda data, *, out, **attrs: _split_bind_outs(data, outs=[out], **attrs)
+
+
+def _pad_interior(data: Array, pads: Sequence[int], value: float, mode: str):
+    """(the result's shape, the slices of its interior) of a constant pad."""
+    if mode != "constant":
+        raise error("pad", f"mode {mode!r} is not supported by c_kernels (only 'constant')")
+    rank = data.ndim
+    pads = [int(p) for p in pads]
+    if len(pads) != 2 * rank or any(p < 0 for p in pads):
+        raise error("pad", f"pads must be {2 * rank} non-negative ints, got {pads}")
+    shape = tuple(d + lo + hi for d, lo, hi in zip(data.shape, pads[:rank], pads[rank:]))
+    return shape, tuple(slice(lo, lo + d) for d, lo in zip(data.shape, pads[:rank]))
+
+
+def pad(data: Array, *, pads: Sequence[int], value: float = 0.0, mode: str = "constant",
+        out: Optional[Array] = None) -> Array:
+    """pad (constant mode): `value` around data, pads = all begins then all ends."""
+    shape, interior = _pad_interior(data, pads, value, mode)
+    out = _result(out, shape, data.dtype, "pad")
+    out.fill(value)
+    out[interior] = data
+    return out
+
+
+def _pad_bind(data: Array, *, out: Array, pads: Sequence[int], value: float = 0.0,
+              mode: str = "constant") -> Callable[[], None]:
+    shape, interior = _pad_interior(data, pads, value, mode)
+    inner = out[interior + (Ellipsis,)]  # a view even of a 0-d result
+
+    def run() -> None:  # every run: the arena may lend this buffer to other values
+        out.fill(value)
+        np.copyto(inner, data)
+    return run
+
+
+pad.bind = _pad_bind
+
+
+def _indices(indices: Array) -> Array:
+    if indices.dtype.kind not in "iu":
+        raise error("take", f"indices must be integers, got {indices.dtype}")
+    return indices
+
+
+def take(data: Array, indices: Array, *, axis: int = 0, out: Optional[Array] = None) -> Array:
+    """take: data's entries at `indices` along `axis` (negative ids count from the end;
+    ids outside [-dim, dim) are an error)."""
+    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    try:
+        return np.take(data, _indices(indices), axis=axis, out=out)
+    except IndexError as err:
+        raise error("take", str(err)) from None
+
+
+def _take_bind(data: Array, indices: Array, *, out: Array, axis: int = 0) -> Callable[[], None]:
+    _indices(indices)
+    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+
+    def run() -> None:
+        try:
+            np.take(data, indices, axis=axis, out=out)
+        except IndexError as err:
+            raise error("take", str(err)) from None
+    return run
+
+
+take.bind = _take_bind
+
+
+def where(cond: Array, x: Array, y: Array, *, out: Optional[Array] = None) -> Array:
+    """where: x where cond holds, else y (broadcast), in x's dtype."""
+    result = np.asarray(np.where(cond, x, y), dtype=x.dtype)
+    if out is None:
+        return result
+    np.copyto(out, result)
+    return out
+
+
+where.bind = lambda cond, x, y, *, out: functools.partial(where, cond, x, y, out=out)
+
+
+def _ufunc_kernel(name: str, ufunc: np.ufunc, doc: str) -> Callable[..., Array]:
+    """A comparison or logical op: the numpy ufunc computing into `out` (bool)."""
+    def kernel(*operands: Array, out: Optional[Array] = None) -> Array:
+        if out is None:  # an array even for 0-d operands (a ufunc returns a scalar)
+            return np.asarray(ufunc(*operands), dtype=np.bool_)
+        ufunc(*operands, out=out)
+        return out
+
+    def bind(*operands: Array, out: Array) -> Callable[[], None]:
+        return functools.partial(ufunc, *operands, out=out)
+    kernel.bind = bind
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = doc
+    return kernel
+
+
+_UFUNCS = {
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less,
+    "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_not": np.logical_not,
+}
+
+KERNELS: dict[str, Callable[..., Any]] = {
+    "strided_slice": strided_slice, "broadcast_to": broadcast_to, "concat": concat,
+    "split": split, "pad": pad, "take": take, "where": where,
+    **{name: _ufunc_kernel(name, fn, f"{name}: numpy.{fn.__name__}, bool result")
+       for name, fn in _UFUNCS.items()},
+}
