@@ -90,17 +90,33 @@ LGK_CLONES static void row_moments_block(const float *x, int64_t n, float c, flo
             acc[w] += d;
             acc2[w] += d * d;
         }
-    float s = 0.0f, s2 = 0.0f;
+    for (; i + 16 <= n; i += 16) { /* short rows (32, 48 floats): one way at a time */
+        lgk_v16 d;
+        memcpy(&d, x + i, sizeof d);
+        d -= c;
+        acc[0] += d;
+        acc2[0] += d * d;
+    }
+    /* Fold the ways, then the lanes pairwise: a chain of 64 scalar adds would cost
+     * more than the whole of a short row. */
+    for (int w = 1; w < MOMENT_WAYS; ++w) {
+        acc[0] += acc[w];
+        acc2[0] += acc2[w];
+    }
+    float a[16], a2[16];
+    memcpy(a, &acc[0], sizeof a);
+    memcpy(a2, &acc2[0], sizeof a2);
+    for (int half = 8; half >= 1; half /= 2)
+        for (int j = 0; j < half; ++j) {
+            a[j] += a[j + half];
+            a2[j] += a2[j + half];
+        }
+    float s = a[0], s2 = a2[0];
     for (; i < n; ++i) {
         float d = x[i] - c;
         s += d;
         s2 += d * d;
     }
-    for (int w = 0; w < MOMENT_WAYS; ++w)
-        for (int j = 0; j < 16; ++j) {
-            s += acc[w][j];
-            s2 += acc2[w][j];
-        }
     *sum = s;
     *sq = s2;
 }
