@@ -61,8 +61,11 @@ def markdown(rows, seconds: float) -> str:
         "unsupported ops counts against every op in it. Most-blocking first.",
         "",
     ]
-    for key, pairs in blockers(rows).items():
+    found = blockers(rows)
+    for key, pairs in found.items():
         lines.append(f"- {key} ({len(pairs)}): {', '.join(pairs)}")
+    if not found:
+        lines.append("None: every model/route pair passes.")
     return "\n".join(lines) + "\n"
 
 
