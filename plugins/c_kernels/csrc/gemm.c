@@ -598,7 +598,10 @@ static int gemm_run(const gemm_impl *g, const gemm_problem *p, int nthreads)
     gemm_split s = {g, p, split_n};
     int64_t extent = split_n ? p->N : p->M;
     int64_t grain = split_n ? g->nr : g->mr;
-    return lgk_parallel_for(nthreads, extent, grain, gemm_split_range, &s);
+    unsigned mode = lgk_flush_subnormals();
+    int status = lgk_parallel_for(nthreads, extent, grain, gemm_split_range, &s);
+    lgk_restore_fp_mode(mode);
+    return status;
 }
 
 /* ---- argument validation --------------------------------------------------------- */
@@ -730,7 +733,11 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
         return LGK_OK;
     }
     double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
-    return lgk_parallel_for(threads_for_flops(flops, nthreads), batch, 1, gemm_batch_range, &bt);
+    unsigned mode = lgk_flush_subnormals();
+    int status = lgk_parallel_for(threads_for_flops(flops, nthreads), batch, 1, gemm_batch_range,
+                                  &bt);
+    lgk_restore_fp_mode(mode);
+    return status;
 }
 
 /* ---- prepacked B ------------------------------------------------------------------------

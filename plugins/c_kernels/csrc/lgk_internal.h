@@ -97,6 +97,27 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
 /* Clamp a caller's thread request to [1, LGK_MAX_THREADS]. */
 int lgk_clamp_threads(int nthreads);
 
+/* ---- subnormals ----------------------------------------------------------------
+ * Arithmetic on subnormal floats takes microcode assists on x86 (4-12x slower GEMMs and
+ * softmaxes, e.g. attention probabilities of masked positions, exp(-100) ~ 4e-44).
+ * Kernels whose results are sums of many products set flush-to-zero and
+ * denormals-are-zero for the duration of a call (threads they start inherit it) and
+ * restore the caller's mode: values below 1.2e-38 in magnitude count as 0, an absolute
+ * change far below any tolerance those kernels have. */
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <xmmintrin.h>
+static inline unsigned lgk_flush_subnormals(void)
+{
+    unsigned mode = _mm_getcsr();
+    _mm_setcsr(mode | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+    return mode;
+}
+static inline void lgk_restore_fp_mode(unsigned mode) { _mm_setcsr(mode); }
+#else
+static inline unsigned lgk_flush_subnormals(void) { return 0; }
+static inline void lgk_restore_fp_mode(unsigned mode) { (void)mode; }
+#endif
+
 /* ---- function multiversioning ------------------------------------------------
  * Elementwise loops are compiled for AVX-512 and AVX2+FMA as well as the
  * baseline and picked at load time (ifunc), so the library stays portable and

@@ -281,6 +281,7 @@ static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x,
                         int log_domain)
 {
     LGK_TRY(check_oni(outer, n, inner, x, y));
+    unsigned mode = lgk_flush_subnormals(); /* masked positions: exp(-100) and below */
     for (int64_t o = 0; o < outer; ++o) {
         const float *xo = x + o * n * inner;
         float *yo = y + o * n * inner;
@@ -294,6 +295,7 @@ static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x,
             softmax_cols(xo + j, n, inner, LGK_MIN((int64_t)COL_TILE, inner - j), yo + j,
                          log_domain);
     }
+    lgk_restore_fp_mode(mode);
     return LGK_OK;
 }
 

@@ -758,6 +758,38 @@ static void test_strerror(void)
         EXPECT(lgk_strerror(s) != NULL && strlen(lgk_strerror(s)) > 0);
 }
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+/* Subnormal operands: the GEMM and softmax flush them (fast) and leave the caller's
+ * floating-point mode as it was; the results stay within the usual tolerance. */
+static void test_subnormals(void)
+{
+    unsigned before = _mm_getcsr();
+    enum { M = 5, N = 7, K = 9 };
+    float a[M * K], b[K * N], c[M * N], x[16], y[16];
+    double want[M * N] = {0};
+    for (int i = 0; i < M * K; ++i)
+        a[i] = (i % 3 == 0) ? 1e-40f : (float)(i % 5) - 2.0f;
+    for (int i = 0; i < K * N; ++i)
+        b[i] = (float)(i % 7) - 3.0f;
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n)
+            for (int k = 0; k < K; ++k)
+                want[m * N + n] += (double)a[m * K + k] * b[k * N + n];
+    EXPECT_STATUS(lgk_sgemm(M, N, K, a, M * K, K, 1, b, K * N, N, 1, c, M * N, N, NULL, 0,
+                            LGK_BIAS_NONE, LGK_ACT_NONE, 1), LGK_OK);
+    EXPECT(all_close(c, want, M * N, 1e-5, 1e-30));
+    for (int i = 0; i < 16; ++i)
+        x[i] = i < 8 ? 0.0f : -100.0f; /* exp(-100) relative: a subnormal share */
+    EXPECT_STATUS(lgk_softmax(1, 16, 1, x, y), LGK_OK);
+    for (int i = 0; i < 16; ++i)
+        EXPECT(i < 8 ? fabsf(y[i] - 0.125f) < 1e-6f : y[i] >= 0.0f && y[i] < 1e-37f);
+    EXPECT(_mm_getcsr() == before);
+}
+#else
+static void test_subnormals(void) {}
+#endif
+
 int main(void)
 {
     test_gemm_values();
@@ -777,6 +809,7 @@ int main(void)
     test_sigmoid_tails();
     test_reduce();
     test_strerror();
+    test_subnormals();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());
