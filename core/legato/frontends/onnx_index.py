@@ -253,3 +253,54 @@ def center_crop_pad(node):
             pads[axis], pads[x.rank + axis] = (size - dim) // 2, size - dim - (size - dim) // 2
             x = node.call("pad", x, pads=pads)
     return x
+
+
+@converter("MaxUnpool", const_inputs=(2,))
+def max_unpool(node):
+    """Zeros with X written at the flat positions I (MaxPool's indices) of the pooled
+    input's shape, zero-extended at the end to output_shape if given."""
+    x, index = node.arg(0), node.arg(1)
+    spatial = x.rank - 2
+    kernel = list(node.attr("kernel_shape"))
+    strides = list(node.attr("strides", [1] * spatial))
+    pads = list(node.attr("pads", [0] * (2 * spatial)))
+    inferred = list(x.shape[:2]) + [(n - 1) * s + k - pads[i] - pads[spatial + i]
+                                    for i, (n, s, k) in enumerate(zip(x.shape[2:], strides,
+                                                                      kernel))]
+    shape = node.ints(2) or inferred
+    node.require(len(shape) == x.rank and all(o >= i for o, i in zip(shape, inferred)),
+                 f"output_shape {shape} must have rank {x.rank} and hold {inferred}")
+    size = math.prod(inferred)
+    node.budget(math.prod(shape), "MaxUnpool")
+    zeros = Const.of(np.zeros(size, dtype=x.dtype))
+    out = node.call("scatter_elements", zeros, node.call("reshape", index, shape=[-1]),
+                    node.call("reshape", x, shape=[-1]), axis=0)
+    out = node.call("reshape", out, shape=inferred)
+    if shape != inferred:
+        out = node.call("pad", out, pads=[0] * x.rank + [o - i for o, i in zip(shape,
+                                                                               inferred)])
+    return out
+
+
+@converter("AffineGrid", const_inputs=(1,))
+def affine_grid(node):
+    """theta (N, 2, 3) or (N, 3, 4) applied to the normalized [-1, 1] coordinates of every
+    output position: one matmul with a constant base grid."""
+    theta, size = node.arg(0), node.ints(1)
+    spatial = len(size) - 2
+    node.require(spatial in (2, 3) and theta.shape[1:] == (spatial, spatial + 1),
+                 f"theta {theta.type} does not fit size {size}")
+    aligned = node.flag("align_corners", 0)
+
+    def axis(n):
+        if aligned:
+            return np.linspace(-1, 1, n) if n > 1 else np.zeros(1)
+        return (2 * np.arange(n) + 1) / n - 1
+    dims = size[2:]  # (H, W) or (D, H, W); coordinates are (x, y[, z]): W first
+    mesh = np.meshgrid(*(axis(n) for n in dims), indexing="ij")
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(math.prod(dims))],
+                    axis=-1).astype(theta.dtype)
+    node.budget(base.size, "AffineGrid")
+    grid = node.call("matmul", Const.of(base), node.call("permute_dims", theta,
+                                                         axes=[0, 2, 1]))
+    return node.call("reshape", grid, shape=[size[0]] + list(dims) + [spatial])

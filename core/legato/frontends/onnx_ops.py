@@ -9,6 +9,8 @@ import numpy as np
 from ..ir import Const
 from ..ops import REGISTRY
 from ..shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
+from . import onnx_index, onnx_math, onnx_quant  # noqa: F401  (their converters register)
+from .onnx_common import _axes, _empty_identity, cast_to, one_hot_values
 from .onnx_convert import converter, onnx_dtype
 from .onnx_tensors import quote
 
@@ -87,18 +89,6 @@ def clip(node):
 @converter("Cast")
 def cast(node):
     return cast_to(node, node.arg(0), onnx_dtype(node.attr("to"), "attribute 'to'"))
-
-
-def cast_to(node, x, dtype: str):
-    """A cast; a small constant to a float type is cast now."""
-    if isinstance(x, Const) and dtype.startswith(("float", "bfloat")) and \
-            x.data.dtype.kind in "fiu" and x.type.size <= 4096:
-        # a constant to a float type (a pad value, a mask fill): IEEE rounding, as any
-        # backend would, done now so operands that must be constant stay constant
-        if dtype == "bfloat16":
-            import ml_dtypes  # noqa: F401  (registers the dtype with numpy)
-        return Const.of(x.data.astype(dtype))
-    return node.call("cast", x, dtype=dtype)
 
 
 @converter("Identity")
@@ -186,12 +176,6 @@ def expand(node):
 @converter("Flatten")
 def flatten(node):
     return node.call("flatten", node.arg(0), axis=node.attr("axis", 1))
-
-
-def _axes(node, index: int = 1):
-    """Axes from input `index` (newer opsets) or the `axes` attribute (older ones)."""
-    axes = node.ints(index)
-    return node.attr("axes") if axes is None else axes
 
 
 @converter("Squeeze", const_inputs=(1,))
@@ -306,15 +290,6 @@ def reduction(node):
     return node.call(op, x, axes=list(axes), keepdims=keepdims)
 
 
-def _empty_identity(value: float, dtype: str, shape) -> np.ndarray:
-    if dtype == "bool":
-        return np.full(shape, value > 0)
-    if not dtype.startswith(("float", "bfloat")):
-        info = np.iinfo(dtype)
-        value = 0 if value == 0 else info.max if value > 0 else info.min
-    return np.full(shape, value, dtype=dtype)
-
-
 @converter("ArgMax", "ArgMin")
 def argmax(node):
     return node.call(node.op.lower(), node.arg(0), axis=node.attr("axis", 0),
@@ -366,21 +341,3 @@ def one_hot(node):
     off, on = (Const.of(v) for v in values.reshape(2))
     node.require(depth >= 0, f"depth {depth} must not be negative")
     return one_hot_values(node.b, indices, depth, node.attr("axis", -1), on, off)
-
-
-def one_hot_values(b, indices, depth: int, axis: int, on, off):
-    """`on` where the position along the new `axis` equals the index (negative indices
-    count from `depth`), else `off`."""
-    axis = norm_axis(axis, indices.rank + 1)
-    index = b.call("where", b.call("less", indices, 0), b.call("add", indices, depth), indices)
-    shape = [1] * (indices.rank + 1)
-    shape[axis] = depth
-    positions = Const.of(np.arange(depth, dtype=indices.dtype).reshape(shape))
-    hit = b.call("equal", b.call("expand_dims", index, axes=[axis]), positions)
-    return b.call("where", hit, on, off)
-
-
-# the converters composed from the ones above register on import
-from . import onnx_math  # noqa: E402,F401
-from . import onnx_index  # noqa: E402,F401
-from . import onnx_quant  # noqa: E402,F401

@@ -10,7 +10,7 @@ from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import broadcast_shapes, norm_axis
 from .onnx_index import flat_index, scatter_rows
-from .onnx_ops import one_hot_values
+from .onnx_common import one_hot_values
 from .torch_ops import aten
 
 # --- factories: static shapes, so their results are constants -------------------------------
