@@ -164,13 +164,112 @@ typedef struct {
     void *ctx;
     int64_t begin, end;
     int status;
+    unsigned fp_mode; /* the caller's (flush-to-zero etc.), for threads that did not inherit it */
 } lgk_slice;
 
 static void *lgk_slice_main(void *arg)
 {
     lgk_slice *s = arg;
+    unsigned mode = lgk_fp_mode();
+    lgk_restore_fp_mode(s->fp_mode);
     s->status = s->fn(s->ctx, s->begin, s->end);
+    lgk_restore_fp_mode(mode);
     return NULL;
+}
+
+/* ---- persistent workers -------------------------------------------------------------
+ * Creating a thread per parallel call costs ~30-100 us, more than a small conv or GEMM
+ * saves by splitting. Workers are started once and then handed slices: each waits on
+ * its own condition variable. One call at a time uses them (pool_lock); concurrent
+ * callers fall back to threads of their own. A forked child starts with no workers. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    lgk_slice *job; /* set by the caller, cleared by the worker when done */
+} pool_worker;
+
+static pool_worker pool[LGK_MAX_THREADS];
+static int pool_started; /* workers 1..pool_started-1 are running (under pool_lock) */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void *pool_worker_main(void *arg)
+{
+    pool_worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->job == NULL)
+            pthread_cond_wait(&w->wake, &w->lock);
+        lgk_slice *job = w->job;
+        pthread_mutex_unlock(&w->lock);
+        lgk_slice_main(job);
+        pthread_mutex_lock(&w->lock);
+        w->job = NULL;
+        pthread_cond_broadcast(&w->wake);
+    }
+    return NULL;
+}
+
+static void pool_init_workers(void)
+{
+    for (int i = 0; i < LGK_MAX_THREADS; ++i) {
+        pthread_mutex_init(&pool[i].lock, NULL);
+        pthread_cond_init(&pool[i].wake, NULL);
+        pool[i].job = NULL;
+    }
+}
+
+static void pool_after_fork_child(void)
+{
+    pthread_mutex_init(&pool_lock, NULL);
+    pool_init_workers();
+    pool_started = 1;
+}
+
+static void pool_setup(void)
+{
+    pool_init_workers();
+    pool_started = 1;
+    pthread_atfork(NULL, NULL, pool_after_fork_child);
+}
+
+/* Starts workers up to t - 1 (under pool_lock); returns how many slices they can take. */
+static int pool_grow(int t)
+{
+    while (pool_started < t) {
+        pthread_t tid;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int ok = pthread_create(&tid, &attr, pool_worker_main, &pool[pool_started]) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok)
+            break;
+        ++pool_started;
+    }
+    return pool_started;
+}
+
+/* Runs slices[1..t) on the workers (those it cannot hand out on the caller) and
+ * slices[0] here; waits for all. */
+static void pool_run(lgk_slice *slices, int t)
+{
+    int workers = pool_grow(t);
+    for (int i = 1; i < t && i < workers; ++i) {
+        pthread_mutex_lock(&pool[i].lock);
+        pool[i].job = &slices[i];
+        pthread_cond_broadcast(&pool[i].wake);
+        pthread_mutex_unlock(&pool[i].lock);
+    }
+    lgk_slice_main(&slices[0]);
+    for (int i = workers; i < t; ++i)
+        lgk_slice_main(&slices[i]); /* degrade gracefully: run it here */
+    for (int i = 1; i < t && i < workers; ++i) {
+        pthread_mutex_lock(&pool[i].lock);
+        while (pool[i].job != NULL)
+            pthread_cond_wait(&pool[i].wake, &pool[i].lock);
+        pthread_mutex_unlock(&pool[i].lock);
+    }
 }
 
 /* Linux often starts a new thread on its creator's CPU and migrates it only
@@ -208,9 +307,19 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
     int started[LGK_MAX_THREADS] = {0};
     /* Slice bounds are multiples of `grain` so callers can keep blocks whole. */
     int64_t per = (max_slices + t - 1) / t * grain;
+    unsigned mode = lgk_fp_mode();
     for (int i = 0; i < t; ++i) {
         int64_t b = LGK_MIN(n, i * per), e = LGK_MIN(n, b + per);
-        slices[i] = (lgk_slice){fn, ctx, b, e, LGK_OK};
+        slices[i] = (lgk_slice){fn, ctx, b, e, LGK_OK, mode};
+    }
+    pthread_once(&pool_once, pool_setup);
+    if (pthread_mutex_trylock(&pool_lock) == 0) {
+        pool_run(slices, t);
+        pthread_mutex_unlock(&pool_lock);
+        int status = LGK_OK;
+        for (int i = 0; i < t && status == LGK_OK; ++i)
+            status = slices[i].status;
+        return status;
     }
     pthread_attr_t attr;
     worker_attr_init(&attr);

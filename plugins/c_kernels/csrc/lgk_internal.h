@@ -89,9 +89,11 @@ void lgk_scratch_release(lgk_scratch *s);
 
 /* ---- threads ----------------------------------------------------------------
  * Runs fn(ctx, begin, end) over `nthreads` contiguous slices of [0, n) and
- * returns the first non-zero status. The calling thread runs slice 0; if a
- * thread cannot be created its slice also runs on the caller, so the result
- * never depends on thread availability. */
+ * returns the first non-zero status. The calling thread runs slice 0, the others
+ * run on persistent workers (started once, woken per call; a caller that finds
+ * them busy with another call starts threads of its own); slices run under the
+ * caller's floating-point mode. If a thread cannot be created its slice also runs
+ * on the caller, so the result never depends on thread availability. */
 typedef int (*lgk_range_fn)(void *ctx, int64_t begin, int64_t end);
 int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, void *ctx);
 /* Clamp a caller's thread request to [1, LGK_MAX_THREADS]. */
@@ -113,7 +115,9 @@ static inline unsigned lgk_flush_subnormals(void)
     return mode;
 }
 static inline void lgk_restore_fp_mode(unsigned mode) { _mm_setcsr(mode); }
+static inline unsigned lgk_fp_mode(void) { return _mm_getcsr(); }
 #else
+static inline unsigned lgk_fp_mode(void) { return 0; }
 static inline unsigned lgk_flush_subnormals(void) { return 0; }
 static inline void lgk_restore_fp_mode(unsigned mode) { (void)mode; }
 #endif
