@@ -13,7 +13,7 @@ int64 tensor type as i32. So
 - an int64 <-> int32 cast is no operation at all.
 
 Integer ops that pro_fp has no integer form for (compares, select, data movement,
-reductions) run on float32 copies of the values (rules.via_float), which hold integers
+reductions) run on float32 copies of the values (integers.py), which hold integers
 exactly up to 2**24 in magnitude: the range ids, positions, masks and shapes live in.
 """
 from __future__ import annotations
