@@ -354,6 +354,9 @@ LGK_CLONES void lgk_activate(int activation, float *x, int64_t n)
     case LGK_ACT_SILU:
         for (int64_t i = 0; i < n; ++i) x[i] = lgk_siluf(x[i]);
         break;
+    case LGK_ACT_RELU6:
+        for (int64_t i = 0; i < n; ++i) x[i] = lgk_relu6f(x[i]);
+        break;
     default:
         break;
     }
@@ -366,6 +369,7 @@ const char *lgk_activation_name(int activation)
     case LGK_ACT_GELU: return "nn.gelu:approximate=none";
     case LGK_ACT_GELU_TANH: return "nn.gelu:approximate=tanh";
     case LGK_ACT_SILU: return "nn.silu";
+    case LGK_ACT_RELU6: return "clip:min=0.0,max=6.0";
     default: return NULL;
     }
 }

@@ -345,7 +345,7 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
 {
     int64_t oh, ow, kg;
     LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
-    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_SILU, LGK_ERR_ARG);
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
@@ -440,7 +440,7 @@ int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
     int64_t oh, ow, kg;
     LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
     LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
-    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_SILU, LGK_ERR_ARG);
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
     const int64_t kd[3] = {p->c, p->kh, p->kw};
     LGK_TRY(lgk_checked_count(3, kd, &kg));

@@ -35,7 +35,8 @@
     X(relu, "nn.relu", lgk_reluf(v))                                \
     X(gelu, "nn.gelu:approximate=none", lgk_geluf(v))               \
     X(gelu_tanh, "nn.gelu:approximate=tanh", lgk_gelu_tanhf(v))     \
-    X(silu, "nn.silu", lgk_siluf(v))
+    X(silu, "nn.silu", lgk_siluf(v))                                \
+    X(relu6, "clip:min=0.0,max=6.0", lgk_relu6f(v))
 
 #define UNARY_CODE(id, opname, expr) UNARY_##id,
 enum { LGK_UNARY_TABLE(UNARY_CODE) UNARY_COUNT };

@@ -609,7 +609,7 @@ static int gemm_run(const gemm_impl *g, const gemm_problem *p, int nthreads)
 static int check_epilogue(int64_t M, int64_t N, const float *bias, int64_t bias_len,
                           int bias_mode, int activation)
 {
-    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_SILU, LGK_ERR_ARG);
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     LGK_CHECK(bias_mode >= LGK_BIAS_NONE && bias_mode <= LGK_BIAS_ROW, LGK_ERR_ARG);
     if (bias_mode != LGK_BIAS_NONE)
         LGK_TRY(lgk_check_buffer(bias, bias_len, bias_mode == LGK_BIAS_COL ? N : M));

@@ -52,7 +52,9 @@ enum lgk_activation {
     LGK_ACT_RELU = 1,
     LGK_ACT_GELU = 2,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
     LGK_ACT_GELU_TANH = 3, /* tanh approximation */
-    LGK_ACT_SILU = 4
+    LGK_ACT_SILU = 4,
+    LGK_ACT_RELU6 = 5,     /* clip(x, 0, 6) */
+    LGK_ACT_LAST = LGK_ACT_RELU6
 };
 /* The legato op (or "op:attribute=value" variant, as for lgk_unary_name) an
  * activation code applies; NULL for LGK_ACT_NONE and codes out of range. */

@@ -319,6 +319,9 @@ static inline float lgk_minf(float a, float b)
     return (a < b || a != a) ? a : b;
 }
 
+/* clip(x, 0, 6) as maximum then minimum (NaN stays NaN). */
+static inline float lgk_relu6f(float x) { return lgk_minf(lgk_maxf(x, 0.0f), 6.0f); }
+
 static inline float lgk_reluf(float x)
 {
     return x > 0.0f ? x : (x != x ? x : 0.0f);

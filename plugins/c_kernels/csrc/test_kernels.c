@@ -69,6 +69,7 @@ static double act_ref(int act, double x)
     case LGK_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
     case LGK_ACT_GELU_TANH: return x / (1 + exp(-2 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case LGK_ACT_SILU: return x / (1 + exp(-x));
+    case LGK_ACT_RELU6: return x < 0 ? 0 : (x > 6 ? 6 : x);
     default: return x;
     }
 }
@@ -114,7 +115,7 @@ static void test_gemm_values(void)
                 for (int k = 0; k < 4; ++k)
                     check_gemm_case(sizes[i], sizes[j], sizes[k], (i + j + k) % 2, LGK_BIAS_NONE,
                                     LGK_ACT_NONE, 1);
-        for (int act = LGK_ACT_NONE; act <= LGK_ACT_SILU; ++act)
+        for (int act = LGK_ACT_NONE; act <= LGK_ACT_LAST; ++act)
             check_gemm_case(19, 37, 23, act % 2, LGK_BIAS_COL, act, 1);
         check_gemm_case(33, 21, 50, 0, LGK_BIAS_ROW, LGK_ACT_RELU, 1);
         check_gemm_case(300, 420, 290, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* 2 threads, split N */
@@ -217,7 +218,7 @@ static void test_gemm_prepacked_values(void)
                 for (int k = 0; k < 4; ++k)
                     check_prepacked_case(sizes[i], sizes[j], sizes[k], (i + j + k) % 2,
                                          LGK_BIAS_NONE, LGK_ACT_NONE, 1);
-        for (int act = LGK_ACT_NONE; act <= LGK_ACT_SILU; ++act)
+        for (int act = LGK_ACT_NONE; act <= LGK_ACT_LAST; ++act)
             check_prepacked_case(19, 37, 23, act % 2, LGK_BIAS_COL, act, 1);
         check_prepacked_case(33, 21, 50, 1, LGK_BIAS_ROW, LGK_ACT_RELU, 1);
         check_prepacked_case(64, 300, 784, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* K in 4 blocks, split N */
@@ -536,7 +537,7 @@ static void test_op_names(void)
     EXPECT(lgk_unary_name(-1) == NULL && lgk_unary_name(lgk_unary_count()) == NULL);
     EXPECT(lgk_binary_name(-1) == NULL && lgk_binary_name(lgk_binary_count()) == NULL);
     EXPECT(lgk_activation_name(LGK_ACT_NONE) == NULL);
-    for (int act = LGK_ACT_RELU; act <= LGK_ACT_SILU; ++act)
+    for (int act = LGK_ACT_RELU; act <= LGK_ACT_LAST; ++act)
         EXPECT(lgk_activation_name(act) != NULL && unary_code(lgk_activation_name(act)) >= 0);
 }
 

@@ -37,6 +37,7 @@ CALLS = {
     "nn.rms_norm": ((X, f32(_rng, 5)), dict(axes=(-1,), epsilon=1e-6)),
     **{op: ((X,), dict(axes=(0, -1), keepdims=True)) for op in ("sum", "mean", "max", "min")},
     "permute_dims": ((X,), dict(axes=(3, 1, 0, 2))),
+    "clip": ((X * 8,), dict(min=0.0, max=6.0)),  # the one variant in C (relu6)
 }
 
 
