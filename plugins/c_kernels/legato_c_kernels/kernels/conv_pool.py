@@ -46,8 +46,10 @@ def pack_conv_weight(weight: Array, groups: int = 1, **_attrs: Any) -> Optional[
 
 
 # The packed form computes pixels x filters: it wins while an image's output pixels are
-# few next to its filters (2x2..8x8 maps: 2-9x faster); on large maps with few filters
-# the filters x pixels GEMM straight into NCHW is faster (no transpose; measured 1.2-3x).
+# few (2x2..8x8 maps: 1.1-9x faster); on larger maps the filters x pixels GEMM straight
+# into NCHW is faster, as it is for 1x1 convs with few pixels per filter (no transpose
+# of the result; measured 1.2-3x, e.g. 16 -> 640 channels on 16x16: 67 vs 115 us).
+PACKED_MAX_PIXELS = 64
 PACKED_MAX_PIXELS_PER_FILTER = 4
 
 
@@ -118,8 +120,9 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
     b = None if bias is None else dense(detach(bias, out, strict=strict), strict)
-    if packed is not None and out.shape[2] * out.shape[3] > \
-            PACKED_MAX_PIXELS_PER_FILTER * n_out:
+    pixels = out.shape[2] * out.shape[3]
+    if packed is not None and (pixels > PACKED_MAX_PIXELS or
+                               pixels > PACKED_MAX_PIXELS_PER_FILTER * n_out):
         weight, packed = packed.weight, None
     if packed is not None:
         w = _packed_buffer(op, packed.packed)
