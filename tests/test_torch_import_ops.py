@@ -159,3 +159,15 @@ def test_refused_ops_say_why():
             return torch.bernoulli(torch.sigmoid(x))
     with pytest.raises(legato.LegatoError, match=r"refused: a random op"):
         torch_frontend.load(Bernoulli(), [torch.randn(3)])
+
+
+def test_torch_conformance_runs_opinfo_samples():
+    """The OpInfo harness on a few ops: every case passes or is excluded with a reason."""
+    pytest.importorskip("expecttest")  # torch's OpInfo database needs it
+    from legato.frontends import torch_conformance
+    outcomes = torch_conformance.run(["sign", "remainder", "topk", "tril"], ("cpu_ref",),
+                                     samples=2)
+    assert {o.op for o in outcomes} == {"sign", "remainder", "topk", "tril"}
+    assert not [o for o in outcomes if o.status == "failed"]
+    assert all(o.reason for o in outcomes if o.status == "excluded")
+    assert sum(o.status == "passed" for o in outcomes) >= 10

@@ -204,6 +204,8 @@ def _running(op: str):
             x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
         if target != x.dtype:
             x = b.cast(x, dtype=target)
+        if x.rank == 0:  # torch scans a scalar as one element
+            return b.reshape(b.call(op, b.reshape(x, shape=[1]), axis=0), shape=[])
         return b.call(op, x, axis=dim)
     return convert
 

@@ -54,8 +54,6 @@ def logical_xor(b, x, y):
 # --- predicates ---------------------------------------------------------------------------
 
 def _predicate(types, attrs):
-    if types[0].dtype == "bool":
-        fail("needs a numeric tensor, got bool")
     return TensorType(types[0].shape, "bool")
 
 
@@ -69,7 +67,7 @@ NUMERIC = [((X23,), {}), ((T("int64", 2, 3),), {})]
 
 @_single("isnan", _predicate, NUMERIC, onnx="IsNaN", aten="isnan", tolerance=0.0)
 def isnan(b, x):
-    """`a` is NaN (bool result; false for integers)"""
+    """`a` is NaN (bool result; false for integers and bools)"""
     return b.logical_not(b.equal(x, x)) if is_float(x.dtype) else _nothing(b, x)
 
 
@@ -169,9 +167,16 @@ def atanh(b, x):
 
 # --- rounding and signs -------------------------------------------------------------------
 
-@_single("sign", _arithmetic, NUMERIC, onnx="Sign", aten="sign", tolerance=0.0)
+def _same(types, attrs):
+    return types[0]
+
+
+@_single("sign", _same, NUMERIC + [((T("bool", 3),), {})], onnx="Sign", aten="sign",
+         tolerance=0.0)
 def sign(b, x):
-    """-1, 0 or 1 by the sign of `a`, in its dtype (NaN stays NaN)"""
+    """-1, 0 or 1 by the sign of `a`, in its dtype (NaN stays NaN; a bool is itself)"""
+    if x.dtype == "bool":
+        return b.logical_and(x, x)  # the identity, as a call
     signs = b.where(b.less(x, 0), -1, x) if x.dtype != "uint8" else x
     return b.where(b.greater(x, 0), 1, signs)
 

@@ -149,7 +149,7 @@ _UNARY = {
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf,
     "round": np.rint, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "sign": np.sign, "trunc": np.trunc, "bitwise_not": np.invert, "expm1": np.expm1,
+    "sign": lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), "trunc": np.trunc, "bitwise_not": np.invert, "expm1": np.expm1,
     "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "exp2": np.exp2, "tan": np.tan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh,
