@@ -166,3 +166,15 @@ def test_concurrent_callers(rng, monkeypatch):
         for got in outs:
             gemm_close(got, a, b)
     K.release_scratch()
+
+
+def test_batched_matmul_with_empty_inner_dim_on_strided_views():
+    """K == 0 with broadcast batch dims: zeros, whatever strides the empty operands have
+    (a planned buffer's view keeps its parent's, which no offset may step into)."""
+    a = np.zeros((1, 2, 0), np.float32)
+    for b in (np.zeros((5, 1, 0, 3), np.float32), np.zeros((5, 1, 1, 3), np.float32)[:, :, :0]):
+        out = np.full((5, 1, 2, 3), 7.0, np.float32)
+        K.matmul.bind(a, b, out=out)()
+        assert np.array_equal(out, np.zeros((5, 1, 2, 3)))
+        assert np.array_equal(K.matmul(b.transpose(0, 1, 3, 2), a.transpose(0, 2, 1)),
+                              np.zeros((5, 1, 3, 2)))

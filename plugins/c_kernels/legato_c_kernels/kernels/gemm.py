@@ -39,6 +39,8 @@ def _activation(op: str, activation: str) -> int:
 def _batch_offsets(x: Array, batch: tuple[int, ...]) -> Any:
     """Element offset of every (broadcast) batch matrix of x, in C order of batch."""
     nb, xb = len(batch), x.shape[:-2]
+    if x.size == 0:  # K == 0: the operand is never read (and spans no floats to offset into)
+        return ffi.from_buffer("int64_t[]", np.zeros(max(prod(batch), 1), dtype=np.int64))
     offsets = np.zeros((1,) * nb, dtype=np.int64)
     for i, (dim, stride) in enumerate(zip(xb, estrides(x)[:-2])):
         shape = [1] * nb
