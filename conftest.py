@@ -9,10 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import legato
 from legato import plugins
 from legato.testing.plugins import write_distributions
+
+# make test runs the same examples every time; HYPOTHESIS_PROFILE=explore draws new ones
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 THIRD_PARTY = Path(__file__).parent / "tests" / "third_party_plugin"
 
