@@ -62,9 +62,34 @@ OVERLOADS = ("default", "Tensor", "Scalar", "self", "Tensor_Tensor", "Tensor_Sca
              "Scalar_Tensor")
 
 
-# ATen's bitwise ops take bool tensors too, where they are the logical ops
+# ATen's bitwise ops (and add, mul) take bool tensors too, where they are the logical ops
 ON_BOOL = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
-           "bitwise_xor": "logical_xor", "bitwise_not": "logical_not"}
+           "bitwise_xor": "logical_xor", "bitwise_not": "logical_not",
+           "add": "logical_or", "multiply": "logical_and"}
+LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not")
+
+
+def _torch_dtypes(b, opdef, op: str, inputs: list, attrs: dict) -> list:
+    """Operands as torch computes them: the logical ops read any tensor as `!= 0`; true
+    division and the float functions (sin, exp, ...) compute integers and bools in
+    float32."""
+    tensors = [v for v in inputs if hasattr(v, "type")]
+    if not tensors:
+        return inputs
+    if op in LOGICAL:
+        return [b.cast(v, dtype="bool") if hasattr(v, "type") and v.dtype != "bool" else v
+                for v in inputs]
+    if any(v.dtype.startswith(("float", "bfloat")) for v in tensors):
+        return inputs
+    floats = op == "divide"
+    if not floats:
+        try:
+            opdef.infer_types([v.type for v in inputs], opdef.normalize_attrs(attrs))
+        except LegatoError as err:  # int_to_float ops refuse integers: promote them
+            floats = "float" in str(err)
+    if not floats:
+        return inputs
+    return [b.cast(v, dtype="float32") if hasattr(v, "type") else v for v in inputs]
 
 
 def _direct(opdef):
@@ -80,9 +105,12 @@ def _direct(opdef):
                   else b.scalar(a, like.dtype) for a in args]
         attrs = {k: v for k, v in kwargs.items() if k in opdef.attr_specs}
         op = opdef.name
-        if op in ON_BOOL and like is not None and like.dtype == "bool":
+        if like is not None and like.dtype == "bool" and op in ON_BOOL:
             op = ON_BOOL[op]
-        return b.call(op, *inputs, **attrs)
+        inputs = _torch_dtypes(b, opdef, op, inputs, attrs)
+        return b.call(ON_BOOL.get(op, op) if op in ("add", "multiply") and inputs and
+                      all(getattr(v, "dtype", "") == "bool" for v in inputs) else op,
+                      *inputs, **attrs)
     convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
 
@@ -151,12 +179,20 @@ def layer_norm(b, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_e
 
 @aten("aten.softmax.int", "aten._softmax.default")
 def softmax(b, x, dim, dtype_or_half=None):
-    return b.nn_softmax(x, axis=dim)
+    return b.nn_softmax(_as_dtype(b, x, dtype_or_half), axis=dim)
 
 
 @aten("aten.log_softmax.int", "aten._log_softmax.default")
 def log_softmax(b, x, dim, dtype_or_half=None):
-    return b.nn_log_softmax(x, axis=dim)
+    return b.nn_log_softmax(_as_dtype(b, x, dtype_or_half), axis=dim)
+
+
+def _as_dtype(b, x, dtype):
+    """x cast to a torch dtype argument (None or a bool `half_to_float` flag: as is)."""
+    if dtype is None or isinstance(dtype, bool):
+        return x
+    name = str(dtype).removeprefix("torch.")
+    return x if name == x.dtype else b.cast(x, dtype=name)
 
 
 @aten("aten.scaled_dot_product_attention.default")
@@ -311,6 +347,13 @@ REDUCE = {"aten.sum.dim_IntList": "sum", "aten.mean.dim": "mean", "aten.amax.def
 
 def _reduction(op):
     def convert(b, x, dims=None, keepdim=False, dtype=None):
+        if dtype is not None:
+            x = _as_dtype(b, x, dtype)
+        elif op == "sum" and not x.dtype.startswith(("float", "bfloat")):
+            x = b.cast(x, dtype="int64")  # torch sums bools and integers in int64
+        if x.rank == 0:  # dim 0 or -1 of a scalar: the scalar itself
+            return x if op != "mean" or x.dtype.startswith(("float", "bfloat")) else \
+                b.mean(x)
         axes = None if not dims else _axes(dims, x.rank)
         return b.call(op, x, axes=axes, keepdims=keepdim)
     return convert
@@ -318,3 +361,26 @@ def _reduction(op):
 
 for _name, _op in REDUCE.items():
     aten(_name)(_reduction(_op))
+
+
+def _rounding_divide(b, x, y, rounding_mode=None):
+    """div with rounding_mode "trunc" (toward zero) or "floor" (down)."""
+    x, y = (b.scalar(v, (x if hasattr(x, "type") else y).dtype) if not hasattr(v, "type")
+            else v for v in (x, y))
+    if rounding_mode is None:
+        return ATEN["aten.div.Tensor"](b, x, y)
+    integer = not x.dtype.startswith(("float", "bfloat"))
+    quotient = b.divide(x, y)
+    if rounding_mode == "trunc":
+        return quotient if integer else b.trunc(quotient)
+    if rounding_mode != "floor":
+        raise LegatoError(f"rounding_mode {rounding_mode!r} is not trunc or floor")
+    if not integer:
+        return b.floor(quotient)
+    # integer floor division: one less where the truncated quotient was rounded up
+    inexact = b.not_equal(b.subtract(x, b.multiply(quotient, y)), 0)
+    below = b.not_equal(b.less(x, 0), b.less(y, 0))
+    return b.subtract(quotient, b.cast(b.logical_and(inexact, below), dtype=x.dtype))
+
+
+aten("aten.div.Tensor_mode", "aten.div.Scalar_mode")(_rounding_divide)
