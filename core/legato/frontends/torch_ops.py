@@ -67,6 +67,9 @@ ON_BOOL = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
            "bitwise_xor": "logical_xor", "bitwise_not": "logical_not",
            "add": "logical_or", "multiply": "logical_and"}
 LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not")
+# float ops that torch applies to integers without leaving their dtype
+INTEGER_FORMS = {**{op: lambda b, x: x for op in ("round", "floor", "ceil", "trunc")},
+                 "nn.relu": lambda b, x: b.maximum(x, 0)}
 
 
 def _torch_dtypes(b, opdef, op: str, inputs: list, attrs: dict) -> list:
@@ -107,6 +110,9 @@ def _direct(opdef):
         op = opdef.name
         if like is not None and like.dtype == "bool" and op in ON_BOOL:
             op = ON_BOOL[op]
+        if like is not None and like.dtype != "bool" and op in INTEGER_FORMS and \
+                not like.dtype.startswith(("float", "bfloat")):
+            return INTEGER_FORMS[op](b, like)
         inputs = _torch_dtypes(b, opdef, op, inputs, attrs)
         return b.call(ON_BOOL.get(op, op) if op in ("add", "multiply") and inputs and
                       all(getattr(v, "dtype", "") == "bool" for v in inputs) else op,
@@ -208,6 +214,9 @@ def conv2d(b, x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 
            groups=1):
     stride, padding, dilation = (list(v) * (2 if len(v) == 1 else 1)
                                  for v in (stride, padding, dilation))
+    if x.rank == 3:  # an unbatched (C, H, W) image
+        return b.squeeze(conv2d(b, b.expand_dims(x, axes=[0]), weight, bias, stride,
+                                padding, dilation, groups), axes=[0])
     return b.nn_conv2d(x, weight, bias, strides=stride, padding=padding + padding,
                        dilation=dilation, groups=groups)
 
@@ -228,9 +237,13 @@ def max_pool2d_with_indices(b, x, *args, **kwargs):
 @aten("aten.avg_pool2d.default")
 def avg_pool2d(b, x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
                count_include_pad=True, divisor_override=None):
-    if divisor_override:
-        raise LegatoError("divisor_override is not supported")
     padding = list(padding) * (2 if len(padding) == 1 else 1)
+    if divisor_override:  # the window's sum over the given divisor
+        if ceil_mode:
+            raise LegatoError("divisor_override with ceil_mode is not supported")
+        area = kernel[0] * kernel[-1]
+        y = avg_pool2d(b, x, kernel, stride, padding[:2], False, True)
+        return b.multiply(y, area / divisor_override)
     return b.nn_avg_pool2d(x, pool_size=list(kernel), strides=list(stride) or None,
                            padding=padding + padding, ceil_mode=ceil_mode,
                            count_include_pad=count_include_pad)
