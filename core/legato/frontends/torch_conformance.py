@@ -1,212 +1,349 @@
 """Hold the PyTorch importer against PyTorch's own OpInfo database.
 
     python -m legato.frontends.torch_conformance [--op NAME ...] [--backend B ...]
-                                                 [--samples N] [--failures]
+        [--dtype D ...] [--max-samples N] [--max-seconds S] [--failures] [--json OUT]
 
-For every OpInfo whose ATen op the importer maps (by name), each sample input (float32 and
-the integer and bool dtypes legato has) becomes a one-op module; it is exported with
-torch.export, imported, compiled for each backend and compared with eager. Cases the
-route cannot take are excluded with the reason (the exporter refuses it, a non-tensor
-result, an ATen op the importer does not map, ...); `failed` counts wrong answers and
-importer errors on mapped ops.
+Each OpInfo of `op_db` has its sample inputs (float32 and the integer and bool dtypes
+legato has) wrapped in a one-op module: tensor arguments become inputs, the others are
+fixed. The module is exported with torch.export and decomposed as the importer does; a
+sample whose program uses an ATen op the importer does not map is excluded as not mapped
+(an op none of whose samples map is not mapped at all). Every other sample is imported,
+compiled for each backend, run and compared with eager: floats within the error bound of
+the legato ops it imported to (NaN equals NaN), integers and bools exactly.
+
+A case is excluded only for a named reason outside the importer: the sample does not run
+eagerly, torch.export refuses it, a dtype legato lacks, a result that is not tensors, a
+Python scalar as the input, or an ATen op legato refuses by design (random, backward,
+data-dependent shape: the importer's error says "refused"). Any other importer error, a
+compile or run error and a wrong answer count as failed. Nothing is cached or written
+except the optional `--json` report.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import operator
 import sys
+import time
 import warnings
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..errors import LegatoError
-from .torch_ops import ATEN
 
 BACKENDS = ("cpu_ref", "c_kernels")
-DTYPES = ("float32", "int64", "int32", "bool")
+DTYPES = ("float32", "int64", "int32", "int8", "uint8", "bool")  # --dtype float64 adds one
+NOT_MAPPED = "not mapped"
 
 
 @dataclass(frozen=True)
 class Outcome:
     op: str
-    case: str
+    case: str  # "<dtype>#<sample index>", or "-" for the op as a whole
     backend: str
     status: str  # passed, failed, excluded
     reason: str = ""
 
 
-def mapped_packets() -> set[str]:
-    """The ATen packet names ("add", "gelu") the importer has converters for."""
-    return {name.split(".")[1] for name in ATEN}
-
-
-def op_infos(names=None) -> list:
-    """The OpInfos of ops the importer maps (or those named)."""
-    from torch.testing._internal.common_methods_invocations import op_db
-    packets = mapped_packets()
-    chosen = []
-    for info in op_db:
-        packet = (getattr(info, "aten_name", None) or info.name).split(".")[-1]
-        if (names and info.name in names) or (not names and packet in packets):
-            chosen.append(info)
-    return chosen
+class Excluded(Exception):
+    """A case outside the route, with the reason."""
 
 
 def _module(torch, op, sample):
-    """A module calling op(input, *args, **kwargs) on the sample's tensors (its other
-    arguments fixed), and those tensors."""
-    args = [sample.input, *sample.args]
-    slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    kwargs = dict(sample.kwargs)
+    """A module calling op(input, *args, **kwargs) with the sample's tensors (lists of
+    tensors and keyword tensors included) as its inputs, its other arguments fixed; and
+    those tensors."""
+    args, kwargs = [sample.input, *sample.args], dict(sample.kwargs)
+    names = sorted(kwargs)
+    tensors = [t for t in _flat([args, [kwargs[k] for k in names]])
+               if isinstance(t, torch.Tensor)]
+
+    def rebuild(items, feed):
+        if isinstance(items, (list, tuple)):
+            return type(items)(rebuild(i, feed) for i in items)
+        return next(feed) if isinstance(items, torch.Tensor) else items
 
     class Call(torch.nn.Module):
-        def forward(self, *tensors):
-            full = list(args)
-            for i, t in zip(slots, tensors):
-                full[i] = t
-            return op(*full, **kwargs)
-    return Call(), [args[i] for i in slots]
+        def forward(self, *inputs):
+            feed = iter(inputs)
+            full = rebuild(list(args), feed)
+            named = dict(zip(names, rebuild([kwargs[k] for k in names], feed)))
+            return op(*full, **named)
+    return Call(), tensors
 
 
-def run_case(info, sample, backends, label: str) -> list[Outcome]:
-    import torch
+def _flat(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flat(item)
+        else:
+            yield item
 
+
+def _export(torch, module, tensors):
+    """The module exported and decomposed as the importer does it."""
+    from .torch import _aten_overload
+    from .torch_ops import KEEP
+    try:
+        program = torch.export.export(module, tuple(tensors))
+    except Exception as err:  # noqa: BLE001 - export raises many error types
+        raise Excluded(f"export failed (torch's own): {type(err).__name__}") from None
+    table = torch.export.default_decompositions()
+    for name in KEEP:
+        table.pop(_aten_overload(torch, name), None)
+    try:
+        return program.run_decompositions(table)
+    except Exception as err:  # noqa: BLE001 - PyTorch's decompositions of the sample
+        raise Excluded(f"export failed (torch's decomposition): {type(err).__name__}") \
+            from None
+
+
+def unmapped_ops(program) -> list[str]:
+    """The ATen ops of an exported program the importer has no converter for."""
+    from .torch_ops import ATEN
+    return sorted({str(n.target) for n in program.graph_module.graph.nodes
+                   if n.op == "call_function" and n.target is not operator.getitem
+                   and str(n.target) not in ATEN})
+
+
+def _wanted(torch, module, tensors):
+    """Eager's results as numpy arrays (or Excluded)."""
     import legato
-    from . import torch as frontend
-    module, tensors = _module(torch, info.op, sample)
-
-    def every(status, reason=""):
-        return [Outcome(info.name, label, b, status, reason) for b in backends]
-    if not tensors:
-        return every("excluded", "no tensor input")
     try:
         with torch.no_grad():
             want = module(*tensors)
     except Exception as err:  # noqa: BLE001 - the sample itself does not run
-        return every("excluded", f"eager: {type(err).__name__}")
+        raise Excluded(f"sample fails eagerly: {type(err).__name__}") from None
     wants = [want] if isinstance(want, torch.Tensor) else list(want) \
-        if isinstance(want, (tuple, list)) else None
+        if isinstance(want, (tuple, list)) else []
     if not wants or not all(isinstance(w, torch.Tensor) for w in wants):
-        return every("excluded", "a result that is not tensors")
-    if any(str(w.dtype).removeprefix("torch.") not in legato.ir.DTYPES for w in wants):
-        return every("excluded", f"result dtype {wants[0].dtype}")
+        raise Excluded("a result that is not tensors")
+    for t in [*tensors, *wants]:
+        if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES:
+            raise Excluded(f"dtype legato lacks: {str(t.dtype).removeprefix('torch.')}")
+    return [w.detach().numpy() for w in wants]
+
+
+def run_case(info, sample, backends, label: str) -> list[Outcome]:
+    """One sample through export, import, compile and run on each backend."""
+    import torch
+
+    def every(status, reason=""):
+        return [Outcome(info.name, label, b, status, reason) for b in backends]
+    if not isinstance(sample.input, torch.Tensor) and not any(
+            isinstance(t, torch.Tensor) for t in _flat([sample.input])):
+        return every("excluded", "scalar quirk: the input is a Python scalar")
+    module, tensors = _module(torch, info.op, sample)
     try:
-        mod = frontend.load(module, tensors)
+        wants = _wanted(torch, module, tensors)
+        program = _export(torch, module, tensors)
+        missing = unmapped_ops(program)
+        if missing:
+            raise Excluded(_unmapped_reason(missing))
+    except Excluded as why:
+        return every("excluded", str(why))
+    try:
+        mod = _import(program)
     except LegatoError as err:
         text = " ".join(str(err).split())
-        if "could not export" in text:
-            return every("excluded", "torch.export refuses it")
-        if "cannot import" in text:
-            missing = sorted(set(w for w in text.split() if w.startswith("aten.")))
-            return every("excluded", "unmapped " + ", ".join(m.rstrip(":") for m in missing))
-        return every("failed", f"import: {text[:200]}")
+        if "(refused:" in text:
+            return every("excluded", "refused by design: " + text.split("(refused:")[1]
+                         .split(")")[0].strip())
+        return every("failed", f"import: {text[:240]}")
+    except Exception as err:  # noqa: BLE001 - a converter crashing is a failure too
+        return every("failed", f"import: {type(err).__name__}: {str(err)[:200]}")
     arrays = [t.detach().numpy() for t in tensors]
-    outcomes = []
-    for backend in backends:
-        try:
+    return [Outcome(info.name, label, backend, *_verdict(info, sample, mod, backend,
+                                                           arrays, wants))
+            for backend in backends]
+
+
+def _unmapped_reason(missing: list[str]) -> str:
+    from .torch_ops import refusal
+    for op in missing:
+        if refusal(op):
+            return f"refused by design: {op} is {refusal(op)}"
+    return f"{NOT_MAPPED}: {', '.join(missing)}"
+
+
+def _import(program):
+    from .torch import _Importer
+    return _Importer(program).run()
+
+
+def _verdict(info, sample, mod, backend, arrays, wants) -> tuple[str, str]:
+    import legato
+    try:
+        with np.errstate(all="ignore"):
             got = legato.compile(mod, backend)(*arrays)
-            got = got if isinstance(got, tuple) else (got,)
-            if info.name in SELECTIONS and len(got) == 2:  # ties: any index of an equal value
-                got = (got[0], _selected(arrays[0], got[1], _dim(info.name, sample)))
-                wants = [wants[0], wants[0]]
-            problem = next((p for g, w in zip(got, wants)
-                            if (p := _compare(g, w.detach().numpy()))), None)
-            if len(got) != len(wants):
-                problem = f"{len(got)} results, eager has {len(wants)}"
-        except Exception as err:  # noqa: BLE001 - any failure of a mapped op counts
-            problem = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
-        outcomes.append(Outcome(info.name, label, backend,
-                                "failed" if problem else "passed", problem or ""))
-    return outcomes
+    except Exception as err:  # noqa: BLE001 - any failure of a mapped op counts
+        return "failed", f"{backend}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+    got = list(got) if isinstance(got, tuple) else [got]
+    if len(got) != len(wants):
+        return "failed", f"{len(got)} results, eager has {len(wants)}"
+    if info.name in SELECTIONS and len(got) == 2:  # ties: any index of an equal value
+        got[1] = _selected(arrays[0], got[1], _dim(info.name, sample))
+        wants = [wants[0], _selected(arrays[0], wants[1], _dim(info.name, sample))]
+    ops = [c.op for c in mod.main.calls]
+    for i, (g, w) in enumerate(zip(got, wants)):
+        problem = compare(ops, np.asarray(g), w)
+        if problem:
+            return "failed", f"result {i}: {problem}"
+    return "passed", ""
 
 
 # ops returning (values, indices) whose order of equal values PyTorch leaves open: their
 # indices are checked by the values they select
-SELECTIONS = ("topk", "sort", "max", "min", "kthvalue", "mode", "median")
+SELECTIONS = ("topk", "sort", "max", "min", "kthvalue", "mode", "median", "max.reduction_with_dim",
+              "min.reduction_with_dim")
 
 
 def _dim(name: str, sample) -> int:
     args = list(sample.args)
     position = 1 if name == "topk" else 0
-    dim = sample.kwargs.get("dim", args[position] if len(args) > position and
-                            isinstance(args[position], int) and
-                            not isinstance(args[position], bool) else -1)
-    return dim
+    return sample.kwargs.get("dim", args[position] if len(args) > position and
+                             isinstance(args[position], int) and
+                             not isinstance(args[position], bool) else -1)
 
 
 def _selected(data, indices, dim: int):
-    data = np.asarray(data)
-    if data.ndim == 0:
-        return data.copy()
-    return np.take_along_axis(data, np.asarray(indices), axis=dim)
+    data, indices = np.asarray(data), np.asarray(indices)
+    if data.ndim == 0 or indices.ndim != data.ndim:
+        return indices
+    return np.take_along_axis(data, indices.astype(np.int64), axis=dim)
 
 
-def _compare(got, want) -> str | None:
-    got = np.asarray(got)
+def compare(ops: list[str], got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when `got` matches eager's `want`: same dtype and shape, and values within
+    the loosest error bound of the legato ops the sample imported to (exact for integers
+    and bools, NaN equal to NaN)."""
+    from ..ops.tolerance import error_bound
+    from ..testing import difference
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"got {got.dtype}{list(got.shape)}, eager {want.dtype}{list(want.shape)}"
-    if want.dtype.kind in "biu":
-        return None if np.array_equal(got, want) else "integer values differ"
-    try:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
-    except AssertionError as err:
-        return " ".join(str(err).split())[:200]
-    return None
+    if want.dtype.kind not in "fc":
+        return None if np.array_equal(got, want) else \
+            f"{int((got != want).sum())} of {want.size} values differ"
+    loosest = max(ops, key=lambda op: error_bound(op, want.dtype.name), default=None)
+    if loosest is None:  # no call: the module returns an input or a constant
+        return None if np.array_equal(got, want, equal_nan=True) else "values differ"
+    return difference(loosest, got, want)
 
 
-def run(names=None, backends=BACKENDS, samples: int = 4) -> list[Outcome]:
+def op_infos(names=None) -> list:
+    """The OpInfos named (default: all of op_db)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    return [info for info in op_db if not names or info.name in names
+            or f"{info.name}.{info.variant_test_name}" in names]
+
+
+def _name(info) -> str:
+    return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+
+
+def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
+    """Every sample of one OpInfo (at most max_samples per dtype)."""
     import torch
+    supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
     outcomes = []
-    for info in op_infos(names):
-        supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
-        for dtype in DTYPES:
-            if dtype not in supported:
+    for dtype in dtypes:
+        if dtype not in supported:
+            continue
+        try:
+            samples = info.sample_inputs("cpu", getattr(torch, dtype), requires_grad=False)
+            cases = [s for _, s in zip(range(max_samples), samples)]
+        except Exception:  # noqa: BLE001 - the sample generator fails on this dtype
+            continue
+        for k, sample in enumerate(cases):
+            found = run_case(info, sample, backends, f"{dtype}#{k}")
+            outcomes += [Outcome(_name(info), o.case, o.backend, o.status, o.reason)
+                         for o in found]
+            if not outcomes[0].reason.startswith(NOT_MAPPED) or len(outcomes) > len(backends):
                 continue
-            try:
-                cases = list(info.sample_inputs("cpu", getattr(torch, dtype),
-                                                requires_grad=False))[:samples]
-            except Exception:  # noqa: BLE001 - a sample generator failing on this dtype
-                continue
-            for k, sample in enumerate(cases):
-                outcomes += run_case(info, sample, backends, f"{dtype}#{k}")
+            return [Outcome(_name(info), "-", b, "excluded", outcomes[0].reason)
+                    for b in backends]  # its first sample maps nothing it needs: next op
     return outcomes
 
 
-def summary(outcomes) -> list[str]:
-    table = defaultdict(Counter)
-    why = defaultdict(Counter)
+def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
+        max_seconds: float | None = None) -> list[Outcome]:
+    start, outcomes = time.monotonic(), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for info in op_infos(names):
+            if max_seconds is not None and time.monotonic() - start > max_seconds:
+                outcomes += [Outcome(_name(info), "-", b, "excluded",
+                                     "not run: --max-seconds spent") for b in backends]
+                continue
+            outcomes += run_op(info, backends, dtypes, max_samples)
+    return outcomes
+
+
+def _is_not_mapped(o: Outcome) -> bool:
+    return o.case == "-" and o.reason.startswith(NOT_MAPPED)
+
+
+def summary(outcomes, show_failures: bool = False) -> str:
+    """One line per mapped (op, backend): samples passed / failed / excluded and why
+    excluded; then the ops not mapped, the totals, and (asked) every failure."""
+    counts: dict = defaultdict(Counter)
+    reasons: dict = defaultdict(Counter)
+    unmapped = sorted({o.op for o in outcomes if _is_not_mapped(o)})
     for o in outcomes:
-        table[(o.op, o.backend)][o.status] += 1
-        if o.status == "excluded":
-            why[(o.op, o.backend)][o.reason] += 1
-    lines = [f"{'op':28} {'backend':10} {'passed':>6} {'failed':>6} {'excluded':>8}  why excluded"]
-    for (op, backend), counts in sorted(table.items()):
-        reasons = "; ".join(f"{r} (x{n})" for r, n in why[(op, backend)].most_common())
-        lines.append(f"{op:28} {backend:10} {counts['passed']:6} {counts['failed']:6} "
-                     f"{counts['excluded']:8}  {reasons}")
-    total = Counter(o.status for o in outcomes)
-    lines.append(f"total: {total['passed']} passed, {total['failed']} failed, "
-                 f"{total['excluded']} excluded")
-    return lines
+        if not _is_not_mapped(o):
+            counts[(o.op, o.backend)][o.status] += 1
+            if o.status == "excluded":
+                reasons[(o.op, o.backend)][o.reason] += 1
+    lines = [f"{'op':<34}{'backend':<11}{'passed':>7}{'failed':>7}{'excluded':>9}  why excluded"]
+    for key in sorted(counts):
+        c = counts[key]
+        why = "; ".join(f"{r} (x{n})" for r, n in sorted(reasons[key].items()))
+        lines.append(f"{key[0]:<34}{key[1]:<11}{c['passed']:>7}{c['failed']:>7}"
+                     f"{c['excluded']:>9}  {why}")
+    if unmapped:
+        lines.append(f"excluded, {NOT_MAPPED} (no ATen op of their first sample maps): "
+                     + ", ".join(unmapped))
+    lines += totals(outcomes)
+    if show_failures:
+        lines += [f"FAILED {o.op} {o.case} [{o.backend}]: {o.reason}" for o in outcomes
+                  if o.status == "failed"]
+    return "\n".join(lines)
+
+
+def totals(outcomes) -> list[str]:
+    """Samples by status, and ops by verdict: failed if any sample failed, passed if some
+    passed and none failed, excluded otherwise."""
+    by_op: dict = defaultdict(set)
+    for o in outcomes:
+        by_op[o.op].add(o.status)
+    verdicts = Counter("failed" if "failed" in s else "passed" if "passed" in s
+                       else "excluded" for s in by_op.values())
+    samples = Counter(o.status for o in outcomes if o.case != "-")
+    return [f"ops: {verdicts['passed']} passed, {verdicts['failed']} failed, "
+            f"{verdicts['excluded']} excluded (of {len(by_op)})",
+            f"samples x backends: {samples['passed']} passed, {samples['failed']} failed, "
+            f"{samples['excluded']} excluded"]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--op", action="append", help="OpInfo name (default: every mapped op)")
-    parser.add_argument("--backend", action="append", help="backend (default: cpu_ref, "
-                                                          "c_kernels)")
-    parser.add_argument("--samples", type=int, default=4, help="samples per op and dtype")
-    parser.add_argument("--failures", action="store_true", help="list every failure")
+    parser.add_argument("--op", action="append", help="OpInfo name (default: all of op_db)")
+    parser.add_argument("--backend", action="append", help="default: cpu_ref, c_kernels")
+    parser.add_argument("--dtype", action="append", help=f"default: {', '.join(DTYPES)}")
+    parser.add_argument("--max-samples", type=int, default=4, help="samples per op and dtype")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop starting new ops after this long (the rest: excluded)")
+    parser.add_argument("--failures", action="store_true", help="list every failed case")
+    parser.add_argument("--json", metavar="OUT", help="write every outcome to OUT")
     args = parser.parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        outcomes = run(args.op, tuple(args.backend or BACKENDS), args.samples)
-    print("\n".join(summary(outcomes)))
-    if args.failures:
-        for o in outcomes:
-            if o.status == "failed":
-                print(f"FAILED {o.op} {o.case} [{o.backend}]: {o.reason}")
+    outcomes = run(args.op, tuple(args.backend or BACKENDS), tuple(args.dtype or DTYPES),
+                   args.max_samples, args.max_seconds)
+    print(summary(outcomes, args.failures))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump([asdict(o) for o in outcomes], out, indent=1)
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 

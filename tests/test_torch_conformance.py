@@ -1,0 +1,62 @@
+"""PyTorch's OpInfo samples of common ops through the torch importer, on both backends."""
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from legato.frontends import torch_conformance as tc  # noqa: E402
+
+COMMON = ("add", "mul", "sin", "exp", "softmax", "nn.functional.layer_norm", "matmul",
+          "where", "cat", "sum")
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return tc.run(COMMON, max_samples=3)
+
+
+def test_common_ops_pass_on_both_backends(outcomes):
+    failed = [f"{o.op} {o.case} [{o.backend}]: {o.reason}" for o in outcomes
+              if o.status == "failed"]
+    assert not failed, "\n".join(failed)
+    ran = {(o.op, o.backend) for o in outcomes if o.status == "passed"}
+    assert ran >= {(op, b) for op in COMMON for b in tc.BACKENDS}
+
+
+def test_every_exclusion_names_its_reason(outcomes):
+    assert all(o.reason for o in outcomes if o.status == "excluded")
+    assert all(not o.reason for o in outcomes if o.status == "passed")
+
+
+def test_integer_and_bool_samples_are_taken(outcomes):
+    dtypes = {o.case.split("#")[0] for o in outcomes if o.status == "passed"}
+    assert {"float32", "int64", "int32", "bool"} <= dtypes
+
+
+def test_compare_is_exact_for_integers_and_bounded_for_floats():
+    import numpy as np
+    ints = np.array([1, 2, 3], np.int64)
+    assert tc.compare(["add"], ints, ints) is None
+    assert "1 of 3" in tc.compare(["add"], ints + np.array([0, 0, 1]), ints)
+    floats = np.array([1.0, np.nan, 2.0], np.float32)
+    assert tc.compare(["exp"], floats, floats.copy()) is None  # NaN equals NaN
+    assert tc.compare(["exp"], floats + np.float32(1e-3), floats) is not None
+    assert "got float64" in tc.compare(["add"], floats.astype(np.float64), floats)
+
+
+def test_an_op_the_importer_does_not_map_is_excluded_as_not_mapped():
+    # polygamma has no converter (its ATen op is aten.polygamma): excluded, named
+    found = tc.run(("polygamma",), backends=("cpu_ref",), dtypes=("float32",),
+                   max_samples=1)
+    assert found and all(o.status == "excluded" for o in found), found
+    assert any("aten." in o.reason for o in found), found
+
+
+def test_main_prints_totals_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "outcomes.json"
+    code = tc.main(["--op", "neg", "--backend", "cpu_ref", "--max-samples", "1",
+                    "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "ops: 1 passed, 0 failed" in printed
+    assert {o["op"] for o in json.loads(out.read_text())} == {"neg"}
