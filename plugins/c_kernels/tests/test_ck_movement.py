@@ -101,3 +101,18 @@ def test_llama_rotary_halves_run_natively():
     assert not c.report.ops("fallback")
     x_in = np.random.default_rng(0).standard_normal((2, 4, 8)).astype(np.float32)
     np.testing.assert_array_equal(c(x_in), legato.reference(mod)(x_in))
+
+
+def test_where_in_place_over_its_else_operand():
+    """A planned where may write over y (it dies there): x where cond holds, y elsewhere."""
+    rng = np.random.default_rng(1)
+    cond = rng.uniform(size=(4, 5)) < 0.5
+    y = rng.standard_normal((4, 5)).astype(np.float32)
+    want = np.where(cond, np.float32(-3.0), y)
+    run = K.KERNELS["where"].bind(cond, np.array(-3.0, np.float32), y, out=y)
+    run()
+    np.testing.assert_array_equal(y, want)
+    x = rng.standard_normal((4, 5)).astype(np.float32)  # over x: the plain kernel
+    want = np.where(cond, x, np.float32(2.0))
+    K.KERNELS["where"].bind(cond, x, np.array(2.0, np.float32), out=x)()
+    np.testing.assert_array_equal(x, want)

@@ -193,7 +193,23 @@ def where(cond: Array, x: Array, y: Array, *, out: Optional[Array] = None) -> Ar
     return out
 
 
-where.bind = lambda cond, x, y, *, out: functools.partial(where, cond, x, y, out=out)
+def _where_bind(cond: Array, x: Array, y: Array, *, out: Array) -> Callable[[], None]:
+    """y copied into out, then x where cond holds: two copies, no temporaries. Where out
+    overlaps cond or x (or y other than exactly), the plain kernel instead."""
+    def exactly(a: Array) -> bool:
+        return a.shape == out.shape and a.__array_interface__["data"][0] == \
+            out.__array_interface__["data"][0]
+    if cond.dtype != np.bool_ or out.dtype != x.dtype or np.may_share_memory(out, cond) or \
+            np.may_share_memory(out, x) or (np.may_share_memory(out, y) and not exactly(y)):
+        return functools.partial(where, cond, x, y, out=out)
+
+    def run() -> None:
+        np.copyto(out, y, casting="unsafe")
+        np.copyto(out, x, casting="unsafe", where=cond)
+    return run
+
+
+where.bind = _where_bind
 
 
 def _ufunc_kernel(name: str, ufunc: np.ufunc, doc: str) -> Callable[..., Array]:
