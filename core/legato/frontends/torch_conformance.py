@@ -36,6 +36,8 @@ from ..errors import LegatoError
 BACKENDS = ("cpu_ref", "c_kernels")
 DTYPES = ("float32", "int64", "int32", "int8", "uint8", "bool")  # --dtype float64 adds one
 NOT_MAPPED = "not mapped"
+REFUSED = "refused by design"
+WHOLE_OP = (NOT_MAPPED, REFUSED)  # reasons of a first sample that exclude the whole op
 
 
 @dataclass(frozen=True)
@@ -100,12 +102,10 @@ def _export(torch, module, tensors):
             from None
 
 
-def unmapped_ops(program) -> list[str]:
-    """The ATen ops of an exported program the importer has no converter for."""
-    from .torch_ops import ATEN
-    return sorted({str(n.target) for n in program.graph_module.graph.nodes
-                   if n.op == "call_function" and n.target is not operator.getitem
-                   and str(n.target) not in ATEN})
+def aten_ops(program) -> set[str]:
+    """The ATen ops an exported program calls."""
+    return {str(n.target) for n in program.graph_module.graph.nodes
+            if n.op == "call_function" and n.target is not operator.getitem}
 
 
 def _wanted(torch, module, tensors):
@@ -123,6 +123,12 @@ def _wanted(torch, module, tensors):
     for t in [*tensors, *wants]:
         if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES:
             raise Excluded(f"dtype legato lacks: {str(t.dtype).removeprefix('torch.')}")
+    with torch.no_grad():
+        again = module(*tensors)
+    again = [again] if isinstance(again, torch.Tensor) else list(again)
+    if not all(torch.equal(a, w) or (a.is_floating_point() and torch.allclose(
+            a, w, rtol=0, atol=0, equal_nan=True)) for a, w in zip(again, wants)):
+        raise Excluded("random op: eager results differ from run to run")
     return [w.detach().numpy() for w in wants]
 
 
@@ -139,9 +145,7 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
     try:
         wants = _wanted(torch, module, tensors)
         program = _export(torch, module, tensors)
-        missing = unmapped_ops(program)
-        if missing:
-            raise Excluded(_unmapped_reason(missing))
+        _check_mapped(aten_ops(program))
     except Excluded as why:
         return every("excluded", str(why))
     try:
@@ -149,7 +153,7 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
     except LegatoError as err:
         text = " ".join(str(err).split())
         if "(refused:" in text:
-            return every("excluded", "refused by design: " + text.split("(refused:")[1]
+            return every("excluded", f"{REFUSED}: " + text.split("(refused:")[1]
                          .split(")")[0].strip())
         return every("failed", f"import: {text[:240]}")
     except Exception as err:  # noqa: BLE001 - a converter crashing is a failure too
@@ -160,12 +164,17 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
             for backend in backends]
 
 
-def _unmapped_reason(missing: list[str]) -> str:
-    from .torch_ops import refusal
+def _check_mapped(ops: set[str]) -> None:
+    """Excluded when the program calls an ATen op the importer has no converter for: one
+    it refuses by design, or one not mapped (yet), named."""
+    from .torch_ops import ATEN, refusal
+    missing = sorted(ops - set(ATEN))
     for op in missing:
         if refusal(op):
-            return f"refused by design: {op} is {refusal(op)}"
-    return f"{NOT_MAPPED}: {', '.join(missing)}"
+            raise Excluded(f"{REFUSED}: {op} is {refusal(op)}")
+    if missing:
+        some = "" if ops & set(ATEN) else f"{NOT_MAPPED}: "
+        raise Excluded(f"{some}needs {', '.join(missing)}, which the importer does not map")
 
 
 def _import(program):
@@ -260,10 +269,10 @@ def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
             found = run_case(info, sample, backends, f"{dtype}#{k}")
             outcomes += [Outcome(_name(info), o.case, o.backend, o.status, o.reason)
                          for o in found]
-            if not outcomes[0].reason.startswith(NOT_MAPPED) or len(outcomes) > len(backends):
-                continue
-            return [Outcome(_name(info), "-", b, "excluded", outcomes[0].reason)
-                    for b in backends]  # its first sample maps nothing it needs: next op
+            if len(outcomes) == len(backends) and outcomes[0].reason.startswith(WHOLE_OP):
+                # its first sample maps no ATen op, or one refused by design: next op
+                return [Outcome(_name(info), "-", b, "excluded", outcomes[0].reason)
+                        for b in backends]
     return outcomes
 
 
@@ -290,7 +299,8 @@ def summary(outcomes, show_failures: bool = False) -> str:
     excluded; then the ops not mapped, the totals, and (asked) every failure."""
     counts: dict = defaultdict(Counter)
     reasons: dict = defaultdict(Counter)
-    unmapped = sorted({o.op for o in outcomes if _is_not_mapped(o)})
+    unmapped = sorted({(o.op, o.reason.split("needs ")[-1].split(", which")[0])
+                       for o in outcomes if _is_not_mapped(o)})
     for o in outcomes:
         if not _is_not_mapped(o):
             counts[(o.op, o.backend)][o.status] += 1
@@ -303,8 +313,8 @@ def summary(outcomes, show_failures: bool = False) -> str:
         lines.append(f"{key[0]:<34}{key[1]:<11}{c['passed']:>7}{c['failed']:>7}"
                      f"{c['excluded']:>9}  {why}")
     if unmapped:
-        lines.append(f"excluded, {NOT_MAPPED} (no ATen op of their first sample maps): "
-                     + ", ".join(unmapped))
+        lines.append(f"excluded, {NOT_MAPPED} (no ATen op of their first sample maps):")
+        lines += [f"  {op}: {why}" for op, why in unmapped]
     lines += totals(outcomes)
     if show_failures:
         lines += [f"FAILED {o.op} {o.case} [{o.backend}]: {o.reason}" for o in outcomes
