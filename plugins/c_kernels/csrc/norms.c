@@ -189,13 +189,14 @@ LGK_CLONES static float row_exp_shifted(const float *x, int64_t n, float shift, 
             y[i + j] = e;
             acc[j] += e;
         }
-    float s = 0.0f;
+    for (int half = LANES / 2; half >= 1; half /= 2) /* pairwise: no serial chain */
+        for (int j = 0; j < half; ++j)
+            acc[j] += acc[j + half];
+    float s = acc[0];
     for (; i < n; ++i) {
         y[i] = lgk_expf(x[i] - shift);
         s += y[i];
     }
-    for (int j = 0; j < LANES; ++j)
-        s += acc[j];
     return s;
 }
 
@@ -223,9 +224,30 @@ LGK_CLONES static void row_affine(const float *x, int64_t n, float shift, float 
 
 /* ---- softmax ---------------------------------------------------------------------- */
 
+/* The row's max for the softmax shift, in LANES lanes (maxps). A NaN may be skipped
+ * here: it makes the sum of exps NaN, so the whole row comes out NaN all the same, as
+ * it does with a NaN shift. n >= 1. */
+LGK_CLONES static float softmax_shift(const float *x, int64_t n)
+{
+    float acc[LANES];
+    for (int j = 0; j < LANES; ++j)
+        acc[j] = x[0];
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j)
+            acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (int half = LANES / 2; half >= 1; half /= 2)
+        for (int j = 0; j < half; ++j)
+            acc[j] = acc[j + half] > acc[j] ? acc[j + half] : acc[j];
+    float m = acc[0];
+    for (; i < n; ++i)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 static void softmax_row(const float *x, int64_t n, float *y, int log_domain)
 {
-    float m = row_extreme(x, n, 1);
+    float m = softmax_shift(x, n);
     if (log_domain) {
         /* log_softmax = x - m - log(sum exp(x - m)). The exps go to a stack
          * scratch, not y, because y may alias x. */
