@@ -47,7 +47,15 @@ def gen_binary(ctx, op):
     return ctx.call(op, *pair)
 
 
-@generator("divide", "fmod", "remainder")
+@generator("fmod", "remainder")
+def gen_remainder(ctx, op):
+    # an exact dividend: the remainder jumps by the divisor where the quotient crosses an
+    # integer, so an input off by one rounding error can change it by that much
+    a = ctx.value(_numeric(ctx), exact=True)
+    return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype, "nonzero"))
+
+
+@generator("divide")
 def gen_divide(ctx, op):
     a = ctx.value(_numeric(ctx))
     return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype, "nonzero"))
@@ -112,7 +120,12 @@ def gen_where(ctx, op):
     return ctx.call(op, cond, x, y)
 
 
-@generator("negative", "abs", "sign", "isnan")
+@generator("sign", "isnan")
+def gen_sign(ctx, op):  # jumps at 0: an exact input, so no rounding error crosses it
+    return ctx.call(op, ctx.value(_numeric(ctx), exact=True))
+
+
+@generator("negative", "abs")
 def gen_signed_unary(ctx, op):
     return ctx.call(op, ctx.value(_numeric(ctx)))
 
