@@ -185,6 +185,9 @@ def test_a_hook_that_raises_midway_leaves_nothing_half_registered(install_plugin
                         "legato_register_backends raised SystemExit: 1"]
     assert "acme.half" not in legato.list_ops()
     assert "half_npu" not in legato.list_backends()
+    # the first failure's traceback is kept for `legato backends --verbose`
+    assert "RuntimeError: second op failed" in host.tracebacks["half"]
+    assert "in ops" in host.tracebacks["half"]
 
 
 def test_a_plugin_that_exits_while_importing_is_a_problem(install_plugins, monkeypatch,

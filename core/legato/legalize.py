@@ -1,6 +1,6 @@
 """Legalization: rewrite every call until the target runs all of them, in one call.
 
-For each call, in order (DESIGN §4):
+For each call, in order:
 1. kept by the user config: the backend lowers it natively, or tunnels it as a custom op;
 2. level above max_level: decompose;
 3. supported by the backend and not forced to decompose: legal;
@@ -128,7 +128,8 @@ class _Legalizer:
                 return
             else:  # the rule declined: the other routes
                 decision = self._decide(call, use_rules=False)
-        self.report.record(call.op, decision, from_input)
+        self.report.record(call.op, decision, from_input,
+                           call.origin.op if call.origin else None)
         action = decision.action
         if action == "decomposed":
             self._decompose(call, decision, remap, out, source)
@@ -172,7 +173,8 @@ class _Legalizer:
             raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
         if results is None:
             return False
-        self.report.record(call.op, decision, from_input)
+        self.report.record(call.op, decision, from_input,
+                           call.origin.op if call.origin else None)
         results = results if isinstance(results, tuple) else (results,)
         _check_types(call, results, rule)
         for produced in emitter.calls:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import traceback
 from typing import Any, Callable, Mapping
 
 import pluggy
@@ -41,6 +42,8 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.backends: dict[str, Backend] = {}
         self.problems: list[tuple[str, str]] = []
+        # plugin -> the traceback of its first failure (`legato backends --verbose`)
+        self.tracebacks: dict[str, str] = {}
         self._ops_added: list[str] = []
 
     # --- discovery ----------------------------------------------------------------------
@@ -59,10 +62,14 @@ class PluginHost:
             except PLUGIN_FAILURES as err:  # a plugin's own bug must not break the host
                 self.problems.append((ep.name, f"failed to load {quote(ep.value)}: "
                                                f"{type(err).__name__}: {clip(str(err))}"))
+                self._keep_traceback(ep.name)
                 names.remove(ep.name)
                 continue
             self.problems.extend((ep.name, p) for p in hook_problems(plugin))
         self._run_hooks(names)
+
+    def _keep_traceback(self, plugin: str) -> None:
+        self.tracebacks.setdefault(plugin, clip(traceback.format_exc(), 20000))
 
     def add_plugin(self, plugin: Any, name: str) -> None:
         """Register a plugin object in-process (tests, notebooks) and run its hooks."""
@@ -90,6 +97,7 @@ class PluginHost:
                 except PLUGIN_FAILURES as err:
                     self._undo(added)  # nothing half-registered stays behind
                     self.problems.append((impl.plugin_name, _describe(hook.name, err)))
+                    self._keep_traceback(impl.plugin_name)
                 else:
                     new_backends.extend(name for kind, name in added if kind == "backend")
         # fallbacks are checked once every plugin of this round has registered its backends
