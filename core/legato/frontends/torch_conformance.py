@@ -121,6 +121,8 @@ def _wanted(torch, module, tensors):
     if not wants or not all(isinstance(w, torch.Tensor) for w in wants):
         raise Excluded("a result that is not tensors")
     for t in [*tensors, *wants]:
+        if t.layout != torch.strided:
+            raise Excluded(f"{t.layout} tensors (legato has dense tensors)")
         if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES:
             raise Excluded(f"dtype legato lacks: {str(t.dtype).removeprefix('torch.')}")
     with torch.no_grad():
@@ -266,7 +268,12 @@ def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
         except Exception:  # noqa: BLE001 - the sample generator fails on this dtype
             continue
         for k, sample in enumerate(cases):
-            found = run_case(info, sample, backends, f"{dtype}#{k}")
+            try:
+                found = run_case(info, sample, backends, f"{dtype}#{k}")
+            except Exception as err:  # noqa: BLE001 - reported, so the table still prints
+                found = [Outcome(info.name, f"{dtype}#{k}", b, "failed",
+                                 f"harness: {type(err).__name__}: {str(err)[:160]}")
+                         for b in backends]
             outcomes += [Outcome(_name(info), o.case, o.backend, o.status, o.reason)
                          for o in found]
             if len(outcomes) == len(backends) and outcomes[0].reason.startswith(WHOLE_OP):
