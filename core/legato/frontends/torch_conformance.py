@@ -123,7 +123,8 @@ def _wanted(torch, module, tensors):
     for t in [*tensors, *wants]:
         if t.layout != torch.strided:
             raise Excluded(f"{t.layout} tensors (legato has dense tensors)")
-        if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES:
+        if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES or \
+                t.dtype == torch.bfloat16:  # numpy has no bfloat16 to compare in
             raise Excluded(f"dtype legato lacks: {str(t.dtype).removeprefix('torch.')}")
     with torch.no_grad():
         again = module(*tensors)
@@ -284,7 +285,7 @@ def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
 
 
 def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
-        max_seconds: float | None = None) -> list[Outcome]:
+        max_seconds: float | None = None, progress: bool = False) -> list[Outcome]:
     start, outcomes = time.monotonic(), []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -294,6 +295,8 @@ def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
                                      "not run: --max-seconds spent") for b in backends]
                 continue
             outcomes += run_op(info, backends, dtypes, max_samples)
+            if progress:
+                print(f"{time.monotonic() - start:6.0f}s {_name(info)}", file=sys.stderr)
     return outcomes
 
 
@@ -353,10 +356,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop starting new ops after this long (the rest: excluded)")
     parser.add_argument("--failures", action="store_true", help="list every failed case")
+    parser.add_argument("--progress", action="store_true", help="each op's name on stderr")
     parser.add_argument("--json", metavar="OUT", help="write every outcome to OUT")
     args = parser.parse_args(argv)
     outcomes = run(args.op, tuple(args.backend or BACKENDS), tuple(args.dtype or DTYPES),
-                   args.max_samples, args.max_seconds)
+                   args.max_samples, args.max_seconds, args.progress)
     print(summary(outcomes, args.failures))
     if args.json:
         with open(args.json, "w") as out:
