@@ -13,7 +13,7 @@ the legato ops it imported to (NaN equals NaN), integers and bools exactly.
 
 A case is excluded only for a named reason outside the importer: the sample does not run
 eagerly, torch.export refuses it, a dtype legato lacks, a result that is not tensors, a
-Python scalar as the input, or an ATen op legato refuses by design (random, backward,
+Python value as the input (factories), or an ATen op legato refuses by design (random, backward,
 data-dependent shape: the importer's error says "refused"). Any other importer error, a
 compile or run error and a wrong answer count as failed. Nothing is cached or written
 except the optional `--json` report.
@@ -143,7 +143,8 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
         return [Outcome(info.name, label, b, status, reason) for b in backends]
     if not isinstance(sample.input, torch.Tensor) and not any(
             isinstance(t, torch.Tensor) for t in _flat([sample.input])):
-        return every("excluded", "scalar quirk: the input is a Python scalar")
+        return every("excluded", "no tensor input (a factory or a Python scalar input: "
+                     "not exercised by this harness)")
     module, tensors = _module(torch, info.op, sample)
     try:
         wants = _wanted(torch, module, tensors)
