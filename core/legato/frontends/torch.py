@@ -58,14 +58,15 @@ def _why(op: str) -> str:
 
 def _all_constant(args, kwargs) -> bool:
     """Whether every tensor among a node's arguments is a constant (and there is one)."""
-    tensors = [a for a in _flat([*args, *kwargs.values()]) if hasattr(a, "type")]
+    tensors = [a for a in flat_items([*args, *kwargs.values()]) if hasattr(a, "type")]
     return bool(tensors) and all(isinstance(t, Const) for t in tensors)
 
 
-def _flat(items):
+def flat_items(items):
+    """The leaves of nested lists and tuples, in order."""
     for item in items:
         if isinstance(item, (list, tuple)):
-            yield from _flat(item)
+            yield from flat_items(item)
         else:
             yield item
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import LegatoError
+from .torch import flat_items
 
 BACKENDS = ("cpu_ref", "c_kernels")
 DTYPES = ("float32", "int64", "int32", "int8", "uint8", "bool")  # --dtype float64 adds one
@@ -59,7 +60,7 @@ def _module(torch, op, sample):
     those tensors."""
     args, kwargs = [sample.input, *sample.args], dict(sample.kwargs)
     names = sorted(kwargs)
-    tensors = [t for t in _flat([args, [kwargs[k] for k in names]])
+    tensors = [t for t in flat_items([args, [kwargs[k] for k in names]])
                if isinstance(t, torch.Tensor)]
 
     def rebuild(items, feed):
@@ -74,14 +75,6 @@ def _module(torch, op, sample):
             named = dict(zip(names, rebuild([kwargs[k] for k in names], feed)))
             return op(*full, **named)
     return Call(), tensors
-
-
-def _flat(items):
-    for item in items:
-        if isinstance(item, (list, tuple)):
-            yield from _flat(item)
-        else:
-            yield item
 
 
 def _export(torch, module, tensors):
@@ -142,7 +135,7 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
     def every(status, reason=""):
         return [Outcome(info.name, label, b, status, reason) for b in backends]
     if not isinstance(sample.input, torch.Tensor) and not any(
-            isinstance(t, torch.Tensor) for t in _flat([sample.input])):
+            isinstance(t, torch.Tensor) for t in flat_items([sample.input])):
         return every("excluded", "no tensor input (a factory or a Python scalar input: "
                      "not exercised by this harness)")
     module, tensors = _module(torch, info.op, sample)

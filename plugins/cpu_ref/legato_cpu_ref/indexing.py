@@ -17,15 +17,20 @@ def _axis(axis, ndim: int) -> int:
     return shapes.norm_axis(int(axis), ndim, "axis")
 
 
-def gather_elements(data, indices, *, axis=0):
-    axis = _axis(axis, data.ndim)
+def wrapped_indices(indices, dim: int) -> np.ndarray:
+    """Integer indices into a dim of `dim`, negative ones counted from the end, as int64;
+    any out of range is an error (indices are data, so this is a run-time check)."""
     if indices.dtype.kind not in "iu":
         raise LegatoError(f"indices must be integers, got {indices.dtype}")
-    dim = data.shape[axis]
     index = indices.astype(np.int64)
     if np.any((index < -dim) | (index >= dim)):
         raise LegatoError(f"indices out of range [{-dim}, {dim - 1}]")
-    index = np.where(index < 0, index + dim, index)
+    return np.where(index < 0, index + dim, index)
+
+
+def gather_elements(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    index = wrapped_indices(indices, data.shape[axis])
     # indices may be smaller than data off the axis: gather from the matching corner
     corner = tuple(slice(None) if a == axis else slice(0, n)
                    for a, n in enumerate(indices.shape))

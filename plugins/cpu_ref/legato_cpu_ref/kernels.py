@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from legato import shapes
 from legato.errors import LegatoError
 
-from .indexing import KERNELS as INDEXING_KERNELS
+from .indexing import KERNELS as INDEXING_KERNELS, wrapped_indices
 
 # --- shared helpers -----------------------------------------------------------------------
 
@@ -366,13 +366,7 @@ def strided_slice(data, *, begin, end, strides=None, axes=None):
 
 def take(data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
-    if indices.dtype.kind not in "iu":
-        raise LegatoError(f"indices must be integers, got {indices.dtype}")
-    dim = data.shape[axis]
-    index = indices.astype(np.int64)
-    if np.any((index < -dim) | (index >= dim)):
-        raise LegatoError(f"indices out of range [{-dim}, {dim - 1}]")
-    return _fresh(np.take(data, np.where(index < 0, index + dim, index), axis=axis))
+    return _fresh(np.take(data, wrapped_indices(indices, data.shape[axis]), axis=axis))
 
 
 _PAD_MODES = ("constant", "reflect", "edge")
