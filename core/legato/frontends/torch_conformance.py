@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import LegatoError
+from ..testing.outcomes import outcome_rows
 from .torch import flat_items
 
 BACKENDS = ("cpu_ref", "c_kernels")
@@ -307,21 +308,9 @@ def _is_not_mapped(o: Outcome) -> bool:
 def summary(outcomes, show_failures: bool = False) -> str:
     """One line per mapped (op, backend): samples passed / failed / excluded and why
     excluded; then the ops not mapped, the totals, and (asked) every failure."""
-    counts: dict = defaultdict(Counter)
-    reasons: dict = defaultdict(Counter)
     unmapped = sorted({(o.op, o.reason.split("needs ")[-1].split(", which")[0])
                        for o in outcomes if _is_not_mapped(o)})
-    for o in outcomes:
-        if not _is_not_mapped(o):
-            counts[(o.op, o.backend)][o.status] += 1
-            if o.status == "excluded":
-                reasons[(o.op, o.backend)][o.reason] += 1
-    lines = [f"{'op':<34}{'backend':<11}{'passed':>7}{'failed':>7}{'excluded':>9}  why excluded"]
-    for key in sorted(counts):
-        c = counts[key]
-        why = "; ".join(f"{r} (x{n})" for r, n in sorted(reasons[key].items()))
-        lines.append(f"{key[0]:<34}{key[1]:<11}{c['passed']:>7}{c['failed']:>7}"
-                     f"{c['excluded']:>9}  {why}")
+    lines = outcome_rows([o for o in outcomes if not _is_not_mapped(o)], 34, 11)
     if unmapped:
         lines.append(f"excluded, {NOT_MAPPED} (no ATen op of their first sample maps):")
         lines += [f"  {op}: {why}" for op, why in unmapped]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import api
+from .outcomes import outcome_rows
 from ..frontends.onnx import load
 from ..frontends.onnx_convert import CONVERTERS
 from ..ir import DTYPES
@@ -190,18 +191,7 @@ def run(ops=None, backends=None) -> list[Outcome]:
 
 def summary(outcomes, show_failures: bool = False) -> str:
     """One line per (op, backend): passed / failed / excluded, and why excluded."""
-    counts: dict = defaultdict(Counter)
-    reasons: dict = defaultdict(Counter)
-    for o in outcomes:
-        counts[(o.op, o.backend)][o.status] += 1
-        if o.status == "excluded":
-            reasons[(o.op, o.backend)][o.reason] += 1
-    lines = [f"{'op':<24}{'backend':<17}{'passed':>7}{'failed':>7}{'excluded':>9}  why excluded"]
-    for key in sorted(counts):
-        c = counts[key]
-        why = "; ".join(f"{r} (x{n})" for r, n in sorted(reasons[key].items()))
-        lines.append(f"{key[0]:<24}{key[1]:<17}{c['passed']:>7}{c['failed']:>7}"
-                     f"{c['excluded']:>9}  {why}")
+    lines = outcome_rows(outcomes, 24, 17)
     total = Counter(o.status for o in outcomes)
     lines.append(f"total: {total['passed']} passed, {total['failed']} failed, "
                  f"{total['excluded']} excluded")

@@ -68,13 +68,20 @@ def tile(data, *, repeats):
     return _fresh(np.tile(data, tuple(int(r) for r in repeats)), data.dtype)
 
 
-def argmin(data, *, axis=0, keepdims=True, select_last_index=False):
+def arg_extreme(find, data, axis, keepdims, select_last_index):
+    """argmax/argmin (`find` is np.argmax or np.argmin) as ONNX defines them: int64, the
+    axis kept or not, the first or the last of equal extremes."""
     axis = _axis(axis, data.ndim)
     if select_last_index:
-        index = data.shape[axis] - 1 - np.argmin(np.flip(data, axis), axis=axis)
+        # numpy picks the first extreme; on the reversed axis that is the last one
+        index = data.shape[axis] - 1 - find(np.flip(data, axis), axis=axis)
     else:
-        index = np.argmin(data, axis=axis)
+        index = find(data, axis=axis)
     return _fresh(np.expand_dims(index, axis) if keepdims else index, np.int64)
+
+
+def argmin(data, *, axis=0, keepdims=True, select_last_index=False):
+    return arg_extreme(np.argmin, data, axis, keepdims, select_last_index)
 
 
 def topk(data, *, k, axis=-1, largest=True):

@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from legato import shapes
 from legato.errors import LegatoError
 
-from .indexing import KERNELS as INDEXING_KERNELS, wrapped_indices
+from .indexing import KERNELS as INDEXING_KERNELS, arg_extreme, wrapped_indices
 
 # --- shared helpers -----------------------------------------------------------------------
 
@@ -293,13 +293,7 @@ def variance(data, *, axes=None, keepdims=False, unbiased=False):
 
 
 def argmax(data, *, axis=0, keepdims=True, select_last_index=False):
-    axis = _axis(axis, data.ndim)
-    if select_last_index:
-        # np.argmax picks the first maximum; on the reversed axis that is the last one.
-        index = data.shape[axis] - 1 - np.argmax(np.flip(data, axis), axis=axis)
-    else:
-        index = np.argmax(data, axis=axis)
-    return _fresh(np.expand_dims(index, axis) if keepdims else index, np.int64)
+    return arg_extreme(np.argmax, data, axis, keepdims, select_last_index)
 
 
 def _shifted(x, axis):
