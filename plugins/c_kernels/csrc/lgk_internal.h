@@ -330,4 +330,9 @@ static inline float lgk_reluf(float x)
 /* In-place activation of n floats (shared by the GEMM epilogue and conv). */
 void lgk_activate(int activation, float *x, int64_t n);
 
+/* Depthwise conv2d (c == groups) into y, oh x ow per plane; shapes already checked. */
+int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
+                         const float *w, const float *bias, float *y, int activation,
+                         int nthreads);
+
 #endif /* LGK_INTERNAL_H */
