@@ -791,6 +791,10 @@ static void test_subnormals(void)
 static void test_subnormals(void) {}
 #endif
 
+#include "test_conv.inc"
+#include "test_depthwise.inc"
+#include "test_elementwise.inc"
+
 int main(void)
 {
     test_gemm_values();
@@ -811,6 +815,9 @@ int main(void)
     test_reduce();
     test_strerror();
     test_subnormals();
+    test_conv_more();
+    test_depthwise_more();
+    test_elementwise_more();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());
