@@ -1,0 +1,192 @@
+"""Single convolutions and pools from the zoo's CNNs on c_kernels against onnxruntime.
+
+    .venv/bin/python benchmarks/convs.py [--cases resnet,dw] [--threads 1] [--repeat 50]
+
+Every case is a one-node ONNX model (a Conv with bias, optionally followed by its model's
+activation, or a MaxPool) built with onnx.helper; the same model runs on onnxruntime
+(intra-op threads = --threads, sequential) and through legato on c_kernels. Printed per
+case: median µs of both, onnxruntime / c_kernels throughput (above 1: c_kernels faster)
+and the largest error of c_kernels relative to onnxruntime's largest magnitude.
+`--cases` keeps the cases whose name contains any of the comma-separated words.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+if __name__ == "__main__":  # thread counts before numpy or c_kernels load
+    sys.path.insert(0, str(REPO))
+    from benchmarks import zoo
+    _n = str(zoo._threads_from_argv(sys.argv[1:]))
+    for _var in ("LEGATO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                 "MKL_NUM_THREADS"):
+        os.environ[_var] = _n
+
+import numpy as np  # noqa: E402
+
+from benchmarks.zoo import median_ms, ort_session  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    """A conv (groups, kernel k, stride, symmetric pad) of c -> o channels on an h x w map,
+    or a max pool (o == 0) of kernel k."""
+    name: str
+    c: int
+    o: int
+    hw: int
+    k: int
+    stride: int = 1
+    pad: int = 0
+    groups: int = 1
+    act: str = "none"  # none, relu, relu6, silu
+
+
+def _dw(name, c, hw, k, stride=1, act="none"):
+    return Case(name, c, c, hw, k, stride, k // 2, c, act)
+
+
+CASES = [
+    Case("resnet stem 7x7 s2 3->32 64x64", 3, 32, 64, 7, 2, 3, act="relu"),
+    Case("resnet 3x3 256->256 2x2", 256, 256, 2, 3, 1, 1, act="relu"),
+    Case("resnet 3x3 64->64 8x8", 64, 64, 8, 3, 1, 1, act="relu"),
+    Case("resnet 3x3 32->32 16x16", 32, 32, 16, 3, 1, 1, act="relu"),
+    Case("resnet 3x3 128->128 4x4", 128, 128, 4, 3, 1, 1, act="relu"),
+    Case("resnet 3x3 s2 128->256 4x4", 128, 256, 4, 3, 2, 1, act="relu"),
+    Case("resnet 3x3 s2 32->64 16x16", 32, 64, 16, 3, 2, 1, act="relu"),
+    Case("resnet 3x3 s2 64->128 8x8", 64, 128, 8, 3, 2, 1, act="relu"),
+    Case("resnet maxpool 3x3 s2 32x32x32", 32, 0, 32, 3, 2, 1),
+    Case("efficientnet 1x1 16->640 16x16 silu", 16, 640, 16, 1, act="silu"),
+    Case("efficientnet 1x1 16->640 16x16", 16, 640, 16, 1),
+    Case("efficientnet stem 3x3 s2 3->16 64x64", 3, 16, 64, 3, 2, 1, act="silu"),
+    Case("efficientnet 1x1 8->32 32x32", 8, 32, 32, 1, act="silu"),
+    Case("mobilenet_v2 stem 3x3 s2 3->16 64x64", 3, 16, 64, 3, 2, 1, act="relu6"),
+    Case("mobilenet_v2 1x1 112->1280 2x2", 112, 1280, 2, 1, act="relu6"),
+    Case("mobilenet_v2 1x1 8->48 32x32", 8, 48, 32, 1, act="relu6"),
+    Case("mobilevit 3x3 64->32 8x8", 64, 32, 8, 3, 1, 1, act="silu"),
+    Case("mobilevit 1x1 16->32 32x32", 16, 32, 32, 1, act="silu"),
+    Case("mobilevit 3x3 80->40 4x4", 80, 40, 4, 3, 1, 1, act="silu"),
+    Case("mobilevit 3x3 32->32 8x8", 32, 32, 8, 3, 1, 1, act="silu"),
+    Case("mobilevit 3x3 96->48 2x2", 96, 48, 2, 3, 1, 1, act="silu"),
+    Case("segformer 7x7 s4 3->32 64x64", 3, 32, 64, 7, 4, 3),
+    Case("segformer 3x3 s2 32->64 16x16", 32, 64, 16, 3, 2, 1),
+    Case("convnext patchify 4x4 s4 3->32 64x64", 3, 32, 64, 4, 4),
+    Case("convnext 2x2 s2 32->64 16x16", 32, 64, 16, 2, 2),
+    Case("regnet 3x3 s2 g2 16->16 32x32", 16, 16, 32, 3, 2, 1, groups=2, act="relu"),
+    Case("regnet 3x3 s2 g4 32->32 16x16", 32, 32, 16, 3, 2, 1, groups=4, act="relu"),
+    _dw("dw 3x3 336x2x2", 336, 2, 3, act="relu6"),
+    _dw("dw 3x3 192x4x4", 192, 4, 3, act="relu6"),
+    _dw("dw 3x3 s2 192x4x4", 192, 4, 3, 2, act="relu6"),
+    _dw("dw 3x3 s2 48x32x32", 48, 32, 3, 2, act="relu6"),
+    _dw("dw 3x3 16x32x32", 16, 32, 3, act="silu"),
+    _dw("dw 3x3 48x16x16", 48, 16, 3, act="relu6"),
+    _dw("dw 7x7 32x16x16", 32, 16, 7),
+    _dw("dw 7x7 64x8x8", 64, 8, 7),
+    _dw("dw 5x5 s2 32x32x32", 32, 32, 5, 2, act="silu"),
+]
+
+
+def _activation_nodes(helper, act: str, x: str, y: str) -> list:
+    """ONNX nodes computing y = act(x), as exporters write them."""
+    if act == "relu":
+        return [helper.make_node("Relu", [x], [y])]
+    if act == "relu6":
+        return [helper.make_node("Clip", [x, "zero", "six"], [y])]
+    if act == "silu":
+        return [helper.make_node("Sigmoid", [x], ["sig"]), helper.make_node("Mul", [x, "sig"], [y])]
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def onnx_model(case: Case, seed: int = 0):
+    """The case as a one-conv (or one-pool) ONNX ModelProto with random weights."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    n_out = case.o or case.c
+    pads = [case.pad] * 4
+    inits, nodes = [], []
+    conv_out = "y" if case.act == "none" else "conv"
+    if case.o == 0:
+        nodes.append(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[case.k] * 2,
+                                      strides=[case.stride] * 2, pads=pads))
+    else:
+        fan_in = case.c // case.groups * case.k * case.k
+        weight = rng.standard_normal((case.o, case.c // case.groups, case.k, case.k))
+        weight = (weight / math.sqrt(fan_in)).astype(np.float32)
+        bias = (0.1 * rng.standard_normal(case.o)).astype(np.float32)
+        inits += [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")]
+        nodes.append(helper.make_node("Conv", ["x", "w", "b"], [conv_out],
+                                      kernel_shape=[case.k] * 2, strides=[case.stride] * 2,
+                                      pads=pads, group=case.groups))
+        if case.act != "none":
+            if case.act == "relu6":
+                inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                          numpy_helper.from_array(np.array(6, np.float32), "six")]
+            nodes += _activation_nodes(helper, case.act, conv_out, "y")
+    out_hw = (case.hw + 2 * case.pad - case.k) // case.stride + 1
+    graph = helper.make_graph(
+        nodes, "one_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, case.c, case.hw, case.hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out, out_hw, out_hw])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def measure(case: Case, threads: int, repeat: int, tmp: Path) -> dict:
+    import legato
+    from legato.frontends import onnx as onnx_frontend
+    model = onnx_model(case)
+    path = tmp / "case.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(1).standard_normal((1, case.c, case.hw, case.hw)).astype(np.float32)
+    session = ort_session(path, threads)
+    feeds = {session.get_inputs()[0].name: x}
+    compiled = legato.compile(onnx_frontend.load(model), "c_kernels")
+    want = session.run(None, feeds)[0]
+    got = np.asarray(compiled(x))
+    error = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    ort_us = 1e3 * median_ms(session.run, None, feeds, repeat=repeat)
+    ck_us = 1e3 * median_ms(compiled, x, repeat=repeat)
+    return {"c_kernels": ck_us, "onnxruntime": ort_us, "error": error}
+
+
+def main(argv=None) -> int:
+    import tempfile
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="threads for both (default 1)")
+    parser.add_argument("--repeat", type=int, default=50, help="timed calls per figure")
+    parser.add_argument("--cases", help="comma-separated words; cases whose name has one")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LEGATO_NUM_THREADS", str(args.threads))
+    words = args.cases.split(",") if args.cases else None
+    cases = [c for c in CASES if words is None or any(w in c.name for w in words)]
+    if not cases:
+        parser.error(f"no case matches {args.cases!r}")
+    print(f"threads: {args.threads}")
+    print(f"{'case':<40} {'c_k us':>8} {'ort us':>8} {'ort/c_k':>8} {'rel err':>9}")
+    ratios, worst = [], 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            row = measure(case, args.threads, args.repeat, Path(tmp))
+            ratio = row["onnxruntime"] / row["c_kernels"]
+            ratios.append(ratio)
+            worst = max(worst, row["error"])
+            print(f"{case.name:<40} {row['c_kernels']:>8.1f} {row['onnxruntime']:>8.1f} "
+                  f"{ratio:>8.2f} {row['error']:>9.1e}", flush=True)
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"geometric mean ort/c_k over {len(ratios)} cases: {geomean:.2f}; "
+          f"largest rel err {worst:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
