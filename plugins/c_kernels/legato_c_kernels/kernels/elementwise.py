@@ -7,11 +7,18 @@ lists at import, so an op added to the C tables is a kernel without any Python c
 An op with variants takes the attribute as a keyword (default: the op's default in the
 core registry) and picks the variant by its value, as ``str(value)``.
 
+Integer tensors: the arithmetic ops numpy computes with the same wrap-around as the op
+definitions (add, subtract, multiply, maximum, minimum, negative, abs) also take integer
+inputs (int8 to int64, uint8), as numpy ufuncs bound once to the planned buffers (a position-id or mask
+computation is a chain of such steps on a few dozen elements, where the cost of a step is
+its dispatch).
+
 Also the strided copy: ``permute_dims``.
 """
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import keyword
 from collections.abc import Callable, Sequence
@@ -171,8 +178,68 @@ def _make(op: str, variants: dict[tuple, int], arity: int) -> Callable[..., Arra
     return bound(kernel, plan)
 
 
-UNARY: dict[str, Callable[..., Array]] = {op: _make(op, v, 1) for op, v in _UNARY_OPS.items()}
-BINARY: dict[str, Callable[..., Array]] = {op: _make(op, v, 2) for op, v in _BINARY_OPS.items()}
+# ---------------------------------------------------------------------------------
+# integers
+
+
+# ops whose numpy ufunc computes the op definition on integers (wrap-around included)
+INTEGER_UFUNCS: dict[str, np.ufunc] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+    "maximum": np.maximum, "minimum": np.minimum, "negative": np.negative, "abs": np.absolute,
+}
+INTEGER_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})
+
+
+def _integer_operands(op: str, inputs: tuple, out: Optional[Array]) -> Optional[Array]:
+    """None for float32 operands (the C kernel's); else the checked result array of
+    integer operands of one dtype (a fresh one without `out`)."""
+    dtypes = {getattr(x, "dtype", None) for x in inputs}
+    if len(dtypes) == 1 and str(next(iter(dtypes))) not in INTEGER_DTYPES:
+        return None
+    if len(dtypes) != 1 or not all(isinstance(x, np.ndarray) for x in inputs):
+        raise error(op, "inputs must be ndarrays of one dtype (float32 or an integer dtype), got "
+                        + ", ".join(str(getattr(x, "dtype", type(x).__name__)) for x in inputs))
+    shape = broadcast_shape(op, *(x.shape for x in inputs))
+    dtype = inputs[0].dtype
+    if out is None:
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+        raise error(op, f"out must be a {dtype} array of shape {shape}, got "
+                        f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    return out
+
+
+def _with_integers(op: str, kernel: Callable[..., Array]) -> Callable[..., Array]:
+    """The float32 kernel, extended to integer operands by the op's numpy ufunc."""
+    ufunc = INTEGER_UFUNCS.get(op)
+    if ufunc is None:
+        return kernel
+    float_kernel, float_bind = kernel, kernel.bind
+
+    def dispatch(*inputs: Any, out: Optional[Array] = None, **attrs: Any) -> Array:
+        result = _integer_operands(op, inputs, out)
+        if result is None:
+            return float_kernel(*inputs, out=out, **attrs)
+        return ufunc(*inputs, out=result)
+
+    def bind(*inputs: Any, out: Array, **attrs: Any) -> Callable[[], None]:
+        if _integer_operands(op, inputs, out) is None:
+            return float_bind(*inputs, out=out, **attrs)
+        if ufunc in (np.maximum, np.minimum):  # numpy deprecates their positional out
+            return functools.partial(ufunc, *inputs, out=out)
+        return functools.partial(ufunc, *inputs, out)  # positional out: the cheapest call
+
+    functools.update_wrapper(dispatch, float_kernel)
+    dispatch.__signature__ = float_kernel.__signature__
+    dispatch.__doc__ = float_kernel.__doc__.replace("(float32)", "(float32 or integers)")
+    dispatch.bind = bind
+    return dispatch
+
+
+UNARY: dict[str, Callable[..., Array]] = {
+    op: _with_integers(op, _make(op, v, 1)) for op, v in _UNARY_OPS.items()}
+BINARY: dict[str, Callable[..., Array]] = {
+    op: _with_integers(op, _make(op, v, 2)) for op, v in _BINARY_OPS.items()}
 
 
 # ---------------------------------------------------------------------------------
