@@ -1,15 +1,23 @@
 /*
  * depthwise.c - direct depthwise conv2d (one input channel per group), NCHW.
  *
- * Depthwise convs skip im2col and GEMM: each tap is one pass along an output row
- * (vectorised along x), as in pooling. The caller (lgk_conv2d_nchw) has checked
- * the shapes and buffer sizes.
+ * Depthwise convs skip im2col and GEMM. Two forms:
+ *  - channel bands (most convs): 16 output channels at once, one per vector lane.
+ *    The input rows a strip of output rows reads are transposed to pixel-major
+ *    order (16 channels per pixel) in scratch, with zeros where the padding is;
+ *    each tap is then one vector multiply-add per output pixel whatever the map
+ *    size, stride or dilation, and the result is transposed back to NCHW.
+ *    Small maps (2x2..8x8) keep every lane busy, where a plane at a time would
+ *    pay its per-plane setup for a handful of pixels.
+ *  - planes (few channels on wide maps): one plane at a time from a zero-padded
+ *    copy, vectorised along x, as in pooling.
+ * The caller (lgk_conv2d_nchw) has checked the shapes and buffer sizes.
  */
 #include <string.h>
 
 #include "lgk_internal.h"
 
-/* ---- depthwise: direct ------------------------------------------------------------ */
+/* ---- planes: one plane at a time, vectorised along x ------------------------------ */
 
 /* A depthwise step computes DW_ROWS output rows x DW_LANES pixels at once, in
  * registers, over every tap: independent accumulators hide the FMA latency. */
@@ -115,7 +123,295 @@ static int dw_planes(void *ctx, int64_t begin, int64_t end)
     return LGK_OK;
 }
 
-/* Planes below this many multiply-adds per thread are not worth a thread. */
+/* ---- channel bands: 16 channels per vector, pixel-major scratch ------------------- */
+
+#define CB_LANES 16 /* channels of a band: one vector */
+#define CB_PIX 8    /* output pixels per register block: independent accumulators */
+
+typedef float cb_vec __attribute__((vector_size(CB_LANES * sizeof(float))));
+typedef int cb_mask __attribute__((vector_size(CB_LANES * sizeof(int))));
+
+#if defined(__clang__)
+#define CB_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define CB_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (cb_mask){__VA_ARGS__})
+#endif
+
+/* One step of the 16x16 transpose of v[0..15] (rows): for each pair of rows s apart,
+ * swap the off-diagonal s x s blocks. After the steps for s = 8, 4, 2, 1 each v[i]
+ * holds column i. */
+#if defined(__clang__)
+#define CB_UNROLL _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define CB_UNROLL _Pragma("GCC unroll 16")
+#else
+#define CB_UNROLL
+#endif
+
+#define CB_STEP(s, lo, hi)                                      \
+    CB_UNROLL                                                   \
+    for (int i = 0; i < CB_LANES; ++i)                          \
+        if (!(i & (s))) {                                       \
+            cb_vec a_ = v[i], b_ = v[i + (s)];                  \
+            v[i] = CB_SHUFFLE(a_, b_, lo);                      \
+            v[i + (s)] = CB_SHUFFLE(a_, b_, hi);                \
+        }
+#define CB_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define CB_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define CB_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define CB_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define CB_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define CB_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define CB_L1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define CB_H1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+
+static inline __attribute__((always_inline)) void cb_transpose(cb_vec *v)
+{
+    CB_STEP(8, CB_L8, CB_H8)
+    CB_STEP(4, CB_L4, CB_H4)
+    CB_STEP(2, CB_L2, CB_H2)
+    CB_STEP(1, CB_L1, CB_H1)
+}
+
+typedef struct {
+    const lgk_conv2d_params *p;
+    int64_t oh, ow, og;   /* og: filters per input channel (the depth multiplier) */
+    int64_t bands, strips, strip_rows; /* a unit of work: (image, band, strip) */
+    int64_t tw;           /* pixels per scratch row: the reach of the taps along x */
+    int64_t t_floats, o_floats; /* scratch of the input rows / outputs of a strip */
+    const float *x, *w, *bias;
+    float *y;
+    int activation;
+} cb_job;
+
+/* The scratch row t (padded input row r0 + t, r0 possibly negative) of `nr` rows:
+ * zeros outside the input, input pixels `lanes`-channel transposed inside. */
+static inline __attribute__((always_inline)) void
+cb_fill(const cb_job *j, const float *const *src, int64_t r0, int64_t nr, float *t)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t tw = j->tw, pl = p->pad_left, row = tw * CB_LANES;
+    int64_t valid = LGK_MAX((int64_t)0, LGK_MIN(p->w, tw - pl)); /* input columns used */
+    int64_t iy_lo = LGK_MAX((int64_t)0, r0), iy_hi = LGK_MIN(p->h, r0 + nr);
+    if (valid == 0 || iy_lo >= iy_hi) {
+        memset(t, 0, (size_t)(nr * row) * sizeof(float));
+        return;
+    }
+    if (iy_lo > r0)
+        memset(t, 0, (size_t)((iy_lo - r0) * row) * sizeof(float));
+    if (r0 + nr > iy_hi)
+        memset(t + (iy_hi - r0) * row, 0, (size_t)((r0 + nr - iy_hi) * row) * sizeof(float));
+    for (int64_t iy = iy_lo; iy < iy_hi; ++iy) {
+        float *tr = t + (iy - r0) * row;
+        memset(tr, 0, (size_t)(LGK_MIN(pl, tw) * CB_LANES) * sizeof(float));
+        if (pl + valid < tw)
+            memset(tr + (pl + valid) * CB_LANES, 0,
+                   (size_t)((tw - pl - valid) * CB_LANES) * sizeof(float));
+    }
+    /* The rows iy_lo..iy_hi are contiguous in each plane: transpose them as one run
+     * of pixels, 16 at a time, each pixel stored at its place in the scratch. */
+    int64_t q = iy_lo * p->w, end = iy_hi * p->w, iy = iy_lo, ix = 0;
+    float *dst = t + (iy - r0) * row + pl * CB_LANES;
+    for (; q + CB_LANES <= end; q += CB_LANES) {
+        cb_vec v[CB_LANES];
+        CB_UNROLL
+        for (int l = 0; l < CB_LANES; ++l)
+            memcpy(&v[l], src[l] + q, sizeof v[l]);
+        cb_transpose(v);
+        CB_UNROLL
+        for (int k = 0; k < CB_LANES; ++k) {
+            if (ix < valid)
+                memcpy(dst + ix * CB_LANES, &v[k], sizeof v[k]);
+            if (++ix == p->w)
+                ix = 0, dst += row;
+        }
+    }
+    for (; q < end; ++q) {
+        if (ix < valid)
+            for (int l = 0; l < CB_LANES; ++l)
+                dst[ix * CB_LANES + l] = src[l][q];
+        if (++ix == p->w)
+            ix = 0, dst += row;
+    }
+}
+
+/* acc[k] = bias + every tap of the output pixel whose first tap is at base[k]. */
+static inline __attribute__((always_inline)) void
+cb_taps(cb_vec *acc, const float *const *base, const float *wp, const cb_vec *bias,
+        const lgk_conv2d_params *p, int64_t tw)
+{
+    for (int k = 0; k < CB_PIX; ++k)
+        acc[k] = *bias;
+    int64_t dy = p->dilation_h * tw * CB_LANES, dx = p->dilation_w * CB_LANES;
+    for (int64_t ki = 0; ki < p->kh; ++ki)
+        for (int64_t kj = 0; kj < p->kw; ++kj) {
+            cb_vec wv;
+            memcpy(&wv, wp + (ki * p->kw + kj) * CB_LANES, sizeof wv);
+            int64_t off = ki * dy + kj * dx;
+            for (int k = 0; k < CB_PIX; ++k) {
+                cb_vec v;
+                memcpy(&v, base[k] + off, sizeof v);
+                acc[k] += wv * v;
+            }
+        }
+}
+
+/* As cb_taps for CB_PIX pixels side by side in one output row, `step` floats apart
+ * in the scratch (a constant where inlined: the stride times CB_LANES). */
+static inline __attribute__((always_inline)) void
+cb_taps_row(cb_vec *acc, const float *base, int64_t step, const float *wp, const cb_vec *bias,
+            const lgk_conv2d_params *p, int64_t tw)
+{
+    for (int k = 0; k < CB_PIX; ++k)
+        acc[k] = *bias;
+    int64_t dy = p->dilation_h * tw * CB_LANES, dx = p->dilation_w * CB_LANES;
+    for (int64_t ki = 0; ki < p->kh; ++ki)
+        for (int64_t kj = 0; kj < p->kw; ++kj) {
+            cb_vec wv;
+            memcpy(&wv, wp + (ki * p->kw + kj) * CB_LANES, sizeof wv);
+            const float *s = base + ki * dy + kj * dx;
+            for (int k = 0; k < CB_PIX; ++k) {
+                cb_vec v;
+                memcpy(&v, s + k * step, sizeof v);
+                acc[k] += wv * v;
+            }
+        }
+}
+
+/* The `rows` output rows of a strip, pixel-major into o, from the scratch rows t. */
+static inline __attribute__((always_inline)) void
+cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias, int64_t rows,
+           float *o)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t ow = j->ow, npix = rows * ow, tw = j->tw;
+    int64_t ystep = p->stride_h * tw * CB_LANES, xstep = p->stride_w * CB_LANES;
+    int64_t oy = 0, ox = 0; /* of pixel q */
+    for (int64_t q = 0; q < npix; q += CB_PIX) {
+        cb_vec acc[CB_PIX];
+        if (ox + CB_PIX <= ow) {
+            const float *base = t + oy * ystep + ox * xstep;
+            if (p->stride_w == 1)
+                cb_taps_row(acc, base, CB_LANES, wp, bias, p, tw);
+            else if (p->stride_w == 2)
+                cb_taps_row(acc, base, 2 * CB_LANES, wp, bias, p, tw);
+            else
+                cb_taps_row(acc, base, xstep, wp, bias, p, tw);
+            ox += CB_PIX;
+            if (ox == ow)
+                ox = 0, ++oy;
+        } else { /* the block wraps to the next row or ends the strip */
+            const float *base[CB_PIX];
+            for (int k = 0; k < CB_PIX; ++k) {
+                base[k] = t + oy * ystep + ox * xstep; /* past the end: the last again */
+                if (q + k + 1 < npix && ++ox == ow)
+                    ox = 0, ++oy;
+            }
+            cb_taps(acc, base, wp, bias, p, tw);
+        }
+        if (q + CB_PIX <= npix) /* a constant count: stores straight from registers */
+            for (int k = 0; k < CB_PIX; ++k)
+                memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
+        else
+            for (int64_t k = 0; k < npix - q; ++k)
+                memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
+    }
+}
+
+/* The pixel-major outputs o (npix pixels) into the first `lanes` planes dst[l]. */
+static inline __attribute__((always_inline)) void
+cb_store(const float *o, int64_t npix, int lanes, float *const *dst)
+{
+    int64_t q = 0;
+    for (; q + CB_LANES <= npix; q += CB_LANES) {
+        cb_vec v[CB_LANES];
+        memcpy(v, o + q * CB_LANES, sizeof v);
+        cb_transpose(v);
+        if (lanes == CB_LANES) { /* a constant count keeps v in registers */
+            CB_UNROLL
+            for (int l = 0; l < CB_LANES; ++l)
+                memcpy(dst[l] + q, &v[l], sizeof v[l]);
+        } else {
+            for (int l = 0; l < lanes; ++l)
+                memcpy(dst[l] + q, &v[l], sizeof v[l]);
+        }
+    }
+    for (; q < npix; ++q)
+        for (int l = 0; l < lanes; ++l)
+            dst[l][q] = o[q * CB_LANES + l];
+}
+
+/* One unit: the band's 16 (or fewer, the last band) filters over one strip of output
+ * rows of one image. Scratch: input rows, outputs, weights, bias. */
+LGK_CLONES static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t strip = unit % j->strips, band = unit / j->strips % j->bands;
+    int64_t img = unit / j->strips / j->bands, taps = p->kh * p->kw;
+    int64_t o0 = band * CB_LANES, oy0 = strip * j->strip_rows;
+    int64_t rows = LGK_MIN(j->strip_rows, j->oh - oy0), plane = j->oh * j->ow;
+    int lanes = (int)LGK_MIN((int64_t)CB_LANES, p->o - o0);
+    float *t = scratch, *o = t + j->t_floats, *wp = o + j->o_floats;
+    cb_vec bias;
+    const float *src[CB_LANES];
+    float *dst[CB_LANES];
+    for (int l = 0; l < CB_LANES; ++l) {
+        int64_t oc = o0 + LGK_MIN(l, lanes - 1); /* spare lanes repeat the last filter */
+        for (int64_t k = 0; k < taps; ++k)
+            wp[k * CB_LANES + l] = j->w[oc * taps + k];
+        bias[l] = j->bias != NULL ? j->bias[oc] : 0.0f;
+        src[l] = j->x + (img * p->c + oc / j->og) * p->h * p->w;
+        dst[l] = j->y + (img * p->o + oc) * plane + oy0 * j->ow;
+    }
+    int64_t nr = (rows - 1) * p->stride_h + (p->kh - 1) * p->dilation_h + 1;
+    cb_fill(j, src, oy0 * p->stride_h - p->pad_top, nr, t);
+    cb_compute(j, t, wp, &bias, rows, o);
+    lgk_activate(j->activation, o, rows * j->ow * CB_LANES);
+    cb_store(o, rows * j->ow, lanes, dst);
+}
+
+static int cb_units(void *ctx, int64_t begin, int64_t end)
+{
+    const cb_job *j = ctx;
+    lgk_scratch s = {NULL, 0};
+    int64_t taps = j->p->kh * j->p->kw;
+    LGK_TRY(lgk_scratch_acquire(j->t_floats + j->o_floats + taps * CB_LANES, &s));
+    for (int64_t unit = begin; unit < end; ++unit)
+        cb_unit(j, unit, s.data);
+    lgk_scratch_release(&s);
+    return LGK_OK;
+}
+
+/* Scratch rows of a strip (floats) stay within this, so they stay in L2. */
+#define CB_STRIP_FLOATS 32768
+
+/* Plans the bands and strips of a depthwise conv into *j. */
+static int cb_plan(cb_job *j, int nthreads)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t reach_w, row, taps_h, rows, units, floats;
+    LGK_TRY(lgk_mul(j->ow - 1, p->stride_w, &reach_w));
+    LGK_TRY(lgk_add(reach_w, (p->kw - 1) * p->dilation_w + 1, &j->tw));
+    LGK_TRY(lgk_mul(j->tw, CB_LANES, &row));
+    taps_h = (p->kh - 1) * p->dilation_h + 1;
+    /* as many output rows as keep the input rows within budget, at least one */
+    rows = (CB_STRIP_FLOATS / row - taps_h) / p->stride_h + 1;
+    rows = LGK_MAX((int64_t)1, LGK_MIN(rows, j->oh));
+    j->bands = (p->o + CB_LANES - 1) / CB_LANES;
+    units = p->n * j->bands;
+    if (units < nthreads) /* one image, few bands: the threads split the rows */
+        rows = LGK_MAX((int64_t)1, LGK_MIN(rows, (j->oh + nthreads - 1) / nthreads));
+    j->strip_rows = rows;
+    j->strips = (j->oh + rows - 1) / rows;
+    LGK_TRY(lgk_mul(row, (rows - 1) * p->stride_h + taps_h, &j->t_floats));
+    LGK_TRY(lgk_mul(rows * j->ow, CB_LANES, &j->o_floats));
+    LGK_TRY(lgk_add(j->t_floats, j->o_floats, &floats));
+    return lgk_add(floats, p->kh * p->kw * CB_LANES, &floats);
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+/* Work items below this many multiply-adds per thread are not worth a thread. */
 #define DW_MIN_WORK_PER_THREAD 32768
 
 /* Extent of the padded plane along one dim: the padded input, and every tap of the
@@ -131,9 +427,9 @@ static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int
     return LGK_OK;
 }
 
-int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
-                         const float *w, const float *bias, float *y, int activation,
-                         int nthreads)
+static int dw_by_planes(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
+                        const float *w, const float *bias, float *y, int activation,
+                        int threads)
 {
     int64_t ph, pw, count;
     LGK_TRY(dw_extent(p->h, p->pad_top + p->pad_bottom, oh, DW_ROWS, p->stride_h, p->kh,
@@ -142,8 +438,24 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
                       p->dilation_w, DW_LANES, &pw));
     LGK_TRY(lgk_mul(ph, pw, &count));
     dw_job j = {p, oh, ow, p->o / p->c, ph, pw, x, w, bias, y, activation};
-    int64_t planes = p->n * p->o, work = planes * oh * ow * p->kh * p->kw;
+    return lgk_parallel_for(threads, p->n * p->o, 1, dw_planes, &j);
+}
+
+/* Bands need this many filters to fill most of their lanes; with fewer, wide maps
+ * go plane by plane (their rows fill the vectors instead). */
+#define CB_MIN_FILTERS 8
+#define CB_WIDE_MAP 16
+
+int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
+                         const float *w, const float *bias, float *y, int activation,
+                         int nthreads)
+{
+    int64_t work = p->n * p->o * oh * ow * p->kh * p->kw;
     int threads = (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads,
                                                    work / DW_MIN_WORK_PER_THREAD));
-    return lgk_parallel_for(threads, planes, 1, dw_planes, &j);
+    if (p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP)
+        return dw_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
+    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, x, w, bias, y, activation};
+    LGK_TRY(cb_plan(&j, threads));
+    return lgk_parallel_for(threads, p->n * j.bands * j.strips, 1, cb_units, &j);
 }
