@@ -231,6 +231,53 @@ static const binary_fn binary_fns[BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_ENTRY
 #define BINARY_NAME(id, opname, expr) [BINARY_##id] = opname,
 static const char *const binary_names[BINARY_COUNT] = {LGK_BINARY_TABLE(BINARY_NAME)};
 
+/* power with one exponent for a whole line (a scalar or a broadcast exponent, e.g. the
+ * x ** 3 of tanh-gelu): small integers by multiplication, halves by sqrt, else powf. The
+ * special values follow powf: x ** 0 is 1 (NaN included), sqrt keeps -0 and -inf apart
+ * from pow (pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf, pow(-0, -0.5) = +inf). */
+static inline __attribute__((always_inline)) void power_line(int64_t n, const float *x,
+                                                              int64_t sx, float b, float *out)
+{
+#define POWER_LOOP(expr)                                                      \
+    do {                                                                      \
+        for (int64_t i = 0; i < n; ++i) {                                     \
+            float a = x[i * sx];                                              \
+            out[i] = (expr);                                                  \
+        }                                                                     \
+    } while (0)
+    if (b == 1.0f)
+        POWER_LOOP(a);
+    else if (b == 2.0f)
+        POWER_LOOP(a * a);
+    else if (b == 3.0f)
+        POWER_LOOP(a * a * a);
+    else if (b == 4.0f)
+        POWER_LOOP((a * a) * (a * a));
+    else if (b == 0.0f)
+        POWER_LOOP(((void)a, 1.0f));
+    else if (b == -1.0f)
+        POWER_LOOP(1.0f / a);
+    else if (b == -2.0f)
+        POWER_LOOP(1.0f / (a * a));
+    else if (b == 0.5f)
+        POWER_LOOP(a == -INFINITY ? INFINITY : sqrtf(a) + 0.0f);
+    else if (b == -0.5f)
+        POWER_LOOP(a == 0.0f ? INFINITY : a == -INFINITY ? 0.0f : 1.0f / sqrtf(a));
+    else
+        POWER_LOOP(powf(a, b));
+#undef POWER_LOOP
+}
+
+/* The unit-stride line gets its own copy, so that it vectorizes. */
+LGK_CLONES static void power_by_scalar(int64_t n, const float *x, int64_t sx, float b,
+                                       float *out)
+{
+    if (sx == 1)
+        power_line(n, x, 1, b, out);
+    else
+        power_line(n, x, sx, b, out);
+}
+
 int lgk_binary_count(void) { return BINARY_COUNT; }
 
 const char *lgk_binary_name(int op)
@@ -256,6 +303,13 @@ int lgk_binary(int op, int ndim, const int64_t *shape,
     int last = l.ndim - 1;
     int64_t idx[LGK_MAX_NDIM] = {0}, off[MAX_OPERANDS] = {0};
     binary_fn fn = binary_fns[op];
+    if (op == BINARY_power && l.strides[2][last] == 0) { /* one exponent per line */
+        do {
+            power_by_scalar(l.shape[last], a + off[1], l.strides[1][last], b[off[2]],
+                            out + off[0]);
+        } while (nd_next(&l, last, idx, off));
+        return LGK_OK;
+    }
     do {
         fn(l.shape[last], a + off[1], l.strides[1][last], b + off[2], l.strides[2][last],
            out + off[0]);
