@@ -21,8 +21,6 @@
 
 #include "lgk_internal.h"
 
-/* im2col scratch budget in floats (16 MiB); bigger problems go in row bands. */
-#define COL_BUDGET ((int64_t)1 << 22)
 
 /* Outputs o in [*lo, *hi) whose tap o * stride + offset lies in [0, size). */
 static void valid_range(int64_t size, int64_t n_out, int64_t stride, int64_t offset,
@@ -77,62 +75,31 @@ int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow)
     return LGK_OK;
 }
 
+/* Panel scratch budget in floats (4 MiB, the largest block the scratch pool keeps);
+ * bigger problems go in bands of output rows. */
+#define PANEL_BUDGET ((int64_t)1 << 20)
+
+/*
+ * im2col through phases. With strides (sh, sw) the zero-padded input of each channel
+ * is split into sh * sw phase planes: plane (c, py, px) holds padded rows py, py + sh,
+ * ... and columns px, px + sw, ... (hq x wq floats, then zero slack). A tap (ki, kj)
+ * of every output pixel then reads one phase plane at one fixed offset, if the output
+ * is indexed "wide", q = oy * wq + ox: the GEMM runs over all oh * wq wide pixels (the
+ * ox >= ow ones are computed and dropped), and one K row of a packed panel sliver is a
+ * single contiguous copy, whatever the padding, stride or dilation.
+ */
 typedef struct {
     const lgk_conv2d_params *p;
-    int64_t oh, ow, cg, og, kg; /* kg = cg * kh * kw: the GEMM's K */
-    int64_t band;               /* output rows per im2col band */
-    const float *x, *w, *bias;
+    int64_t oh, ow, cg, og, kg;    /* kg = cg * kh * kw: the GEMM's K */
+    int64_t hq, wq, phase_plane;   /* phase plane rows, columns and floats (with slack) */
+    int64_t band_rows;             /* output rows per band */
+    const float *x, *w, *bias;     /* w: OIHW weights, or packed panels (header skipped) */
     float *y;
     int activation, gemm_threads;
+    int by_pixels; /* rows of the GEMM: 0 filters (into NCHW), 1 pixels (transposed after) */
+    int packed;    /* w holds packed panels */
+    lgk_panel_layout layout;
 } conv_job;
-
-/* Kernel widths up to this get their valid output ranges computed once per band. */
-#define IM2COL_MAX_KW 32
-
-/* Unrolls output rows [oy0, oy1) of one group's input planes into col,
- * row (c, ki, kj) holding the tap x[c, iy, ix] for every output pixel. The
- * valid range of each kernel column is the same for every channel and row:
- * computed once (its divisions cost more than a small map's copies). */
-static void im2col(const conv_job *j, const float *x, int64_t oy0, int64_t oy1, float *col)
-{
-    const lgk_conv2d_params *p = j->p;
-    int64_t ncols = (oy1 - oy0) * j->ow, ow = j->ow;
-    window kx[IM2COL_MAX_KW];
-    int cached = p->kw <= IM2COL_MAX_KW;
-    for (int64_t kj = 0; cached && kj < p->kw; ++kj)
-        valid_range(p->w, ow, p->stride_w, kj * p->dilation_w - p->pad_left, &kx[kj].lo,
-                    &kx[kj].hi);
-    for (int64_t c = 0; c < j->cg; ++c)
-        for (int64_t ki = 0; ki < p->kh; ++ki)
-            for (int64_t kj = 0; kj < p->kw; ++kj, col += ncols) {
-                int64_t xlo, xhi, off_x = kj * p->dilation_w - p->pad_left;
-                if (cached)
-                    xlo = kx[kj].lo, xhi = kx[kj].hi;
-                else
-                    valid_range(p->w, ow, p->stride_w, off_x, &xlo, &xhi);
-                for (int64_t oy = oy0; oy < oy1; ++oy) {
-                    float *dst = col + (oy - oy0) * ow;
-                    int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
-                    if (iy < 0 || iy >= p->h) {
-                        for (int64_t ox = 0; ox < ow; ++ox)
-                            dst[ox] = 0.0f;
-                        continue;
-                    }
-                    /* Index, not pointer, arithmetic: off_x may be negative. */
-                    const float *src = x + (c * p->h + iy) * p->w;
-                    for (int64_t ox = 0; ox < xlo; ++ox)
-                        dst[ox] = 0.0f;
-                    if (p->stride_w == 1)
-                        for (int64_t ox = xlo; ox < xhi; ++ox)
-                            dst[ox] = src[ox + off_x];
-                    else
-                        for (int64_t ox = xlo; ox < xhi; ++ox)
-                            dst[ox] = src[ox * p->stride_w + off_x];
-                    for (int64_t ox = xhi; ox < ow; ++ox)
-                        dst[ox] = 0.0f;
-                }
-            }
-}
 
 static int is_pointwise(const lgk_conv2d_params *p)
 {
@@ -140,27 +107,160 @@ static int is_pointwise(const lgk_conv2d_params *p)
            && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0;
 }
 
-/* One image, one group: y_g (og x oh*ow) = w_g (og x kg) @ im2col(x_g). */
-static int conv_group(const conv_job *j, int64_t img, int64_t g, float *col)
+/* d[ox] = src[ox * stride + off_x] for ox in [a, b): a constant stride lets the
+ * compiler vectorize the gather with shuffles. */
+#define GATHER(stride) for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * (stride) + off_x]
+
+/* The phase planes of one group's input xg into ph (see above). */
+LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq;
+    for (int64_t px = 0; px < sw; ++px) {
+        /* Phase columns whose input column ox * sw + off_x lies inside the input. */
+        int64_t a, b, off_x = px - p->pad_left;
+        valid_range(p->w, wq, sw, off_x, &a, &b);
+        for (int64_t c = 0; c < j->cg; ++c)
+            for (int64_t py = 0; py < sh; ++py) {
+                float *d = ph + ((c * sh + py) * sw + px) * j->phase_plane;
+                for (int64_t i = 0; i < j->hq; ++i, d += wq) {
+                    int64_t iy = i * sh + py - p->pad_top;
+                    if (iy < 0 || iy >= p->h) {
+                        memset(d, 0, (size_t)wq * sizeof(float));
+                        continue;
+                    }
+                    /* Index, not pointer, arithmetic: off_x may be negative. */
+                    const float *src = xg + (c * p->h + iy) * p->w;
+                    for (int64_t ox = 0; ox < a; ++ox)
+                        d[ox] = 0.0f;
+                    if (sw == 1)
+                        GATHER(1);
+                    else if (sw == 2)
+                        GATHER(2);
+                    else if (sw == 4)
+                        GATHER(4);
+                    else
+                        GATHER(sw);
+                    for (int64_t ox = b; ox < wq; ++ox)
+                        d[ox] = 0.0f;
+                }
+                memset(d, 0, (size_t)(j->phase_plane - j->hq * wq) * sizeof(float));
+            }
+    }
+}
+
+/* n floats, with the panel widths in use as constants (inlined vector moves). */
+static inline void copy_floats(float *restrict d, const float *restrict s, int64_t n)
+{
+    switch (n) {
+    case 32: memcpy(d, s, 32 * sizeof(float)); break;
+    case 16: memcpy(d, s, 16 * sizeof(float)); break;
+    case 12: memcpy(d, s, 12 * sizeof(float)); break;
+    default: memcpy(d, s, (size_t)n * sizeof(float)); break;
+    }
+}
+
+/* Wide pixels [q0, q0 + n) of every tap into the GEMM's packed layout (see
+ * lgk_panel_layout) with slivers `width` pixels wide: the pixels are the GEMM's rows
+ * (A, width mr) or columns (B, width nr). Slivers past n copy the phase planes'
+ * following floats (inside their slack): rows or columns the GEMM never stores. */
+LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t q0, int64_t n,
+                                    int64_t width, float *panels)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t kc = j->layout.kc, npad = (n + width - 1) / width * width, k = 0;
+    int64_t sh = p->stride_h, sw = p->stride_w;
+    for (int64_t c = 0; c < j->cg; ++c)
+        for (int64_t ki = 0; ki < p->kh; ++ki)
+            for (int64_t kj = 0; kj < p->kw; ++kj, ++k) {
+                int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
+                const float *src = ph + ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
+                                   + ry / sh * j->wq + rx / sw + q0;
+                int64_t pc = k / kc * kc, depth = LGK_MIN(kc, j->kg - pc);
+                float *row = panels + pc * npad + (k - pc) * width;
+                for (int64_t s = 0; s < n; s += width)
+                    copy_floats(row + s * depth, src + s, width);
+            }
+}
+
+/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
+static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
+{
+    const int64_t block = 32;
+    for (int64_t i0 = 0; i0 < rows; i0 += block)
+        for (int64_t o0 = 0; o0 < cols; o0 += block) {
+            int64_t i1 = LGK_MIN(rows, i0 + block), o1 = LGK_MIN(cols, o0 + block);
+            for (int64_t o = o0; o < o1; ++o)
+                for (int64_t i = i0; i < i1; ++i)
+                    dst[o * ldd + i] = src[i * cols + o];
+        }
+}
+
+/* One image, one group, filters as the GEMM's rows: per band of output rows,
+ * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
+ * activation in the epilogue, straight into NCHW where no wide pixel is dropped,
+ * else through t. A 1x1 stride-1 unpadded conv multiplies the input in place. */
+static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, float *ph, float *panels,
+                           float *t)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
     const float *xg = j->x + (img * p->c + g * j->cg) * p->h * p->w;
-    const float *wg = j->w + g * j->og * j->kg;
     float *yg = j->y + (img * p->o + g * j->og) * plane;
     const float *bias = j->bias != NULL ? j->bias + g * j->og : NULL;
     int bias_mode = bias != NULL ? LGK_BIAS_ROW : LGK_BIAS_NONE;
-    int64_t y_len = j->og * plane;
-    if (is_pointwise(p))
-        return lgk_sgemm(j->og, plane, j->kg, wg, j->og * j->kg, j->kg, 1, xg, j->kg * plane,
-                         plane, 1, yg, y_len, plane, bias, j->og, bias_mode, j->activation,
-                         j->gemm_threads);
-    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band) {
-        int64_t oy1 = LGK_MIN(j->oh, oy0 + j->band), ncols = (oy1 - oy0) * j->ow;
-        im2col(j, xg, oy0, oy1, col);
-        LGK_TRY(lgk_sgemm(j->og, ncols, j->kg, wg, j->og * j->kg, j->kg, 1, col, j->kg * ncols,
-                          ncols, 1, yg + oy0 * j->ow, y_len - oy0 * j->ow, plane, bias, j->og,
-                          bias_mode, j->activation, j->gemm_threads));
+    lgk_operand w = {j->w + g * j->og * j->kg, j->kg, 1, NULL};
+    if (j->packed)
+        w = (lgk_operand){NULL, 0, 0, j->w};
+    if (is_pointwise(p)) {
+        lgk_operand b = {xg, plane, 1, NULL};
+        return lgk_sgemm_operands(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
+                                  j->activation, j->gemm_threads);
+    }
+    make_phases(j, xg, ph);
+    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
+        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->wq;
+        phase_panels(j, ph, oy0 * j->wq, n, j->layout.nr, panels);
+        lgk_operand b = {NULL, 0, 0, panels};
+        int direct = j->wq == j->ow;
+        LGK_TRY(lgk_sgemm_operands(j->og, n, j->kg, w, b, direct ? yg + oy0 * j->ow : t,
+                                   direct ? plane : n, bias, bias_mode, j->activation,
+                                   j->gemm_threads));
+        for (int64_t o = 0; o < j->og && !direct; ++o)
+            for (int64_t r = 0; r < rows; ++r)
+                memcpy(yg + o * plane + (oy0 + r) * j->ow, t + o * n + r * j->wq,
+                       (size_t)j->ow * sizeof(float));
+    }
+    return LGK_OK;
+}
+
+/* One image (groups == 1, weights packed as B = W^T), pixels as the GEMM's rows:
+ * per band, t (wide pixels x filters) = im2col^T @ W^T with the bias (per column)
+ * and activation in the epilogue, then t^T into the image's output. On small maps
+ * this keeps the GEMM's wide dimension the filter count and streams the weights once. */
+static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *panels, float *t)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t plane = j->oh * j->ow;
+    const float *xi = j->x + img * p->c * p->h * p->w;
+    float *yi = j->y + img * p->o * plane;
+    int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
+    lgk_operand w = {NULL, 0, 0, j->w};
+    int pointwise = is_pointwise(p);
+    if (!pointwise)
+        make_phases(j, xi, ph);
+    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
+        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->wq;
+        /* pointwise: x is already taps x pixels, and wq == ow */
+        lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
+        if (!pointwise) {
+            phase_panels(j, ph, oy0 * j->wq, n, j->layout.mr, panels);
+            a = (lgk_operand){NULL, 0, 0, panels};
+        }
+        LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, t, p->o, j->bias, bias_mode,
+                                   j->activation, j->gemm_threads));
+        for (int64_t r = 0; r < rows; ++r)
+            transpose_into(j->ow, p->o, t + r * j->wq * p->o, yi + (oy0 + r) * j->ow, plane);
     }
     return LGK_OK;
 }
@@ -168,14 +268,33 @@ static int conv_group(const conv_job *j, int64_t img, int64_t g, float *col)
 static int conv_images(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
-    lgk_scratch col = {NULL, 0};
-    if (!is_pointwise(j->p) && begin < end)
-        LGK_TRY(lgk_scratch_acquire(j->kg * j->band * j->ow, &col));
+    const lgk_conv2d_params *p = j->p;
+    lgk_scratch ph = {NULL, 0}, panels = {NULL, 0}, t = {NULL, 0};
+    if (begin >= end)
+        return LGK_OK;
+    int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
+    int64_t sizes[3] = {0, 0, 0}; /* phases, panels, t */
+    if (!is_pointwise(p)) {
+        sizes[0] = j->cg * p->stride_h * p->stride_w * j->phase_plane;
+        sizes[1] = j->kg * ((n + width - 1) / width * width);
+    }
+    if (j->by_pixels)
+        sizes[2] = n * p->o;
+    else if (j->wq != j->ow && !is_pointwise(p))
+        sizes[2] = j->og * n;
     int status = LGK_OK;
-    for (int64_t img = begin; img < end && status == LGK_OK; ++img)
-        for (int64_t g = 0; g < j->p->groups && status == LGK_OK; ++g)
-            status = conv_group(j, img, g, col.data);
-    lgk_scratch_release(&col);
+    lgk_scratch *blocks[3] = {&ph, &panels, &t};
+    for (int i = 0; i < 3 && status == LGK_OK; ++i)
+        if (sizes[i] > 0)
+            status = lgk_scratch_acquire(sizes[i], blocks[i]);
+    for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
+        if (j->by_pixels)
+            status = conv_by_pixels(j, img, ph.data, panels.data, t.data);
+        for (int64_t g = 0; g < p->groups && status == LGK_OK && !j->by_pixels; ++g)
+            status = conv_by_filters(j, img, g, ph.data, panels.data, t.data);
+    }
+    for (int i = 0; i < 3; ++i)
+        lgk_scratch_release(blocks[i]);
     return status;
 }
 
@@ -191,12 +310,59 @@ static int check_conv_buffers(const lgk_conv2d_params *p, int64_t oh, int64_t ow
     LGK_TRY(lgk_checked_count(2, wd, &nw));
     LGK_TRY(lgk_checked_count(4, yd, &ny));
     LGK_TRY(lgk_check_buffer(x, x_len, nx));
-    if (w_len >= 0) /* a negative length: prepacked weights, checked by the GEMM */
+    if (w_len >= 0) /* a negative length: packed weights, checked by their header */
         LGK_TRY(lgk_check_buffer(w, w_len, nw));
     LGK_TRY(lgk_check_buffer(y, y_len, ny));
     if (bias != NULL)
         LGK_CHECK(bias_len >= p->o, LGK_ERR_SHAPE);
     return LGK_OK;
+}
+
+/* Validates the call and fills the shape part of *j; *done when there is no work. */
+static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
+                      const float *w, int64_t w_len, const float *bias, int64_t bias_len,
+                      float *y, int64_t y_len, int activation, conv_job *j, int *done)
+{
+    int64_t oh, ow, kg, hp, wp, phases;
+    LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
+    const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
+    LGK_TRY(lgk_checked_count(3, kd, &kg));
+    LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
+    *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
+                    y, activation, 1, 0, 0, lgk_gemm_panel_layout(kg)};
+    /* Phase planes: hq x wq plus slack for the widest sliver read past the end. */
+    LGK_TRY(lgk_add(p->h, p->pad_top, &hp));
+    LGK_TRY(lgk_add(hp, p->pad_bottom, &hp));
+    LGK_TRY(lgk_add(p->w, p->pad_left, &wp));
+    LGK_TRY(lgk_add(wp, p->pad_right, &wp));
+    j->hq = hp / p->stride_h + (hp % p->stride_h != 0);
+    j->wq = wp / p->stride_w + (wp % p->stride_w != 0);
+    const int64_t pd[2] = {j->hq, j->wq};
+    LGK_TRY(lgk_checked_count(2, pd, &j->phase_plane));
+    int64_t slack = (p->kw - 1) * p->dilation_w / p->stride_w + LGK_MAX(j->layout.mr,
+                                                                         j->layout.nr);
+    LGK_TRY(lgk_add(j->phase_plane, slack + 15, &j->phase_plane));
+    j->phase_plane = j->phase_plane / 16 * 16; /* keeps every plane 64-byte aligned */
+    const int64_t all[4] = {j->cg, p->stride_h * p->stride_w, j->phase_plane, 1};
+    LGK_TRY(lgk_checked_count(4, all, &phases));
+    *done = p->n == 0 || p->o == 0;
+    return LGK_OK;
+}
+
+/* Bands of output rows bound the panel scratch and the result t; threads go to
+ * images when there are enough of them, else into each GEMM. */
+static int conv_run(conv_job *j, int nthreads)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t per_row = LGK_MAX(j->kg, j->by_pixels ? p->o : j->og), rows_budget, n;
+    LGK_TRY(lgk_mul(per_row, j->wq + LGK_MAX(j->layout.mr, j->layout.nr), &n));
+    rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
+    j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
+    nthreads = lgk_clamp_threads(nthreads);
+    int per_image = p->n >= nthreads;
+    j->gemm_threads = per_image ? 1 : nthreads;
+    return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, conv_images, j);
 }
 
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,
@@ -205,93 +371,18 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
                     const float *bias, int64_t bias_len,
                     float *y, int64_t y_len, int activation, int nthreads)
 {
-    int64_t oh, ow, kg;
-    LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
-    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
-    const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
-    LGK_TRY(lgk_checked_count(3, kd, &kg));
-    LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
-    if (p->n == 0 || p->o == 0)
+    conv_job j;
+    int done;
+    LGK_TRY(conv_setup(p, x, x_len, w, w_len, bias, bias_len, y, y_len, activation, &j, &done));
+    if (done)
         return LGK_OK;
-    nthreads = lgk_clamp_threads(nthreads);
     if (p->c == p->groups && p->c > 0)
-        return lgk_depthwise_conv2d(p, oh, ow, x, w, bias, y, activation, nthreads);
-    int64_t band = LGK_MAX((int64_t)1, LGK_MIN(oh, COL_BUDGET / LGK_MAX(kg * ow, (int64_t)1)));
-    int64_t col_count;
-    LGK_TRY(lgk_mul(kg, band * ow, &col_count));
-    /* Enough images: one image per thread, single-threaded GEMMs. */
-    int per_image = p->n >= nthreads;
-    conv_job j = {p, oh, ow, p->c / p->groups, p->o / p->groups, kg, band, x, w, bias, y,
-                  activation, per_image ? 1 : nthreads};
-    return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, conv_images, &j);
+        return lgk_depthwise_conv2d(p, j.oh, j.ow, x, w, bias, y, activation,
+                                    lgk_clamp_threads(nthreads));
+    return conv_run(&j, nthreads);
 }
 
-/* ---- prepacked weights: pixels x filters ---------------------------------------- */
-
-/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
-static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
-{
-    const int64_t block = 32;
-    for (int64_t i0 = 0; i0 < rows; i0 += block)
-        for (int64_t o0 = 0; o0 < cols; o0 += block) {
-            int64_t i1 = LGK_MIN(rows, i0 + block), o1 = LGK_MIN(cols, o0 + block);
-            for (int64_t o = o0; o < o1; ++o)
-                for (int64_t i = i0; i < i1; ++i)
-                    dst[o * ldd + i] = src[i * cols + o];
-        }
-}
-
-typedef struct {
-    conv_job base;
-    int64_t packed_len, x_len;
-} packed_job;
-
-/* One image: per band of output rows, t (pixels x filters) = im2col^T @ W^T with
- * bias and activation in the epilogue, then t^T into the image's output. */
-static int packed_image(const packed_job *pj, int64_t img, float *col, float *t)
-{
-    const conv_job *j = &pj->base;
-    const lgk_conv2d_params *p = j->p;
-    int64_t plane = j->oh * j->ow, in_plane = p->h * p->w;
-    const float *xi = j->x + img * p->c * in_plane;
-    float *yi = j->y + img * p->o * plane;
-    int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
-    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band) {
-        int64_t oy1 = LGK_MIN(j->oh, oy0 + j->band), rows = (oy1 - oy0) * j->ow;
-        const float *a = col;
-        int64_t cs_a = rows, a_len = j->kg * rows;
-        if (is_pointwise(p)) { /* the input is already taps x pixels */
-            a = xi + oy0 * j->ow;
-            cs_a = in_plane;
-            a_len = pj->x_len - img * p->c * in_plane - oy0 * j->ow;
-        } else {
-            im2col(j, xi, oy0, oy1, col);
-        }
-        LGK_TRY(lgk_sgemm_prepacked(rows, p->o, j->kg, a, a_len, 1, cs_a, j->w, pj->packed_len,
-                                    t, rows * p->o, p->o, j->bias, j->bias != NULL ? p->o : 0,
-                                    bias_mode, j->activation, j->gemm_threads));
-        transpose_into(rows, p->o, t, yi + oy0 * j->ow, plane);
-    }
-    return LGK_OK;
-}
-
-static int packed_images(void *ctx, int64_t begin, int64_t end)
-{
-    const packed_job *pj = ctx;
-    const conv_job *j = &pj->base;
-    int64_t rows = j->band * j->ow;
-    lgk_scratch col = {NULL, 0}, t = {NULL, 0};
-    if (begin >= end)
-        return LGK_OK;
-    int status = lgk_scratch_acquire(rows * j->p->o, &t);
-    if (status == LGK_OK && !is_pointwise(j->p))
-        status = lgk_scratch_acquire(j->kg * rows, &col);
-    for (int64_t img = begin; img < end && status == LGK_OK; ++img)
-        status = packed_image(pj, img, col.data, t.data);
-    lgk_scratch_release(&col);
-    lgk_scratch_release(&t);
-    return status;
-}
+/* ---- packed weights ------------------------------------------------------------- */
 
 int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
                               const float *x, int64_t x_len,
@@ -299,26 +390,38 @@ int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
                               const float *bias, int64_t bias_len,
                               float *y, int64_t y_len, int activation, int nthreads)
 {
-    int64_t oh, ow, kg;
-    LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
+    conv_job j;
+    int done;
+    LGK_CHECK(p != NULL, LGK_ERR_NULL);
     LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
-    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
-    const int64_t kd[3] = {p->c, p->kh, p->kw};
-    LGK_TRY(lgk_checked_count(3, kd, &kg));
-    LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, -1, y_len, bias, bias_len, x, NULL, y));
-    if (p->n == 0 || p->o == 0)
+    LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
+    LGK_TRY(lgk_sgemm_check_packed_b(j.kg, p->o, packed_w, packed_len));
+    if (done)
         return LGK_OK;
-    /* Bands bound both scratch blocks: im2col (kg x rows) and the result (rows x o). */
-    int64_t per_row = LGK_MAX(LGK_MAX(kg, p->o) * ow, (int64_t)1);
-    int64_t band = LGK_MAX((int64_t)1, LGK_MIN(oh, COL_BUDGET / per_row)), count;
-    LGK_TRY(lgk_mul(LGK_MAX(kg, p->o), band * ow, &count));
-    nthreads = lgk_clamp_threads(nthreads);
-    int per_image = p->n >= nthreads;
-    packed_job pj = {{p, oh, ow, p->c, p->o, kg, band, x, packed_w, bias, y, activation,
-                      per_image ? 1 : nthreads},
-                     packed_len, x_len};
-    return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, packed_images, &pj);
+    j.w = packed_w + LGK_PACKED_HEADER_FLOATS;
+    j.packed = j.by_pixels = 1;
+    return conv_run(&j, nthreads);
+}
+
+int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
+                             const float *x, int64_t x_len,
+                             const float *packed_w, int64_t packed_len,
+                             const float *bias, int64_t bias_len,
+                             float *y, int64_t y_len, int activation, int nthreads)
+{
+    conv_job j;
+    int done;
+    LGK_CHECK(p != NULL, LGK_ERR_NULL);
+    LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
+    LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
+    LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
+    LGK_TRY(lgk_sgemm_check_packed_a(p->o, j.kg, packed_w, packed_len));
+    if (done)
+        return LGK_OK;
+    j.w = packed_w + LGK_PACKED_HEADER_FLOATS;
+    j.packed = 1;
+    return conv_run(&j, nthreads);
 }
 
 /* ---- pooling ------------------------------------------------------------------------- */

@@ -363,6 +363,8 @@ typedef struct {
     /* Prepacked B panels (past the header; see lgk_sgemm_pack_b) or NULL, in
      * which case B is read through b/rs_b/cs_b and packed block by block. */
     const float *packed_b;
+    /* The same for A (see lgk_sgemm_pack_a): MR-row slivers per K block. */
+    const float *packed_a;
 } gemm_problem;
 
 /* Runs every micro-tile of one packed (mc x kc) x (kc x nc) block pair. */
@@ -403,7 +405,7 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
 
 static int small_m_fits(const gemm_problem *p, int64_t rows)
 {
-    return p->packed_b == NULL && rows <= SMALL_M
+    return p->packed_b == NULL && p->packed_a == NULL && rows <= SMALL_M
            && (p->cs_b == 1 || (p->rs_b == 1 && p->cs_a == 1));
 }
 
@@ -503,6 +505,12 @@ static int64_t padded_cols(const gemm_impl *g, int64_t N)
     return N / g->nr * g->nr + (N % g->nr != 0 ? g->nr : 0);
 }
 
+/* Rows of the packed A layout: M rounded up to whole MR slivers. */
+static int64_t padded_rows(const gemm_impl *g, int64_t M)
+{
+    return M / g->mr * g->mr + (M % g->mr != 0 ? g->mr : 0);
+}
+
 /* The packed kc x nc panel of B at (pc, jc): a slice of the prepacked buffer
  * (K blocks of padded_cols(N) columns, each NR sliver k-major, so a panel is
  * contiguous from any sliver on), or B packed now into `scratch`. */
@@ -532,21 +540,28 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
     int64_t kc_max = block_depth(g, p->K);
     int64_t mc_max = LGK_MIN(g->mc, (m1 - m0 + g->mr - 1) / g->mr * g->mr);
     int64_t nc_max = LGK_MIN(g->nc, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
-    int64_t a_size = (mc_max * kc_max + 15) / 16 * 16; /* keeps pb 64-byte aligned */
+    /* Rounded to 16 floats: keeps pb 64-byte aligned. */
+    int64_t a_size = p->packed_a != NULL ? 0 : (mc_max * kc_max + 15) / 16 * 16;
     int64_t b_size = p->packed_b != NULL ? 0 : nc_max * kc_max;
-    lgk_scratch scratch;
-    LGK_TRY(lgk_scratch_acquire(a_size + b_size, &scratch));
-    float *pa = scratch.data;
+    lgk_scratch scratch = {NULL, 0};
+    if (a_size + b_size > 0)
+        LGK_TRY(lgk_scratch_acquire(a_size + b_size, &scratch));
+    const float *pa = scratch.data;
     const epilogue *ep = epilogue_is_noop(&p->ep) ? NULL : &p->ep;
     for (int64_t jc = n0; jc < n1; jc += g->nc) {
         int64_t nc = LGK_MIN(g->nc, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += kc_max) {
             int64_t kc = LGK_MIN(kc_max, p->K - pc);
             int last = pc + kc == p->K;
-            const float *pb = b_panel(g, p, pc, kc, jc, nc, scratch.data + a_size);
+            const float *pb = b_panel(g, p, pc, kc, jc, nc,
+                                      p->packed_b != NULL ? NULL : scratch.data + a_size);
             for (int64_t ic = m0; ic < m1; ic += g->mc) {
                 int64_t mc = LGK_MIN(g->mc, m1 - ic);
-                pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a, pa);
+                if (p->packed_a != NULL) /* slivers of a K block lie end to end */
+                    pa = p->packed_a + pc * padded_rows(g, p->M) + ic * kc;
+                else
+                    pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a,
+                           scratch.data);
                 float *c = p->c + ic * p->ldc + jc;
                 macro_kernel(g, mc, nc, kc, pa, pb, c, p->ldc, pc > 0);
                 if (last && ep != NULL) /* whole block rows: see epilogue_tile */
@@ -652,7 +667,7 @@ int lgk_sgemm(int64_t M, int64_t N, int64_t K,
     if (M == 0 || N == 0)
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
-                      {bias, bias_mode, activation}, NULL};
+                      {bias, bias_mode, activation}, NULL, NULL};
     return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
 }
 
@@ -721,7 +736,7 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (batch == 0 || M == 0 || N == 0)
         return LGK_OK;
     gemm_batch bt = {{M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc, {bias, bias_mode, activation},
-                      NULL},
+                      NULL, NULL},
                      a_offsets, b_offsets, c_batch_stride};
     /* Big matrices: thread inside each GEMM. Many small ones: across batches. */
     int per_gemm = gemm_threads_for(M, N, K, nthreads);
@@ -748,7 +763,7 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
  * checks them against the kernel family in use at that moment. */
 
 #define PACKED_MAGIC 0x4b50474cu /* "LGPK" */
-#define PACKED_HEADER_FLOATS 16  /* one cache line: the panels stay 64-byte aligned */
+#define PACKED_HEADER_FLOATS LGK_PACKED_HEADER_FLOATS /* one cache line: panels stay aligned */
 
 typedef struct {
     uint32_t magic;
@@ -849,6 +864,94 @@ int lgk_sgemm_prepacked(int64_t M, int64_t N, int64_t K,
     if (M == 0 || N == 0)
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, NULL, 0, 0, c, ldc,
-                      {bias, bias_mode, activation}, packed_b + PACKED_HEADER_FLOATS};
+                      {bias, bias_mode, activation}, packed_b + PACKED_HEADER_FLOATS, NULL};
     return gemm_run(g, &p, gemm_threads_for(M, N, K, nthreads));
+}
+
+/* ---- prepacked A and caller-packed operands ----------------------------------------------
+ * A constant left operand (a conv's weights when filters are the GEMM's rows) packs the
+ * same way into MR-row slivers: per K block of depth kc, padded_rows(M) x kc floats,
+ * sliver after sliver, each k-major. Its header has its own magic so neither operand's
+ * buffer passes for the other's. */
+
+#define PACKED_A_MAGIC 0x4150474cu /* "LGPA" */
+
+static packed_header a_header_for(const gemm_impl *g, int64_t M, int64_t K)
+{
+    packed_header h = {PACKED_A_MAGIC, g->isa, g->mr, 0, K, M, block_depth(g, K)};
+    return h;
+}
+
+static int packed_a_size(const gemm_impl *g, int64_t M, int64_t K, int64_t *out)
+{
+    LGK_CHECK(M >= 0 && K >= 0, LGK_ERR_SHAPE);
+    LGK_CHECK(M <= INT64_MAX - g->mr, LGK_ERR_OVERFLOW);
+    const int64_t dims[2] = {K, padded_rows(g, M)};
+    int64_t panels;
+    LGK_TRY(lgk_checked_count(2, dims, &panels));
+    LGK_TRY(lgk_add(panels, PACKED_HEADER_FLOATS, out));
+    return lgk_checked_count(1, out, out);
+}
+
+int64_t lgk_sgemm_packed_a_size(int64_t M, int64_t K)
+{
+    int64_t size;
+    int status = packed_a_size(current_impl(), M, K, &size);
+    return status == LGK_OK ? size : -(int64_t)status;
+}
+
+int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len, int64_t rs_a,
+                     int64_t cs_a, float *packed, int64_t packed_len)
+{
+    const gemm_impl *g = current_impl();
+    int64_t need, extent;
+    LGK_TRY(packed_a_size(g, M, K, &need));
+    LGK_TRY(check_matrix(M, K, rs_a, cs_a, &extent));
+    LGK_TRY(lgk_check_buffer(a, a_len, extent));
+    LGK_TRY(check_packed_buffer(packed, packed_len, need));
+    packed_header h = a_header_for(g, M, K);
+    memcpy(packed, &h, sizeof h);
+    float *panels = packed + PACKED_HEADER_FLOATS;
+    for (int64_t pc = 0; pc < K; pc += h.kc)
+        pack_a(g->mr, M, LGK_MIN(h.kc, K - pc), a + pc * cs_a, rs_a, cs_a,
+               panels + pc * padded_rows(g, M));
+    return LGK_OK;
+}
+
+int lgk_sgemm_check_packed_a(int64_t M, int64_t K, const float *packed, int64_t packed_len)
+{
+    const gemm_impl *g = current_impl();
+    int64_t need;
+    LGK_TRY(packed_a_size(g, M, K, &need));
+    LGK_TRY(check_packed_buffer(packed, packed_len, PACKED_HEADER_FLOATS));
+    packed_header h, want = a_header_for(g, M, K);
+    memcpy(&h, packed, sizeof h);
+    LGK_CHECK(h.magic == want.magic && h.isa == want.isa && h.nr == want.nr && h.K == want.K
+                  && h.N == want.N && h.kc == want.kc,
+              LGK_ERR_ARG);
+    LGK_CHECK(need <= packed_len, LGK_ERR_SHAPE);
+    return LGK_OK;
+}
+
+int lgk_sgemm_check_packed_b(int64_t K, int64_t N, const float *packed, int64_t packed_len)
+{
+    return check_packed(current_impl(), K, N, packed, packed_len);
+}
+
+lgk_panel_layout lgk_gemm_panel_layout(int64_t K)
+{
+    const gemm_impl *g = current_impl();
+    lgk_panel_layout l = {g->mr, g->nr, block_depth(g, LGK_MAX(K, (int64_t)1))};
+    return l;
+}
+
+int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                       float *c, int64_t ldc, const float *bias, int bias_mode, int activation,
+                       int nthreads)
+{
+    if (M == 0 || N == 0)
+        return LGK_OK;
+    gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
+                      {bias, bias_mode, activation}, b.panels, a.panels};
+    return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
 }

@@ -126,6 +126,13 @@ int lgk_sgemm_prepacked(int64_t M, int64_t N, int64_t K,
                         const float *bias, int64_t bias_len, int bias_mode,
                         int activation, int nthreads);
 
+/* Prepacked A (M x K, A[m, k] = a[m * rs_a + k * cs_a]): a constant left operand,
+ * e.g. conv weights (o, c * kh * kw) for lgk_conv2d_nchw_packed_a. Same header and
+ * alignment rules as packed B; a packed B buffer is not a packed A one. */
+int64_t lgk_sgemm_packed_a_size(int64_t M, int64_t K);
+int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len,
+                     int64_t rs_a, int64_t cs_a, float *packed, int64_t packed_len);
+
 /* Frees the scratch buffers kept for reuse between calls (at most 8 blocks
  * of <= 4 MiB; GEMM packing uses ~2.3 MiB per thread). Optional: call it
  * only while no kernel is running, e.g. to release memory when idle. */
@@ -170,6 +177,16 @@ int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
                               const float *packed_w, int64_t packed_len,
                               const float *bias, int64_t bias_len,
                               float *y, int64_t y_len, int activation, int nthreads);
+
+/* lgk_conv2d_nchw_prepacked with the weights prepacked as the GEMM left operand
+ * W (M = o, K = c * kh * kw): lgk_sgemm_pack_a(o, K, w, len, K, 1, ...). Computed
+ * as W @ im2col (filters x pixels) straight into NCHW: the layout for maps with
+ * more output pixels than a micro-kernel's width. */
+int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
+                             const float *x, int64_t x_len,
+                             const float *packed_w, int64_t packed_len,
+                             const float *bias, int64_t bias_len,
+                             float *y, int64_t y_len, int activation, int nthreads);
 
 typedef struct {
     int64_t n, c, h, w;

@@ -335,4 +335,36 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
                          const float *w, const float *bias, float *y, int activation,
                          int nthreads);
 
+/* GEMM operands packed by their caller (gemm.c). A packed operand holds, per K block
+ * of depth kc (the last may be shallower), its rows (A: mr-row slivers) or columns
+ * (B: nr-column slivers) rounded up to whole slivers, sliver after sliver, each
+ * k-major: element (k, j) of a B panel set over n columns lies at
+ *   pc * ceil(n / nr) * nr + (j / nr) * nr * min(kc, K - pc) + (k - pc) * nr + j % nr
+ * with pc = k / kc * kc (A the same with rows, mr). Pad rows/columns may hold
+ * anything finite or not: they only feed results the GEMM never stores. */
+typedef struct {
+    int mr, nr;
+    int64_t kc; /* K block depth for this K */
+} lgk_panel_layout;
+lgk_panel_layout lgk_gemm_panel_layout(int64_t K);
+
+/* Floats of the header in front of the panels of lgk_sgemm_pack_a / _pack_b. */
+#define LGK_PACKED_HEADER_FLOATS 16
+
+/* One GEMM operand: `panels` (no header) if packed, else `data` with strides rs, cs. */
+typedef struct {
+    const float *data;
+    int64_t rs, cs;
+    const float *panels;
+} lgk_operand;
+
+/* c = act(a @ b + bias) like lgk_sgemm, either operand possibly packed; arguments
+ * are not checked (internal callers check their buffers). */
+int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                       float *c, int64_t ldc, const float *bias, int bias_mode, int activation,
+                       int nthreads);
+/* The header check of lgk_sgemm_prepacked / of a buffer from lgk_sgemm_pack_a. */
+int lgk_sgemm_check_packed_b(int64_t K, int64_t N, const float *packed, int64_t packed_len);
+int lgk_sgemm_check_packed_a(int64_t M, int64_t K, const float *packed, int64_t packed_len);
+
 #endif /* LGK_INTERNAL_H */

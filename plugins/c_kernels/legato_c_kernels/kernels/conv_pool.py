@@ -10,45 +10,75 @@ from legato.errors import ShapeError
 from legato.shapes import Window, window
 
 from .._lib import ffi, lib
-from .common import (OUT, Array, CCall, bound, dense, detach, error, f32, ints, num_threads,
-                     opt_f32, opt_ptr, out_array, ptr, run_call)
-from .gemm import PackedWeight, _activation, _packed_buffer, pack_weight
+from .common import (OUT, Array, CCall, bound, check_status, dense, detach, error, f32, ints,
+                     num_threads, opt_f32, opt_ptr, out_array, ptr, run_call)
+from .gemm import PackedWeight, _activation, _aligned_empty, _packed_buffer, pack_weight
 
 
 class PackedConvWeight:
-    """A constant nn.conv2d weight (O, C, kh, kw) of a conv with groups == 1, packed
-    once by :func:`pack_conv_weight` as the GEMM right operand W^T (C*kh*kw, O).
-    ``weight`` is the source array: on large maps the conv multiplies it directly."""
+    """A constant nn.conv2d weight (O, C, kh, kw) of a conv with groups == 1, made by
+    :func:`pack_conv_weight`. It is packed for the GEMM when a conv first uses it, in
+    the orientation that conv's output size calls for (both, if convs of both sizes
+    share it): as the right operand W^T (C*kh*kw, O) where pixels are the GEMM's rows
+    (small maps), or as the left operand W (O, C*kh*kw) where filters are (large
+    maps). ``weight`` is the source array."""
 
-    __slots__ = ("packed", "weight")
+    __slots__ = ("weight", "_as_b", "_as_a")
 
-    def __init__(self, packed: PackedWeight, weight: Array):
-        self.packed, self.weight = packed, weight
+    def __init__(self, weight: Array):
+        self.weight, self._as_b, self._as_a = weight, None, None
 
     @property
     def shape(self) -> tuple[int, ...]:
         return self.weight.shape
 
+    def _flat(self) -> Array:
+        return np.ascontiguousarray(self.weight).reshape(self.weight.shape[0], -1)
+
+    @property
+    def packed(self) -> PackedWeight:
+        """W^T packed as a GEMM right operand (lgk_sgemm_pack_b), for the kernel
+        family in use."""
+        if self._as_b is None or self._as_b.isa != lib.lgk_gemm_isa():
+            self._as_b = pack_weight(self._flat(), transposed=True)
+        return self._as_b
+
+    def packed_left(self, op: str) -> Array:
+        """W packed as a GEMM left operand (lgk_sgemm_pack_a), for the kernel family in
+        use (packed again if another family has been selected since)."""
+        isa = lib.lgk_gemm_isa()
+        if self._as_a is None or self._as_a[0] != isa:
+            flat = self._flat()
+            size = lib.lgk_sgemm_packed_a_size(*flat.shape)
+            if size < 0:
+                check_status(op, -size)
+            data = _aligned_empty(size)
+            check_status(op, lib.lgk_sgemm_pack_a(flat.shape[0], flat.shape[1], ptr(flat),
+                                                  flat.size, flat.shape[1], 1, ptr(data),
+                                                  data.size))
+            data.flags.writeable = False
+            self._as_a = (isa, data)
+        return self._as_a[1]
+
     def __repr__(self) -> str:
-        return f"PackedConvWeight(shape={self.shape}, {self.packed!r})"
+        return f"PackedConvWeight(shape={self.shape})"
 
 
 def pack_conv_weight(weight: Array, groups: int = 1, **_attrs: Any) -> Optional[PackedConvWeight]:
-    """Pack a constant OIHW conv weight for :func:`nn_conv2d`, or None where packing
-    does not apply (grouped convs). Other attributes of the conv are accepted and
-    ignored, so a planner can pass the call's attributes as they are."""
+    """A constant OIHW conv weight for :func:`nn_conv2d`, to be packed once, or None
+    where packing does not apply (grouped convs). Other attributes of the conv are
+    accepted and ignored, so a planner can pass the call's attributes as they are."""
     weight = f32("nn.conv2d", "weight", weight)
     if groups != 1 or weight.ndim != 4 or weight.size == 0:
         return None
-    n_out = weight.shape[0]
-    flat = np.ascontiguousarray(weight).reshape(n_out, -1)
-    return PackedConvWeight(pack_weight(flat, transposed=True), weight)
+    return PackedConvWeight(weight)
 
 
-# The packed form computes pixels x filters: it wins while an image's output pixels are
-# few (2x2..8x8 maps: 1.1-9x faster); on larger maps the filters x pixels GEMM straight
-# into NCHW is faster, as it is for 1x1 convs with few pixels per filter (no transpose
-# of the result; measured 1.2-3x, e.g. 16 -> 640 channels on 16x16: 67 vs 115 us).
+# Pixels as the GEMM's rows (weights as its right operand, result transposed) win
+# while an image's output pixels are few (2x2..8x8 maps: the filters keep the GEMM
+# wide and the weights stream once), as for 1x1 convs with few pixels per filter;
+# filters as rows, straight into NCHW, win on larger maps (measured with
+# benchmarks/convs.py: 8x8 maps 29 vs 34 us, 16x16 43 vs 52 us).
 PACKED_MAX_PIXELS = 64
 PACKED_MAX_PIXELS_PER_FILTER = 4
 
@@ -121,20 +151,18 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     x = dense(detach(data, out, strict=strict), strict)
     b = None if bias is None else dense(detach(bias, out, strict=strict), strict)
     pixels = out.shape[2] * out.shape[3]
-    if packed is not None and (pixels > PACKED_MAX_PIXELS or
-                               pixels > PACKED_MAX_PIXELS_PER_FILTER * n_out):
-        weight, packed = packed.weight, None
+    by_pixels = pixels <= PACKED_MAX_PIXELS and pixels <= PACKED_MAX_PIXELS_PER_FILTER * n_out
+    args = (p, ptr(x), x.size)
+    tail = (opt_ptr(b), 0 if b is None else b.size, ptr(out), out.size, act, num_threads())
+    bias_touch = ((2, 5),) if b is not None else ()
     if packed is not None:
-        w = _packed_buffer(op, packed.packed)
-        return out, CCall(op, lib.lgk_conv2d_nchw_prepacked, (
-            p, ptr(x), x.size, ptr(w), w.size, opt_ptr(b), 0 if b is None else b.size,
-            ptr(out), out.size, act, num_threads()), (),
-            ((0, 1), *(((2, 5),) if b is not None else ()), (OUT, 7)))
+        w = _packed_buffer(op, packed.packed) if by_pixels else packed.packed_left(op)
+        fn = lib.lgk_conv2d_nchw_prepacked if by_pixels else lib.lgk_conv2d_nchw_packed_a
+        return out, CCall(op, fn, (*args, ptr(w), w.size, *tail), (),
+                          ((0, 1), *bias_touch, (OUT, 7)))
     w = dense(detach(weight, out, strict=strict), strict)
-    return out, CCall(op, lib.lgk_conv2d_nchw, (
-        p, ptr(x), x.size, ptr(w), w.size, opt_ptr(b), 0 if b is None else b.size, ptr(out),
-        out.size, act, num_threads()), (), ((0, 1), (1, 3), *(((2, 5),) if b is not None else ()),
-                                           (OUT, 7)))
+    return out, CCall(op, lib.lgk_conv2d_nchw, (*args, ptr(w), w.size, *tail), (),
+                      ((0, 1), (1, 3), *bias_touch, (OUT, 7)))
 
 
 def nn_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
