@@ -127,6 +127,7 @@ static int dw_planes(void *ctx, int64_t begin, int64_t end)
 
 #define CB_LANES 16 /* channels of a band: one vector */
 #define CB_PIX 8    /* output pixels per register block: independent accumulators */
+#define CB_SMALL_FILL 4096 /* scratch rows of at most this many floats: one memset */
 
 typedef float cb_vec __attribute__((vector_size(CB_LANES * sizeof(float))));
 typedef int cb_mask __attribute__((vector_size(CB_LANES * sizeof(int))));
@@ -179,24 +180,17 @@ typedef struct {
     int64_t bands, strips, strip_rows; /* a unit of work: (image, band, strip) */
     int64_t tw;           /* pixels per scratch row: the reach of the taps along x */
     int64_t t_floats, o_floats; /* scratch of the input rows / outputs of a strip */
-    const float *x, *w, *bias;
+    const float *x, *x_end, *w, *bias;
     float *y;
     int activation;
 } cb_job;
 
-/* The scratch row t (padded input row r0 + t, r0 possibly negative) of `nr` rows:
- * zeros outside the input, input pixels `lanes`-channel transposed inside. */
+/* Zeros of the scratch rows r0..r0+nr outside the input rows iy_lo..iy_hi and,
+ * in the others, outside the `valid` input columns from column pl. */
 static inline __attribute__((always_inline)) void
-cb_fill(const cb_job *j, const float *const *src, int64_t r0, int64_t nr, float *t)
+cb_zero_borders(float *t, int64_t r0, int64_t nr, int64_t iy_lo, int64_t iy_hi, int64_t row,
+                int64_t pl, int64_t valid, int64_t tw)
 {
-    const lgk_conv2d_params *p = j->p;
-    int64_t tw = j->tw, pl = p->pad_left, row = tw * CB_LANES;
-    int64_t valid = LGK_MAX((int64_t)0, LGK_MIN(p->w, tw - pl)); /* input columns used */
-    int64_t iy_lo = LGK_MAX((int64_t)0, r0), iy_hi = LGK_MIN(p->h, r0 + nr);
-    if (valid == 0 || iy_lo >= iy_hi) {
-        memset(t, 0, (size_t)(nr * row) * sizeof(float));
-        return;
-    }
     if (iy_lo > r0)
         memset(t, 0, (size_t)((iy_lo - r0) * row) * sizeof(float));
     if (r0 + nr > iy_hi)
@@ -208,11 +202,21 @@ cb_fill(const cb_job *j, const float *const *src, int64_t r0, int64_t nr, float 
             memset(tr + (pl + valid) * CB_LANES, 0,
                    (size_t)((tw - pl - valid) * CB_LANES) * sizeof(float));
     }
-    /* The rows iy_lo..iy_hi are contiguous in each plane: transpose them as one run
-     * of pixels, 16 at a time, each pixel stored at its place in the scratch. */
-    int64_t q = iy_lo * p->w, end = iy_hi * p->w, iy = iy_lo, ix = 0;
-    float *dst = t + (iy - r0) * row + pl * CB_LANES;
-    for (; q + CB_LANES <= end; q += CB_LANES) {
+}
+
+/* Pixels q..end of the planes src[l] (whole rows of width w), transposed to pixel-major
+ * at dst (a scratch row every `row` floats), the first `valid` of each row. The rows
+ * are contiguous in each plane: one run of pixels, 16 at a time; the last few too
+ * where reading 16 floats past them stays inside the input (ending at x_end). */
+static inline __attribute__((always_inline)) void
+cb_transpose_in(const float *const *src, int64_t q, int64_t end, int64_t w, int64_t valid,
+                float *dst, int64_t row, const float *x_end)
+{
+    int64_t ix = 0;
+    while (q < end) {
+        int64_t n = LGK_MIN((int64_t)CB_LANES, end - q);
+        if (n < CB_LANES && x_end - (src[CB_LANES - 1] + q) < CB_LANES)
+            break; /* the scalar loop below */
         cb_vec v[CB_LANES];
         CB_UNROLL
         for (int l = 0; l < CB_LANES; ++l)
@@ -220,18 +224,64 @@ cb_fill(const cb_job *j, const float *const *src, int64_t r0, int64_t nr, float 
         cb_transpose(v);
         CB_UNROLL
         for (int k = 0; k < CB_LANES; ++k) {
-            if (ix < valid)
+            if (k < n && ix < valid)
                 memcpy(dst + ix * CB_LANES, &v[k], sizeof v[k]);
-            if (++ix == p->w)
+            if (k < n && ++ix == w)
                 ix = 0, dst += row;
         }
+        q += n;
     }
     for (; q < end; ++q) {
         if (ix < valid)
             for (int l = 0; l < CB_LANES; ++l)
                 dst[ix * CB_LANES + l] = src[l][q];
-        if (++ix == p->w)
+        if (++ix == w)
             ix = 0, dst += row;
+    }
+}
+
+/* The scratch rows t of padded input rows r0..r0+nr (r0 possibly negative): zeros
+ * outside the input, the input pixels of the planes src[l] transposed inside. */
+static inline __attribute__((always_inline)) void
+cb_fill(const cb_job *j, const float *const *src, int64_t r0, int64_t nr, float *t)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t tw = j->tw, pl = p->pad_left, row = tw * CB_LANES;
+    int64_t valid = LGK_MAX((int64_t)0, LGK_MIN(p->w, tw - pl)); /* input columns used */
+    int64_t iy_lo = LGK_MAX((int64_t)0, r0), iy_hi = LGK_MIN(p->h, r0 + nr);
+    int none = valid == 0 || iy_lo >= iy_hi;
+    if (none || nr * row <= CB_SMALL_FILL)
+        memset(t, 0, (size_t)(nr * row) * sizeof(float)); /* one call for a small map */
+    else
+        cb_zero_borders(t, r0, nr, iy_lo, iy_hi, row, pl, valid, tw);
+    if (!none)
+        cb_transpose_in(src, iy_lo * p->w, iy_hi * p->w, p->w, valid,
+                        t + (iy_lo - r0) * row + pl * CB_LANES, row, j->x_end);
+}
+
+/* The weights of filters o0..o0+lanes tap-major (a vector of the 16 filters per tap)
+ * at wp; spare lanes repeat the last filter. */
+static inline __attribute__((always_inline)) void
+cb_pack_weights(const cb_job *j, int64_t o0, int lanes, float *wp)
+{
+    int64_t taps = j->p->kh * j->p->kw, k0 = 0;
+    const float *wb = j->w + o0 * taps;
+    /* 16 taps of 16 filters by one transpose, where the reads stay inside w */
+    for (; lanes == CB_LANES && k0 < taps &&
+           (o0 + CB_LANES - 1) * taps + k0 + CB_LANES <= j->p->o * taps; k0 += CB_LANES) {
+        cb_vec v[CB_LANES];
+        CB_UNROLL
+        for (int l = 0; l < CB_LANES; ++l)
+            memcpy(&v[l], wb + l * taps + k0, sizeof v[l]);
+        cb_transpose(v);
+        int64_t n = LGK_MIN((int64_t)CB_LANES, taps - k0);
+        for (int64_t k = 0; k < n; ++k)
+            memcpy(wp + (k0 + k) * CB_LANES, &v[k], sizeof v[k]);
+    }
+    for (int l = 0; l < CB_LANES; ++l) {
+        const float *wl = wb + LGK_MIN(l, lanes - 1) * taps;
+        for (int64_t k = k0; k < taps; ++k)
+            wp[k * CB_LANES + l] = wl[k];
     }
 }
 
@@ -347,7 +397,7 @@ LGK_CLONES static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t strip = unit % j->strips, band = unit / j->strips % j->bands;
-    int64_t img = unit / j->strips / j->bands, taps = p->kh * p->kw;
+    int64_t img = unit / j->strips / j->bands;
     int64_t o0 = band * CB_LANES, oy0 = strip * j->strip_rows;
     int64_t rows = LGK_MIN(j->strip_rows, j->oh - oy0), plane = j->oh * j->ow;
     int lanes = (int)LGK_MIN((int64_t)CB_LANES, p->o - o0);
@@ -355,10 +405,9 @@ LGK_CLONES static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
     cb_vec bias;
     const float *src[CB_LANES];
     float *dst[CB_LANES];
+    cb_pack_weights(j, o0, lanes, wp);
     for (int l = 0; l < CB_LANES; ++l) {
         int64_t oc = o0 + LGK_MIN(l, lanes - 1); /* spare lanes repeat the last filter */
-        for (int64_t k = 0; k < taps; ++k)
-            wp[k * CB_LANES + l] = j->w[oc * taps + k];
         bias[l] = j->bias != NULL ? j->bias[oc] : 0.0f;
         src[l] = j->x + (img * p->c + oc / j->og) * p->h * p->w;
         dst[l] = j->y + (img * p->o + oc) * plane + oy0 * j->ow;
@@ -455,7 +504,8 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
                                                    work / DW_MIN_WORK_PER_THREAD));
     if (p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP)
         return dw_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
-    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, x, w, bias, y, activation};
+    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
+                w, bias, y, activation};
     LGK_TRY(cb_plan(&j, threads));
     return lgk_parallel_for(threads, p->n * j.bands * j.strips, 1, cb_units, &j);
 }
