@@ -26,6 +26,11 @@
 
 /* ---- row primitives (inner == 1) ------------------------------------------------ */
 
+/* Most row helpers are inlined into each SIMD clone of a per-row driver (softmax_rows,
+ * layer_norm_rows, rms_norm_rows), so a short row (softmax over 64 keys, layer_norm
+ * over 32 channels) costs no calls between its passes. */
+#define ROW_INLINE static inline __attribute__((always_inline))
+
 static void reduce_cols(int op, const float *x, int64_t r, int64_t inner, int64_t w, float *y);
 static float row_extreme(const float *x, int64_t n, int want_max);
 
@@ -53,7 +58,7 @@ static double row_sum(const float *x, int64_t n)
 }
 
 /* sum((x - c)^2) for the variance, same blocking as row_sum. */
-LGK_CLONES static float row_sq_dev_block(const float *x, int64_t n, float c)
+ROW_INLINE float row_sq_dev_block(const float *x, int64_t n, float c)
 {
     float acc[LANES] = {0.0f};
     int64_t i = 0;
@@ -68,7 +73,7 @@ LGK_CLONES static float row_sq_dev_block(const float *x, int64_t n, float c)
     return s;
 }
 
-static double row_sq_dev(const float *x, int64_t n, float c)
+ROW_INLINE double row_sq_dev(const float *x, int64_t n, float c)
 {
     double s = 0.0;
     for (int64_t i = 0; i < n; i += SUM_BLOCK)
@@ -83,7 +88,7 @@ static double row_sq_dev(const float *x, int64_t n, float c)
 typedef float lgk_v16 __attribute__((vector_size(64)));
 #define MOMENT_WAYS 4
 
-LGK_CLONES static void row_moments_block(const float *x, int64_t n, float c, float *sum,
+ROW_INLINE void row_moments_block(const float *x, int64_t n, float c, float *sum,
                                          float *sq)
 {
     lgk_v16 acc[MOMENT_WAYS] = {{0.0f}}, acc2[MOMENT_WAYS] = {{0.0f}};
@@ -131,7 +136,7 @@ LGK_CLONES static void row_moments_block(const float *x, int64_t n, float c, flo
  * row in one read. Shifting by the row's first element keeps sum(d^2) - sum(d)^2/n
  * well conditioned when the mean is large compared with the spread (the case that
  * makes E[x^2] - E[x]^2 cancel). */
-static double row_mean_var(const float *x, int64_t n, float *shift, float *offset)
+ROW_INLINE double row_mean_var(const float *x, int64_t n, float *shift, float *offset)
 {
     double s = 0.0, s2 = 0.0;
     const float c = x[0];
@@ -184,32 +189,35 @@ __attribute__((noinline, cold)) static void row_norm_wide(const float *x, int64_
     }
 }
 
-/* y = exp(x - shift), returning the sum of y (y may equal x). */
-LGK_CLONES static float row_exp_shifted(const float *x, int64_t n, float shift, float *y)
+/* y = exp(x - shift), returning the sum of y (y may equal x). Two loops: the exps
+ * vectorize as a plain loop (GCC's SLP of the exp over a lanes array did not, leaving
+ * scalar code), then the sum over y, still in L1, in 16 lanes. */
+ROW_INLINE float row_exp_shifted(const float *x, int64_t n, float shift, float *y)
 {
-    float acc[LANES] = {0.0f};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; ++j) {
-            float e = lgk_expf(x[i + j] - shift);
-            y[i + j] = e;
-            acc[j] += e;
-        }
-    for (int half = LANES / 2; half >= 1; half /= 2) /* pairwise: no serial chain */
-        for (int j = 0; j < half; ++j)
-            acc[j] += acc[j + half];
-    float s = acc[0];
-    for (; i < n; ++i) {
+    for (int64_t i = 0; i < n; ++i)
         y[i] = lgk_expf(x[i] - shift);
-        s += y[i];
+    lgk_v16 acc = {0.0f};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lgk_v16 v;
+        memcpy(&v, y + i, sizeof v); /* unaligned load */
+        acc += v;
     }
+    float a[16];
+    memcpy(a, &acc, sizeof a);
+    for (int half = 8; half >= 1; half /= 2) /* pairwise: no serial chain */
+        for (int j = 0; j < half; ++j)
+            a[j] += a[j + half];
+    float s = a[0];
+    for (; i < n; ++i)
+        s += y[i];
     return s;
 }
 
 /* y = (x - shift) * scale, optionally times gamma and plus beta (elementwise).
  * Subtracting before scaling keeps x - mean exact-ish when |mean| >> std. */
-LGK_CLONES static void row_affine(const float *x, int64_t n, float shift, float shift_lo,
-                                  float scale, const float *gamma, const float *beta, float *y)
+ROW_INLINE void row_affine(const float *x, int64_t n, float shift, float shift_lo, float scale,
+                           const float *gamma, const float *beta, float *y)
 {
     /* (x - shift) - shift_lo: a shift split in two keeps the mean's low bits, which a
      * single float loses when the mean is large compared with the spread. */
@@ -233,25 +241,30 @@ LGK_CLONES static void row_affine(const float *x, int64_t n, float shift, float 
 /* The row's max for the softmax shift, in LANES lanes (maxps). A NaN may be skipped
  * here: it makes the sum of exps NaN, so the whole row comes out NaN all the same, as
  * it does with a NaN shift. n >= 1. */
-LGK_CLONES static float softmax_shift(const float *x, int64_t n)
+ROW_INLINE float softmax_shift(const float *x, int64_t n)
 {
-    float acc[LANES];
-    for (int j = 0; j < LANES; ++j)
+    /* in vector extensions: GCC turned the same select over a lanes array into 16
+     * scalar maxss per block */
+    typedef int32_t lgk_vi16 __attribute__((vector_size(64)));
+    lgk_v16 acc;
+    for (int j = 0; j < 16; ++j)
         acc[j] = x[0];
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; ++j)
-            acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-    for (int half = LANES / 2; half >= 1; half /= 2)
-        for (int j = 0; j < half; ++j)
-            acc[j] = acc[j + half] > acc[j] ? acc[j + half] : acc[j];
+    for (; i + 16 <= n; i += 16) {
+        lgk_v16 v;
+        memcpy(&v, x + i, sizeof v); /* unaligned load */
+        lgk_vi16 more = v > acc;
+        acc = (lgk_v16)(((lgk_vi16)v & more) | ((lgk_vi16)acc & ~more));
+    }
     float m = acc[0];
+    for (int j = 1; j < 16; ++j)
+        m = acc[j] > m ? acc[j] : m;
     for (; i < n; ++i)
         m = x[i] > m ? x[i] : m;
     return m;
 }
 
-static void softmax_row(const float *x, int64_t n, float *y, int log_domain)
+ROW_INLINE void softmax_row(const float *x, int64_t n, float *y, int log_domain)
 {
     float m = softmax_shift(x, n);
     if (log_domain) {
@@ -296,6 +309,14 @@ LGK_CLONES static void softmax_cols(const float *x, int64_t n, int64_t inner, in
             y[r * inner + j] = log_domain ? (x[r * inner + j] - m[j]) - s[j] : y[r * inner + j] * s[j];
 }
 
+/* Softmax along each of `rows` contiguous rows of n >= 1. */
+LGK_CLONES static void softmax_rows(int64_t rows, int64_t n, const float *x, float *y,
+                                    int log_domain)
+{
+    for (int64_t r = 0; r < rows; ++r)
+        softmax_row(x + r * n, n, y + r * n, log_domain);
+}
+
 static int check_oni(int64_t outer, int64_t n, int64_t inner, const float *x, const float *y)
 {
     int64_t count;
@@ -310,15 +331,11 @@ static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x,
 {
     LGK_TRY(check_oni(outer, n, inner, x, y));
     unsigned mode = lgk_flush_subnormals(); /* masked positions: exp(-100) and below */
-    for (int64_t o = 0; o < outer; ++o) {
+    if (inner == 1 && n > 0)
+        softmax_rows(outer, n, x, y, log_domain);
+    for (int64_t o = 0; o < outer && inner > 1 && n > 0; ++o) {
         const float *xo = x + o * n * inner;
         float *yo = y + o * n * inner;
-        if (n == 0)
-            continue;
-        if (inner == 1) {
-            softmax_row(xo, n, yo, log_domain);
-            continue;
-        }
         for (int64_t j = 0; j < inner; j += COL_TILE)
             softmax_cols(xo + j, n, inner, LGK_MIN((int64_t)COL_TILE, inner - j), yo + j,
                          log_domain);
@@ -339,12 +356,10 @@ int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, flo
 
 /* ---- layer / rms norm ---------------------------------------------------------------- */
 
-int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
-                   const float *gamma, const float *beta, float epsilon, float *y)
+LGK_CLONES static void layer_norm_rows(int64_t rows, int64_t n, const float *x,
+                                       const float *gamma, const float *beta, float epsilon,
+                                       float *y)
 {
-    LGK_TRY(check_oni(rows, n, 1, x, y));
-    if (n == 0)
-        return LGK_OK;
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * n;
         float shift, offset;
@@ -356,15 +371,20 @@ int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
         float rstd = 1.0f / sqrtf(var_eps);
         row_affine(xr, n, shift, offset, rstd, gamma, beta, y + r * n);
     }
+}
+
+int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
+                   const float *gamma, const float *beta, float epsilon, float *y)
+{
+    LGK_TRY(check_oni(rows, n, 1, x, y));
+    if (n > 0)
+        layer_norm_rows(rows, n, x, gamma, beta, epsilon, y);
     return LGK_OK;
 }
 
-int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, float epsilon,
-                 float *y)
+LGK_CLONES static void rms_norm_rows(int64_t rows, int64_t n, const float *x,
+                                     const float *gamma, float epsilon, float *y)
 {
-    LGK_TRY(check_oni(rows, n, 1, x, y));
-    if (n == 0)
-        return LGK_OK;
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * n;
         float ms_eps = (float)(row_sq_dev(xr, n, 0.0f) / (double)n) + epsilon;
@@ -374,6 +394,14 @@ int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, fl
         }
         row_affine(xr, n, 0.0f, 0.0f, 1.0f / sqrtf(ms_eps), gamma, NULL, y + r * n);
     }
+}
+
+int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, float epsilon,
+                 float *y)
+{
+    LGK_TRY(check_oni(rows, n, 1, x, y));
+    if (n > 0)
+        rms_norm_rows(rows, n, x, gamma, epsilon, y);
     return LGK_OK;
 }
 
