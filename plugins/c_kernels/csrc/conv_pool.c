@@ -21,6 +21,11 @@
 
 #include "lgk_internal.h"
 
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define CONV_X86 1
+#include <immintrin.h>
+#endif
+
 
 /* Outputs o in [*lo, *hi) whose tap o * stride + offset lies in [0, size). */
 static void valid_range(int64_t size, int64_t n_out, int64_t stride, int64_t offset,
@@ -183,6 +188,59 @@ LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t 
             }
 }
 
+#ifdef CONV_X86
+/* d[0:w] = src[idx[0:w]] for w <= 16: one masked vector gather and store. */
+__attribute__((target("avx512f"))) static void gather_avx512(int w, const float *src,
+                                                            const int32_t *idx, float *d)
+{
+    __mmask16 m = (__mmask16)((1u << w) - 1u);
+    __m512i vi = _mm512_maskz_loadu_epi32(m, idx);
+    _mm512_mask_storeu_ps(d, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, src, 4));
+}
+#endif
+
+static void gather_scalar(int w, const float *src, const int32_t *idx, float *d)
+{
+    for (int i = 0; i < w; ++i)
+        d[i] = src[idx[i]];
+}
+
+typedef void (*gather_fn)(int w, const float *src, const int32_t *idx, float *d);
+
+static gather_fn pick_gather(int w)
+{
+#ifdef CONV_X86
+    __builtin_cpu_init();
+    if (w <= 16 && __builtin_cpu_supports("avx512f"))
+        return gather_avx512;
+#endif
+    (void)w;
+    return gather_scalar;
+}
+
+/* Output pixels of one band of every tap into mr-row A slivers, rows compact (no
+ * dropped wide pixels: on small maps those would be a third to half of the rows).
+ * qidx[i]: the wide pixel of row i relative to the band, padded to whole slivers. */
+static void phase_rows(const conv_job *j, const float *ph, int64_t q0, const int32_t *qidx,
+                       int64_t n, float *panels)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t mr = j->layout.mr, kc = j->layout.kc, npad = (n + mr - 1) / mr * mr, k = 0;
+    int64_t sh = p->stride_h, sw = p->stride_w;
+    gather_fn gather = pick_gather((int)mr);
+    for (int64_t c = 0; c < j->cg; ++c)
+        for (int64_t ki = 0; ki < p->kh; ++ki)
+            for (int64_t kj = 0; kj < p->kw; ++kj, ++k) {
+                int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
+                const float *src = ph + ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
+                                   + ry / sh * j->wq + rx / sw + q0;
+                int64_t pc = k / kc * kc, depth = LGK_MIN(kc, j->kg - pc);
+                float *row = panels + pc * npad + (k - pc) * mr;
+                for (int64_t s = 0; s < npad; s += mr)
+                    gather((int)mr, src, qidx + s, row + s * depth);
+            }
+}
+
 /* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
 static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
 {
@@ -238,10 +296,11 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, float *ph,
  * per band, t (wide pixels x filters) = im2col^T @ W^T with the bias (per column)
  * and activation in the epilogue, then t^T into the image's output. On small maps
  * this keeps the GEMM's wide dimension the filter count and streams the weights once. */
-static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *panels, float *t)
+static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *panels, float *t,
+                          int32_t *qidx)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t plane = j->oh * j->ow;
+    int64_t plane = j->oh * j->ow, mr = j->layout.mr;
     const float *xi = j->x + img * p->c * p->h * p->w;
     float *yi = j->y + img * p->o * plane;
     int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
@@ -250,17 +309,19 @@ static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *pane
     if (!pointwise)
         make_phases(j, xi, ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
-        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->wq;
-        /* pointwise: x is already taps x pixels, and wq == ow */
+        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->ow;
+        /* pointwise: x is already taps x pixels */
         lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
         if (!pointwise) {
-            phase_panels(j, ph, oy0 * j->wq, n, j->layout.mr, panels);
+            int64_t npad = (n + mr - 1) / mr * mr;
+            for (int64_t i = 0; i < npad; ++i) /* rows past n read pixel 0 */
+                qidx[i] = (int32_t)(i < n ? i / j->ow * j->wq + i % j->ow : 0);
+            phase_rows(j, ph, oy0 * j->wq, qidx, n, panels);
             a = (lgk_operand){NULL, 0, 0, panels};
         }
         LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, t, p->o, j->bias, bias_mode,
                                    j->activation, j->gemm_threads));
-        for (int64_t r = 0; r < rows; ++r)
-            transpose_into(j->ow, p->o, t + r * j->wq * p->o, yi + (oy0 + r) * j->ow, plane);
+        transpose_into(n, p->o, t, yi + oy0 * j->ow, plane);
     }
     return LGK_OK;
 }
@@ -269,7 +330,7 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
-    lgk_scratch ph = {NULL, 0}, panels = {NULL, 0}, t = {NULL, 0};
+    lgk_scratch ph = {NULL, 0}, panels = {NULL, 0}, t = {NULL, 0}, qidx = {NULL, 0};
     if (begin >= end)
         return LGK_OK;
     int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
@@ -282,18 +343,21 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
         sizes[2] = n * p->o;
     else if (j->wq != j->ow && !is_pointwise(p))
         sizes[2] = j->og * n;
+    /* pixel rows' wide indices (int32 in float-sized scratch) */
+    int64_t qidx_floats = j->by_pixels ? n + width : 0;
     int status = LGK_OK;
-    lgk_scratch *blocks[3] = {&ph, &panels, &t};
-    for (int i = 0; i < 3 && status == LGK_OK; ++i)
-        if (sizes[i] > 0)
-            status = lgk_scratch_acquire(sizes[i], blocks[i]);
+    lgk_scratch *blocks[4] = {&ph, &panels, &t, &qidx};
+    const int64_t need[4] = {sizes[0], sizes[1], sizes[2], qidx_floats};
+    for (int i = 0; i < 4 && status == LGK_OK; ++i)
+        if (need[i] > 0)
+            status = lgk_scratch_acquire(need[i], blocks[i]);
     for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
         if (j->by_pixels)
-            status = conv_by_pixels(j, img, ph.data, panels.data, t.data);
+            status = conv_by_pixels(j, img, ph.data, panels.data, t.data, (int32_t *)qidx.data);
         for (int64_t g = 0; g < p->groups && status == LGK_OK && !j->by_pixels; ++g)
             status = conv_by_filters(j, img, g, ph.data, panels.data, t.data);
     }
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 4; ++i)
         lgk_scratch_release(blocks[i]);
     return status;
 }
@@ -359,6 +423,8 @@ static int conv_run(conv_job *j, int nthreads)
     LGK_TRY(lgk_mul(per_row, j->wq + LGK_MAX(j->layout.mr, j->layout.nr), &n));
     rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
     j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
+    /* pixel rows index a band's wide pixels with int32 (vector gathers) */
+    LGK_CHECK(!j->by_pixels || j->band_rows * j->wq < INT32_MAX, LGK_ERR_SHAPE);
     nthreads = lgk_clamp_threads(nthreads);
     int per_image = p->n >= nthreads;
     j->gemm_threads = per_image ? 1 : nthreads;
@@ -451,27 +517,68 @@ static void make_windows(int64_t in, int64_t n_out, int64_t k, int64_t stride, i
 /* Output rows shorter than this are pooled window by window. */
 #define POOL_MIN_ROW 8
 
-/* One output row. Each valid tap (ki, kj) is one strided pass over the output
- * positions it reaches (kx[kj] bounds them), so the inner loops vectorize
- * along x instead of walking every window separately. */
-LGK_CLONES static void pool_row(const lgk_pool2d_params *p, const float *plane, const window *wy,
-                                int64_t oy, const window *kx, int64_t ow, float *y, int is_max)
+/* for (i = 0; i < n; ++i) BODY, in blocks of 16 with a constant trip count (one
+ * vector op each, no run-time prologue or epilogue: rows here are short) and a
+ * scalar tail. */
+#define BLOCKS16(n, BODY)                                                        \
+    do {                                                                         \
+        int64_t i0_ = 0;                                                         \
+        for (; i0_ + 16 <= (n); i0_ += 16)                                       \
+            for (int64_t i = i0_; i < i0_ + 16; ++i)                             \
+                BODY;                                                            \
+        for (int64_t i = i0_; i < (n); ++i)                                      \
+            BODY;                                                                \
+    } while (0)
+
+/* y[i] = op(y[i], r[i * stride + off]) over the output row, max or sum; a constant
+ * stride lets the compiler vectorize the gather with shuffles. */
+#define POOL_COLUMNS(stride)                                                     \
+    do {                                                                         \
+        if (is_max)                                                              \
+            BLOCKS16(ow, y[i] = lgk_maxf(y[i], r[i * (stride) + off]));          \
+        else                                                                     \
+            BLOCKS16(ow, y[i] += r[i * (stride) + off]);                         \
+    } while (0)
+
+/* One output row, separably: the window's valid input rows reduced into r (rw
+ * cells from input column -pad_left, the identity outside the input), then each
+ * output the reduction of its kw cells of r. Both passes are unit- or
+ * constant-stride loops along x. */
+LGK_CLONES static void pool_row(const lgk_pool2d_params *p, const float *restrict plane,
+                                const window *wy, int64_t oy, int64_t ow, int64_t rw,
+                                float *restrict r, float *restrict y, int is_max)
 {
-    for (int64_t ox = 0; ox < ow; ++ox)
-        y[ox] = is_max ? -INFINITY : 0.0f;
+    float identity = is_max ? -INFINITY : 0.0f;
+    int64_t x0 = LGK_MIN(p->pad_left, rw), cols = LGK_MAX((int64_t)0, LGK_MIN(p->w, rw - x0));
+    float *rin = r + x0; /* rin[ix]: input column ix */
+    for (int64_t i = 0; i < x0; ++i)
+        r[i] = identity;
+    if (wy->hi <= wy->lo) {
+        for (int64_t ix = 0; ix < cols; ++ix)
+            rin[ix] = identity;
+    }
     for (int64_t ki = wy->lo; ki < wy->hi; ++ki) {
-        const float *row = plane + (oy * p->stride_h - p->pad_top + ki * p->dilation_h) * p->w;
-        for (int64_t kj = 0; kj < p->kw; ++kj) {
-            /* Index, not pointer, arithmetic: off may be negative. */
-            int64_t off = kj * p->dilation_w - p->pad_left, s = p->stride_w;
-            if (is_max) {
-                for (int64_t ox = kx[kj].lo; ox < kx[kj].hi; ++ox)
-                    y[ox] = lgk_maxf(y[ox], row[ox * s + off]);
-            } else {
-                for (int64_t ox = kx[kj].lo; ox < kx[kj].hi; ++ox)
-                    y[ox] += row[ox * s + off];
-            }
-        }
+        const float *restrict row =
+            plane + (oy * p->stride_h - p->pad_top + ki * p->dilation_h) * p->w;
+        if (ki == wy->lo)
+            memcpy(rin, row, (size_t)cols * sizeof(float));
+        else if (is_max)
+            BLOCKS16(cols, rin[i] = lgk_maxf(rin[i], row[i]));
+        else
+            BLOCKS16(cols, rin[i] += row[i]);
+    }
+    for (int64_t i = x0 + cols; i < rw; ++i)
+        r[i] = identity;
+    for (int64_t ox = 0; ox < ow; ++ox)
+        y[ox] = identity;
+    for (int64_t kj = 0; kj < p->kw; ++kj) {
+        int64_t off = kj * p->dilation_w;
+        if (p->stride_w == 1)
+            POOL_COLUMNS(1);
+        else if (p->stride_w == 2)
+            POOL_COLUMNS(2);
+        else
+            POOL_COLUMNS(p->stride_w);
     }
 }
 
@@ -515,13 +622,15 @@ static int pool_impl(const lgk_pool2d_params *p, const float *x, int64_t x_len, 
     LGK_TRY(lgk_checked_count(4, yd, &ny));
     LGK_TRY(lgk_check_buffer(x, x_len, nx));
     LGK_TRY(lgk_check_buffer(y, y_len, ny));
-    window *wy = malloc((size_t)(oh + ow + p->kw) * sizeof(window));
+    /* r: the reduced rows of pool_row, from input column -pad_left to the last
+     * cell of the last window. */
+    int64_t rw = (ow - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1;
+    window *wy = malloc((size_t)(oh + ow) * sizeof(window) + (size_t)rw * sizeof(float));
     LGK_CHECK(wy != NULL, LGK_ERR_NOMEM);
-    window *wx = wy + oh, *kx = wx + ow;
+    window *wx = wy + oh;
+    float *r = (float *)(wx + ow);
     make_windows(p->h, oh, p->kh, p->stride_h, p->pad_top, p->pad_bottom, p->dilation_h, wy);
     make_windows(p->w, ow, p->kw, p->stride_w, p->pad_left, p->pad_right, p->dilation_w, wx);
-    for (int64_t kj = 0; kj < p->kw; ++kj)
-        valid_range(p->w, ow, p->stride_w, kj * p->dilation_w - p->pad_left, &kx[kj].lo, &kx[kj].hi);
     for (int64_t plane = 0; plane < p->n * p->c; ++plane) {
         const float *xp = x + plane * p->h * p->w;
         for (int64_t oy = 0; oy < oh; ++oy) {
@@ -529,7 +638,7 @@ static int pool_impl(const lgk_pool2d_params *p, const float *x, int64_t x_len, 
             if (ow < POOL_MIN_ROW)
                 pool_row_by_window(p, xp, &wy[oy], oy, wx, ow, yr, is_max);
             else
-                pool_row(p, xp, &wy[oy], oy, kx, ow, yr, is_max);
+                pool_row(p, xp, &wy[oy], oy, ow, rw, r, yr, is_max);
             if (!is_max)
                 pool_divide(p, &wy[oy], wx, ow, yr);
         }
