@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "lgk_internal.h"
+#include "lgk_transpose.h"
 
 /* ---- planes: one plane at a time, vectorised along x ------------------------------ */
 
@@ -125,54 +126,13 @@ static int dw_planes(void *ctx, int64_t begin, int64_t end)
 
 /* ---- channel bands: 16 channels per vector, pixel-major scratch ------------------- */
 
-#define CB_LANES 16 /* channels of a band: one vector */
+#define CB_LANES LGK_V16 /* channels of a band: one vector */
 #define CB_PIX 8    /* output pixels per register block: independent accumulators */
 #define CB_SMALL_FILL 4096 /* scratch rows of at most this many floats: one memset */
 
-typedef float cb_vec __attribute__((vector_size(CB_LANES * sizeof(float))));
-typedef int cb_mask __attribute__((vector_size(CB_LANES * sizeof(int))));
-
-#if defined(__clang__)
-#define CB_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define CB_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (cb_mask){__VA_ARGS__})
-#endif
-
-/* One step of the 16x16 transpose of v[0..15] (rows): for each pair of rows s apart,
- * swap the off-diagonal s x s blocks. After the steps for s = 8, 4, 2, 1 each v[i]
- * holds column i. */
-#if defined(__clang__)
-#define CB_UNROLL _Pragma("clang loop unroll(full)")
-#elif defined(__GNUC__)
-#define CB_UNROLL _Pragma("GCC unroll 16")
-#else
-#define CB_UNROLL
-#endif
-
-#define CB_STEP(s, lo, hi)                                      \
-    CB_UNROLL                                                   \
-    for (int i = 0; i < CB_LANES; ++i)                          \
-        if (!(i & (s))) {                                       \
-            cb_vec a_ = v[i], b_ = v[i + (s)];                  \
-            v[i] = CB_SHUFFLE(a_, b_, lo);                      \
-            v[i + (s)] = CB_SHUFFLE(a_, b_, hi);                \
-        }
-#define CB_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define CB_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define CB_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define CB_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define CB_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define CB_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define CB_L1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define CB_H1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
-
-static inline __attribute__((always_inline)) void cb_transpose(cb_vec *v)
-{
-    CB_STEP(8, CB_L8, CB_H8)
-    CB_STEP(4, CB_L4, CB_H4)
-    CB_STEP(2, CB_L2, CB_H2)
-    CB_STEP(1, CB_L1, CB_H1)
-}
+typedef lgk_v16 cb_vec;
+#define CB_UNROLL LGK_UNROLL16
+#define cb_transpose lgk_transpose16
 
 typedef struct {
     const lgk_conv2d_params *p;

@@ -263,6 +263,14 @@ enum lgk_reduce_op { LGK_REDUCE_SUM = 0, LGK_REDUCE_MEAN, LGK_REDUCE_MAX, LGK_RE
  * max/min need r >= 1 (like numpy); mean over r == 0 gives NaN. */
 int lgk_reduce(int op, int64_t outer, int64_t r, int64_t inner, const float *x, float *y);
 
+/* ---- permute ---------------------------------------------------------------- */
+/* lgk_strided_copy's contract (dst dense in `shape` = src viewed through
+ * src_strides), walked by blocks: the innermost dims as whole runs, 16x16 tiles
+ * transposed in registers where another dim is the source's contiguous one. */
+int lgk_permute_copy(int ndim, const int64_t *shape,
+                     const float *src, int64_t src_len, const int64_t *src_strides,
+                     float *dst, int64_t dst_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,7 +24,8 @@ from cffi import FFI
 
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
-SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c"]
+SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c",
+           "movement.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno
@@ -92,7 +93,7 @@ def _make_builder(csrc: str = CSRC) -> FFI:
         f'#include "{HEADER}"',
         sources=[f"{csrc}/{name}" for name in SOURCES],
         include_dirs=[csrc],
-        depends=[f"{csrc}/{HEADER}", f"{csrc}/lgk_internal.h"],
+        depends=[f"{csrc}/{HEADER}", f"{csrc}/lgk_internal.h", f"{csrc}/lgk_transpose.h"],
         extra_compile_args=COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
         libraries=["m"],
