@@ -30,6 +30,9 @@
  * layer_norm_rows, rms_norm_rows), so a short row (softmax over 64 keys, layer_norm
  * over 32 channels) costs no calls between its passes. */
 #define ROW_INLINE static inline __attribute__((always_inline))
+/* They pass 64-byte vectors by value, which would differ between the baseline and AVX-512
+ * calling conventions if they were ever called rather than inlined. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 static void reduce_cols(int op, const float *x, int64_t r, int64_t inner, int64_t w, float *y);
 static float row_extreme(const float *x, int64_t n, int want_max);
@@ -86,7 +89,63 @@ ROW_INLINE double row_sq_dev(const float *x, int64_t n, float c)
  * with vector extensions (16 floats: zmm, 2 ymm or 4 xmm per clone), with MOMENT_WAYS
  * independent accumulators so the adds do not wait on each other's latency. */
 typedef float lgk_v16 __attribute__((vector_size(64)));
+typedef int32_t lgk_vi16 __attribute__((vector_size(64)));
+typedef uint32_t lgk_vu16 __attribute__((vector_size(64)));
 #define MOMENT_WAYS 4
+
+/* a where mask (all ones) else b, lane by lane */
+ROW_INLINE lgk_v16 v16_select(lgk_vi16 mask, lgk_v16 a, lgk_v16 b)
+{
+    return (lgk_v16)(((lgk_vi16)a & mask) | ((lgk_vi16)b & ~mask));
+}
+
+/* Sum and maximum of the 16 lanes by halving shuffles (4 steps, no serial chain). */
+ROW_INLINE float v16_hsum(lgk_v16 v)
+{
+    v += __builtin_shuffle(v, (lgk_vi16){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v += __builtin_shuffle(v, (lgk_vi16){4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
+    v += __builtin_shuffle(v, (lgk_vi16){2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
+    v += __builtin_shuffle(v, (lgk_vi16){1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+    return v[0];
+}
+
+ROW_INLINE lgk_v16 v16_max(lgk_v16 a, lgk_v16 b) { return v16_select(a > b, a, b); }
+
+ROW_INLINE float v16_hmax(lgk_v16 v)
+{
+    v = v16_max(v, __builtin_shuffle(v, (lgk_vi16){8, 9, 10, 11, 12, 13, 14, 15,
+                                                   0, 1, 2, 3, 4, 5, 6, 7}));
+    v = v16_max(v, __builtin_shuffle(v, (lgk_vi16){4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
+                                                   0, 1, 2, 3}));
+    v = v16_max(v, __builtin_shuffle(v, (lgk_vi16){2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1,
+                                                   2, 3, 0, 1}));
+    v = v16_max(v, __builtin_shuffle(v, (lgk_vi16){1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                                                   1, 0, 1, 0}));
+    return v[0];
+}
+
+/* lgk_expf on 16 lanes (the same steps and constants, so the same results). */
+ROW_INLINE lgk_v16 v16_exp(lgk_v16 x)
+{
+    const float magic = 12582912.0f;
+    const lgk_v16 hi = (lgk_v16){0} + 89.0f, lo = (lgk_v16){0} - 104.0f;
+    x = v16_select(x > 89.0f, hi, x);
+    x = v16_select(x < -104.0f, lo, x);
+    lgk_v16 t = x * 1.44269504088896341f + magic;
+    lgk_v16 n = t - magic;
+    lgk_v16 r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    lgk_v16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    lgk_vu16 ni = (lgk_vu16)t - lgk_f2u(magic);
+    lgk_vu16 n1 = (lgk_vu16)((lgk_vi16)ni >> 1);
+    lgk_vu16 n2 = ni - n1;
+    return p * (lgk_v16)((n1 + 127u) << 23) * (lgk_v16)((n2 + 127u) << 23);
+}
 
 ROW_INLINE void row_moments_block(const float *x, int64_t n, float c, float *sum,
                                          float *sq)
@@ -189,28 +248,24 @@ __attribute__((noinline, cold)) static void row_norm_wide(const float *x, int64_
     }
 }
 
-/* y = exp(x - shift), returning the sum of y (y may equal x). Two loops: the exps
- * vectorize as a plain loop (GCC's SLP of the exp over a lanes array did not, leaving
- * scalar code), then the sum over y, still in L1, in 16 lanes. */
+/* y = exp(x - shift), returning the sum of y (y may equal x): 16 lanes at a time in
+ * vector extensions (GCC left the same loop over a lanes array partly scalar). */
 ROW_INLINE float row_exp_shifted(const float *x, int64_t n, float shift, float *y)
 {
-    for (int64_t i = 0; i < n; ++i)
-        y[i] = lgk_expf(x[i] - shift);
     lgk_v16 acc = {0.0f};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         lgk_v16 v;
-        memcpy(&v, y + i, sizeof v); /* unaligned load */
+        memcpy(&v, x + i, sizeof v); /* unaligned load */
+        v = v16_exp(v - shift);
+        memcpy(y + i, &v, sizeof v);
         acc += v;
     }
-    float a[16];
-    memcpy(a, &acc, sizeof a);
-    for (int half = 8; half >= 1; half /= 2) /* pairwise: no serial chain */
-        for (int j = 0; j < half; ++j)
-            a[j] += a[j + half];
-    float s = a[0];
-    for (; i < n; ++i)
+    float s = v16_hsum(acc);
+    for (; i < n; ++i) {
+        y[i] = lgk_expf(x[i] - shift);
         s += y[i];
+    }
     return s;
 }
 
@@ -243,22 +298,14 @@ ROW_INLINE void row_affine(const float *x, int64_t n, float shift, float shift_l
  * it does with a NaN shift. n >= 1. */
 ROW_INLINE float softmax_shift(const float *x, int64_t n)
 {
-    /* in vector extensions: GCC turned the same select over a lanes array into 16
-     * scalar maxss per block */
-    typedef int32_t lgk_vi16 __attribute__((vector_size(64)));
-    lgk_v16 acc;
-    for (int j = 0; j < 16; ++j)
-        acc[j] = x[0];
+    lgk_v16 acc = (lgk_v16){0} + x[0];
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         lgk_v16 v;
         memcpy(&v, x + i, sizeof v); /* unaligned load */
-        lgk_vi16 more = v > acc;
-        acc = (lgk_v16)(((lgk_vi16)v & more) | ((lgk_vi16)acc & ~more));
+        acc = v16_max(v, acc);
     }
-    float m = acc[0];
-    for (int j = 1; j < 16; ++j)
-        m = acc[j] > m ? acc[j] : m;
+    float m = v16_hmax(acc);
     for (; i < n; ++i)
         m = x[i] > m ? x[i] : m;
     return m;
