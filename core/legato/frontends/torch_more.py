@@ -1,5 +1,303 @@
-"""ATen op converters for the rest of core ATen's inference ops (special functions, views
-such as diagonal/unfold/as_strided, copies and factories), joined to the importer's table."""
+"""ATen op converters for the rest of core ATen's inference ops: views with static strides
+(diagonal, unfold, as_strided) as takes of constant indices, copies and fills, scatters into
+slices, reflection and replication padding, the native normalizations with their saved
+statistics, and distances. They register in torch_ops.ATEN."""
 from __future__ import annotations
 
-from .torch_ops import aten  # noqa: F401
+import math
+
+import numpy as np
+
+from ..errors import LegatoError
+from ..ir import Const
+from ..shapes import broadcast_shapes, norm_axis
+from .torch_ops import ATEN, aten
+from .torch_tensors import full_like, zeros
+
+# --- reductions, copies and fills ------------------------------------------------------------
+
+
+@aten("aten.mean.default")
+def mean_all(b, x, dtype=None):
+    return ATEN["aten.mean.dim"](b, x, None, False, dtype)
+
+
+@aten("aten.copy.default")
+def copy(b, x, src, non_blocking=False):
+    """src written into a tensor like x: broadcast to x's shape, in x's dtype."""
+    y = src if src.dtype == x.dtype else b.cast(src, dtype=x.dtype)
+    return y if y.shape == x.shape else b.broadcast_to(y, shape=list(x.shape))
+
+
+@aten("aten.fill.Scalar")
+def fill(b, x, value):
+    return full_like(b, x, value)
+
+
+@aten("aten.fill.Tensor")
+def fill_tensor(b, x, value):
+    return copy(b, x, value)
+
+
+@aten("aten.empty_permuted.default")
+def empty_permuted(b, size, physical_layout, dtype=None, **_):
+    return zeros(b, size, dtype)  # any values will do: zeros are deterministic
+
+
+@aten("aten.empty_strided.default")
+def empty_strided(b, size, stride, dtype=None, **_):
+    return zeros(b, size, dtype)
+
+
+# --- views with static strides: takes of constant indices ------------------------------------
+
+def _take_flat(b, x, indices: np.ndarray):
+    """x's elements (row-major) at the constant `indices`, in their shape."""
+    size = x.type.size
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise LegatoError(f"a view reaches element {int(indices.max())} of {x.type}, which "
+                          f"has {size}")
+    flat = x if x.rank == 1 else b.reshape(x, shape=[size])
+    return b.take(flat, Const.of(indices.astype(np.int64)), axis=0)
+
+
+@aten("aten.as_strided.default", "aten.as_strided_copy.default")
+def as_strided(b, x, size, stride, storage_offset=None):
+    """The view of x's row-major elements with `size`, `stride` and `storage_offset`."""
+    grid = np.full([int(s) for s in size], int(storage_offset or 0), dtype=np.int64)
+    for axis, (n, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = int(n)
+        grid = grid + np.arange(int(n), dtype=np.int64).reshape(shape) * int(step)
+    return _take_flat(b, x, grid)
+
+
+def _diagonal_cells(shape, offset: int) -> np.ndarray:
+    """Row-major positions in an (n1, n2) matrix of its diagonal `offset`."""
+    n1, n2 = shape
+    count = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+    rows = np.arange(count, dtype=np.int64) + max(-offset, 0)
+    return rows * n2 + rows + offset
+
+
+def _last_two(b, x, dim1: int, dim2: int):
+    """x with dims dim1 and dim2 moved last and merged into one."""
+    rest = [a for a in range(x.rank) if a not in (dim1, dim2)]
+    y = b.permute_dims(x, axes=rest + [dim1, dim2]) if rest + [dim1, dim2] != \
+        list(range(x.rank)) else x
+    return b.reshape(y, shape=[x.shape[a] for a in rest] + [x.shape[dim1] * x.shape[dim2]])
+
+
+@aten("aten.diagonal.default", "aten.diagonal_copy.default")
+def diagonal(b, x, offset=0, dim1=0, dim2=1):
+    dim1, dim2 = norm_axis(dim1, x.rank, "dim1"), norm_axis(dim2, x.rank, "dim2")
+    if dim1 == dim2:
+        raise LegatoError(f"diagonal dims {dim1} and {dim2} must differ")
+    cells = _diagonal_cells((x.shape[dim1], x.shape[dim2]), offset)
+    return b.take(_last_two(b, x, dim1, dim2), Const.of(cells), axis=-1)
+
+
+@aten("aten.unfold.default", "aten.unfold_copy.default")
+def unfold(b, x, dimension, size, step):
+    """Windows of `size` elements every `step` along `dimension`: that dim becomes the
+    window count and the window's elements a new last dim."""
+    if x.rank == 0:
+        return b.reshape(x, shape=[1]) if size == 1 else unfold(b, b.reshape(
+            x, shape=[1]), 0, size, step)
+    dim = norm_axis(dimension, x.rank, "dimension")
+    n = x.shape[dim]
+    if size > n or step <= 0:
+        raise LegatoError(f"unfold size {size} step {step} does not fit a dim of {n}")
+    windows = (n - size) // step + 1
+    cells = np.arange(windows)[:, None] * step + np.arange(size)[None, :]
+    y = b.take(x, Const.of(cells.astype(np.int64)), axis=dim)  # dims ..., windows, size, ...
+    axes = list(range(y.rank))
+    axes.append(axes.pop(dim + 1))
+    return y if axes == list(range(y.rank)) else b.permute_dims(y, axes=axes)
+
+
+# --- scatters into views: where over a constant mask -------------------------------------------
+
+def _along(mask: np.ndarray, rank: int, axis: int) -> Const:
+    shape = [1] * rank
+    shape[axis] = mask.size
+    return Const.of(mask.reshape(shape))
+
+
+def _in_dtype(b, src, x):
+    return src if src.dtype == x.dtype else b.cast(src, dtype=x.dtype)
+
+
+@aten("aten.select_scatter.default")
+def select_scatter(b, x, src, dim, index):
+    dim = norm_axis(dim, x.rank, "dim")
+    index = norm_axis(index, x.shape[dim], "index")
+    mask = np.arange(x.shape[dim]) == index
+    return b.where(_along(mask, x.rank, dim), b.expand_dims(_in_dtype(b, src, x), axes=[dim]),
+                   x)
+
+
+@aten("aten.slice_scatter.default")
+def slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
+    dim = norm_axis(dim, x.rank, "dim")
+    n = x.shape[dim]
+    positions = range(n)[slice(start, end, step)]
+    if not len(positions):
+        return x
+    mask = np.zeros(n, dtype=bool)
+    mask[list(positions)] = True
+    source = np.zeros(n, dtype=np.int64)  # which element of src lands at each position
+    source[list(positions)] = np.arange(len(positions))
+    spread = b.take(_in_dtype(b, src, x), Const.of(source), axis=dim)
+    return b.where(_along(mask, x.rank, dim), spread, x)
+
+
+@aten("aten.diagonal_scatter.default")
+def diagonal_scatter(b, x, src, offset=0, dim1=0, dim2=1):
+    dim1, dim2 = norm_axis(dim1, x.rank, "dim1"), norm_axis(dim2, x.rank, "dim2")
+    n1, n2 = x.shape[dim1], x.shape[dim2]
+    cells = _diagonal_cells((n1, n2), offset)
+    if not cells.size:
+        return x
+    mask = np.zeros(n1 * n2, dtype=bool)
+    mask[cells] = True
+    source = np.zeros(n1 * n2, dtype=np.int64)
+    source[cells] = np.arange(cells.size)
+    rest = [a for a in range(x.rank) if a not in (dim1, dim2)]
+    # src's diagonal (its last dim) spread over the (n1, n2) cells, then put back in place
+    spread = b.reshape(b.take(_in_dtype(b, src, x), Const.of(source), axis=-1),
+                       shape=[x.shape[a] for a in rest] + [n1, n2])
+    order = rest + [dim1, dim2]
+    back = [order.index(a) for a in range(x.rank)]
+    spread = b.permute_dims(spread, axes=back) if back != list(range(x.rank)) else spread
+    full = np.zeros((n1, n2), dtype=bool)
+    full.flat[cells] = True
+    shape = [1] * x.rank
+    shape[dim1], shape[dim2] = n1, n2
+    return b.where(Const.of(full.reshape(shape) if dim1 < dim2 else
+                            full.T.reshape(shape)), spread, x)
+
+
+@aten("aten.masked_scatter.default")
+def masked_scatter(b, x, mask, source):
+    """x with the elements where mask is true taken from source's elements in order: the
+    k-th true cell (row-major) gets source's k-th element."""
+    shape = list(broadcast_shapes(x.shape, mask.shape))
+    if x.shape != tuple(shape):
+        x = b.broadcast_to(x, shape=shape)
+    if mask.shape != tuple(shape):
+        mask = b.broadcast_to(mask, shape=shape)
+    count = source.type.size
+    if count == 0:
+        return x
+    flat = b.reshape(b.cast(mask, dtype="int64"), shape=[-1])
+    order = b.clip(b.subtract(b.cumsum(flat, axis=0), 1), min=0, max=count - 1)
+    taken = b.take(b.reshape(_in_dtype(b, source, x), shape=[-1]), order, axis=0)
+    return b.where(mask, b.reshape(taken, shape=shape), x)
+
+
+# --- padding by reflection and replication ----------------------------------------------------
+
+def _pad_mode(mode: str):
+    def convert(b, x, padding):
+        """torch's pad list: (begin, end) pairs from the last dim backwards; negative values
+        crop."""
+        k = len(padding) // 2
+        begins = [0] * (x.rank - k) + [padding[2 * (k - 1 - i)] for i in range(k)]
+        ends = [0] * (x.rank - k) + [padding[2 * (k - 1 - i) + 1] for i in range(k)]
+        if any(p < 0 for p in begins + ends):
+            x = b.strided_slice(x, begin=[max(-p, 0) for p in begins],
+                                end=[d - max(-p, 0) for d, p in zip(x.shape, ends)])
+        grow = [max(p, 0) for p in begins + ends]
+        return b.pad(x, pads=grow, mode=mode) if any(grow) else x
+    return convert
+
+
+aten("aten.reflection_pad1d.default", "aten.reflection_pad2d.default",
+     "aten.reflection_pad3d.default")(_pad_mode("reflect"))
+aten("aten.replication_pad1d.default", "aten.replication_pad2d.default",
+     "aten.replication_pad3d.default")(_pad_mode("edge"))
+
+
+# --- normalizations with their saved statistics -----------------------------------------------
+
+def _statistics(b, x, axes, eps):
+    """Mean, biased variance and 1 / sqrt(variance + eps) over `axes`, kept as size-1
+    dims."""
+    var = b.variance(x, axes=axes, keepdims=True)
+    return b.mean(x, axes=axes, keepdims=True), var, b.rsqrt(b.add(var, eps))
+
+
+@aten("aten.native_layer_norm.default")
+def native_layer_norm(b, x, normalized_shape, weight, bias, eps):
+    axes = list(range(x.rank - len(normalized_shape), x.rank))
+    mean, _, rstd = _statistics(b, x, axes, eps)
+    return b.nn_layer_norm(x, weight, bias, axes=axes, epsilon=eps), mean, rstd
+
+
+@aten("aten.native_group_norm.default")
+def native_group_norm(b, x, weight, bias, n, c, hw, group, eps):
+    y = b.nn_group_norm(x, weight, bias, num_groups=group, epsilon=eps)
+    mean, _, rstd = _statistics(b, b.reshape(x, shape=[n, group, -1]), [2], eps)
+    return y, b.reshape(mean, shape=[n, group]), b.reshape(rstd, shape=[n, group])
+
+
+def _batch_norm(b, x, weight, bias, running_mean, running_var, training, eps):
+    """(y, saved mean, saved 1 / std): batch statistics in training mode (the running
+    ones are not updated: legato computes inference graphs), the running ones otherwise
+    (nothing saved)."""
+    c = x.shape[1] if x.rank > 1 else 1
+    weight = weight if weight is not None else Const.of(np.ones(c, dtype=x.dtype))
+    bias = bias if bias is not None else Const.of(np.zeros(c, dtype=x.dtype))
+    if not training:
+        empty = Const.of(np.zeros(0, dtype=x.dtype))
+        return b.nn_batch_norm(x, weight, bias, running_mean, running_var, epsilon=eps), \
+            empty, empty
+    axes = [a for a in range(x.rank) if a != 1]
+    mean, var, rstd = (b.reshape(v, shape=[c]) for v in _statistics(b, x, axes, eps))
+    return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps), mean, rstd
+
+
+@aten("aten._native_batch_norm_legit.default", "aten.native_batch_norm.default")
+def native_batch_norm(b, x, weight, bias, running_mean, running_var, training, momentum,
+                      eps):
+    return _batch_norm(b, x, weight, bias, running_mean, running_var, training, eps)
+
+
+@aten("aten._native_batch_norm_legit.no_stats")
+def native_batch_norm_no_stats(b, x, weight, bias, training, momentum, eps):
+    return _batch_norm(b, x, weight, bias, None, None, True, eps)
+
+
+# --- distances --------------------------------------------------------------------------------
+
+def _p_norm(b, d, p: float, axis: int):
+    """The p-norm of d along `axis` (p = 0 counts the non-zeros)."""
+    if p == 0:
+        return b.sum(b.cast(b.not_equal(d, 0.0), dtype=d.dtype), axes=[axis])
+    if p == math.inf:
+        return b.max(b.abs(d), axes=[axis])
+    if p == 1:
+        return b.sum(b.abs(d), axes=[axis])
+    if p == 2:
+        return b.sqrt(b.sum(b.multiply(d, d), axes=[axis]))
+    return b.power(b.sum(b.power(b.abs(d), float(p)), axes=[axis]), 1.0 / p)
+
+
+@aten("aten._cdist_forward.default")
+def cdist(b, x1, x2, p=2.0, compute_mode=None):
+    """Distances between the rows of x1 (..., P, M) and of x2 (..., R, M): (..., P, R)."""
+    d = b.subtract(b.expand_dims(x1, axes=[x1.rank - 1]), b.expand_dims(x2, axes=[x2.rank - 2]))
+    return _p_norm(b, d, p, -1)
+
+
+@aten("aten._pdist_forward.default")
+def pdist(b, x, p=2.0):
+    """Distances between the rows i < j of x (N, M), row by row: N (N - 1) / 2 values."""
+    n = x.shape[0]
+    rows, cols = np.triu_indices(n, k=1)
+    if n < 2:
+        return Const.of(np.zeros(0, dtype=x.dtype))
+    pairs = b.subtract(b.take(x, Const.of(rows.astype(np.int64)), axis=0),
+                       b.take(x, Const.of(cols.astype(np.int64)), axis=0))
+    return _p_norm(b, pairs, p, -1)
