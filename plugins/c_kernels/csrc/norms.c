@@ -357,10 +357,65 @@ LGK_CLONES static void softmax_cols(const float *x, int64_t n, int64_t inner, in
 }
 
 /* Softmax along each of `rows` contiguous rows of n >= 1. */
+ROW_INLINE lgk_v16 v16_load(const float *p)
+{
+    lgk_v16 v;
+    memcpy(&v, p, sizeof v); /* unaligned */
+    return v;
+}
+
+/* softmax_row (not log) of two rows at once, with the same operations in the same
+ * order, so a row's result does not depend on its partner. The passes over one short
+ * row are a chain of dependent reductions (max, exps and their sum, the scale) whose
+ * latencies a lone row mostly waits out; two interleaved rows fill those waits. */
+ROW_INLINE void softmax_row_pair(const float *x0, const float *x1, int64_t n, float *y0,
+                                 float *y1)
+{
+    lgk_v16 m0 = (lgk_v16){0} + x0[0], m1 = (lgk_v16){0} + x1[0];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = v16_max(v16_load(x0 + i), m0);
+        m1 = v16_max(v16_load(x1 + i), m1);
+    }
+    float a0 = v16_hmax(m0), a1 = v16_hmax(m1);
+    for (; i < n; ++i) {
+        a0 = x0[i] > a0 ? x0[i] : a0;
+        a1 = x1[i] > a1 ? x1[i] : a1;
+    }
+    lgk_v16 s0 = {0.0f}, s1 = {0.0f};
+    for (i = 0; i + 16 <= n; i += 16) {
+        lgk_v16 e0 = v16_exp(v16_load(x0 + i) - a0), e1 = v16_exp(v16_load(x1 + i) - a1);
+        memcpy(y0 + i, &e0, sizeof e0);
+        memcpy(y1 + i, &e1, sizeof e1);
+        s0 += e0;
+        s1 += e1;
+    }
+    float t0 = v16_hsum(s0), t1 = v16_hsum(s1);
+    for (int64_t k = i; k < n; ++k) {
+        y0[k] = lgk_expf(x0[k] - a0);
+        t0 += y0[k];
+        y1[k] = lgk_expf(x1[k] - a1);
+        t1 += y1[k];
+    }
+    float r0 = 1.0f / t0, r1 = 1.0f / t1;
+    for (i = 0; i + 16 <= n; i += 16) {
+        lgk_v16 v0 = v16_load(y0 + i) * r0, v1 = v16_load(y1 + i) * r1;
+        memcpy(y0 + i, &v0, sizeof v0);
+        memcpy(y1 + i, &v1, sizeof v1);
+    }
+    for (; i < n; ++i) {
+        y0[i] *= r0;
+        y1[i] *= r1;
+    }
+}
+
 LGK_CLONES static void softmax_rows(int64_t rows, int64_t n, const float *x, float *y,
                                     int log_domain)
 {
-    for (int64_t r = 0; r < rows; ++r)
+    int64_t r = 0;
+    for (; !log_domain && r + 2 <= rows; r += 2)
+        softmax_row_pair(x + r * n, x + (r + 1) * n, n, y + r * n, y + (r + 1) * n);
+    for (; r < rows; ++r)
         softmax_row(x + r * n, n, y + r * n, log_domain);
 }
 
