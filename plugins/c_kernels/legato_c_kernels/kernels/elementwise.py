@@ -263,7 +263,7 @@ def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
         return out, None
     x = strided(detach(data, out, strict=strict), strict)
     src_strides = [estrides(x)[p] for p in perm]
-    return out, CCall(op, lib.lgk_strided_copy, (len(shape), i64(shape), ptr(x), extent(x),
+    return out, CCall(op, lib.lgk_permute_copy, (len(shape), i64(shape), ptr(x), extent(x),
                                                  i64(src_strides), ptr(out), out.size), (x,),
                       ((0, 2), (OUT, 5)))
 
