@@ -116,17 +116,31 @@ static int is_pointwise(const lgk_conv2d_params *p)
  * compiler vectorize the gather with shuffles. */
 #define GATHER(stride) for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * (stride) + off_x]
 
-/* The phase planes of one group's input xg into ph (see above). */
+/* Whether a tap of a kernel k wide (dilation dil) reads phase `phase` of `stride`. */
+static int phase_used(int64_t k, int64_t dil, int64_t stride, int64_t phase)
+{
+    for (int64_t t = 0; t < k && t < stride; ++t) /* (t * dil) % stride repeats after stride */
+        if (t * dil % stride == phase)
+            return 1;
+    return 0;
+}
+
+/* The phase planes of one group's input xg into ph (see above); planes no tap reads
+ * (a 1x1 stride-2 conv reads one of four) are skipped. */
 LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq;
     for (int64_t px = 0; px < sw; ++px) {
+        if (!phase_used(p->kw, p->dilation_w, sw, px))
+            continue;
         /* Phase columns whose input column ox * sw + off_x lies inside the input. */
         int64_t a, b, off_x = px - p->pad_left;
         valid_range(p->w, wq, sw, off_x, &a, &b);
         for (int64_t c = 0; c < j->cg; ++c)
             for (int64_t py = 0; py < sh; ++py) {
+                if (!phase_used(p->kh, p->dilation_h, sh, py))
+                    continue;
                 float *d = ph + ((c * sh + py) * sw + px) * j->phase_plane;
                 for (int64_t i = 0; i < j->hq; ++i, d += wq) {
                     int64_t iy = i * sh + py - p->pad_top;
@@ -189,56 +203,92 @@ LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t 
 }
 
 #ifdef CONV_X86
-/* d[0:w] = src[idx[0:w]] for w <= 16: one masked vector gather and store. */
-__attribute__((target("avx512f"))) static void gather_avx512(int w, const float *src,
-                                                            const int32_t *idx, float *d)
+/* The first n (0..16) lanes. */
+static inline __mmask16 lanes(int64_t n)
 {
-    __mmask16 m = (__mmask16)((1u << w) - 1u);
-    __m512i vi = _mm512_maskz_loadu_epi32(m, idx);
-    _mm512_mask_storeu_ps(d, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, src, 4));
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
 }
 #endif
 
-static void gather_scalar(int w, const float *src, const int32_t *idx, float *d)
+/* A sliver row per tap k and sliver: d[0:mr] = base[off[k] + qidx[s + 0:mr]] (see
+ * phase_rows), the slivers of each K block end to end. */
+static void gather_panels(int64_t kg, int64_t kc, int64_t mr, int64_t npad, const float *base,
+                          const int64_t *off, const int32_t *qidx, float *panels)
 {
-    for (int i = 0; i < w; ++i)
-        d[i] = src[idx[i]];
+    for (int64_t pc = 0; pc < kg; pc += kc) {
+        int64_t depth = LGK_MIN(kc, kg - pc);
+        for (int64_t s = 0; s < npad; s += mr) {
+            float *d = panels + pc * npad + s * depth;
+            for (int64_t k = pc; k < pc + depth; ++k, d += mr)
+                for (int64_t i = 0; i < mr; ++i)
+                    d[i] = base[off[k] + qidx[s + i]];
+        }
+    }
 }
 
-typedef void (*gather_fn)(int w, const float *src, const int32_t *idx, float *d);
-
-static gather_fn pick_gather(int w)
-{
 #ifdef CONV_X86
-    __builtin_cpu_init();
-    if (w <= 16 && __builtin_cpu_supports("avx512f"))
-        return gather_avx512;
-#endif
-    (void)w;
-    return gather_scalar;
+/* gather_panels with vectors (mr <= 16): a sliver whose rows lie within 32 floats of
+ * each other (small maps, the usual case) takes two masked loads and one two-source
+ * permute per tap, else a masked gather (several times slower). */
+__attribute__((target("avx512f"))) static void gather_panels_avx512(
+    int64_t kg, int64_t kc, int64_t mr, int64_t npad, const float *base, const int64_t *off,
+    const int32_t *qidx, float *panels)
+{
+    __mmask16 m = lanes(mr);
+    for (int64_t s = 0; s < npad; s += mr) {
+        __m512i vi = _mm512_maskz_loadu_epi32(m, qidx + s);
+        int32_t first = qidx[s], span = 0;
+        for (int64_t i = 0; i < mr; ++i)
+            span = qidx[s + i] - first + 1 > span ? qidx[s + i] - first + 1 : span;
+        __m512i rel = _mm512_sub_epi32(vi, _mm512_set1_epi32(first));
+        __mmask16 lo_m = lanes(span), hi_m = lanes(span - 16);
+        int shuffle = span <= 32
+                      && _mm512_mask_cmplt_epi32_mask(m, rel, _mm512_setzero_si512()) == 0;
+        for (int64_t pc = 0; pc < kg; pc += kc) {
+            int64_t depth = LGK_MIN(kc, kg - pc);
+            float *d = panels + pc * npad + s * depth;
+            for (int64_t k = pc; k < pc + depth; ++k, d += mr) {
+                const float *src = base + off[k];
+                __m512 v;
+                if (shuffle) {
+                    __m512 lo = _mm512_maskz_loadu_ps(lo_m, src + first);
+                    __m512 hi = _mm512_maskz_loadu_ps(hi_m, src + first + 16);
+                    v = _mm512_permutex2var_ps(lo, rel, hi);
+                } else {
+                    v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, src, 4);
+                }
+                _mm512_mask_storeu_ps(d, m, v);
+            }
+        }
+    }
 }
+#endif
 
 /* Output pixels of one band of every tap into mr-row A slivers, rows compact (no
  * dropped wide pixels: on small maps those would be a third to half of the rows).
- * qidx[i]: the wide pixel of row i relative to the band, padded to whole slivers. */
+ * qidx[i]: the wide pixel of row i relative to the band, padded to whole slivers;
+ * off: room for kg offsets (each tap's phase plane and shift). */
 static void phase_rows(const conv_job *j, const float *ph, int64_t q0, const int32_t *qidx,
-                       int64_t n, float *panels)
+                       int64_t n, int64_t *off, float *panels)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t mr = j->layout.mr, kc = j->layout.kc, npad = (n + mr - 1) / mr * mr, k = 0;
+    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr, k = 0;
     int64_t sh = p->stride_h, sw = p->stride_w;
-    gather_fn gather = pick_gather((int)mr);
     for (int64_t c = 0; c < j->cg; ++c)
         for (int64_t ki = 0; ki < p->kh; ++ki)
             for (int64_t kj = 0; kj < p->kw; ++kj, ++k) {
                 int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
-                const float *src = ph + ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
-                                   + ry / sh * j->wq + rx / sw + q0;
-                int64_t pc = k / kc * kc, depth = LGK_MIN(kc, j->kg - pc);
-                float *row = panels + pc * npad + (k - pc) * mr;
-                for (int64_t s = 0; s < npad; s += mr)
-                    gather((int)mr, src, qidx + s, row + s * depth);
+                off[k] = ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
+                         + ry / sh * j->wq + rx / sw;
             }
+#ifdef CONV_X86
+    __builtin_cpu_init();
+    if (mr <= 16 && __builtin_cpu_supports("avx512f")) {
+        gather_panels_avx512(j->kg, j->layout.kc, mr, npad, ph + q0, off, qidx, panels);
+        return;
+    }
+#endif
+    gather_panels(j->kg, j->layout.kc, mr, npad, ph + q0, off, qidx, panels);
 }
 
 /* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
@@ -297,7 +347,7 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, float *ph,
  * and activation in the epilogue, then t^T into the image's output. On small maps
  * this keeps the GEMM's wide dimension the filter count and streams the weights once. */
 static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *panels, float *t,
-                          int32_t *qidx)
+                          int32_t *qidx, int64_t *off)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow, mr = j->layout.mr;
@@ -314,9 +364,12 @@ static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *pane
         lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
         if (!pointwise) {
             int64_t npad = (n + mr - 1) / mr * mr;
-            for (int64_t i = 0; i < npad; ++i) /* rows past n read pixel 0 */
-                qidx[i] = (int32_t)(i < n ? i / j->ow * j->wq + i % j->ow : 0);
-            phase_rows(j, ph, oy0 * j->wq, qidx, n, panels);
+            for (int64_t i = 0; i < npad; ++i) /* rows past n repeat the last pixel */
+            {
+                int64_t px = LGK_MIN(i, n - 1);
+                qidx[i] = (int32_t)(px / j->ow * j->wq + px % j->ow);
+            }
+            phase_rows(j, ph, oy0 * j->wq, qidx, n, off, panels);
             a = (lgk_operand){NULL, 0, 0, panels};
         }
         LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, t, p->o, j->bias, bias_mode,
@@ -343,8 +396,9 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
         sizes[2] = n * p->o;
     else if (j->wq != j->ow && !is_pointwise(p))
         sizes[2] = j->og * n;
-    /* pixel rows' wide indices (int32 in float-sized scratch) */
-    int64_t qidx_floats = j->by_pixels ? n + width : 0;
+    /* pixel rows' wide indices (int32) and the taps' offsets (int64), in float-sized
+     * scratch */
+    int64_t qidx_floats = j->by_pixels ? n + width + 2 * j->kg + 16 : 0;
     int status = LGK_OK;
     lgk_scratch *blocks[4] = {&ph, &panels, &t, &qidx};
     const int64_t need[4] = {sizes[0], sizes[1], sizes[2], qidx_floats};
@@ -353,7 +407,8 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
             status = lgk_scratch_acquire(need[i], blocks[i]);
     for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
         if (j->by_pixels)
-            status = conv_by_pixels(j, img, ph.data, panels.data, t.data, (int32_t *)qidx.data);
+            status = conv_by_pixels(j, img, ph.data, panels.data, t.data, (int32_t *)qidx.data,
+                                    (int64_t *)(qidx.data + (n + width + 1) / 2 * 2));
         for (int64_t g = 0; g < p->groups && status == LGK_OK && !j->by_pixels; ++g)
             status = conv_by_filters(j, img, g, ph.data, panels.data, t.data);
     }
@@ -404,11 +459,12 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     j->wq = wp / p->stride_w + (wp % p->stride_w != 0);
     const int64_t pd[2] = {j->hq, j->wq};
     LGK_TRY(lgk_checked_count(2, pd, &j->phase_plane));
+    /* Slack for the widest sliver read past a plane's end (by filters only: rows by
+     * pixels read real output pixels alone); whole cache lines per plane. */
     int64_t slack = (p->kw - 1) * p->dilation_w / p->stride_w + LGK_MAX(j->layout.mr,
                                                                          j->layout.nr);
-    LGK_TRY(lgk_add(j->phase_plane, slack + 15, &j->phase_plane));
-    j->phase_plane = j->phase_plane / 16 * 16; /* keeps every plane 64-byte aligned */
-    const int64_t all[4] = {j->cg, p->stride_h * p->stride_w, j->phase_plane, 1};
+    LGK_TRY(lgk_add(j->phase_plane, slack + 15, &phases));
+    const int64_t all[4] = {j->cg, p->stride_h * p->stride_w, phases, 1};
     LGK_TRY(lgk_checked_count(4, all, &phases));
     *done = p->n == 0 || p->o == 0;
     return LGK_OK;
@@ -420,6 +476,10 @@ static int conv_run(conv_job *j, int nthreads)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t per_row = LGK_MAX(j->kg, j->by_pixels ? p->o : j->og), rows_budget, n;
+    if (!j->by_pixels) /* conv_setup checked this sum */
+        j->phase_plane += (p->kw - 1) * p->dilation_w / p->stride_w
+                          + LGK_MAX(j->layout.mr, j->layout.nr);
+    j->phase_plane = (j->phase_plane + 15) / 16 * 16;
     LGK_TRY(lgk_mul(per_row, j->wq + LGK_MAX(j->layout.mr, j->layout.nr), &n));
     rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
     j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
@@ -583,12 +643,6 @@ LGK_CLONES static void pool_row(const lgk_pool2d_params *p, const float *restric
 }
 
 #ifdef CONV_X86
-/* The first n (0..16) lanes. */
-static inline __mmask16 lanes(int64_t n)
-{
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
-}
-
 /* lgk_maxf lane by lane (acc where acc > v or acc is NaN, else v), or the sum. */
 __attribute__((target("avx512f"))) static inline __m512 pool_op(__m512 acc, __m512 v, int is_max)
 {
