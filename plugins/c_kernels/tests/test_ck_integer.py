@@ -114,3 +114,21 @@ def test_a_planned_model_runs_integer_steps_natively_and_saturating_casts_on_the
     want = legato.reference(mod)(x_in, ids_in)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
+
+
+def test_isnan_is_one_kernel_step_and_matches_numpy():
+    x = np.array([[0.0, np.nan, -np.inf], [np.inf, -0.0, np.nan]], np.float32)
+    np.testing.assert_array_equal(K.isnan(x), np.isnan(x))
+    out = np.zeros(x.shape, bool)
+    run = K.isnan.bind(x, out=out)
+    x[0, 0] = np.nan  # the prepared call reads the buffer's current values
+    run()
+    np.testing.assert_array_equal(out, np.isnan(x))
+    with pytest.raises(LegatoError, match="isnan"):
+        K.isnan(np.ones(3, np.int64))
+    b = legato.GraphBuilder()
+    a = b.input("a", (2, 3))
+    mod = b.build(b.call("where", b.call("isnan", a), 0.0, a))
+    c = legato.compile(mod, "c_kernels")
+    assert [call.op for call in c.module.main.calls] == ["isnan", "where"]
+    np.testing.assert_array_equal(c(x), np.where(np.isnan(x), 0.0, x))

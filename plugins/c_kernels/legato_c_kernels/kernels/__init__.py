@@ -19,8 +19,8 @@ Function names are the op names with ``.`` replaced by ``_`` (``nn.layer_norm`` 
 (``abs_``, ``sum_``, ``max_``, ``min_``). ``KERNELS`` maps op names to the functions.
 The elementwise kernels are made from the C library's own list of ops (see
 :mod:`.elementwise`): an op added to csrc/elementwise.c is a kernel here; the integer
-arithmetic ops among them also take integer tensors, and ``cast`` converts between
-dtypes (:mod:`.casts`). Data movement
+arithmetic ops among them also take integer tensors; ``cast`` converts between
+dtypes and ``isnan`` tests floats (:mod:`.casts`). Data movement
 and comparisons of any dtype (slices, concat, split, pad, take, where, ...) are numpy
 copies and ufuncs whose views `bind` works out once (:mod:`.movement`).
 
@@ -47,7 +47,7 @@ from collections.abc import Callable
 
 from . import casts, elementwise, movement
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
-from .casts import cast
+from .casts import cast, isnan
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
                         pack_conv_weight)
 from .elementwise import python_name
@@ -81,6 +81,6 @@ globals().update({python_name(op): kernel for op, kernel in elementwise.KERNELS.
 __all__ = [
     "KERNELS", "ACTIVATIONS", "MAX_NDIM", "num_threads", "release_scratch", "bind_generic",
     "PackedWeight", "pack_weight", "fused_linear", "fused_matmul", "PackedConvWeight",
-    "pack_conv_weight", "cast",
+    "pack_conv_weight", "cast", "isnan",
     *sorted({python_name(op) for op in KERNELS}),
 ]

@@ -1,8 +1,14 @@
-"""cast of any dtype to any other numpy converts the same way as the op definition:
+"""Elementwise ops whose result dtype differs from their input's, computed by numpy
+into the planned buffers (bound once, so a run makes one call per step).
+
+cast: of any dtype to any other numpy converts the same way as the op definition:
 an assignment into the result buffer (integers wrap, to bool is `!= 0`, integers to
 floats round to nearest). Float to integer saturates and maps NaN to 0, which numpy's
 conversion does not: that cast stays on the reference backend (`cast_check`, the
 capability's condition).
+
+isnan: float tensors to bool, one numpy call (instead of its decomposition, not(x == x):
+two steps and a temporary).
 """
 from __future__ import annotations
 
@@ -61,4 +67,27 @@ def _cast_bind(data: Array, *, out: Array, dtype: str = "float32") -> Callable[[
 
 
 cast.bind = _cast_bind
-KERNELS: dict[str, Callable[..., Array]] = {"cast": cast}
+
+
+def _isnan_out(data: Any, out: Optional[Array]) -> Array:
+    if not isinstance(data, np.ndarray) or data.dtype.kind != "f":
+        raise error("isnan", f"data must be a float ndarray, got "
+                             f"{getattr(data, 'dtype', type(data).__name__)}")
+    if out is None:
+        return np.empty(data.shape, np.bool_)
+    if not isinstance(out, np.ndarray) or out.shape != data.shape or out.dtype != np.bool_:
+        raise error("isnan", f"out must be a bool array of shape {data.shape}")
+    return out
+
+
+def isnan(data: Array, *, out: Optional[Array] = None) -> Array:
+    """isnan: True where data is NaN."""
+    return np.isnan(data, _isnan_out(data, out))
+
+
+def _isnan_bind(data: Array, *, out: Array) -> Callable[[], None]:
+    return functools.partial(np.isnan, data, _isnan_out(data, out))
+
+
+isnan.bind = _isnan_bind
+KERNELS: dict[str, Callable[..., Array]] = {"cast": cast, "isnan": isnan}
