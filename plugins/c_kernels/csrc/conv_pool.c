@@ -137,21 +137,20 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
         /* Phase columns whose input column ox * sw + off_x lies inside the input. */
         int64_t a, b, off_x = px - p->pad_left;
         valid_range(p->w, wq, sw, off_x, &a, &b);
-        for (int64_t c = 0; c < j->cg; ++c)
-            for (int64_t py = 0; py < sh; ++py) {
-                if (!phase_used(p->kh, p->dilation_h, sh, py))
-                    continue;
-                float *d = ph + ((c * sh + py) * sw + px) * j->phase_plane;
-                for (int64_t i = 0; i < j->hq; ++i, d += wq) {
-                    int64_t iy = i * sh + py - p->pad_top;
-                    if (iy < 0 || iy >= p->h) {
-                        memset(d, 0, (size_t)wq * sizeof(float));
-                        continue;
-                    }
+        /* Phase rows whose input row i * sh + py - pad_top lies inside the input. */
+        for (int64_t py = 0; py < sh; ++py) {
+            if (!phase_used(p->kh, p->dilation_h, sh, py))
+                continue;
+            int64_t i0, i1;
+            valid_range(p->h, j->hq, sh, py - p->pad_top, &i0, &i1);
+            for (int64_t c = 0; c < j->cg; ++c) {
+                float *plane = ph + ((c * sh + py) * sw + px) * j->phase_plane;
+                /* zeros first (small maps: one call instead of a few per row) */
+                memset(plane, 0, (size_t)j->phase_plane * sizeof(float));
+                for (int64_t i = i0; i < i1; ++i) {
+                    float *d = plane + i * wq;
                     /* Index, not pointer, arithmetic: off_x may be negative. */
-                    const float *src = xg + (c * p->h + iy) * p->w;
-                    for (int64_t ox = 0; ox < a; ++ox)
-                        d[ox] = 0.0f;
+                    const float *src = xg + (c * p->h + i * sh + py - p->pad_top) * p->w;
                     if (sw == 1)
                         GATHER(1);
                     else if (sw == 2)
@@ -160,11 +159,9 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
                         GATHER(4);
                     else
                         GATHER(sw);
-                    for (int64_t ox = b; ox < wq; ++ox)
-                        d[ox] = 0.0f;
                 }
-                memset(d, 0, (size_t)(j->phase_plane - j->hq * wq) * sizeof(float));
             }
+        }
     }
 }
 
@@ -272,15 +269,18 @@ static void phase_rows(const conv_job *j, const float *ph, int64_t q0, const int
                        int64_t n, int64_t *off, float *panels)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr, k = 0;
-    int64_t sh = p->stride_h, sw = p->stride_w;
-    for (int64_t c = 0; c < j->cg; ++c)
-        for (int64_t ki = 0; ki < p->kh; ++ki)
-            for (int64_t kj = 0; kj < p->kw; ++kj, ++k) {
-                int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
-                off[k] = ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
-                         + ry / sh * j->wq + rx / sw;
-            }
+    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr, taps = p->kh * p->kw;
+    int64_t sh = p->stride_h, sw = p->stride_w, per_channel = sh * sw * j->phase_plane;
+    /* channel 0's taps, then every channel's (from the last: off[0:taps] is read) */
+    for (int64_t ki = 0; ki < p->kh; ++ki)
+        for (int64_t kj = 0; kj < p->kw; ++kj) {
+            int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
+            off[ki * p->kw + kj] = (ry % sh * sw + rx % sw) * j->phase_plane + ry / sh * j->wq
+                                   + rx / sw;
+        }
+    for (int64_t c = j->cg - 1; c >= 0; --c)
+        for (int64_t t = 0; t < taps; ++t)
+            off[c * taps + t] = c * per_channel + off[t];
 #ifdef CONV_X86
     __builtin_cpu_init();
     if (mr <= 16 && __builtin_cpu_supports("avx512f")) {
