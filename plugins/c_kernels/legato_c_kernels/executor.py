@@ -118,10 +118,10 @@ class _PlannedInstance:
         return roots
 
     def _is_view(self, call) -> bool:
-        """A call whose kernel says its result may be a view of its first input (reshape)
-        on a planned buffer: a view of that buffer, no step at all."""
-        return self._native(call) and getattr(self.backend.kernel(call.op), "view", False) \
-            and not isinstance(call.inputs[0], Const)
+        """A call whose kernel says its result may be a view of its first input (reshape):
+        a view of that input's buffer, or of a constant's data (never written: a value
+        rooted in a constant is no planned buffer, so nothing reuses it), no step at all."""
+        return self._native(call) and getattr(self.backend.kernel(call.op), "view", False)
 
     def _in_place(self, call) -> bool:
         """May the result take the buffer of a same-sized input that dies here? Yes for
@@ -134,7 +134,7 @@ class _PlannedInstance:
 
     def _assign_outputs(self, call, out_call, dying: list, roots, results) -> None:
         if self._is_view(call):
-            self.buffers[call.output] = self.buffers[call.inputs[0]].reshape(call.output.shape)
+            self.buffers[call.output] = self._buffer(call.inputs[0]).reshape(call.output.shape)
             if roots[call.output] in dying:
                 dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
             return
