@@ -18,6 +18,31 @@
 #include "lgk_internal.h"
 #include "lgk_transpose.h"
 
+/* ---- activations in registers ------------------------------------------------------ */
+
+typedef int dw_ivec __attribute__((vector_size(LGK_V16 * sizeof(int))));
+
+/* relu and relu6 of n vectors in registers, as lgk_reluf / lgk_relu6f (NaN stays
+ * NaN); 1 if done, 0 for the other activations (lgk_activate after the store). Each
+ * bound is one comparison that is false for NaN (not x <= 0, x >= 6): GCC 12
+ * scalarises an `x != x` mask in SIMD clones. */
+static inline __attribute__((always_inline)) int dw_clamp(lgk_v16 *v, int n, int activation)
+{
+    if (activation != LGK_ACT_RELU && activation != LGK_ACT_RELU6)
+        return activation == LGK_ACT_NONE;
+    const lgk_v16 zero = {0}, six = zero + 6.0f;
+    for (int k = 0; k < n; ++k) {
+        lgk_v16 x = v[k];
+        x = (lgk_v16)((dw_ivec)x & ~(x <= zero));
+        if (activation == LGK_ACT_RELU6) {
+            dw_ivec big = x >= six;
+            x = (lgk_v16)(((dw_ivec)six & big) | ((dw_ivec)x & ~big));
+        }
+        v[k] = x;
+    }
+    return 1;
+}
+
 /* ---- planes: one plane at a time, vectorised along x ------------------------------ */
 
 /* A depthwise step computes DW_ROWS output rows x DW_LANES pixels at once, in
@@ -25,7 +50,7 @@
 #define DW_LANES 16
 #define DW_ROWS 8
 
-typedef float dw_vec __attribute__((vector_size(DW_LANES * sizeof(float))));
+typedef lgk_v16 dw_vec;
 
 typedef struct {
     const lgk_conv2d_params *p;
@@ -78,6 +103,7 @@ LGK_CLONES static void dw_plane(const dw_job *j, int64_t plane, float *pad)
     const lgk_conv2d_params *p = j->p;
     int64_t img = plane / p->o, oc = plane % p->o, pw = j->pw, sw = p->stride_w;
     int64_t out_step = p->stride_h * pw;
+    int done = 1;
     const float *xp = j->x + (img * p->c + oc / j->og) * p->h * p->w;
     const float *wk = j->w + oc * p->kh * p->kw;
     float *yp = j->y + plane * j->oh * j->ow;
@@ -106,6 +132,7 @@ LGK_CLONES static void dw_plane(const dw_job *j, int64_t plane, float *pad)
                 dw_taps(acc, src, wk, p, pw, out_step, 2);
             else
                 dw_taps(acc, src, wk, p, pw, out_step, sw);
+            done = dw_clamp(acc, DW_ROWS, j->activation);
             int64_t n = LGK_MIN((int64_t)DW_LANES, j->ow - ox0);
             if (n == DW_LANES && rows == DW_ROWS) /* constant sizes: stores from registers */
                 for (int r = 0; r < DW_ROWS; ++r)
@@ -115,7 +142,8 @@ LGK_CLONES static void dw_plane(const dw_job *j, int64_t plane, float *pad)
                     memcpy(yp + (oy + r) * j->ow + ox0, &acc[r], (size_t)n * sizeof(float));
         }
     }
-    lgk_activate(j->activation, yp, j->oh * j->ow);
+    if (!done)
+        lgk_activate(j->activation, yp, j->oh * j->ow);
 }
 
 static int dw_planes(void *ctx, int64_t begin, int64_t end)
@@ -296,7 +324,7 @@ cb_taps_row(cb_vec *acc, const float *base, int64_t step, const float *wp, const
 /* The `rows` output rows of a strip, pixel-major into o, from the scratch rows t. */
 static inline __attribute__((always_inline)) void
 cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias, int64_t rows,
-           float *o)
+           float *o, int *done)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t ow = j->ow, npix = rows * ow, tw = j->tw;
@@ -324,6 +352,7 @@ cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias,
             }
             cb_taps(acc, base, wp, bias, p, tw);
         }
+        *done = dw_clamp(acc, CB_PIX, j->activation);
         if (q + CB_PIX <= npix) /* a constant count: stores straight from registers */
             for (int k = 0; k < CB_PIX; ++k)
                 memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
@@ -379,8 +408,10 @@ LGK_CLONES static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
     }
     int64_t nr = (rows - 1) * p->stride_h + (p->kh - 1) * p->dilation_h + 1;
     cb_fill(j, src, oy0 * p->stride_h - p->pad_top, nr, t);
-    cb_compute(j, t, wp, &bias, rows, o);
-    lgk_activate(j->activation, o, rows * j->ow * CB_LANES);
+    int done = 1;
+    cb_compute(j, t, wp, &bias, rows, o, &done);
+    if (!done)
+        lgk_activate(j->activation, o, rows * j->ow * CB_LANES);
     cb_store(o, rows * j->ow, lanes, dst);
 }
 
