@@ -657,6 +657,16 @@ case("remainder-int64-zero-divisor", "remainder",
 case("remainder-uint8", "remainder",
      pair(lambda rng: ints(rng, np.uint8, 6), lambda rng: ints(rng, np.uint8, 6, low=1)))
 
+# special functions (derived.py)
+case("atan2-specials", "atan2",
+     pair(lambda rng: with_specials(rng, 4, 6), lambda rng: with_specials(rng, 6)))
+case("atan2-signed-zeros", "atan2", lambda rng: [np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0], F32),
+                                                 np.array([0.0, 0.0, -0.0, -0.0, -0.0, -0.0], F32)])
+case("erfc", "erfc", unary(4, 6, scale=3.0))
+case("lgamma", "lgamma", unary(4, 6, scale=6.0))
+case("lgamma-poles-and-specials", "lgamma", lambda rng: [np.array(
+    [0.0, -1.0, -2.5, 1.0, 2.0, 1e-6, 30.5, 1e30, np.inf, -np.inf, np.nan], F32)])
+
 # activations (activations.py)
 case("elu", "nn.elu", unary(3, 5, scale=3.0))
 case("elu-alpha", "nn.elu", unary(2, 7, scale=3.0), alpha=0.3)

@@ -66,6 +66,12 @@ CASES = {
               "aten._cdist_forward.default"),
     "pdist": (lambda x: F.pdist(x) + F.pdist(x, p=1), randn(5, 3),
               "aten._pdist_forward.default"),
+    "atan2": (lambda y, x: torch.atan2(y, x) + torch.atan2(x, y.int()),
+              lambda: [torch.randn(3, 4), torch.randn(4)], "aten.atan2.default"),
+    "lgamma": (lambda x: torch.lgamma(x), lambda: [torch.tensor([-2.5, -1.0, 0.0, 0.5, 1.0,
+                                                                 3.7, 40.0, float("inf")])],
+               "aten.lgamma.default"),
+    "erfc": (lambda x: torch.erfc(x), lambda: [3 * torch.randn(3, 5)], "aten.erfc.default"),
 }
 
 

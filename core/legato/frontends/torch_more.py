@@ -49,6 +49,11 @@ def empty_strided(b, size, stride, dtype=None, **_):
     return zeros(b, size, dtype)
 
 
+@aten("aten.atan2.out")
+def atan2_out(b, y, x, out=None):
+    return ATEN["aten.atan2.default"](b, y, x)  # functional graphs never write into `out`
+
+
 # --- views with static strides: takes of constant indices ------------------------------------
 
 def _take_flat(b, x, indices: np.ndarray):

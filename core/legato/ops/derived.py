@@ -199,3 +199,66 @@ def remainder(b, x, y):
     moved = b.logical_and(b.logical_not(b.equal(rest, zero)),
                           b.logical_not(b.equal(b.less(rest, zero), b.less(y, zero))))
     return b.where(moved, b.add(rest, y), rest)
+
+
+# --- special functions ----------------------------------------------------------------------
+
+def _float_pair(types, attrs):
+    for t in types:
+        if not is_float(t.dtype):
+            fail(f"inputs must be float tensors, got {', '.join(t.dtype for t in types)}")
+    return _arithmetic(types, attrs)
+
+
+@composite("atan2", "a, b", _float_pair, "broadcast", 1, [((X23, f32(3)), {})], aten="atan2",
+           tolerance=2e-6)
+def atan2(b, y, x):
+    """the angle of the point (`b`, `a`) in (-pi, pi] (`numpy.arctan2(a, b)`)"""
+    ay, ax = b.abs(y), b.abs(x)
+    big, small = b.maximum(ax, ay), b.minimum(ax, ay)
+    # atan of small / big (in [0, 1]); 1 where they are equal (both infinite too), 0 at 0
+    ratio = b.where(b.equal(small, big), b.cast(b.greater(big, 0.0), dtype=x.dtype),
+                    b.divide(small, big))
+    angle = b.atan(ratio)
+    angle = b.where(b.greater(ay, ax), b.subtract(math.pi / 2, angle), angle)
+    # -0.0 counts as negative, as in C: its reciprocal is -inf
+    left = b.logical_or(b.less(x, 0.0), b.less(b.divide(1.0, x), 0.0))
+    angle = b.where(left, b.subtract(math.pi, angle), angle)
+    below = b.logical_or(b.less(y, 0.0), b.less(b.divide(1.0, y), 0.0))
+    return b.where(below, b.negative(angle), angle)
+
+
+@_single("erfc", float_unary_infer, FLOATS, aten="erfc",
+         tolerance=3e-4)  # as erf's, which it is computed from
+def erfc(b, x):
+    """`1 - erf(a)`"""
+    return b.subtract(1.0, b.erf(x))
+
+
+# Lanczos' approximation (g = 5, six terms; Numerical Recipes' gammln): a few float32 ulps
+# of lgamma for a >= 1/2, relative to max(|lgamma|, 1)
+LANCZOS = (76.18009172947146, -86.50532032941677, 24.01409824083091, -1.231739572450155,
+           0.1208650973866179e-2, -0.5395239384953e-5)
+
+
+def _lanczos_lgamma(b, y):
+    series = 1.000000000190015
+    for j, c in enumerate(LANCZOS):
+        series = b.add(b.divide(c, b.add(y, float(j + 1))), series)
+    # (y + 1/2) log(y + 11/2) - (y + 11/2), written so that y = inf gives inf
+    head = b.subtract(b.multiply(b.add(y, 0.5), b.subtract(b.log(b.add(y, 5.5)), 1.0)), 5.0)
+    return b.add(head, b.log(b.divide(b.multiply(series, 2.5066282746310005), y)))
+
+
+@_single("lgamma", float_unary_infer, FLOATS, aten="lgamma", tolerance=1e-5)
+def lgamma(b, x):
+    """`log |gamma(a)|` (+inf at 0 and the negative integers)"""
+    reflect = b.less(x, 0.5)
+    direct = _lanczos_lgamma(b, b.where(reflect, b.subtract(1.0, x), x))
+    # below 1/2: lgamma(a) = log(pi / |sin(pi a)|) - lgamma(1 - a), with sin(pi a) taken
+    # at a minus its nearest integer (exact), so no rounding of pi * a moves the poles
+    near = b.subtract(x, b.round(x))
+    reflected = b.subtract(b.log(b.divide(math.pi, b.abs(b.sin(b.multiply(near, math.pi))))),
+                           direct)
+    finite = b.where(reflect, reflected, direct)
+    return b.where(b.equal(b.abs(x), math.inf), math.inf, finite)  # at both infinities

@@ -117,6 +117,16 @@ _GELU = {
     "tanh": lambda x: x * _sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)),
 }
 
+def _lgamma(x):
+    """log |gamma(x)|: +inf at the poles (0 and the negative integers), where math.lgamma
+    raises."""
+    poles = (x <= 0) & (x == np.floor(x))
+    return np.where(poles, np.inf, _lgamma_finite(np.where(poles, 1.0, x)))
+
+
+_lgamma_finite = np.vectorize(math.lgamma, otypes=[np.float64])
+
+
 def _remainder(a, b):
     """Python's `%`: the sign of the divisor (numpy's remainder; 0 for integer x % 0)."""
     return np.remainder(a, b)
@@ -135,7 +145,7 @@ def _softplus(x):
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
     "power": _power, "maximum": np.maximum, "minimum": np.minimum, "matmul": np.matmul,
-    "fmod": np.fmod, "remainder": _remainder, "bitwise_and": np.bitwise_and,
+    "fmod": np.fmod, "remainder": _remainder, "atan2": np.arctan2, "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
 }
 _PREDICATES = {
@@ -152,7 +162,7 @@ _UNARY = {
     "sign": lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), "trunc": np.trunc, "bitwise_not": np.invert, "expm1": np.expm1,
     "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "exp2": np.exp2, "tan": np.tan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
-    "atanh": np.arctanh,
+    "atanh": np.arctanh, "erfc": _erfc, "lgamma": _lgamma,
     "nn.relu": lambda x: np.maximum(x, 0), "nn.silu": lambda x: x * _sigmoid(x),
     "nn.softsign": lambda x: x / (1 + np.abs(x)), "nn.mish": lambda x: x * np.tanh(_softplus(x)),
     "nn.hardswish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
