@@ -165,6 +165,24 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
     }
 }
 
+/* off[k]: where tap k = (c, ki, kj) reads in the phase planes (plus the wide pixel). */
+static void tap_offsets(const conv_job *j, int64_t *off)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t sh = p->stride_h, sw = p->stride_w, taps = p->kh * p->kw;
+    int64_t per_channel = sh * sw * j->phase_plane;
+    /* channel 0's taps, then every channel's (from the last: off[0:taps] is read) */
+    for (int64_t ki = 0; ki < p->kh; ++ki)
+        for (int64_t kj = 0; kj < p->kw; ++kj) {
+            int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
+            off[ki * p->kw + kj] = (ry % sh * sw + rx % sw) * j->phase_plane + ry / sh * j->wq
+                                   + rx / sw;
+        }
+    for (int64_t c = j->cg - 1; c >= 0; --c)
+        for (int64_t t = 0; t < taps; ++t)
+            off[c * taps + t] = c * per_channel + off[t];
+}
+
 /* n floats, with the panel widths in use as constants (inlined vector moves). */
 static inline void copy_floats(float *restrict d, const float *restrict s, int64_t n)
 {
@@ -181,22 +199,18 @@ static inline void copy_floats(float *restrict d, const float *restrict s, int64
  * (A, width mr) or columns (B, width nr). Slivers past n copy the phase planes'
  * following floats (inside their slack): rows or columns the GEMM never stores. */
 LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t q0, int64_t n,
-                                    int64_t width, float *panels)
+                                    int64_t width, const int64_t *off, float *panels)
 {
-    const lgk_conv2d_params *p = j->p;
-    int64_t kc = j->layout.kc, npad = (n + width - 1) / width * width, k = 0;
-    int64_t sh = p->stride_h, sw = p->stride_w;
-    for (int64_t c = 0; c < j->cg; ++c)
-        for (int64_t ki = 0; ki < p->kh; ++ki)
-            for (int64_t kj = 0; kj < p->kw; ++kj, ++k) {
-                int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
-                const float *src = ph + ((c * sh + ry % sh) * sw + rx % sw) * j->phase_plane
-                                   + ry / sh * j->wq + rx / sw + q0;
-                int64_t pc = k / kc * kc, depth = LGK_MIN(kc, j->kg - pc);
-                float *row = panels + pc * npad + (k - pc) * width;
-                for (int64_t s = 0; s < n; s += width)
-                    copy_floats(row + s * depth, src + s, width);
-            }
+    int64_t kc = j->layout.kc, npad = (n + width - 1) / width * width;
+    for (int64_t pc = 0; pc < j->kg; pc += kc) {
+        int64_t depth = LGK_MIN(kc, j->kg - pc);
+        for (int64_t k = pc; k < pc + depth; ++k) {
+            const float *src = ph + off[k] + q0;
+            float *row = panels + pc * npad + (k - pc) * width;
+            for (int64_t s = 0; s < n; s += width)
+                copy_floats(row + s * depth, src + s, width);
+        }
+    }
 }
 
 #ifdef CONV_X86
@@ -266,21 +280,9 @@ __attribute__((target("avx512f"))) static void gather_panels_avx512(
  * qidx[i]: the wide pixel of row i relative to the band, padded to whole slivers;
  * off: room for kg offsets (each tap's phase plane and shift). */
 static void phase_rows(const conv_job *j, const float *ph, int64_t q0, const int32_t *qidx,
-                       int64_t n, int64_t *off, float *panels)
+                       int64_t n, const int64_t *off, float *panels)
 {
-    const lgk_conv2d_params *p = j->p;
-    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr, taps = p->kh * p->kw;
-    int64_t sh = p->stride_h, sw = p->stride_w, per_channel = sh * sw * j->phase_plane;
-    /* channel 0's taps, then every channel's (from the last: off[0:taps] is read) */
-    for (int64_t ki = 0; ki < p->kh; ++ki)
-        for (int64_t kj = 0; kj < p->kw; ++kj) {
-            int64_t ry = ki * p->dilation_h, rx = kj * p->dilation_w;
-            off[ki * p->kw + kj] = (ry % sh * sw + rx % sw) * j->phase_plane + ry / sh * j->wq
-                                   + rx / sw;
-        }
-    for (int64_t c = j->cg - 1; c >= 0; --c)
-        for (int64_t t = 0; t < taps; ++t)
-            off[c * taps + t] = c * per_channel + off[t];
+    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr;
 #ifdef CONV_X86
     __builtin_cpu_init();
     if (mr <= 16 && __builtin_cpu_supports("avx512f")) {
@@ -304,12 +306,19 @@ static void transpose_into(int64_t rows, int64_t cols, const float *src, float *
         }
 }
 
+/* One thread's work buffers: phase planes, GEMM panels, the GEMM result where it
+ * cannot go straight into y, pixel rows' wide indices and the taps' offsets. */
+typedef struct {
+    float *ph, *panels, *t;
+    int32_t *qidx;
+    const int64_t *off;
+} conv_scratch;
+
 /* One image, one group, filters as the GEMM's rows: per band of output rows,
  * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
  * activation in the epilogue, straight into NCHW where no wide pixel is dropped,
  * else through t. A 1x1 stride-1 unpadded conv multiplies the input in place. */
-static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, float *ph, float *panels,
-                           float *t)
+static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
@@ -325,29 +334,28 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, float *ph,
         return lgk_sgemm_operands(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
                                   j->activation, j->gemm_threads);
     }
-    make_phases(j, xg, ph);
+    make_phases(j, xg, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->wq;
-        phase_panels(j, ph, oy0 * j->wq, n, j->layout.nr, panels);
-        lgk_operand b = {NULL, 0, 0, panels};
+        phase_panels(j, s->ph, oy0 * j->wq, n, j->layout.nr, s->off, s->panels);
+        lgk_operand b = {NULL, 0, 0, s->panels};
         int direct = j->wq == j->ow;
-        LGK_TRY(lgk_sgemm_operands(j->og, n, j->kg, w, b, direct ? yg + oy0 * j->ow : t,
+        LGK_TRY(lgk_sgemm_operands(j->og, n, j->kg, w, b, direct ? yg + oy0 * j->ow : s->t,
                                    direct ? plane : n, bias, bias_mode, j->activation,
                                    j->gemm_threads));
         for (int64_t o = 0; o < j->og && !direct; ++o)
             for (int64_t r = 0; r < rows; ++r)
-                memcpy(yg + o * plane + (oy0 + r) * j->ow, t + o * n + r * j->wq,
+                memcpy(yg + o * plane + (oy0 + r) * j->ow, s->t + o * n + r * j->wq,
                        (size_t)j->ow * sizeof(float));
     }
     return LGK_OK;
 }
 
 /* One image (groups == 1, weights packed as B = W^T), pixels as the GEMM's rows:
- * per band, t (wide pixels x filters) = im2col^T @ W^T with the bias (per column)
- * and activation in the epilogue, then t^T into the image's output. On small maps
- * this keeps the GEMM's wide dimension the filter count and streams the weights once. */
-static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *panels, float *t,
-                          int32_t *qidx, int64_t *off)
+ * per band, t (pixels x filters) = im2col^T @ W^T with the bias (per column) and
+ * activation in the epilogue, then t^T into the image's output. On small maps this
+ * keeps the GEMM's wide dimension the filter count and streams the weights once. */
+static int conv_by_pixels(const conv_job *j, int64_t img, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow, mr = j->layout.mr;
@@ -357,24 +365,23 @@ static int conv_by_pixels(const conv_job *j, int64_t img, float *ph, float *pane
     lgk_operand w = {NULL, 0, 0, j->w};
     int pointwise = is_pointwise(p);
     if (!pointwise)
-        make_phases(j, xi, ph);
+        make_phases(j, xi, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->ow;
         /* pointwise: x is already taps x pixels */
         lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
         if (!pointwise) {
             int64_t npad = (n + mr - 1) / mr * mr;
-            for (int64_t i = 0; i < npad; ++i) /* rows past n repeat the last pixel */
-            {
+            for (int64_t i = 0; i < npad; ++i) { /* rows past n repeat the last pixel */
                 int64_t px = LGK_MIN(i, n - 1);
-                qidx[i] = (int32_t)(px / j->ow * j->wq + px % j->ow);
+                s->qidx[i] = (int32_t)(px / j->ow * j->wq + px % j->ow);
             }
-            phase_rows(j, ph, oy0 * j->wq, qidx, n, off, panels);
-            a = (lgk_operand){NULL, 0, 0, panels};
+            phase_rows(j, s->ph, oy0 * j->wq, s->qidx, n, s->off, s->panels);
+            a = (lgk_operand){NULL, 0, 0, s->panels};
         }
-        LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, t, p->o, j->bias, bias_mode,
+        LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, s->t, p->o, j->bias, bias_mode,
                                    j->activation, j->gemm_threads));
-        transpose_into(n, p->o, t, yi + oy0 * j->ow, plane);
+        transpose_into(n, p->o, s->t, yi + oy0 * j->ow, plane);
     }
     return LGK_OK;
 }
@@ -383,37 +390,39 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
-    lgk_scratch ph = {NULL, 0}, panels = {NULL, 0}, t = {NULL, 0}, qidx = {NULL, 0};
     if (begin >= end)
         return LGK_OK;
     int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
-    int64_t sizes[3] = {0, 0, 0}; /* phases, panels, t */
-    if (!is_pointwise(p)) {
-        sizes[0] = j->cg * p->stride_h * p->stride_w * j->phase_plane;
-        sizes[1] = j->kg * ((n + width - 1) / width * width);
+    int pointwise = is_pointwise(p);
+    /* phases, panels, t, then qidx (int32) and off (int64) in one float block */
+    int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
+    if (!pointwise) {
+        need[0] = j->cg * p->stride_h * p->stride_w * j->phase_plane;
+        need[1] = j->kg * ((n + width - 1) / width * width);
+        need[3] = idx_floats + 2 * j->kg;
     }
     if (j->by_pixels)
-        sizes[2] = n * p->o;
-    else if (j->wq != j->ow && !is_pointwise(p))
-        sizes[2] = j->og * n;
-    /* pixel rows' wide indices (int32) and the taps' offsets (int64), in float-sized
-     * scratch */
-    int64_t qidx_floats = j->by_pixels ? n + width + 2 * j->kg + 16 : 0;
+        need[2] = n * p->o;
+    else if (j->wq != j->ow && !pointwise)
+        need[2] = j->og * n;
+    lgk_scratch blocks[4] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
     int status = LGK_OK;
-    lgk_scratch *blocks[4] = {&ph, &panels, &t, &qidx};
-    const int64_t need[4] = {sizes[0], sizes[1], sizes[2], qidx_floats};
     for (int i = 0; i < 4 && status == LGK_OK; ++i)
         if (need[i] > 0)
-            status = lgk_scratch_acquire(need[i], blocks[i]);
+            status = lgk_scratch_acquire(need[i], &blocks[i]);
+    int64_t *off = blocks[3].data != NULL ? (int64_t *)(blocks[3].data + idx_floats) : NULL;
+    if (status == LGK_OK && off != NULL)
+        tap_offsets(j, off);
+    conv_scratch s = {blocks[0].data, blocks[1].data, blocks[2].data, (int32_t *)blocks[3].data,
+                      off};
     for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
         if (j->by_pixels)
-            status = conv_by_pixels(j, img, ph.data, panels.data, t.data, (int32_t *)qidx.data,
-                                    (int64_t *)(qidx.data + (n + width + 1) / 2 * 2));
+            status = conv_by_pixels(j, img, &s);
         for (int64_t g = 0; g < p->groups && status == LGK_OK && !j->by_pixels; ++g)
-            status = conv_by_filters(j, img, g, ph.data, panels.data, t.data);
+            status = conv_by_filters(j, img, g, &s);
     }
     for (int i = 0; i < 4; ++i)
-        lgk_scratch_release(blocks[i]);
+        lgk_scratch_release(&blocks[i]);
     return status;
 }
 
