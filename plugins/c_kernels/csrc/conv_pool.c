@@ -87,16 +87,15 @@ int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow)
 /*
  * im2col through phases. With strides (sh, sw) the zero-padded input of each channel
  * is split into sh * sw phase planes: plane (c, py, px) holds padded rows py, py + sh,
- * ... and columns px, px + sw, ... (hq x wq floats, then zero slack). A tap (ki, kj)
- * of every output pixel then reads one phase plane at one fixed offset, if the output
- * is indexed "wide", q = oy * wq + ox: the GEMM runs over all oh * wq wide pixels (the
- * ox >= ow ones are computed and dropped), and one K row of a packed panel sliver is a
- * single contiguous copy, whatever the padding, stride or dilation.
+ * ... and columns px, px + sw, ... (hq x wq floats). A tap (ki, kj) of output pixel
+ * (oy, ox) then reads one phase plane at "wide" index oy * wq + ox plus a fixed offset,
+ * so for every tap an output row is one contiguous run of a phase plane, whatever the
+ * padding, stride or dilation: the GEMM panels are filled by copies, not gathers.
  */
 typedef struct {
     const lgk_conv2d_params *p;
     int64_t oh, ow, cg, og, kg;    /* kg = cg * kh * kw: the GEMM's K */
-    int64_t hq, wq, phase_plane;   /* phase plane rows, columns and floats (with slack) */
+    int64_t hq, wq, phase_plane;   /* phase plane rows, columns and floats (rounded up) */
     int64_t band_rows;             /* output rows per band */
     const float *x, *w, *bias;     /* w: OIHW weights, or packed panels (header skipped) */
     float *y;
@@ -189,26 +188,36 @@ static inline void copy_floats(float *restrict d, const float *restrict s, int64
     switch (n) {
     case 32: memcpy(d, s, 32 * sizeof(float)); break;
     case 16: memcpy(d, s, 16 * sizeof(float)); break;
-    case 12: memcpy(d, s, 12 * sizeof(float)); break;
+    case 8: memcpy(d, s, 8 * sizeof(float)); break;
     default: memcpy(d, s, (size_t)n * sizeof(float)); break;
     }
 }
 
-/* Wide pixels [q0, q0 + n) of every tap into the GEMM's packed layout (see
- * lgk_panel_layout) with slivers `width` pixels wide: the pixels are the GEMM's rows
- * (A, width mr) or columns (B, width nr). Slivers past n copy the phase planes'
- * following floats (inside their slack): rows or columns the GEMM never stores. */
-LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t q0, int64_t n,
-                                    int64_t width, const int64_t *off, float *panels)
+/* Output rows [oy0, oy0 + rows) of every tap into B panels (nr-pixel slivers, see
+ * lgk_panel_layout): each output row is one contiguous run of its phase plane,
+ * copied in pieces that end at sliver boundaries, so the GEMM writes NCHW rows
+ * straight into y. The last sliver's pad columns are zeroed. */
+LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t oy0,
+                                    int64_t rows, const int64_t *off, float *panels)
 {
-    int64_t kc = j->layout.kc, npad = (n + width - 1) / width * width;
+    int64_t width = j->layout.nr, kc = j->layout.kc, ow = j->ow, wq = j->wq;
+    int64_t n = rows * ow, npad = (n + width - 1) / width * width;
     for (int64_t pc = 0; pc < j->kg; pc += kc) {
         int64_t depth = LGK_MIN(kc, j->kg - pc);
         for (int64_t k = pc; k < pc + depth; ++k) {
-            const float *src = ph + off[k] + q0;
-            float *row = panels + pc * npad + (k - pc) * width;
-            for (int64_t s = 0; s < n; s += width)
-                copy_floats(row + s * depth, src + s, width);
+            const float *src = ph + off[k] + oy0 * wq;
+            float *d = panels + pc * npad + (k - pc) * width; /* the current sliver's row */
+            int64_t at = 0;                                   /* its next column */
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t x = 0; x < ow;) {
+                    int64_t len = LGK_MIN(ow - x, width - at);
+                    copy_floats(d + at, src + r * wq + x, len);
+                    x += len, at += len;
+                    if (at == width)
+                        d += width * depth, at = 0;
+                }
+            for (; at > 0 && at < width; ++at)
+                d[at] = 0.0f;
         }
     }
 }
@@ -316,8 +325,8 @@ typedef struct {
 
 /* One image, one group, filters as the GEMM's rows: per band of output rows,
  * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
- * activation in the epilogue, straight into NCHW where no wide pixel is dropped,
- * else through t. A 1x1 stride-1 unpadded conv multiplies the input in place. */
+ * activation in the epilogue, straight into NCHW. A 1x1 stride-1 unpadded conv
+ * multiplies the input in place. */
 static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
@@ -336,17 +345,11 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv
     }
     make_phases(j, xg, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
-        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->wq;
-        phase_panels(j, s->ph, oy0 * j->wq, n, j->layout.nr, s->off, s->panels);
+        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0);
+        phase_panels(j, s->ph, oy0, rows, s->off, s->panels);
         lgk_operand b = {NULL, 0, 0, s->panels};
-        int direct = j->wq == j->ow;
-        LGK_TRY(lgk_sgemm_operands(j->og, n, j->kg, w, b, direct ? yg + oy0 * j->ow : s->t,
-                                   direct ? plane : n, bias, bias_mode, j->activation,
-                                   j->gemm_threads));
-        for (int64_t o = 0; o < j->og && !direct; ++o)
-            for (int64_t r = 0; r < rows; ++r)
-                memcpy(yg + o * plane + (oy0 + r) * j->ow, s->t + o * n + r * j->wq,
-                       (size_t)j->ow * sizeof(float));
+        LGK_TRY(lgk_sgemm_operands(j->og, rows * j->ow, j->kg, w, b, yg + oy0 * j->ow, plane,
+                                   bias, bias_mode, j->activation, j->gemm_threads));
     }
     return LGK_OK;
 }
@@ -403,8 +406,6 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
     }
     if (j->by_pixels)
         need[2] = n * p->o;
-    else if (j->wq != j->ow && !pointwise)
-        need[2] = j->og * n;
     lgk_scratch blocks[4] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
     int status = LGK_OK;
     for (int i = 0; i < 4 && status == LGK_OK; ++i)
@@ -459,7 +460,7 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
                     y, activation, 1, 0, 0, lgk_gemm_panel_layout(kg)};
-    /* Phase planes: hq x wq plus slack for the widest sliver read past the end. */
+    /* Phase planes: hq x wq, rounded up to whole cache lines. */
     LGK_TRY(lgk_add(p->h, p->pad_top, &hp));
     LGK_TRY(lgk_add(hp, p->pad_bottom, &hp));
     LGK_TRY(lgk_add(p->w, p->pad_left, &wp));
@@ -468,12 +469,9 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     j->wq = wp / p->stride_w + (wp % p->stride_w != 0);
     const int64_t pd[2] = {j->hq, j->wq};
     LGK_TRY(lgk_checked_count(2, pd, &j->phase_plane));
-    /* Slack for the widest sliver read past a plane's end (by filters only: rows by
-     * pixels read real output pixels alone); whole cache lines per plane. */
-    int64_t slack = (p->kw - 1) * p->dilation_w / p->stride_w + LGK_MAX(j->layout.mr,
-                                                                         j->layout.nr);
-    LGK_TRY(lgk_add(j->phase_plane, slack + 15, &phases));
-    const int64_t all[4] = {j->cg, p->stride_h * p->stride_w, phases, 1};
+    LGK_TRY(lgk_add(j->phase_plane, 15, &phases));
+    j->phase_plane = phases / 16 * 16;
+    const int64_t all[4] = {j->cg, p->stride_h, p->stride_w, j->phase_plane};
     LGK_TRY(lgk_checked_count(4, all, &phases));
     *done = p->n == 0 || p->o == 0;
     return LGK_OK;
@@ -485,10 +483,6 @@ static int conv_run(conv_job *j, int nthreads)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t per_row = LGK_MAX(j->kg, j->by_pixels ? p->o : j->og), rows_budget, n;
-    if (!j->by_pixels) /* conv_setup checked this sum */
-        j->phase_plane += (p->kw - 1) * p->dilation_w / p->stride_w
-                          + LGK_MAX(j->layout.mr, j->layout.nr);
-    j->phase_plane = (j->phase_plane + 15) / 16 * 16;
     LGK_TRY(lgk_mul(per_row, j->wq + LGK_MAX(j->layout.mr, j->layout.nr), &n));
     rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
     j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
