@@ -115,6 +115,50 @@ static int is_pointwise(const lgk_conv2d_params *p)
  * compiler vectorize the gather with shuffles. */
 #define GATHER(stride) for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * (stride) + off_x]
 
+#ifdef CONV_X86
+/* The first n (0..16) lanes. */
+static inline __mmask16 lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
+}
+
+/* d[ox] = src[ox * stride + off_x] for ox in [a, b), stride 1 or 2, by masked
+ * vectors: phase rows of small maps are shorter than the compiler's vector loops,
+ * whose scalar tails did all the work. */
+__attribute__((target("avx512f"))) static void phase_row_avx512(float *d, const float *src,
+                                                               int64_t a, int64_t b,
+                                                               int64_t stride, int64_t off_x)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    for (int64_t ox = a; ox < b; ox += 16) {
+        int64_t n = LGK_MIN((int64_t)16, b - ox);
+        const float *from = src + (ox * stride + off_x);
+        __m512 v;
+        if (stride == 1) {
+            v = _mm512_maskz_loadu_ps(lanes(n), from);
+        } else { /* the 2n - 1 floats from `from`, even ones picked */
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(2 * n - 1), from);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(2 * n - 17), from + 16);
+            v = _mm512_permutex2var_ps(lo, even, hi);
+        }
+        _mm512_mask_storeu_ps(d + ox, lanes(n), v);
+    }
+}
+
+static int phase_rows_vectors(int64_t stride)
+{
+    __builtin_cpu_init();
+    return (stride == 1 || stride == 2) && __builtin_cpu_supports("avx512f");
+}
+#else
+static int phase_rows_vectors(int64_t stride)
+{
+    (void)stride;
+    return 0;
+}
+#endif
+
 /* Whether a tap of a kernel k wide (dilation dil) reads phase `phase` of `stride`. */
 static int phase_used(int64_t k, int64_t dil, int64_t stride, int64_t phase)
 {
@@ -130,6 +174,8 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
 {
     const lgk_conv2d_params *p = j->p;
     int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq;
+    int vectors = phase_rows_vectors(sw);
+    (void)vectors; /* unused without the x86 kernels */
     for (int64_t px = 0; px < sw; ++px) {
         if (!phase_used(p->kw, p->dilation_w, sw, px))
             continue;
@@ -150,6 +196,11 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
                     float *d = plane + i * wq;
                     /* Index, not pointer, arithmetic: off_x may be negative. */
                     const float *src = xg + (c * p->h + i * sh + py - p->pad_top) * p->w;
+#ifdef CONV_X86
+                    if (vectors)
+                        phase_row_avx512(d, src, a, b, sw, off_x);
+                    else
+#endif
                     if (sw == 1)
                         GATHER(1);
                     else if (sw == 2)
@@ -221,14 +272,6 @@ LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t 
         }
     }
 }
-
-#ifdef CONV_X86
-/* The first n (0..16) lanes. */
-static inline __mmask16 lanes(int64_t n)
-{
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
-}
-#endif
 
 /* A sliver row per tap k and sliver: d[0:mr] = base[off[k] + qidx[s + 0:mr]] (see
  * phase_rows), the slivers of each K block end to end. */
