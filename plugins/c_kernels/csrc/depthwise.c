@@ -18,6 +18,17 @@
 #include "lgk_internal.h"
 #include "lgk_transpose.h"
 
+/* The 16-lane forms (bands, wide planes) are written for AVX-512, one zmm per vector:
+ * compiled for it alone and taken where the CPU has it. Elsewhere the 8-lane planes
+ * (SIMD clones) serve every conv, as 16-lane vectors split into halves spill. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define DW_WIDE __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512cd,avx2,fma")))
+#define DW_CPU_WIDE() __builtin_cpu_supports("avx512f")
+#else
+#define DW_WIDE
+#define DW_CPU_WIDE() 0
+#endif
+
 /* ---- activations in registers ------------------------------------------------------ */
 
 typedef int dw_ivec __attribute__((vector_size(LGK_V16 * sizeof(int))));
@@ -45,13 +56,6 @@ static inline __attribute__((always_inline)) int dw_clamp(lgk_v16 *v, int n, int
 
 /* ---- planes: one plane at a time, vectorised along x ------------------------------ */
 
-/* A depthwise step computes DW_ROWS output rows x DW_LANES pixels at once, in
- * registers, over every tap: independent accumulators hide the FMA latency. */
-#define DW_LANES 16
-#define DW_ROWS 8
-
-typedef lgk_v16 dw_vec;
-
 typedef struct {
     const lgk_conv2d_params *p;
     int64_t oh, ow, og; /* og: filters per input channel (the depth multiplier) */
@@ -61,101 +65,44 @@ typedef struct {
     int activation;
 } dw_job;
 
-/* *v = DW_LANES taps `sw` apart from s (sw a constant 1 or 2 where inlined). Vectors
- * go by pointer: by value their ABI would differ between the SIMD clones. */
-static inline __attribute__((always_inline)) void dw_load(dw_vec *v, const float *s, int64_t sw)
+/* Extent of the padded plane along one dim: the padded input, and every tap of the
+ * last block of `block` outputs (`extra` more floats for a wide strided load). */
+static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int64_t stride,
+                     int64_t k, int64_t dil, int64_t extra, int64_t *out)
 {
-    if (sw == 1) {
-        memcpy(v, s, sizeof *v);
-    } else if (sw == 2) {
-        dw_vec lo, hi;
-        memcpy(&lo, s, sizeof lo);
-        memcpy(&hi, s + DW_LANES, sizeof hi);
-        *v = LGK_V16_SHUFFLE(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    } else {
-        for (int t = 0; t < DW_LANES; ++t)
-            (*v)[t] = s[t * sw];
-    }
-}
-
-/* acc[r] += every tap of the block of output row r, whose first window starts at
- * src + r * out_step. Always inlined with sw a constant where it is 1 or 2. */
-static inline __attribute__((always_inline)) void
-dw_taps(dw_vec *acc, const float *src, const float *wk, const lgk_conv2d_params *p,
-        int64_t pw, int64_t out_step, int64_t sw)
-{
-    for (int64_t ki = 0; ki < p->kh; ++ki)
-        for (int64_t kj = 0; kj < p->kw; ++kj) {
-            float wv = wk[ki * p->kw + kj];
-            const float *s = src + ki * p->dilation_h * pw + kj * p->dilation_w;
-            for (int r = 0; r < DW_ROWS; ++r) {
-                dw_vec v;
-                dw_load(&v, s + r * out_step, sw);
-                acc[r] += wv * v;
-            }
-        }
-}
-
-/* One output plane from a zero-padded copy of its input plane (`pad`, ph x pw, big
- * enough that the spare rows and lanes of the last blocks read inside it). */
-LGK_CLONES static void dw_plane(const dw_job *j, int64_t plane, float *pad)
-{
-    const lgk_conv2d_params *p = j->p;
-    int64_t img = plane / p->o, oc = plane % p->o, pw = j->pw, sw = p->stride_w;
-    int64_t out_step = p->stride_h * pw;
-    int done = 1;
-    const float *xp = j->x + (img * p->c + oc / j->og) * p->h * p->w;
-    const float *wk = j->w + oc * p->kh * p->kw;
-    float *yp = j->y + plane * j->oh * j->ow;
-    float b = j->bias != NULL ? j->bias[oc] : 0.0f;
-    memset(pad, 0, (size_t)(j->ph * pw) * sizeof(float));
-    for (int64_t iy = 0; iy < p->h; ++iy) { /* inline copies: rows are short */
-        float *d = pad + (iy + p->pad_top) * pw + p->pad_left;
-        const float *s = xp + iy * p->w;
-        int64_t ix = 0;
-        for (; ix + DW_LANES <= p->w; ix += DW_LANES)
-            memcpy(d + ix, s + ix, DW_LANES * sizeof(float));
-        for (; ix < p->w; ++ix)
-            d[ix] = s[ix];
-    }
-    for (int64_t oy = 0; oy < j->oh; oy += DW_ROWS) {
-        int64_t rows = LGK_MIN((int64_t)DW_ROWS, j->oh - oy);
-        for (int64_t ox0 = 0; ox0 < j->ow; ox0 += DW_LANES) {
-            dw_vec acc[DW_ROWS];
-            for (int r = 0; r < DW_ROWS; ++r)
-                for (int t = 0; t < DW_LANES; ++t)
-                    acc[r][t] = b;
-            const float *src = pad + oy * out_step + ox0 * sw;
-            if (sw == 1)
-                dw_taps(acc, src, wk, p, pw, out_step, 1);
-            else if (sw == 2)
-                dw_taps(acc, src, wk, p, pw, out_step, 2);
-            else
-                dw_taps(acc, src, wk, p, pw, out_step, sw);
-            done = dw_clamp(acc, DW_ROWS, j->activation);
-            int64_t n = LGK_MIN((int64_t)DW_LANES, j->ow - ox0);
-            if (n == DW_LANES && rows == DW_ROWS) /* constant sizes: stores from registers */
-                for (int r = 0; r < DW_ROWS; ++r)
-                    memcpy(yp + (oy + r) * j->ow + ox0, &acc[r], sizeof acc[r]);
-            else
-                for (int64_t r = 0; r < rows; ++r)
-                    memcpy(yp + (oy + r) * j->ow + ox0, &acc[r], (size_t)n * sizeof(float));
-        }
-    }
-    if (!done)
-        lgk_activate(j->activation, yp, j->oh * j->ow);
-}
-
-static int dw_planes(void *ctx, int64_t begin, int64_t end)
-{
-    const dw_job *j = ctx;
-    lgk_scratch pad = {NULL, 0};
-    LGK_TRY(lgk_scratch_acquire(j->ph * j->pw, &pad));
-    for (int64_t plane = begin; plane < end; ++plane)
-        dw_plane(j, plane, pad.data);
-    lgk_scratch_release(&pad);
+    int64_t blocks = (n_out + block - 1) / block, reach, padded;
+    LGK_TRY(lgk_mul(blocks * block, stride, &reach));
+    LGK_TRY(lgk_add(reach, (k - 1) * dil + 1 + extra, &reach));
+    LGK_TRY(lgk_add(in, pads, &padded));
+    *out = LGK_MAX(padded, reach);
     return LGK_OK;
 }
+
+/* Portable: 8 pixels (a ymm on AVX2) x 4 rows per block, in every SIMD clone. */
+#define DWP_LANES 8
+#define DWP_ROWS 4
+#define DWP(name) dw8_##name
+#define DWP_TARGET LGK_CLONES
+#define DWP_CLAMP 0
+#include "depthwise_planes.inc"
+#undef DWP_LANES
+#undef DWP_ROWS
+#undef DWP
+#undef DWP_TARGET
+#undef DWP_CLAMP
+
+/* AVX-512: 16 pixels (a zmm) x 8 rows per block. */
+#define DWP_LANES 16
+#define DWP_ROWS 8
+#define DWP(name) dw16_##name
+#define DWP_TARGET DW_WIDE
+#define DWP_CLAMP 1
+#include "depthwise_planes.inc"
+#undef DWP_LANES
+#undef DWP_ROWS
+#undef DWP
+#undef DWP_TARGET
+#undef DWP_CLAMP
 
 /* ---- channel bands: 16 channels per vector, pixel-major scratch ------------------- */
 
@@ -387,7 +334,7 @@ cb_store(const float *o, int64_t npix, int lanes, float *const *dst)
 
 /* One unit: the band's 16 (or fewer, the last band) filters over one strip of output
  * rows of one image. Scratch: input rows, outputs, weights, bias. */
-LGK_CLONES static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
+DW_WIDE static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t strip = unit % j->strips, band = unit / j->strips % j->bands;
@@ -459,33 +406,6 @@ static int cb_plan(cb_job *j, int nthreads)
 /* Work items below this many multiply-adds per thread are not worth a thread. */
 #define DW_MIN_WORK_PER_THREAD 32768
 
-/* Extent of the padded plane along one dim: the padded input, and every tap of the
- * last block of `block` outputs (`extra` more floats for a wide strided load). */
-static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int64_t stride,
-                     int64_t k, int64_t dil, int64_t extra, int64_t *out)
-{
-    int64_t blocks = (n_out + block - 1) / block, reach, padded;
-    LGK_TRY(lgk_mul(blocks * block, stride, &reach));
-    LGK_TRY(lgk_add(reach, (k - 1) * dil + 1 + extra, &reach));
-    LGK_TRY(lgk_add(in, pads, &padded));
-    *out = LGK_MAX(padded, reach);
-    return LGK_OK;
-}
-
-static int dw_by_planes(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
-                        const float *w, const float *bias, float *y, int activation,
-                        int threads)
-{
-    int64_t ph, pw, count;
-    LGK_TRY(dw_extent(p->h, p->pad_top + p->pad_bottom, oh, DW_ROWS, p->stride_h, p->kh,
-                      p->dilation_h, 0, &ph));
-    LGK_TRY(dw_extent(p->w, p->pad_left + p->pad_right, ow, DW_LANES, p->stride_w, p->kw,
-                      p->dilation_w, DW_LANES, &pw));
-    LGK_TRY(lgk_mul(ph, pw, &count));
-    dw_job j = {p, oh, ow, p->o / p->c, ph, pw, x, w, bias, y, activation};
-    return lgk_parallel_for(threads, p->n * p->o, 1, dw_planes, &j);
-}
-
 /* Bands need this many filters to fill most of their lanes; with fewer, wide maps
  * go plane by plane (their rows fill the vectors instead). */
 #define CB_MIN_FILTERS 8
@@ -496,7 +416,23 @@ static int dw_by_planes(const lgk_conv2d_params *p, int64_t oh, int64_t ow, cons
  * 11.7 us; with 5x5 and larger kernels, strides or row tails the bands win). */
 static int dw_planes_win(const lgk_conv2d_params *p, int64_t ow)
 {
-    return p->stride_w == 1 && p->kw <= 3 && ow >= 2 * DW_LANES && ow % DW_LANES == 0;
+    return p->stride_w == 1 && p->kw <= 3 && ow >= 32 && ow % 16 == 0;
+}
+
+static int dw_portable_forced = 0;
+
+/* Tests: 1 makes lgk_depthwise_conv2d take its portable form (the one for CPUs
+ * without AVX-512) on any CPU, 0 restores the choice by CPU. Not thread-safe. */
+int lgk_depthwise_force_portable(int on);
+int lgk_depthwise_force_portable(int on)
+{
+    dw_portable_forced = on != 0;
+    return LGK_OK;
+}
+
+static int dw_wide(void)
+{
+    return !dw_portable_forced && DW_CPU_WIDE();
 }
 
 int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
@@ -506,8 +442,10 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
     int64_t work = p->n * p->o * oh * ow * p->kh * p->kw;
     int threads = (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads,
                                                    work / DW_MIN_WORK_PER_THREAD));
+    if (!dw_wide())
+        return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
     if ((p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP) || dw_planes_win(p, ow))
-        return dw_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
+        return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
     cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
                 w, bias, y, activation};
     LGK_TRY(cb_plan(&j, threads));
