@@ -1,21 +1,19 @@
 /*
  * conv_pool.c - NCHW conv2d (im2col + GEMM) and max/avg pooling.
  *
- * conv2d: for each image and group, the receptive fields of a band of output
- * rows are unrolled into a (C/g * kh * kw) x (rows * ow) scratch matrix, and
- * the group's weights (O/g x C/g*kh*kw, already row-major in OIHW) multiply it
- * straight into the output with the bias and activation fused into the GEMM
- * epilogue. Bands bound the scratch size; a 1x1 stride-1 unpadded conv skips
- * im2col and multiplies the input in place.
- *
- * Depthwise convs (one input channel per group) skip im2col and GEMM: see
- * depthwise.c.
- *
- * With weights prepacked once (lgk_conv2d_nchw_prepacked, groups == 1) the
- * product is taken the other way round: im2col(x)^T (pixels x taps) times the
- * packed weights^T (taps x filters), so the GEMM's wide dimension is the
- * filter count even on 2x2 maps, the weights stream once from their packed
- * panels, and the pixels x filters result is transposed into NCHW.
+ * conv2d: the zero-padded input is split into stride phases (see make_phases), from
+ * which im2col is written straight into the GEMM's packed panel layout, so the
+ * unrolled matrix is never written twice. Two orientations:
+ *  - filters as the GEMM's rows: y (o x pixels) = W (o x c*kh*kw) @ im2col, with
+ *    the bias and activation in the GEMM epilogue, straight into NCHW. W is read
+ *    from OIHW or prepacked once (lgk_conv2d_nchw_packed_a). Large maps.
+ *  - pixels as the GEMM's rows (lgk_conv2d_nchw_prepacked, weights prepacked as
+ *    W^T): im2col^T (pixels x taps) @ W^T, so the GEMM's wide dimension is the
+ *    filter count even on 2x2 maps and the weights stream once; the pixels x
+ *    filters result is transposed into NCHW. Small maps.
+ * A 1x1 stride-1 unpadded conv multiplies the input in place; bands of output rows
+ * bound the scratch. Depthwise convs (one input channel per group) skip im2col and
+ * GEMM: see depthwise.c.
  */
 #include <stdlib.h>
 
