@@ -379,3 +379,103 @@ const char *lgk_activation_name(int activation)
     default: return NULL;
     }
 }
+
+/* ---- programs ------------------------------------------------------------------------
+ * One Python -> C call costs a few hundred ns, more than the work of many steps of a
+ * small model (a 16 x 64 add, a layer_norm of 16 rows); a program runs a stretch of a
+ * plan in one call. The table is the only list of callable functions, each with its
+ * signature, one letter per argument word (i: an integer, p: a pointer, f: a float, read
+ * with F32): the Python side checks it against the function's prototype. */
+#define W(i) (w[i])
+#define PTR(i) ((void *)(intptr_t)w[i])
+#define F32(i) lgk_u2f((uint32_t)(uint64_t)w[i])
+
+#define LGK_PROGRAM_CALLS(X)                                                              \
+    X(lgk_binary, "iippippippi",                                                          \
+      lgk_binary(W(0), W(1), PTR(2), PTR(3), W(4), PTR(5), PTR(6), W(7), PTR(8), PTR(9),  \
+                 W(10)))                                                                  \
+    X(lgk_unary, "iipp", lgk_unary(W(0), W(1), PTR(2), PTR(3)))                           \
+    X(lgk_softmax, "iiipp", lgk_softmax(W(0), W(1), W(2), PTR(3), PTR(4)))                 \
+    X(lgk_log_softmax, "iiipp", lgk_log_softmax(W(0), W(1), W(2), PTR(3), PTR(4)))         \
+    X(lgk_layer_norm, "iipppfp",                                                          \
+      lgk_layer_norm(W(0), W(1), PTR(2), PTR(3), PTR(4), F32(5), PTR(6)))                 \
+    X(lgk_rms_norm, "iippfp", lgk_rms_norm(W(0), W(1), PTR(2), PTR(3), F32(4), PTR(5)))    \
+    X(lgk_reduce, "iiiipp", lgk_reduce(W(0), W(1), W(2), W(3), PTR(4), PTR(5)))            \
+    X(lgk_permute_copy, "ippippi",                                                        \
+      lgk_permute_copy(W(0), PTR(1), PTR(2), W(3), PTR(4), PTR(5), W(6)))                 \
+    X(lgk_sgemm, "iiipiiipiiipiipiiii",                                                   \
+      lgk_sgemm(W(0), W(1), W(2), PTR(3), W(4), W(5), W(6), PTR(7), W(8), W(9), W(10),    \
+                PTR(11), W(12), W(13), PTR(14), W(15), W(16), W(17), W(18)))              \
+    X(lgk_sgemm_prepacked, "iiipiiipipiipiiii",                                           \
+      lgk_sgemm_prepacked(W(0), W(1), W(2), PTR(3), W(4), W(5), W(6), PTR(7), W(8),       \
+                          PTR(9), W(10), W(11), PTR(12), W(13), W(14), W(15), W(16)))     \
+    X(lgk_sgemm_batched, "iiiipipiipipiipiiipiiii",                                       \
+      lgk_sgemm_batched(W(0), W(1), W(2), W(3), PTR(4), W(5), PTR(6), W(7), W(8), PTR(9), \
+                        W(10), PTR(11), W(12), W(13), PTR(14), W(15), W(16), W(17),       \
+                        PTR(18), W(19), W(20), W(21), W(22)))                             \
+    X(lgk_conv2d_nchw, "ppipipipiii",                                                     \
+      lgk_conv2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4), PTR(5), W(6), PTR(7), W(8),     \
+                      W(9), W(10)))                                                       \
+    X(lgk_conv2d_nchw_prepacked, "ppipipipiii",                                           \
+      lgk_conv2d_nchw_prepacked(PTR(0), PTR(1), W(2), PTR(3), W(4), PTR(5), W(6), PTR(7), \
+                                W(8), W(9), W(10)))                                       \
+    X(lgk_conv2d_nchw_packed_a, "ppipipipiii",                                            \
+      lgk_conv2d_nchw_packed_a(PTR(0), PTR(1), W(2), PTR(3), W(4), PTR(5), W(6), PTR(7),  \
+                               W(8), W(9), W(10)))                                        \
+    X(lgk_max_pool2d_nchw, "ppipi", lgk_max_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4))) \
+    X(lgk_avg_pool2d_nchw, "ppipi", lgk_avg_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4)))
+
+#define PROGRAM_CODE(fn, signature, call) PROGRAM_##fn,
+enum { LGK_PROGRAM_CALLS(PROGRAM_CODE) PROGRAM_COUNT };
+#define PROGRAM_NAME(fn, signature, call) [PROGRAM_##fn] = #fn,
+static const char *const program_names[PROGRAM_COUNT] = {LGK_PROGRAM_CALLS(PROGRAM_NAME)};
+#define PROGRAM_SIGNATURE(fn, signature, call) [PROGRAM_##fn] = signature,
+static const char *const program_signatures[PROGRAM_COUNT] = {
+    LGK_PROGRAM_CALLS(PROGRAM_SIGNATURE)};
+
+int lgk_program_call_count(void) { return PROGRAM_COUNT; }
+
+const char *lgk_program_call_name(int code)
+{
+    return code >= 0 && code < PROGRAM_COUNT ? program_names[code] : NULL;
+}
+
+const char *lgk_program_call_signature(int code)
+{
+    return code >= 0 && code < PROGRAM_COUNT ? program_signatures[code] : NULL;
+}
+
+int lgk_run_program(int64_t count, const int64_t *program, int64_t program_len,
+                    int64_t *failed)
+{
+    LGK_CHECK(failed != NULL && (count == 0 || program != NULL), LGK_ERR_NULL);
+    LGK_CHECK(count >= 0 && program_len >= 0, LGK_ERR_SHAPE);
+    const int64_t *end = program + program_len;
+    for (int64_t k = 0; k < count; ++k) {
+        *failed = k;
+        LGK_CHECK(end - program >= 1, LGK_ERR_SHAPE);
+        int64_t code = program[0];
+        LGK_CHECK(code >= 0 && code < PROGRAM_COUNT, LGK_ERR_ARG);
+        int64_t arity = (int64_t)strlen(program_signatures[code]);
+        LGK_CHECK(end - program - 1 >= arity, LGK_ERR_SHAPE);
+        const int64_t *w = program + 1;
+        int status = LGK_ERR_ARG;
+        switch (code) {
+#define PROGRAM_CASE(fn, signature, call) \
+        case PROGRAM_##fn:            \
+            status = call;            \
+            break;
+            LGK_PROGRAM_CALLS(PROGRAM_CASE)
+        default:
+            break;
+        }
+        if (status != LGK_OK)
+            return status;
+        program = w + arity;
+    }
+    *failed = -1;
+    return LGK_OK;
+}
+#undef W
+#undef PTR
+#undef F32

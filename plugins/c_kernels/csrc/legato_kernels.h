@@ -271,6 +271,23 @@ int lgk_permute_copy(int ndim, const int64_t *shape,
                      const float *src, int64_t src_len, const int64_t *src_strides,
                      float *dst, int64_t dst_len);
 
+/* ---- programs --------------------------------------------------------------- */
+/*
+ * A program is a sequence of calls of the functions above, run by one call: each
+ * call is its code (a position in lgk_program_call_name's list) followed by its
+ * arguments as 64-bit words in the order of the function's prototype (integers as
+ * they are, pointers as addresses, a float as its bits in the low 32). Runs the calls
+ * in order and stops at the first non-zero status, which it returns, storing the
+ * failing call's index in *failed. lgk_program_call_name(code) is the function's name
+ * ("lgk_binary"), lgk_program_call_signature(code) its argument words, one letter each
+ * (i: integer, p: pointer, f: float); both give NULL for codes out of range.
+ */
+int lgk_program_call_count(void);
+const char *lgk_program_call_name(int code);
+const char *lgk_program_call_signature(int code);
+int lgk_run_program(int64_t count, const int64_t *program, int64_t program_len,
+                    int64_t *failed);
+
 #ifdef __cplusplus
 }
 #endif

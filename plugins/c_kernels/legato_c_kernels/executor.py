@@ -10,8 +10,9 @@ library has that activation; constant GEMM weights are packed once. Every step i
 then bound to its buffers (`kernel.bind(..., out=...)`, a prepared C call where the
 buffers allow it). A run passes the caller's inputs and fresh result arrays in place
 of the planned buffers where the prepared calls declare those pointers (boundary.py),
-copies the other inputs in, makes the prepared calls in order, and copies the other
-results out.
+copies the other inputs in, makes the prepared calls in order (consecutive C calls with
+fixed arguments as one call of a C program: program.py), and copies the other results
+out.
 
 A planned instance owns its buffers, so `PlannedExecutor` keeps a pool of them: each call
 runs on an instance no other call is using, and concurrent calls from several threads run
@@ -31,6 +32,7 @@ from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
 from legato.ir import CUSTOM_OP, Const
 
 from . import kernels as K
+from . import program
 from .kernels import elementwise
 from .boundary import Boundary, Touch
 from .kernels.common import OUT
@@ -80,6 +82,8 @@ class _PlannedInstance:
         self.results = [self._buffer(r) for r in flat.results]
         self.boundary = Boundary(self.steps, list(flat.params), self.params,
                                  list(flat.results), self.results, roots)
+        # what a run calls: the steps, stretches of prepared C calls merged into one
+        self.runs = program.merge([step.run for step in self.steps])
 
     # --- buffers ----------------------------------------------------------------------
 
@@ -261,10 +265,12 @@ class _PlannedInstance:
     def run(self, args: tuple, kwargs: dict):
         """One run on the caller's inputs (positional `args`, named `kwargs`)."""
         runtime = self.boundary.enter(bind_inputs(self.fn, args, kwargs))
-        for step in self.steps:
+        for run, indices in self.runs:
             try:
-                step.run()
+                run()
             except Exception as err:
+                failed = getattr(run, "failed", -1)  # a program: which of its calls
+                step = self.steps[indices[failed] if failed >= 0 else indices[0]]
                 raise ExecutionError(f"{describe_call(step.call, step.where)}: "
                                      f"{type(err).__name__}: {err}") from err
         out = self.boundary.results(runtime)  # the caller owns every result
@@ -289,6 +295,8 @@ class _PlannedInstance:
         intermediate buffers, inputs read in place and results written in place."""
         direct = sum(getattr(step.run, "direct", False) for step in self.steps)
         return {"steps": len(self.steps), "replayed": direct,
+                "merged": sum(len(indices) for _, indices in self.runs if len(indices) > 1),
+                "calls": len(self.runs),
                 "arena_bytes": self.arena.allocated,
                 "inputs_in_place": sum(self.boundary.direct_params),
                 "results_in_place": len(self.boundary.fresh)}

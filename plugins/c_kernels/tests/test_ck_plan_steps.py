@@ -1,6 +1,7 @@
 """What the planned executor turns into steps: views of constants are no steps, and
 nothing writes into a constant through them."""
 import numpy as np
+import pytest
 
 import legato
 
@@ -22,3 +23,44 @@ def test_a_reshaped_constant_is_a_view_of_its_data_not_a_step():
     const = next(v for call in c.module.main.calls for v in call.inputs
                  if isinstance(v, legato.ir.Const))
     np.testing.assert_array_equal(const.data.reshape(-1), weights)
+
+
+def test_every_c_program_entry_matches_its_prototype():
+    """An entry whose signature letters disagree with the function's prototype would be
+    left out of programs silently: name it here instead."""
+    from legato_c_kernels import program
+    from legato_c_kernels._lib import ffi, lib
+    names = [ffi.string(lib.lgk_program_call_name(c)).decode()
+             for c in range(lib.lgk_program_call_count())]
+    assert sorted(program.FUNCTIONS) == sorted(names)
+    assert {"lgk_binary", "lgk_layer_norm", "lgk_sgemm_prepacked"} <= set(names)
+
+
+def test_merged_steps_compute_what_the_steps_compute(monkeypatch):
+    from legato_c_kernels import program
+    from legato.examples import random_inputs, transformer
+    mod = transformer(seq=8, d_model=16, heads=2, ffn=32, blocks=2)
+    x = random_inputs(mod)
+    merged = legato.compile(mod, "c_kernels")
+    monkeypatch.setattr(program, "ENABLED", False)
+    separate = legato.compile(mod, "c_kernels")
+    stats = merged._runner.stats()
+    assert stats["merged"] >= stats["steps"] // 2 and stats["calls"] < stats["steps"], stats
+    assert separate._runner.stats()["merged"] == 0
+    for _ in range(2):
+        np.testing.assert_array_equal(merged(*x), separate(*x))
+
+
+def test_a_failing_call_in_a_program_is_named():
+    from legato.errors import ExecutionError
+    from legato_c_kernels import program
+    from legato_c_kernels.kernels import elementwise
+    from legato_c_kernels._lib import lib
+    x, y = np.ones(8, np.float32), np.empty(8, np.float32)
+    good = elementwise.KERNELS["exp"].bind(x, out=y).call
+    bad = good._replace(op="nn.relu", args=(999, *good.args[1:]))  # no such unary op
+    run = program.Program([good, bad], program.encode(good) + program.encode(bad))
+    with pytest.raises(ExecutionError, match="nn.relu"):
+        run()
+    assert run.failed == 1
+    assert program.encode(good._replace(fn=lib.lgk_strerror)) is None  # not a program call

@@ -120,7 +120,7 @@ class CCall(NamedTuple):
             status = fn(*args)
             if status:
                 check_status(op, status)
-        run.direct, run.call = True, self
+        run.direct, run.call, run.fixed = True, self, True  # fixed: its arguments never change
         return run
 
 
