@@ -112,6 +112,31 @@ CASES = {
     "adaptive_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, (2, 3))[..., :1, :]
                           + F.adaptive_avg_pool2d(x, (3, 3))[..., :1, :],
                           lambda: [torch.randn(1, 2, 5, 6)]),
+    # torch's type promotion: a float scalar makes an integer tensor float32, a 0-d tensor
+    # does not widen a tensor of its category, true division and reciprocal give floats
+    "int_times_float_scalar": (lambda x: x * 2.5 + (x + 1.5) - (x < 2.5).float(),
+                               lambda: [torch.arange(-4, 4, dtype=torch.int8)]),
+    "bool_plus_int_scalar": (lambda x: x * 3 + (x + True).long(),
+                             lambda: [torch.tensor([True, False, True])]),
+    "int_pow_float": (lambda x: x ** 2.0 + torch.pow(x, 2).float(),
+                      lambda: [torch.arange(-3, 4, dtype=torch.int32)]),
+    "reciprocal_int": (lambda x: torch.reciprocal(x), lambda: [torch.tensor([1, 2, -4, 8])]),
+    "reciprocal_bool": (lambda x: torch.reciprocal(x), lambda: [torch.tensor([True, False])]),
+    "zero_dim_keeps_dtype": (lambda x, s: x + s, lambda: [
+        torch.tensor([100, 27], dtype=torch.int8), torch.tensor(300, dtype=torch.int64)]),
+    "div_mixed_ints": (lambda a, b: torch.div(a, b, rounding_mode="floor") + torch.div(
+        a, b, rounding_mode="trunc"), lambda: [torch.tensor([7, -7, 9], dtype=torch.int32),
+                                               torch.tensor([2, 2, -4])]),
+    # sums and products of small integers and bools are int64; any/all bool but for uint8
+    "prod_small_ints": (lambda x: torch.prod(x) + torch.prod(x, 1).sum(),
+                        lambda: [torch.tensor([[3, 5], [-7, 2]], dtype=torch.int8)]),
+    "prod_bool": (lambda x: torch.prod(x, 0),
+                  lambda: [torch.tensor([[True, False], [True, True]])]),
+    "any_int8": (lambda x: torch.any(x, 1) | torch.all(x), lambda: [
+        torch.tensor([[0, 2], [0, 0]], dtype=torch.int8)]),
+    "any_uint8": (lambda x: torch.any(x, 1) + torch.all(x), lambda: [
+        torch.tensor([[0, 2], [0, 0]], dtype=torch.uint8)]),
+    "any_scalar": (lambda x: torch.any(x, 0), lambda: [torch.tensor(3)]),
     "factories": (lambda x: x + torch.zeros(3) + torch.ones_like(x) + torch.full_like(x, 2)
                   + torch.arange(0.5, 2.0, 0.5), lambda: [torch.randn(2, 3)]),
 }

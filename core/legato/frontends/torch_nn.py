@@ -6,7 +6,7 @@ import math
 
 from ..errors import LegatoError
 from . import conv_nd, resample
-from .torch_ops import aten
+from .torch_ops import ATEN, aten
 
 
 # --- activations ----------------------------------------------------------------------------
@@ -24,7 +24,7 @@ def clamp_tensor(b, x, min=None, max=None):  # noqa: A002 - ATen's argument name
 
 @aten("aten.reciprocal.default")
 def reciprocal(b, x):
-    return b.divide(1.0, x)
+    return ATEN["aten.div.Tensor"](b, 1.0, x)  # integers and bools: in float32
 
 
 @aten("aten.relu6.default")

@@ -72,68 +72,95 @@ INTEGER_FORMS = {**{op: lambda b, x: x for op in ("round", "floor", "ceil", "tru
                  "nn.relu": lambda b, x: b.maximum(x, 0)}
 
 
-def _torch_dtypes(b, opdef, op: str, inputs: list, attrs: dict) -> list:
-    """Operands as torch computes them: the logical ops read any tensor as `!= 0`; true
-    division and the float functions (sin, exp, ...) compute integers and bools in
-    float32."""
-    tensors = [v for v in inputs if hasattr(v, "type")]
-    if not tensors:
-        return inputs
-    if op in LOGICAL:
-        return [b.cast(v, dtype="bool") if hasattr(v, "type") and v.dtype != "bool" else v
-                for v in inputs]
-    if any(v.dtype.startswith(("float", "bfloat")) for v in tensors):
-        return inputs
-    floats = op == "divide"
-    if not floats:
-        try:
-            opdef.infer_types([v.type for v in inputs], opdef.normalize_attrs(attrs))
-        except LegatoError as err:  # int_to_float ops refuse integers: promote them
-            floats = "float" in str(err)
-    if not floats:
-        return inputs
-    return [b.cast(v, dtype="float32") if hasattr(v, "type") else v for v in inputs]
+def _category(dtype: str) -> int:
+    """torch's dtype categories, in promotion order: bool, integer, float."""
+    return 0 if dtype == "bool" else 2 if dtype.startswith(("float", "bfloat")) else 1
+
+
+def _promote(a: str | None, b: str | None) -> str | None:
+    """`torch.promote_types` on legato's dtypes (None: no operand yet)."""
+    if a is None or b is None or a == b:
+        return a or b
+    if _category(a) != _category(b):
+        return a if _category(a) > _category(b) else b
+    if _category(a) == 2:  # two floats: the wider; float16 with bfloat16 needs float32
+        return "float64" if "float64" in (a, b) else "float32"
+    return np.result_type(a, b).name
+
+
+def _combine(higher: str | None, lower: str | None) -> str | None:
+    """A lower-priority operand changes the dtype only when its category is higher."""
+    if higher is None or lower is None:
+        return higher or lower
+    if _category(higher) == 2:
+        return higher
+    return _promote(higher, lower) if higher == "bool" or _category(lower) == 2 else higher
+
+
+def result_dtype(operands) -> str | None:
+    """The dtype torch computes an elementwise op of `operands` in: tensors with dims
+    decide, 0-d tensors only where their category (bool < integer < float) is higher, and
+    Python scalars (bool, int64, float32: the default dtypes) only after those."""
+    dims = zero = scalars = None
+    for v in operands:
+        if hasattr(v, "type"):
+            if v.rank:
+                dims = _promote(dims, v.dtype)
+            else:
+                zero = _promote(zero, v.dtype)
+        elif isinstance(v, (bool, int, float)):
+            scalars = _promote(scalars, "bool" if isinstance(v, bool) else
+                               "int64" if isinstance(v, int) else "float32")
+    return _combine(dims, _combine(zero, scalars))
+
+
+def _in_dtype(b, v, dtype: str):
+    """A tensor cast to `dtype`, a Python scalar as a constant of it (None stays None)."""
+    if v is None:
+        return v
+    if hasattr(v, "type"):
+        return v if v.dtype == dtype else b.cast(v, dtype=dtype)
+    return b.scalar(v, dtype)
+
+
+def _needs_float(opdef, dtype: str, count: int, attrs: dict) -> bool:
+    """Whether `opdef` refuses `dtype`'s integers or bools as a float function does (sin,
+    exp, ...): torch computes those in float32."""
+    from ..ir import TensorType
+    try:
+        opdef.infer_types([TensorType((), dtype)] * count, opdef.normalize_attrs(attrs))
+    except LegatoError as err:
+        return "float" in str(err)
+    return False
 
 
 def _direct(opdef):
     """The converter of an ATen op that maps one to one onto `opdef`: tensors and Python
-    scalars positionally, keyword arguments named as the op's attributes."""
+    scalars positionally, keyword arguments named as the op's attributes. Operands are
+    cast to the dtype torch computes in (`result_dtype`); integers and bools in float32
+    for true division and the float functions; on bools the bitwise ops (and add, mul)
+    are the logical ones."""
     def convert(b, *args, alpha=1, **kwargs):
-        tensors = [a for a in args if hasattr(a, "type")]
-        like = next((a for a in tensors if a.dtype != "bool"), tensors[0] if tensors else None)
-        args = _promoted(b, opdef.name, list(args))
-        if alpha != 1:  # add/sub: x + alpha * y
-            args[1] = b.multiply(args[1], alpha)
-        inputs = [a if a is None or hasattr(a, "type") or like is None
-                  else b.scalar(a, like.dtype) for a in args]
-        attrs = {k: v for k, v in kwargs.items() if k in opdef.attr_specs}
         op = opdef.name
-        if like is not None and like.dtype == "bool" and op in ON_BOOL:
+        attrs = {k: v for k, v in kwargs.items() if k in opdef.attr_specs}
+        first = 1 if op == "where" else 0  # a where's condition stays bool
+        operands = list(args[first:])
+        dtype = "bool" if op in LOGICAL else result_dtype(operands)
+        if dtype is None:
+            return b.call(op, *args, **attrs)
+        if dtype == "bool" and op in ON_BOOL:
             op = ON_BOOL[op]
-        if like is not None and like.dtype != "bool" and op in INTEGER_FORMS and \
-                not like.dtype.startswith(("float", "bfloat")):
-            return INTEGER_FORMS[op](b, like)
-        inputs = _torch_dtypes(b, opdef, op, inputs, attrs)
-        return b.call(ON_BOOL.get(op, op) if op in ("add", "multiply") and inputs and
-                      all(getattr(v, "dtype", "") == "bool" for v in inputs) else op,
-                      *inputs, **attrs)
+        elif _category(dtype) == 1 and op in INTEGER_FORMS:
+            return INTEGER_FORMS[op](b, _in_dtype(b, operands[0], dtype))
+        elif _category(dtype) < 2 and op != "where" and (
+                op == "divide" or _needs_float(opdef, dtype, len(args), attrs)):
+            dtype = "float32"
+        inputs = [*args[:first], *(_in_dtype(b, v, dtype) for v in operands)]
+        if alpha != 1:  # add/sub: x + alpha * y
+            inputs[1] = b.multiply(inputs[1], b.scalar(alpha, dtype))
+        return b.call(op, *inputs, **attrs)
     convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
-
-
-def _promoted(b, op: str, args: list) -> list:
-    """Tensor operands of differing dtypes cast to the one torch computes in: the widest
-    float if there is a float, else the widest integer (a where's condition stays bool)."""
-    first = 1 if op == "where" else 0
-    tensors = [a for a in args[first:] if hasattr(a, "type")]
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) < 2 or op.startswith("logical_"):
-        return args
-    floats = [d for d in dtypes if d.startswith(("float", "bfloat"))]
-    common = max(floats, key=lambda d: np.dtype(d).itemsize if d != "bfloat16" else 2) \
-        if floats else np.result_type(*(d for d in dtypes)).name
-    return args[:first] + [b.cast(a, dtype=common) if hasattr(a, "type") and a.dtype != common
-                           else a for a in args[first:]]
 
 
 # ATen packets that map one to one onto a legato op say so in its definition (`aten`)
@@ -378,10 +405,10 @@ for _name, _op in REDUCE.items():
 
 def _rounding_divide(b, x, y, rounding_mode=None):
     """div with rounding_mode "trunc" (toward zero) or "floor" (down)."""
-    x, y = (b.scalar(v, (x if hasattr(x, "type") else y).dtype) if not hasattr(v, "type")
-            else v for v in (x, y))
     if rounding_mode is None:
         return ATEN["aten.div.Tensor"](b, x, y)
+    dtype = result_dtype([x, y])
+    x, y = _in_dtype(b, x, dtype), _in_dtype(b, y, dtype)
     integer = not x.dtype.startswith(("float", "bfloat"))
     quotient = b.divide(x, y)
     if rounding_mode == "trunc":

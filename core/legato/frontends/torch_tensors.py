@@ -199,11 +199,7 @@ def one_hot(b, x, num_classes=-1):
 
 def _running(op: str):
     def convert(b, x, dim, dtype=None):
-        # torch sums and multiplies bools and integers in int64 unless told otherwise
-        target = _dtype(dtype) if dtype is not None else \
-            x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
-        if target != x.dtype:
-            x = b.cast(x, dtype=target)
+        x = _accumulated(b, x, dtype)
         if x.rank == 0:  # torch scans a scalar as one element
             return b.reshape(b.call(op, b.reshape(x, shape=[1]), axis=0), shape=[])
         return b.call(op, x, axis=dim)
@@ -224,12 +220,15 @@ def _arg(op: str):
 
 
 def _any_all(op: str):
-    """any/all as max/min of the bool tensor (x != 0 for numbers)."""
+    """any/all as max/min of the bool tensor (x != 0 for numbers); torch answers uint8
+    inputs in uint8, all others in bool."""
     def convert(b, x, dims=None, keepdim=False):
         flags = x if x.dtype == "bool" else b.not_equal(x, 0)
         if isinstance(dims, int):
             dims = [dims]
-        return b.call(op, flags, axes=None if dims is None else list(dims), keepdims=keepdim)
+        found = flags if flags.rank == 0 else \
+            b.call(op, flags, axes=None if dims is None else list(dims), keepdims=keepdim)
+        return b.cast(found, dtype="uint8") if x.dtype == "uint8" else found
     return convert
 
 
@@ -277,16 +276,25 @@ def vector_norm(b, x, ord=2, dim=None, keepdim=False, dtype=None):
 aten("aten.argmin.default")(_arg("argmin"))
 
 
+def _accumulated(b, x, dtype):
+    """x in the dtype torch sums and multiplies it in: the one asked for, else int64 for
+    bools and integers."""
+    target = _dtype(dtype) if dtype is not None else \
+        x.dtype if x.dtype.startswith(("float", "bfloat")) else "int64"
+    return x if target == x.dtype else b.cast(x, dtype=target)
+
+
 @aten("aten.prod.dim_int")
 def prod(b, x, dim, keepdim=False, dtype=None):
-    x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
+    x = _accumulated(b, x, dtype)
+    if x.rank == 0:  # dim 0 or -1 of a scalar: the scalar itself
+        return x
     return b.prod(x, axes=[dim], keepdims=keepdim)
 
 
 @aten("aten.prod.default")
 def prod_all(b, x, dtype=None):
-    x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
-    return b.prod(x)
+    return b.prod(_accumulated(b, x, dtype))
 
 
 @aten("aten.topk.default")
