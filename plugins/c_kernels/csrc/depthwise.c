@@ -120,6 +120,7 @@ typedef struct {
     int64_t bands, strips, strip_rows; /* a unit of work: (image, band, strip) */
     int64_t tw;           /* pixels per scratch row: the reach of the taps along x */
     int64_t t_floats, o_floats; /* scratch of the input rows / outputs of a strip */
+    int64_t w_floats;           /* of the weights: taps rounded up to 16, x 16 lanes */
     const float *x, *x_end, *w, *bias;
     float *y;
     int activation;
@@ -214,9 +215,7 @@ cb_pack_weights(const cb_job *j, int64_t o0, int lanes, float *wp)
         for (int l = 0; l < CB_LANES; ++l)
             memcpy(&v[l], wb + l * taps + k0, sizeof v[l]);
         cb_transpose(v);
-        int64_t n = LGK_MIN((int64_t)CB_LANES, taps - k0);
-        for (int64_t k = 0; k < n; ++k)
-            memcpy(wp + (k0 + k) * CB_LANES, &v[k], sizeof v[k]);
+        memcpy(wp + k0 * CB_LANES, v, sizeof v); /* past the last tap too: there is room */
     }
     for (int l = 0; l < CB_LANES; ++l) {
         const float *wl = wb + LGK_MIN(l, lanes - 1) * taps;
@@ -300,12 +299,9 @@ cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias,
             cb_taps(acc, base, wp, bias, p, tw);
         }
         *done = dw_clamp(acc, CB_PIX, j->activation);
-        if (q + CB_PIX <= npix) /* a constant count: stores straight from registers */
-            for (int k = 0; k < CB_PIX; ++k)
-                memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
-        else
-            for (int64_t k = 0; k < npix - q; ++k)
-                memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
+        /* a constant count (past npix too: there is room) stores from registers */
+        for (int k = 0; k < CB_PIX; ++k)
+            memcpy(o + (q + k) * CB_LANES, &acc[k], sizeof acc[k]);
     }
 }
 
@@ -350,7 +346,8 @@ DW_WIDE static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
     for (int l = 0; l < CB_LANES; ++l) {
         int64_t oc = o0 + LGK_MIN(l, lanes - 1); /* spare lanes repeat the last filter */
         bias[l] = j->bias != NULL ? j->bias[oc] : 0.0f;
-        src[l] = j->x + (img * p->c + oc / j->og) * p->h * p->w;
+        int64_t ic = j->og == 1 ? oc : oc / j->og; /* a division per lane costs */
+        src[l] = j->x + (img * p->c + ic) * p->h * p->w;
         dst[l] = j->y + (img * p->o + oc) * plane + oy0 * j->ow;
     }
     int64_t nr = (rows - 1) * p->stride_h + (p->kh - 1) * p->dilation_h + 1;
@@ -366,8 +363,7 @@ static int cb_units(void *ctx, int64_t begin, int64_t end)
 {
     const cb_job *j = ctx;
     lgk_scratch s = {NULL, 0};
-    int64_t taps = j->p->kh * j->p->kw;
-    LGK_TRY(lgk_scratch_acquire(j->t_floats + j->o_floats + taps * CB_LANES, &s));
+    LGK_TRY(lgk_scratch_acquire(j->t_floats + j->o_floats + j->w_floats, &s));
     for (int64_t unit = begin; unit < end; ++unit)
         cb_unit(j, unit, s.data);
     lgk_scratch_release(&s);
@@ -396,9 +392,11 @@ static int cb_plan(cb_job *j, int nthreads)
     j->strip_rows = rows;
     j->strips = (j->oh + rows - 1) / rows;
     LGK_TRY(lgk_mul(row, (rows - 1) * p->stride_h + taps_h, &j->t_floats));
-    LGK_TRY(lgk_mul(rows * j->ow, CB_LANES, &j->o_floats));
+    /* outputs and weights have room for whole blocks: constant-count stores */
+    LGK_TRY(lgk_mul(rows * j->ow + CB_PIX, CB_LANES, &j->o_floats));
+    j->w_floats = (p->kh * p->kw + CB_LANES) / CB_LANES * CB_LANES * CB_LANES;
     LGK_TRY(lgk_add(j->t_floats, j->o_floats, &floats));
-    return lgk_add(floats, p->kh * p->kw * CB_LANES, &floats);
+    return lgk_add(floats, j->w_floats, &floats);
 }
 
 /* ---- dispatch ---------------------------------------------------------------------- */
@@ -446,7 +444,7 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
         return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
     if ((p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP) || dw_planes_win(p, ow))
         return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
-    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
+    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
                 w, bias, y, activation};
     LGK_TRY(cb_plan(&j, threads));
     return lgk_parallel_for(threads, p->n * j.bands * j.strips, 1, cb_units, &j);
