@@ -72,6 +72,17 @@ CASES = {
                                                                  3.7, 40.0, float("inf")])],
                "aten.lgamma.default"),
     "erfc": (lambda x: torch.erfc(x), lambda: [3 * torch.randn(3, 5)], "aten.erfc.default"),
+    "avg_pool3d": (lambda x: F.avg_pool3d(x, 2, padding=1, ceil_mode=True,
+                                          count_include_pad=False)[..., :2, :2, :2]
+                   + F.avg_pool3d(x, (3, 2, 2), stride=(2, 1, 1), divisor_override=5),
+                   randn(1, 2, 5, 3, 3), "aten.avg_pool3d.default"),
+    "avg_pool3d_int": (lambda x: F.avg_pool3d(x, 2, padding=1), lambda: [
+        torch.randint(-9, 9, (2, 3, 4, 4))], "aten.avg_pool3d.default"),
+    "max_pool3d_indices": (lambda x: F.max_pool3d(x, (2, 3, 2), stride=(1, 2, 2), padding=1,
+                                                  return_indices=True),
+                           randn(2, 4, 5, 6), "aten.max_pool3d_with_indices.default"),
+    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, None)), randn(1, 2, 4, 5, 3),
+                            "aten._adaptive_avg_pool3d.default"),
 }
 
 

@@ -306,3 +306,140 @@ def pdist(b, x, p=2.0):
     pairs = b.subtract(b.take(x, Const.of(rows.astype(np.int64)), axis=0),
                        b.take(x, Const.of(cols.astype(np.int64)), axis=0))
     return _p_norm(b, pairs, p, -1)
+
+
+# --- 3-d pooling: a 2-d pool over (H, W), then one over D -------------------------------------
+
+def _batched(pool):
+    """A pool of (N, C, D, H, W) data that also takes unbatched (C, D, H, W) data."""
+    def convert(b, x, *args, **kwargs):
+        if x.rank == 4:
+            y = convert(b, b.expand_dims(x, axes=[0]), *args, **kwargs)
+            return tuple(None if v is None else b.squeeze(v, axes=[0]) for v in y) \
+                if isinstance(y, tuple) else b.squeeze(y, axes=[0])
+        return pool(b, x, *args, **kwargs)
+    return convert
+
+
+def _triple(v, default=None):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return (default if not v and default is not None else v * 3 if len(v) == 1 else v)
+
+
+def _separable_pool3d(b, x, op, kernel, stride, padding, **extra):
+    """Windows over D, H and W are boxes, so a max or an average over one is the max or
+    average over D of those over (H, W) (average divisors are products per axis too)."""
+    n, c, d, h, w = x.shape
+    dilation = extra.pop("dilation", [1, 1, 1])
+    hw = b.call(op, b.reshape(x, shape=[n, c * d, h, w]), pool_size=kernel[1:],
+                strides=stride[1:], padding=[padding[1], padding[2]] * 2,
+                dilation=dilation[1:], **extra)
+    oh, ow = hw.shape[2:]
+    y = b.call(op, b.reshape(hw, shape=[n, c, d, oh * ow]), pool_size=[kernel[0], 1],
+               strides=[stride[0], 1], padding=[padding[0], 0] * 2, dilation=[dilation[0], 1],
+               **extra)
+    return b.reshape(y, shape=[n, c, y.shape[2], oh, ow])
+
+
+def _window_sizes(sizes, out_sizes, kernel, stride, padding):
+    """Per output cell of a box pool: the input cells its window covers (valid) and those
+    plus its explicit padding (full), as torch's average divides by them."""
+    valid, full = np.ones(()), np.ones(())
+    for n, o, k, s, p in zip(sizes, out_sizes, kernel, stride, padding):
+        starts = np.arange(o) * s - p
+        ends = np.minimum(starts + k, n + p)
+        valid = np.multiply.outer(valid, np.minimum(ends, n) - np.maximum(starts, 0))
+        full = np.multiply.outer(full, ends - starts)
+    return valid, full
+
+
+@_batched
+def avg_pool3d(b, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    kernel, padding = _triple(kernel), _triple(padding)
+    stride = _triple(stride, kernel)
+    floats = x.dtype.startswith(("float", "bfloat"))
+    if floats and not divisor_override:
+        return _separable_pool3d(b, x, "nn.avg_pool2d", kernel, stride, padding,
+                                 ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    # a window's sum is its mean over the input cells times their count; integers sum in
+    # float64 (exact) and divide as torch does, truncating
+    mean = _separable_pool3d(b, x if floats else b.cast(x, dtype="float64"), "nn.avg_pool2d",
+                             kernel, stride, padding, ceil_mode=ceil_mode,
+                             count_include_pad=False)
+    valid, full = _window_sizes(x.shape[2:], mean.shape[2:], kernel, stride, padding)
+    divisor = divisor_override or (full if count_include_pad else valid)
+    if floats:
+        return b.multiply(mean, Const.of((valid / divisor).astype(x.dtype)))
+    sums = b.cast(b.round(b.multiply(mean, Const.of(valid))), dtype="int64")
+    quotient = b.divide(sums, Const.of(np.broadcast_to(divisor, valid.shape).astype(np.int64)))
+    return quotient if x.dtype == "int64" else b.cast(quotient, dtype=x.dtype)
+
+
+def _window_cells(sizes, out_sizes, kernel, stride, padding, dilation) -> np.ndarray:
+    """(output cells, window taps) row-major input positions of each pooling window, the
+    padding as position prod(sizes)."""
+    flat = np.zeros((1, 1), dtype=np.int64)
+    inside = np.ones((1, 1), dtype=bool)
+    for n, o, k, s, p, d in zip(sizes, out_sizes, kernel, stride, padding, dilation):
+        cells = np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d  # (o, k)
+        flat = (flat[:, None, :, None] * n + cells[None, :, None, :]).reshape(
+            flat.shape[0] * o, flat.shape[1] * k)
+        inside = (inside[:, None, :, None] & ((cells >= 0) & (cells < n))[None, :, None, :]
+                  ).reshape(flat.shape)
+    return np.where(inside, flat, math.prod(sizes))
+
+
+def _pool_indices(b, x, out_sizes, kernel, stride, padding, dilation):
+    """torch's max pooling indices: the row-major spatial position of each window's first
+    maximum."""
+    n, c = x.shape[:2]
+    cells = _window_cells(x.shape[2:], out_sizes, kernel, stride, padding, dilation)
+    lowest = -np.inf if x.dtype.startswith("float") else np.iinfo(x.dtype).min
+    flat = b.concat(b.reshape(x, shape=[n, c, -1]),
+                    Const.of(np.full((n, c, 1), lowest, dtype=x.dtype)), axis=2)
+    first = b.argmax(b.take(flat, Const.of(cells), axis=2), axis=3, keepdims=False)
+    offsets = Const.of(np.arange(cells.shape[0], dtype=np.int64) * cells.shape[1])
+    indices = b.take(Const.of(cells.reshape(-1)), b.add(first, offsets), axis=0)
+    return b.reshape(indices, shape=[n, c, *out_sizes])
+
+
+@_batched
+def max_pool3d_with_indices(b, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    kernel, padding, dilation = _triple(kernel), _triple(padding), _triple(dilation)
+    stride = _triple(stride, kernel)
+    y = _separable_pool3d(b, x, "nn.max_pool2d", kernel, stride, padding,
+                          dilation=dilation, ceil_mode=ceil_mode)
+    return y, _pool_indices(b, x, y.shape[2:], kernel, stride, padding, dilation)
+
+
+aten("aten.avg_pool3d.default")(avg_pool3d)
+aten("aten.max_pool3d_with_indices.default")(max_pool3d_with_indices)
+
+
+@aten("aten.max_pool3d.default")
+def max_pool3d(b, x, *args, **kwargs):
+    return max_pool3d_with_indices(b, x, *args, **kwargs)[0]
+
+
+def _adaptive_axis(b, x, axis: int, m: int):
+    """Output cell i of the axis averages input [floor(i n / m), ceil((i + 1) n / m))."""
+    n = x.shape[axis]
+    if n == m:
+        return x
+    if n % m == 0:  # equal cells: one mean over a split axis
+        shape = list(x.shape[:axis]) + [m, n // m] + list(x.shape[axis + 1:])
+        return b.mean(b.reshape(x, shape=shape), axes=[axis + 1])
+    cells = [b.mean(b.strided_slice(x, begin=[i * n // m], end=[-(-(i + 1) * n // m)],
+                                    axes=[axis]), axes=[axis], keepdims=True)
+             for i in range(m)]
+    return b.concat(*cells, axis=axis) if len(cells) > 1 else cells[0]
+
+
+@aten("aten._adaptive_avg_pool3d.default", "aten.adaptive_avg_pool3d.default")
+def adaptive_avg_pool3d(b, x, output_size):
+    sizes = _triple(output_size)
+    for k, m in enumerate(sizes):
+        axis = x.rank - 3 + k
+        x = _adaptive_axis(b, x, axis, x.shape[axis] if m is None else int(m))
+    return x
