@@ -1,7 +1,7 @@
 /*
  * depthwise.c - direct depthwise conv2d (one input channel per group), NCHW.
  *
- * Depthwise convs skip im2col and GEMM. Two forms:
+ * Depthwise convs skip im2col and GEMM. With AVX-512, two forms:
  *  - channel bands (most convs): 16 output channels at once, one per vector lane.
  *    The input rows a strip of output rows reads are transposed to pixel-major
  *    order (16 channels per pixel) in scratch, with zeros where the padding is;
@@ -9,8 +9,11 @@
  *    size, stride or dilation, and the result is transposed back to NCHW.
  *    Small maps (2x2..8x8) keep every lane busy, where a plane at a time would
  *    pay its per-plane setup for a handful of pixels.
- *  - planes (few channels on wide maps): one plane at a time from a zero-padded
- *    copy, vectorised along x, as in pooling.
+ *  - planes (few channels on wide maps, and small unit-stride kernels over rows of
+ *    whole vectors): one plane at a time from a zero-padded copy, vectorised along
+ *    x, as in pooling; no transposes.
+ * Without AVX-512 every conv goes by planes of 8-lane vectors (depthwise_planes.inc
+ * is the plane code for both widths). The 16-lane forms apply relu and relu6 in registers.
  * The caller (lgk_conv2d_nchw) has checked the shapes and buffer sizes.
  */
 #include <string.h>
@@ -110,10 +113,6 @@ static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int
 #define CB_PIX 8    /* output pixels per register block: independent accumulators */
 #define CB_SMALL_FILL 4096 /* scratch rows of at most this many floats: one memset */
 
-typedef lgk_v16 cb_vec;
-#define CB_UNROLL LGK_UNROLL16
-#define cb_transpose lgk_transpose16
-
 typedef struct {
     const lgk_conv2d_params *p;
     int64_t oh, ow, og;   /* og: filters per input channel (the depth multiplier) */
@@ -158,12 +157,12 @@ cb_transpose_in(const float *const *src, int64_t q, int64_t end, int64_t w, int6
         int64_t n = LGK_MIN((int64_t)CB_LANES, end - q);
         if (n < CB_LANES && x_end - (src[CB_LANES - 1] + q) < CB_LANES)
             break; /* the scalar loop below */
-        cb_vec v[CB_LANES];
-        CB_UNROLL
+        lgk_v16 v[CB_LANES];
+        LGK_UNROLL16
         for (int l = 0; l < CB_LANES; ++l)
             memcpy(&v[l], src[l] + q, sizeof v[l]);
-        cb_transpose(v);
-        CB_UNROLL
+        lgk_transpose16(v);
+        LGK_UNROLL16
         for (int k = 0; k < CB_LANES; ++k) {
             if (k < n && ix < valid)
                 memcpy(dst + ix * CB_LANES, &v[k], sizeof v[k]);
@@ -210,11 +209,11 @@ cb_pack_weights(const cb_job *j, int64_t o0, int lanes, float *wp)
     /* 16 taps of 16 filters by one transpose, where the reads stay inside w */
     for (; lanes == CB_LANES && k0 < taps &&
            (o0 + CB_LANES - 1) * taps + k0 + CB_LANES <= j->p->o * taps; k0 += CB_LANES) {
-        cb_vec v[CB_LANES];
-        CB_UNROLL
+        lgk_v16 v[CB_LANES];
+        LGK_UNROLL16
         for (int l = 0; l < CB_LANES; ++l)
             memcpy(&v[l], wb + l * taps + k0, sizeof v[l]);
-        cb_transpose(v);
+        lgk_transpose16(v);
         memcpy(wp + k0 * CB_LANES, v, sizeof v); /* past the last tap too: there is room */
     }
     for (int l = 0; l < CB_LANES; ++l) {
@@ -226,7 +225,7 @@ cb_pack_weights(const cb_job *j, int64_t o0, int lanes, float *wp)
 
 /* acc[k] = bias + every tap of the output pixel whose first tap is at base[k]. */
 static inline __attribute__((always_inline)) void
-cb_taps(cb_vec *acc, const float *const *base, const float *wp, const cb_vec *bias,
+cb_taps(lgk_v16 *acc, const float *const *base, const float *wp, const lgk_v16 *bias,
         const lgk_conv2d_params *p, int64_t tw)
 {
     for (int k = 0; k < CB_PIX; ++k)
@@ -234,11 +233,11 @@ cb_taps(cb_vec *acc, const float *const *base, const float *wp, const cb_vec *bi
     int64_t dy = p->dilation_h * tw * CB_LANES, dx = p->dilation_w * CB_LANES;
     for (int64_t ki = 0; ki < p->kh; ++ki)
         for (int64_t kj = 0; kj < p->kw; ++kj) {
-            cb_vec wv;
+            lgk_v16 wv;
             memcpy(&wv, wp + (ki * p->kw + kj) * CB_LANES, sizeof wv);
             int64_t off = ki * dy + kj * dx;
             for (int k = 0; k < CB_PIX; ++k) {
-                cb_vec v;
+                lgk_v16 v;
                 memcpy(&v, base[k] + off, sizeof v);
                 acc[k] += wv * v;
             }
@@ -248,7 +247,7 @@ cb_taps(cb_vec *acc, const float *const *base, const float *wp, const cb_vec *bi
 /* As cb_taps for CB_PIX pixels side by side in one output row, `step` floats apart
  * in the scratch (a constant where inlined: the stride times CB_LANES). */
 static inline __attribute__((always_inline)) void
-cb_taps_row(cb_vec *acc, const float *base, int64_t step, const float *wp, const cb_vec *bias,
+cb_taps_row(lgk_v16 *acc, const float *base, int64_t step, const float *wp, const lgk_v16 *bias,
             const lgk_conv2d_params *p, int64_t tw)
 {
     for (int k = 0; k < CB_PIX; ++k)
@@ -256,11 +255,11 @@ cb_taps_row(cb_vec *acc, const float *base, int64_t step, const float *wp, const
     int64_t dy = p->dilation_h * tw * CB_LANES, dx = p->dilation_w * CB_LANES;
     for (int64_t ki = 0; ki < p->kh; ++ki)
         for (int64_t kj = 0; kj < p->kw; ++kj) {
-            cb_vec wv;
+            lgk_v16 wv;
             memcpy(&wv, wp + (ki * p->kw + kj) * CB_LANES, sizeof wv);
             const float *s = base + ki * dy + kj * dx;
             for (int k = 0; k < CB_PIX; ++k) {
-                cb_vec v;
+                lgk_v16 v;
                 memcpy(&v, s + k * step, sizeof v);
                 acc[k] += wv * v;
             }
@@ -269,7 +268,7 @@ cb_taps_row(cb_vec *acc, const float *base, int64_t step, const float *wp, const
 
 /* The `rows` output rows of a strip, pixel-major into o, from the scratch rows t. */
 static inline __attribute__((always_inline)) void
-cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias, int64_t rows,
+cb_compute(const cb_job *j, const float *t, const float *wp, const lgk_v16 *bias, int64_t rows,
            float *o, int *done)
 {
     const lgk_conv2d_params *p = j->p;
@@ -277,7 +276,7 @@ cb_compute(const cb_job *j, const float *t, const float *wp, const cb_vec *bias,
     int64_t ystep = p->stride_h * tw * CB_LANES, xstep = p->stride_w * CB_LANES;
     int64_t oy = 0, ox = 0; /* of pixel q */
     for (int64_t q = 0; q < npix; q += CB_PIX) {
-        cb_vec acc[CB_PIX];
+        lgk_v16 acc[CB_PIX];
         if (ox + CB_PIX <= ow) {
             const float *base = t + oy * ystep + ox * xstep;
             if (p->stride_w == 1)
@@ -311,11 +310,11 @@ cb_store(const float *o, int64_t npix, int lanes, float *const *dst)
 {
     int64_t q = 0;
     for (; q + CB_LANES <= npix; q += CB_LANES) {
-        cb_vec v[CB_LANES];
+        lgk_v16 v[CB_LANES];
         memcpy(v, o + q * CB_LANES, sizeof v);
-        cb_transpose(v);
+        lgk_transpose16(v);
         if (lanes == CB_LANES) { /* a constant count keeps v in registers */
-            CB_UNROLL
+            LGK_UNROLL16
             for (int l = 0; l < CB_LANES; ++l)
                 memcpy(dst[l] + q, &v[l], sizeof v[l]);
         } else {
@@ -339,7 +338,7 @@ DW_WIDE static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
     int64_t rows = LGK_MIN(j->strip_rows, j->oh - oy0), plane = j->oh * j->ow;
     int lanes = (int)LGK_MIN((int64_t)CB_LANES, p->o - o0);
     float *t = scratch, *o = t + j->t_floats, *wp = o + j->o_floats;
-    cb_vec bias;
+    lgk_v16 bias;
     const float *src[CB_LANES];
     float *dst[CB_LANES];
     cb_pack_weights(j, o0, lanes, wp);
