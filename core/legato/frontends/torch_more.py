@@ -443,3 +443,67 @@ def adaptive_avg_pool3d(b, x, output_size):
         axis = x.rank - 3 + k
         x = _adaptive_axis(b, x, axis, x.shape[axis] if m is None else int(m))
     return x
+
+
+# --- embedding bags and folding ---------------------------------------------------------------
+
+@aten("aten._embedding_bag.default", "aten._embedding_bag_forward_only.default")
+def embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Bag i sums (mode 0), averages (1) or takes the maximum (2) of the rows
+    weight[indices[p]] for p in [offsets[i], offsets[i + 1]) (the last bag runs to the end
+    unless include_last_offset); an empty bag is zeros; padding_idx's rows are left out.
+    Only the first result (the bags) is computed: the others serve backward."""
+    count = indices.shape[0]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    starts = b.strided_slice(offsets, begin=[0], end=[bags], axes=[0])
+    ends = b.strided_slice(offsets, begin=[1], end=[bags + 1], axes=[0]) \
+        if include_last_offset or bags > 1 else None
+    if not include_last_offset:  # the last bag ends at the last index
+        last = Const.of(np.array([count], dtype=np.dtype(offsets.dtype)))
+        ends = last if bags == 1 else b.concat(ends, last, axis=0)
+    position = Const.of(np.arange(count, dtype=np.dtype(offsets.dtype))[None, :])
+    member = b.logical_and(b.greater_equal(position, b.expand_dims(starts, axes=[1])),
+                           b.less(position, b.expand_dims(ends, axes=[1])))  # (bags, count)
+    if padding_idx is not None and padding_idx >= 0:
+        member = b.logical_and(member, b.expand_dims(b.not_equal(indices, padding_idx),
+                                                     axes=[0]))
+    rows = b.take(weight, indices, axis=0)  # (count, dim)
+    if per_sample_weights is not None:
+        rows = b.multiply(rows, b.expand_dims(per_sample_weights, axes=[1]))
+    if mode == 2:
+        lowest = Const.of(np.array(-np.inf, dtype=weight.dtype))
+        best = b.max(b.where(b.expand_dims(member, axes=[2]), rows, lowest), axes=[1])
+        filled = b.max(member, axes=[1], keepdims=True)
+        return b.where(filled, best, 0.0), None, None, None
+    total = b.matmul(b.cast(member, dtype=weight.dtype), rows)
+    if mode == 1:
+        sizes = b.sum(b.cast(member, dtype=weight.dtype), axes=[1], keepdims=True)
+        total = b.divide(total, b.maximum(sizes, 1.0))
+    return total, None, None, None
+
+
+@aten("aten.col2im.default")
+def col2im(b, x, output_size, kernel_size, dilation, padding, stride):
+    """Sum the columns of x (N, C * kh * kw, L) back into (N, C, H, W) images: the column
+    of block l, tap k, lands on the cell that tap covers (taps on padding are dropped)."""
+    unbatched = x.rank == 2
+    if unbatched:
+        x = b.expand_dims(x, axes=[0])
+    n, ck, blocks = x.shape
+    (h, w), (kh, kw) = output_size, kernel_size
+    c = ck // (kh * kw)
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, d, p, s in
+           zip((h, w), kernel_size, dilation, padding, stride)]
+    cells = _window_cells((h, w), out, kernel_size, stride, padding, dilation)  # (L, K)
+    if math.prod(out) != blocks:
+        raise LegatoError(f"col2im: {blocks} blocks do not make a {out[0]}x{out[1]} grid")
+    # (L, K) -> (K, L) as x's rows are ordered: channel, then tap
+    target = np.broadcast_to(cells.T.reshape(1, 1, kh * kw * blocks),
+                             (n, c, kh * kw * blocks))
+    zeros = Const.of(np.zeros((n, c, h * w + 1), dtype=x.dtype))  # + 1: the padding cell
+    sums = b.scatter_elements(zeros, Const.of(np.ascontiguousarray(target)),
+                              b.reshape(x, shape=[n, c, kh * kw * blocks]), axis=2,
+                              reduction="add")
+    y = b.reshape(b.strided_slice(sums, begin=[0], end=[h * w], axes=[2]), shape=[n, c, h, w])
+    return b.squeeze(y, axes=[0]) if unbatched else y
