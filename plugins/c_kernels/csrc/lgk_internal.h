@@ -319,13 +319,12 @@ static inline float lgk_minf(float a, float b)
     return (a < b || a != a) ? a : b;
 }
 
-/* clip(x, 0, 6) as maximum then minimum (NaN stays NaN). */
-static inline float lgk_relu6f(float x) { return lgk_minf(lgk_maxf(x, 0.0f), 6.0f); }
+/* relu and clip(x, 0, 6) with one comparison per bound, false for NaN, so NaN stays NaN
+ * (and -0 gives +0, as maximum(x, 0)): GCC 12 turned the two-test NaN checks of lgk_maxf
+ * into a scalar comparison per lane inside the SIMD clones. */
+static inline float lgk_reluf(float x) { return x <= 0.0f ? 0.0f : x; }
 
-static inline float lgk_reluf(float x)
-{
-    return x > 0.0f ? x : (x != x ? x : 0.0f);
-}
+static inline float lgk_relu6f(float x) { return x <= 0.0f ? 0.0f : (x >= 6.0f ? 6.0f : x); }
 
 /* In-place activation of n floats (shared by the GEMM epilogue and conv). */
 void lgk_activate(int activation, float *x, int64_t n);
