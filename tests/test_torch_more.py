@@ -88,6 +88,15 @@ CASES = {
                       + F.embedding_bag(i, w, o, mode="sum", padding_idx=2),
                       lambda: [torch.randn(6, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 0]),
                                torch.tensor([0, 3, 3, 5])], "aten._embedding_bag_forward_only.default"),
+    "grid_sample_2d": (lambda x, g: F.grid_sample(x, g, "bilinear", "zeros", False)
+                       + F.grid_sample(x, g, "nearest", "border", True)
+                       + F.grid_sample(x, g, "bicubic", "reflection", False),
+                       lambda: [torch.randn(2, 3, 5, 6), 1.3 * torch.randn(2, 4, 3, 2)],
+                       "aten.grid_sampler_2d.default"),
+    "grid_sample_3d": (lambda x, g: F.grid_sample(x, g, "bilinear", "reflection", True)
+                       + F.grid_sample(x, g, "nearest", "zeros", False),
+                       lambda: [torch.randn(1, 2, 3, 4, 5), 1.3 * torch.randn(1, 2, 3, 4, 3)],
+                       "aten.grid_sampler_3d.default"),
 }
 
 
