@@ -242,31 +242,59 @@ static inline void copy_floats(float *restrict d, const float *restrict s, int64
     }
 }
 
-/* Output rows [oy0, oy0 + rows) of every tap into B panels (nr-pixel slivers, see
- * lgk_panel_layout): each output row is one contiguous run of its phase plane,
- * copied in pieces that end at sliver boundaries, so the GEMM writes NCHW rows
- * straight into y. The last sliver's pad columns are zeroed. */
-LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, int64_t oy0,
-                                    int64_t rows, const int64_t *off, float *panels)
+/* A run of an output row inside one B sliver: columns [at, at + len) of sliver
+ * `sliver` come from the phase plane at wide pixel `src`. */
+typedef struct {
+    int64_t sliver, at, src, len;
+} panel_piece;
+
+/* Most pieces a band of `rows` output rows can be cut into. */
+static int64_t max_pieces(const conv_job *j, int64_t rows)
 {
-    int64_t width = j->layout.nr, kc = j->layout.kc, ow = j->ow, wq = j->wq;
-    int64_t n = rows * ow, npad = (n + width - 1) / width * width;
+    return rows * (j->ow / j->layout.nr + 2);
+}
+
+/* The output rows [oy0, oy0 + rows) as runs cut at sliver boundaries, in sliver
+ * order (the same for every tap); returns how many. */
+static int64_t panel_pieces(const conv_job *j, int64_t oy0, int64_t rows, panel_piece *pieces)
+{
+    int64_t width = j->layout.nr, count = 0, sliver = 0, at = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t x = 0; x < j->ow;) {
+            int64_t len = LGK_MIN(j->ow - x, width - at);
+            pieces[count++] = (panel_piece){sliver, at, (oy0 + r) * j->wq + x, len};
+            x += len, at += len;
+            if (at == width)
+                ++sliver, at = 0;
+        }
+    return count;
+}
+
+/* Output rows [oy0, oy0 + rows) of every tap into B panels (nr-pixel slivers, see
+ * lgk_panel_layout): each output row is one contiguous run of its phase plane, so
+ * the GEMM writes NCHW rows straight into y. Sliver by sliver, so the panels are
+ * written in order; the last sliver's pad columns are zeroed. */
+LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, const panel_piece *pieces,
+                                    int64_t count, const int64_t *off, float *panels)
+{
+    int64_t width = j->layout.nr, kc = j->layout.kc;
+    int64_t n = pieces[count - 1].sliver * width + pieces[count - 1].at + pieces[count - 1].len;
+    int64_t npad = (n + width - 1) / width * width;
     for (int64_t pc = 0; pc < j->kg; pc += kc) {
         int64_t depth = LGK_MIN(kc, j->kg - pc);
-        for (int64_t k = pc; k < pc + depth; ++k) {
-            const float *src = ph + off[k] + oy0 * wq;
-            float *d = panels + pc * npad + (k - pc) * width; /* the current sliver's row */
-            int64_t at = 0;                                   /* its next column */
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t x = 0; x < ow;) {
-                    int64_t len = LGK_MIN(ow - x, width - at);
-                    copy_floats(d + at, src + r * wq + x, len);
-                    x += len, at += len;
-                    if (at == width)
-                        d += width * depth, at = 0;
-                }
-            for (; at > 0 && at < width; ++at)
-                d[at] = 0.0f;
+        for (int64_t i = 0, end; i < count; i = end) {
+            int64_t sliver = pieces[i].sliver;
+            for (end = i; end < count && pieces[end].sliver == sliver;)
+                ++end;
+            int64_t filled = pieces[end - 1].at + pieces[end - 1].len;
+            float *d = panels + pc * npad + sliver * width * depth;
+            for (int64_t k = pc; k < pc + depth; ++k, d += width) {
+                const float *src = ph + off[k];
+                for (int64_t t = i; t < end; ++t)
+                    copy_floats(d + pieces[t].at, src + pieces[t].src, pieces[t].len);
+                for (int64_t x = filled; x < width; ++x)
+                    d[x] = 0.0f;
+            }
         }
     }
 }
@@ -362,6 +390,7 @@ typedef struct {
     float *ph, *panels, *t;
     int32_t *qidx;
     const int64_t *off;
+    panel_piece *pieces;
 } conv_scratch;
 
 /* One image, one group, filters as the GEMM's rows: per band of output rows,
@@ -387,7 +416,8 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv
     make_phases(j, xg, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0);
-        phase_panels(j, s->ph, oy0, rows, s->off, s->panels);
+        int64_t count = panel_pieces(j, oy0, rows, s->pieces);
+        phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
         lgk_operand b = {NULL, 0, 0, s->panels};
         LGK_TRY(lgk_sgemm_operands(j->og, rows * j->ow, j->kg, w, b, yg + oy0 * j->ow, plane,
                                    bias, bias_mode, j->activation, j->gemm_threads));
@@ -438,12 +468,12 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
         return LGK_OK;
     int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
     int pointwise = is_pointwise(p);
-    /* phases, panels, t, then qidx (int32) and off (int64) in one float block */
+    /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
     int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
     if (!pointwise) {
         need[0] = j->cg * p->stride_h * p->stride_w * j->phase_plane;
         need[1] = j->kg * ((n + width - 1) / width * width);
-        need[3] = idx_floats + 2 * j->kg;
+        need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
     }
     if (j->by_pixels)
         need[2] = n * p->o;
@@ -455,8 +485,9 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
     int64_t *off = blocks[3].data != NULL ? (int64_t *)(blocks[3].data + idx_floats) : NULL;
     if (status == LGK_OK && off != NULL)
         tap_offsets(j, off);
+    panel_piece *pieces = off != NULL ? (panel_piece *)(off + j->kg) : NULL;
     conv_scratch s = {blocks[0].data, blocks[1].data, blocks[2].data, (int32_t *)blocks[3].data,
-                      off};
+                      off, pieces};
     for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
         if (j->by_pixels)
             status = conv_by_pixels(j, img, &s);
