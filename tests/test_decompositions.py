@@ -663,6 +663,11 @@ case("atan2-specials", "atan2",
 case("atan2-signed-zeros", "atan2", lambda rng: [np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0], F32),
                                                  np.array([0.0, 0.0, -0.0, -0.0, -0.0, -0.0], F32)])
 case("erfc", "erfc", unary(4, 6, scale=3.0))
+# the right tail relative to itself (erfc(9) = 4e-37): not 1 - erf(x), which is 0 there
+case("erfc-tail-relative", "erfc", lambda rng: [positive(rng, 4, 6, low=2.0, high=9.0)],
+     rtol=1e-5, atol=0.0)
+case("erfc-specials", "erfc", lambda rng: [np.array([0.0, -1.0, 1.0, -9.0, 10.0, np.inf, -np.inf,
+                                                     np.nan], F32)])
 case("lgamma", "lgamma", unary(4, 6, scale=6.0))
 case("lgamma-poles-and-specials", "lgamma", lambda rng: [np.array(
     [0.0, -1.0, -2.5, 1.0, 2.0, 1e-6, 30.5, 1e30, np.inf, -np.inf, np.nan], F32)])
