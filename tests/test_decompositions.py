@@ -669,6 +669,9 @@ case("erfc-tail-relative", "erfc", lambda rng: [positive(rng, 4, 6, low=2.0, hig
 case("erfc-specials", "erfc", lambda rng: [np.array([0.0, -1.0, 1.0, -9.0, 10.0, np.inf, -np.inf,
                                                      np.nan], F32)])
 case("lgamma", "lgamma", unary(4, 6, scale=6.0))
+case("digamma", "digamma", unary(4, 6, scale=6.0))
+case("digamma-poles-and-specials", "digamma", lambda rng: [np.array(
+    [0.0, -1.0, -2.5, 1.0, 1.4616321, 1e-6, 30.5, 1e30, np.inf, -np.inf, np.nan], F32)])
 case("lgamma-poles-and-specials", "lgamma", lambda rng: [np.array(
     [0.0, -1.0, -2.5, 1.0, 2.0, 1e-6, 30.5, 1e30, np.inf, -np.inf, np.nan], F32)])
 

@@ -72,6 +72,9 @@ CASES = {
                                                                  3.7, 40.0, float("inf")])],
                "aten.lgamma.default"),
     "erfc": (lambda x: torch.erfc(x), lambda: [3 * torch.randn(3, 5)], "aten.erfc.default"),
+    "digamma": (lambda x: torch.digamma(x), lambda: [torch.tensor([-2.5, -1.0, 0.0, 0.5, 1.0,
+                                                                   1.4616, 40.0])],
+                "aten.digamma.default"),
     "avg_pool3d": (lambda x: F.avg_pool3d(x, 2, padding=1, ceil_mode=True,
                                           count_include_pad=False)[..., :2, :2, :2]
                    + F.avg_pool3d(x, (3, 2, 2), stride=(2, 1, 1), divisor_override=5),

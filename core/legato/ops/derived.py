@@ -278,3 +278,35 @@ def lgamma(b, x):
                            direct)
     finite = b.where(reflect, reflected, direct)
     return b.where(b.equal(b.abs(x), math.inf), math.inf, finite)  # at both infinities
+
+
+def _digamma_series(b, y):
+    """digamma(y) for y >= 1/2: moved up by 6 (digamma(y) = digamma(y + 6) - sum 1/(y + k)),
+    where the asymptotic series log z - 1/(2z) - sum B_2k / (2k z^2k) has converged."""
+    shift = None
+    for k in range(6):
+        term = b.divide(1.0, b.add(y, float(k)) if k else y)
+        shift = term if shift is None else b.add(shift, term)
+    z = b.add(y, 6.0)
+    inv = b.divide(1.0, z)
+    inv2 = b.multiply(inv, inv)
+    tail = b.subtract(1 / 252, b.multiply(inv2, 1 / 240))
+    tail = b.subtract(1 / 120, b.multiply(inv2, tail))
+    tail = b.subtract(1 / 12, b.multiply(inv2, tail))
+    series = b.subtract(b.subtract(b.log(z), b.multiply(inv, 0.5)), b.multiply(inv2, tail))
+    return b.subtract(series, shift)
+
+
+@_single("digamma", float_unary_infer, FLOATS, aten="digamma", tolerance=1e-5)
+def digamma(b, x):
+    """`gamma'(a) / gamma(a)` (-inf at 0, NaN at the negative integers and -inf)"""
+    reflect = b.less(x, 0.5)
+    direct = _digamma_series(b, b.where(reflect, b.subtract(1.0, x), x))
+    # below 1/2: digamma(a) = digamma(1 - a) - pi / tan(pi a), tan taken at a minus its
+    # nearest integer (exact), so no rounding of pi * a moves the poles
+    near = b.subtract(x, b.round(x))
+    angle = b.multiply(near, math.pi)
+    reflected = b.subtract(direct, b.divide(b.multiply(b.cos(angle), math.pi), b.sin(angle)))
+    value = b.where(reflect, reflected, direct)
+    pole = b.logical_and(b.equal(near, 0.0), b.less(x, 0.0))
+    return b.where(pole, math.nan, value)
