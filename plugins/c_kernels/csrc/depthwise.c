@@ -162,6 +162,16 @@ cb_transpose_in(const float *const *src, int64_t q, int64_t end, int64_t w, int6
         for (int l = 0; l < CB_LANES; ++l)
             memcpy(&v[l], src[l] + q, sizeof v[l]);
         lgk_transpose16(v);
+        if (n == CB_LANES && ix + CB_LANES <= valid) { /* 16 pixels of one row */
+            LGK_UNROLL16
+            for (int k = 0; k < CB_LANES; ++k)
+                memcpy(dst + (ix + k) * CB_LANES, &v[k], sizeof v[k]);
+            ix += CB_LANES;
+            if (ix == w)
+                ix = 0, dst += row;
+            q += n;
+            continue;
+        }
         LGK_UNROLL16
         for (int k = 0; k < CB_LANES; ++k) {
             if (k < n && ix < valid)
