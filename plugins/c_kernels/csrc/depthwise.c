@@ -396,7 +396,7 @@ static int cb_plan(cb_job *j, int nthreads)
     rows = LGK_MAX((int64_t)1, LGK_MIN(rows, j->oh));
     j->bands = (p->o + CB_LANES - 1) / CB_LANES;
     units = p->n * j->bands;
-    if (units < nthreads) /* one image, few bands: the threads split the rows */
+    if (units % nthreads != 0) /* e.g. 3 bands on 2 threads: the threads split the rows */
         rows = LGK_MAX((int64_t)1, LGK_MIN(rows, (j->oh + nthreads - 1) / nthreads));
     j->strip_rows = rows;
     j->strips = (j->oh + rows - 1) / rows;
