@@ -3,7 +3,9 @@
  *
  * conv2d: the zero-padded input is split into stride phases (see make_phases), from
  * which im2col is written straight into the GEMM's packed panel layout, so the
- * unrolled matrix is never written twice. Two orientations:
+ * unrolled matrix is never written twice; an unpadded conv (patchify, stride ==
+ * kernel) needs no zeros, so its panels are gathered straight from the input by
+ * per-tap and per-pixel offsets, without phase planes. Two orientations:
  *  - filters as the GEMM's rows: y (o x pixels) = W (o x c*kh*kw) @ im2col, with
  *    the bias and activation in the GEMM epilogue, straight into NCHW. W is read
  *    from OIHW or prepacked once (lgk_conv2d_nchw_packed_a). Large maps.
@@ -100,6 +102,7 @@ typedef struct {
     int activation, gemm_threads;
     int by_pixels; /* rows of the GEMM: 0 filters (into NCHW), 1 pixels (transposed after) */
     int packed;    /* w holds packed panels */
+    int direct;    /* unpadded: panels gathered straight from x, no phase planes */
     lgk_panel_layout layout;
 } conv_job;
 
@@ -219,6 +222,14 @@ static void tap_offsets(const conv_job *j, int64_t *off)
     const lgk_conv2d_params *p = j->p;
     int64_t sh = p->stride_h, sw = p->stride_w, taps = p->kh * p->kw;
     int64_t per_channel = sh * sw * j->phase_plane;
+    if (j->direct) { /* tap (c, ki, kj) of pixel (oy, ox) reads x[c, oy*sh + ki*dh, ox*sw + kj*dw] */
+        for (int64_t c = 0; c < j->cg; ++c)
+            for (int64_t ki = 0; ki < p->kh; ++ki)
+                for (int64_t kj = 0; kj < p->kw; ++kj)
+                    off[(c * p->kh + ki) * p->kw + kj] =
+                        (c * p->h + ki * p->dilation_h) * p->w + kj * p->dilation_w;
+        return;
+    }
     /* channel 0's taps, then every channel's (from the last: off[0:taps] is read) */
     for (int64_t ki = 0; ki < p->kh; ++ki)
         for (int64_t kj = 0; kj < p->kw; ++kj) {
@@ -299,76 +310,110 @@ LGK_CLONES static void phase_panels(const conv_job *j, const float *ph, const pa
     }
 }
 
-/* A sliver row per tap k and sliver: d[0:mr] = base[off[k] + qidx[s + 0:mr]] (see
- * phase_rows), the slivers of each K block end to end. */
-static void gather_panels(int64_t kg, int64_t kc, int64_t mr, int64_t npad, const float *base,
-                          const int64_t *off, const int32_t *qidx, float *panels)
+/* One thread's work buffers: phase planes, GEMM panels, the GEMM result where it
+ * cannot go straight into y, pixels' source indices and the taps' offsets. */
+typedef struct {
+    float *ph, *panels, *t;
+    int32_t *qidx;
+    const int64_t *off;
+    panel_piece *pieces;
+} conv_scratch;
+
+/* A sliver row per tap k and sliver: d[0:width] = base[off[k] + qidx[s + 0:width]]
+ * (see pixel_panels), the slivers of each K block end to end. */
+static void gather_panels(int64_t kg, int64_t kc, int64_t width, int64_t npad,
+                          const float *base, const int64_t *off, const int32_t *qidx,
+                          float *panels)
 {
     for (int64_t pc = 0; pc < kg; pc += kc) {
         int64_t depth = LGK_MIN(kc, kg - pc);
-        for (int64_t s = 0; s < npad; s += mr) {
+        for (int64_t s = 0; s < npad; s += width) {
             float *d = panels + pc * npad + s * depth;
-            for (int64_t k = pc; k < pc + depth; ++k, d += mr)
-                for (int64_t i = 0; i < mr; ++i)
+            for (int64_t k = pc; k < pc + depth; ++k, d += width)
+                for (int64_t i = 0; i < width; ++i)
                     d[i] = base[off[k] + qidx[s + i]];
         }
     }
 }
 
 #ifdef CONV_X86
-/* gather_panels with vectors (mr <= 16): a sliver whose rows lie within 32 floats of
- * each other (small maps, the usual case) takes two masked loads and one two-source
- * permute per tap, else a masked gather (several times slower). */
+/* gather_panels with vectors, 16 lanes of a sliver row at a time (width <= 32): lanes
+ * whose sources lie within 32 floats of the first (small maps, stride 1) take two
+ * masked loads and one two-source permute per tap, within 64 (strides up to 4, as in
+ * patchify convs) four loads, two permutes and a blend, else a masked gather (several
+ * times slower). */
 __attribute__((target("avx512f"))) static void gather_panels_avx512(
-    int64_t kg, int64_t kc, int64_t mr, int64_t npad, const float *base, const int64_t *off,
-    const int32_t *qidx, float *panels)
+    int64_t kg, int64_t kc, int64_t width, int64_t npad, const float *base,
+    const int64_t *off, const int32_t *qidx, float *panels)
 {
-    __mmask16 m = lanes(mr);
-    for (int64_t s = 0; s < npad; s += mr) {
-        __m512i vi = _mm512_maskz_loadu_epi32(m, qidx + s);
-        int32_t first = qidx[s], span = 0;
-        for (int64_t i = 0; i < mr; ++i)
-            span = qidx[s + i] - first + 1 > span ? qidx[s + i] - first + 1 : span;
-        __m512i rel = _mm512_sub_epi32(vi, _mm512_set1_epi32(first));
-        __mmask16 lo_m = lanes(span), hi_m = lanes(span - 16);
-        int shuffle = span <= 32
-                      && _mm512_mask_cmplt_epi32_mask(m, rel, _mm512_setzero_si512()) == 0;
-        for (int64_t pc = 0; pc < kg; pc += kc) {
-            int64_t depth = LGK_MIN(kc, kg - pc);
-            float *d = panels + pc * npad + s * depth;
-            for (int64_t k = pc; k < pc + depth; ++k, d += mr) {
-                const float *src = base + off[k];
-                __m512 v;
-                if (shuffle) {
-                    __m512 lo = _mm512_maskz_loadu_ps(lo_m, src + first);
-                    __m512 hi = _mm512_maskz_loadu_ps(hi_m, src + first + 16);
-                    v = _mm512_permutex2var_ps(lo, rel, hi);
-                } else {
-                    v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, src, 4);
+    for (int64_t s = 0; s < npad; s += width)
+        for (int64_t h = 0; h < width; h += 16) {
+            __mmask16 m = lanes(width - h);
+            const int32_t *q = qidx + s + h;
+            int32_t first = q[0], span = 0;
+            for (int64_t i = 0; i < LGK_MIN((int64_t)16, width - h); ++i)
+                span = q[i] - first + 1 > span ? q[i] - first + 1 : span;
+            __m512i rel = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(m, q),
+                                           _mm512_set1_epi32(first));
+            int sorted = _mm512_mask_cmplt_epi32_mask(m, rel, _mm512_setzero_si512()) == 0;
+            int loads = !sorted ? 0 : span <= 32 ? 2 : span <= 64 ? 4 : 0;
+            __mmask16 upper = _mm512_mask_cmpge_epi32_mask(m, rel, _mm512_set1_epi32(32));
+            __mmask16 m0 = lanes(span), m1 = lanes(span - 16), m2 = lanes(span - 32),
+                      m3 = lanes(span - 48);
+            for (int64_t pc = 0; pc < kg; pc += kc) {
+                int64_t depth = LGK_MIN(kc, kg - pc);
+                float *d = panels + pc * npad + s * depth + h;
+                for (int64_t k = pc; k < pc + depth; ++k, d += width) {
+                    const float *src = base + off[k] + first;
+                    __m512 v;
+                    if (loads == 2) {
+                        v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0, src), rel,
+                                                   _mm512_maskz_loadu_ps(m1, src + 16));
+                    } else if (loads == 4) { /* permutes use the index mod 32 */
+                        __m512 lo = _mm512_permutex2var_ps(
+                            _mm512_maskz_loadu_ps(m0, src), rel,
+                            _mm512_maskz_loadu_ps(m1, src + 16));
+                        __m512 hi = _mm512_permutex2var_ps(
+                            _mm512_maskz_loadu_ps(m2, src + 32), rel,
+                            _mm512_maskz_loadu_ps(m3, src + 48));
+                        v = _mm512_mask_blend_ps(upper, lo, hi);
+                    } else {
+                        v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rel, src, 4);
+                    }
+                    _mm512_mask_storeu_ps(d, m, v);
                 }
-                _mm512_mask_storeu_ps(d, m, v);
             }
         }
-    }
 }
 #endif
 
-/* Output pixels of one band of every tap into mr-row A slivers, rows compact (no
- * dropped wide pixels: on small maps those would be a third to half of the rows).
- * qidx[i]: the wide pixel of row i relative to the band, padded to whole slivers;
- * off: room for kg offsets (each tap's phase plane and shift). */
-static void phase_rows(const conv_job *j, const float *ph, int64_t q0, const int32_t *qidx,
-                       int64_t n, const int64_t *off, float *panels)
+/* Output pixels [oy0 * ow, oy0 * ow + n) of every tap into `width`-pixel slivers
+ * (A slivers of mr rows by pixels, B slivers of nr columns by filters), pixels
+ * compact (no dropped wide pixels: on small maps those would be a third to half of
+ * the rows), slivers past n repeating the last pixel. `src` is the phase planes, or
+ * the group's input where the conv is unpadded (each tap a fixed shift of a pixel's
+ * first input cell). qidx: room for n + width indices; off: the taps' offsets. */
+static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64_t n,
+                         int64_t width, const conv_scratch *s)
 {
-    int64_t mr = j->layout.mr, npad = (n + mr - 1) / mr * mr;
+    const lgk_conv2d_params *p = j->p;
+    int64_t npad = (n + width - 1) / width * width;
+    int64_t row_step = j->direct ? p->stride_h * p->w : j->wq;
+    int64_t col_step = j->direct ? p->stride_w : 1;
+    for (int64_t i = 0; i < npad; ++i) {
+        int64_t px = LGK_MIN(i, n - 1);
+        s->qidx[i] = (int32_t)(px / j->ow * row_step + px % j->ow * col_step);
+    }
+    const float *base = src + oy0 * row_step;
 #ifdef CONV_X86
     __builtin_cpu_init();
-    if (mr <= 16 && __builtin_cpu_supports("avx512f")) {
-        gather_panels_avx512(j->kg, j->layout.kc, mr, npad, ph + q0, off, qidx, panels);
+    if (width <= 32 && __builtin_cpu_supports("avx512f")) {
+        gather_panels_avx512(j->kg, j->layout.kc, width, npad, base, s->off, s->qidx,
+                             s->panels);
         return;
     }
 #endif
-    gather_panels(j->kg, j->layout.kc, mr, npad, ph + q0, off, qidx, panels);
+    gather_panels(j->kg, j->layout.kc, width, npad, base, s->off, s->qidx, s->panels);
 }
 
 /* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
@@ -383,15 +428,6 @@ static void transpose_into(int64_t rows, int64_t cols, const float *src, float *
                     dst[o * ldd + i] = src[i * cols + o];
         }
 }
-
-/* One thread's work buffers: phase planes, GEMM panels, the GEMM result where it
- * cannot go straight into y, pixel rows' wide indices and the taps' offsets. */
-typedef struct {
-    float *ph, *panels, *t;
-    int32_t *qidx;
-    const int64_t *off;
-    panel_piece *pieces;
-} conv_scratch;
 
 /* One image, one group, filters as the GEMM's rows: per band of output rows,
  * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
@@ -413,11 +449,16 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv
         return lgk_sgemm_operands(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
                                   j->activation, j->gemm_threads);
     }
-    make_phases(j, xg, s->ph);
+    if (!j->direct)
+        make_phases(j, xg, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0);
-        int64_t count = panel_pieces(j, oy0, rows, s->pieces);
-        phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
+        if (j->direct) {
+            pixel_panels(j, xg, oy0, rows * j->ow, j->layout.nr, s);
+        } else {
+            int64_t count = panel_pieces(j, oy0, rows, s->pieces);
+            phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
+        }
         lgk_operand b = {NULL, 0, 0, s->panels};
         LGK_TRY(lgk_sgemm_operands(j->og, rows * j->ow, j->kg, w, b, yg + oy0 * j->ow, plane,
                                    bias, bias_mode, j->activation, j->gemm_threads));
@@ -432,25 +473,20 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv
 static int conv_by_pixels(const conv_job *j, int64_t img, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t plane = j->oh * j->ow, mr = j->layout.mr;
+    int64_t plane = j->oh * j->ow;
     const float *xi = j->x + img * p->c * p->h * p->w;
     float *yi = j->y + img * p->o * plane;
     int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
     lgk_operand w = {NULL, 0, 0, j->w};
     int pointwise = is_pointwise(p);
-    if (!pointwise)
+    if (!pointwise && !j->direct)
         make_phases(j, xi, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->ow;
         /* pointwise: x is already taps x pixels */
         lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
         if (!pointwise) {
-            int64_t npad = (n + mr - 1) / mr * mr;
-            for (int64_t i = 0; i < npad; ++i) { /* rows past n repeat the last pixel */
-                int64_t px = LGK_MIN(i, n - 1);
-                s->qidx[i] = (int32_t)(px / j->ow * j->wq + px % j->ow);
-            }
-            phase_rows(j, s->ph, oy0 * j->wq, s->qidx, n, s->off, s->panels);
+            pixel_panels(j, j->direct ? xi : s->ph, oy0, n, j->layout.mr, s);
             a = (lgk_operand){NULL, 0, 0, s->panels};
         }
         LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, s->t, p->o, j->bias, bias_mode,
@@ -471,7 +507,7 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
     /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
     int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
     if (!pointwise) {
-        need[0] = j->cg * p->stride_h * p->stride_w * j->phase_plane;
+        need[0] = j->direct ? 0 : j->cg * p->stride_h * p->stride_w * j->phase_plane;
         need[1] = j->kg * ((n + width - 1) / width * width);
         need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
     }
@@ -531,7 +567,11 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
-                    y, activation, 1, 0, 0, lgk_gemm_panel_layout(kg)};
+                    y, activation, 1, 0, 0, 0, lgk_gemm_panel_layout(kg)};
+    /* Unpadded convs need no zeros: the panels are gathered from x itself, by int32
+     * indices within an image's channel plane. */
+    j->direct = p->pad_top == 0 && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0
+                && !is_pointwise(p) && p->h <= (INT32_MAX - 1) / LGK_MAX(p->w, (int64_t)1);
     /* Phase planes: hq x wq, rounded up to whole cache lines. */
     LGK_TRY(lgk_add(p->h, p->pad_top, &hp));
     LGK_TRY(lgk_add(hp, p->pad_bottom, &hp));
@@ -559,7 +599,7 @@ static int conv_run(conv_job *j, int nthreads)
     rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
     j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
     /* pixel rows index a band's wide pixels with int32 (vector gathers) */
-    LGK_CHECK(!j->by_pixels || j->band_rows * j->wq < INT32_MAX, LGK_ERR_SHAPE);
+    LGK_CHECK(!j->by_pixels || j->direct || j->band_rows * j->wq < INT32_MAX, LGK_ERR_SHAPE);
     nthreads = lgk_clamp_threads(nthreads);
     int per_image = p->n >= nthreads;
     j->gemm_threads = per_image ? 1 : nthreads;
