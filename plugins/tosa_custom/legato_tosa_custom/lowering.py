@@ -167,6 +167,7 @@ NOT_LOWERED: dict[str, str] = {
                  "(integers: through the integer fmod)",
     **{op: "TOSA 1.0 has sin and cos but no inverse trigonometric operator"
        for op in ("asin", "acos", "atan")},
+    "atan2": "its decomposition needs atan: TOSA 1.0 has no inverse trigonometric operator",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
 }
