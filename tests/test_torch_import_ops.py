@@ -101,6 +101,25 @@ CASES = {
     "scatter_reduce": (lambda x, i, u: x.scatter_reduce(0, i, u, "amax"),
                        lambda: [torch.randn(3, 4), torch.tensor([[0, 1, 2, 0], [0, 1, 1, 2]]),
                                 torch.randn(2, 4)]),
+    # include_self=False reduces over the scattered values alone; mean floor-divides ints
+    "scatter_reduce_without_self": (lambda x, i, u: x.scatter_reduce(
+        1, i, u, "sum", include_self=False) + x.scatter_reduce(1, i, u, "amin",
+                                                                include_self=False),
+        lambda: [torch.randn(3, 4), torch.tensor([[0, 0], [2, 3], [1, 1]]), torch.randn(3, 2)]),
+    "scatter_reduce_mean": (lambda x, i, u: x.scatter_reduce(0, i, u, "mean") * 10 + x.
+                            scatter_reduce(0, i, u, "mean", include_self=False),
+                            lambda: [torch.tensor([[5, -7], [3, 4]], dtype=torch.int32),
+                                     torch.tensor([[0, 0], [0, 1]]),
+                                     torch.tensor([[2, -3], [-4, 6]], dtype=torch.int32)]),
+    "scatter_reduce_float_mean": (lambda x, i, u: x.scatter_reduce(
+        0, i, u, "mean", include_self=False), lambda: [
+        torch.randn(3, 2), torch.tensor([[0, 2], [0, 2]]), torch.randn(2, 2)]),
+    "scatter_add_bool": (lambda x, i, u: x.scatter_add(0, i, u) ^ x.scatter_reduce(
+        0, i, u, "prod", include_self=False), lambda: [
+        torch.tensor([True, False, False]), torch.tensor([1, 1, 2]),
+        torch.tensor([False, True, False])]),
+    "scatter_scalar": (lambda x, i, u: x.scatter(0, i, u) + x.scatter_add(0, i, u),
+                       lambda: [torch.tensor(2.0), torch.tensor(0), torch.tensor(5.0)]),
     "index_put": (lambda x, u: x.index_put((torch.tensor([0, -1]),), u, accumulate=True)
                   + x.index_put((torch.tensor([1, 2]), torch.tensor([0, 3])), u[:, 0]),
                   lambda: [torch.randn(3, 5), torch.randn(2, 5)]),

@@ -11,7 +11,7 @@ from ..ir import Const
 from ..shapes import broadcast_shapes, norm_axis
 from .onnx_index import flat_index, scatter_rows
 from .onnx_common import one_hot_values
-from .torch_ops import aten
+from .torch_ops import ATEN, aten
 
 # --- factories: static shapes, so their results are constants -------------------------------
 
@@ -316,6 +316,22 @@ def sort(b, x, *args, dim=-1, descending=False, stable=None):
 
 SCATTER_REDUCE = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",
                   "amax": "max", "amin": "min"}
+BOOL_REDUCE = {"add": "max", "mul": "min"}
+
+
+def _scatter(b, x, dim, index, src, **attrs):
+    """scatter_elements as torch's scatters define it: `src` may be larger than `index`
+    (its leading corner is used), a 0-d tensor scatters as one element, and bools are
+    added as by or, multiplied as by and."""
+    if x.dtype == "bool":
+        attrs["reduction"] = BOOL_REDUCE.get(attrs["reduction"], attrs["reduction"])
+    if src.shape != index.shape and src.rank == index.rank:
+        src = b.strided_slice(src, begin=[0] * index.rank, end=list(index.shape))
+    if x.rank == 0:
+        norm_axis(dim, 1, "dim")
+        flat = [b.reshape(v, shape=[1]) for v in (x, index, src)]
+        return b.reshape(b.scatter_elements(*flat, axis=0, **attrs), shape=[])
+    return b.scatter_elements(x, index, src, axis=dim, **attrs)
 
 
 @aten("aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce",
@@ -326,20 +342,37 @@ def scatter(b, x, dim, index, src, reduce=None):
     reduction = "none" if reduce is None else SCATTER_REDUCE.get(reduce)
     if reduction is None:
         raise LegatoError(f"scatter reduce {reduce!r} is not supported")
-    return b.scatter_elements(x, index, src, axis=dim, reduction=reduction)
+    return _scatter(b, x, dim, index, src, reduction=reduction)
 
 
 @aten("aten.scatter_add.default")
 def scatter_add(b, x, dim, index, src):
-    return b.scatter_elements(x, index, src, axis=dim, reduction="add")
+    return _scatter(b, x, dim, index, src, reduction="add")
 
 
 @aten("aten.scatter_reduce.two")
 def scatter_reduce(b, x, dim, index, src, reduce, include_self=True):
-    if not include_self or reduce not in SCATTER_REDUCE:
-        raise LegatoError(f"scatter_reduce {reduce!r} with include_self={include_self} is "
-                          "not supported (sum, prod, amax, amin including self)")
-    return b.scatter_elements(x, index, src, axis=dim, reduction=SCATTER_REDUCE[reduce])
+    if reduce == "mean":
+        return _scatter_mean(b, x, dim, index, src, include_self)
+    reduction = SCATTER_REDUCE.get(reduce)
+    if reduction is None:
+        raise LegatoError(f"scatter_reduce {reduce!r} is not supported "
+                          f"({', '.join(SCATTER_REDUCE)}, mean)")
+    return _scatter(b, x, dim, index, src, reduction=reduction, include_self=include_self)
+
+
+def _scatter_mean(b, x, dim, index, src, include_self):
+    """The sum over the count of values reduced at each position (at least 1, so a position
+    no index hits keeps its data); integers floor-divided, as torch does."""
+    total = _scatter(b, x, dim, index, src, reduction="add", include_self=include_self)
+    counts = _scatter(b, _full(x.shape, int(include_self), "int64"), dim, index,
+                      _full(index.shape, 1, "int64"), reduction="add")
+    counts = b.maximum(counts, 1)
+    if x.dtype.startswith(("float", "bfloat")):
+        return b.divide(total, b.cast(counts, dtype=x.dtype))
+    mean = ATEN["aten.div.Tensor_mode"](b, b.cast(total, dtype="int64"), counts,
+                                        rounding_mode="floor")
+    return b.cast(mean, dtype=x.dtype)
 
 
 @aten("aten.index_put.default")

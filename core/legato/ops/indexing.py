@@ -214,8 +214,11 @@ def _scatter_elements(types, attrs):
 
 
 primitive("scatter_elements", "data, indices, updates", _scatter_elements, "opaque",
-          {"axis": ("int", 0), "reduction": ("str:none|add|mul|max|min", "none")},
+          {"axis": ("int", 0), "reduction": ("str:none|add|mul|max|min", "none"),
+           "include_self": ("bool", True)},
           tolerance=0.0,
           doc="ONNX ScatterElements / `torch.scatter`: a copy of data with `updates` written "
               "(or, by `reduction`, added, multiplied, maxed, mined) at `indices` along "
-              "`axis`; with reduction none an index written twice keeps one of its updates")
+              "`axis`; with reduction none an index written twice keeps one of its updates; "
+              "`include_self` false reduces a position some index hits over its updates "
+              "alone, leaving its data out (`torch.scatter_reduce`'s include_self)")

@@ -109,7 +109,18 @@ KERNELS = {"gather_elements": gather_elements, "cumsum": cumsum, "cumprod": cump
 _SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
+def _identity(reduction: str, dtype: np.dtype):
+    """The value a reduction starts from, so that reducing it with x gives x."""
+    if reduction in ("add", "mul"):
+        return np.array(0 if reduction == "add" else 1, dtype)
+    if dtype == np.bool_:
+        return np.array(reduction == "min")
+    lowest, highest = (-np.inf, np.inf) if dtype.kind == "f" else \
+        (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    return np.array(lowest if reduction == "max" else highest, dtype)
+
+
+def scatter_elements(data, indices, updates, *, axis=0, reduction="none", include_self=True):
     axis = _axis(axis, data.ndim)
     dim = data.shape[axis]
     index = indices.astype(np.int64)
@@ -124,6 +135,8 @@ def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
         ufunc = _SCATTER.get(reduction)
         if ufunc is None:
             raise LegatoError(f"unknown reduction {reduction!r}")
+        if not include_self:  # the positions hit start from the reduction's identity
+            out[tuple(where)] = _identity(reduction, out.dtype)
         ufunc.at(out, tuple(where), updates)
     return out
 
