@@ -126,9 +126,8 @@ static inline __mmask16 lanes(int64_t n)
 /* d[ox] = src[ox * stride + off_x] for ox in [a, b), stride 1 or 2, by masked
  * vectors: phase rows of small maps are shorter than the compiler's vector loops,
  * whose scalar tails did all the work. */
-__attribute__((target("avx512f"))) static void phase_row_avx512(float *d, const float *src,
-                                                               int64_t a, int64_t b,
-                                                               int64_t stride, int64_t off_x)
+__attribute__((target("avx512f"), always_inline)) static inline void phase_row_avx512(
+    float *d, const float *src, int64_t a, int64_t b, int64_t stride, int64_t off_x)
 {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                            28, 30);
@@ -151,6 +150,31 @@ static int phase_rows_vectors(int64_t stride)
 {
     __builtin_cpu_init();
     return (stride == 1 || stride == 2) && __builtin_cpu_supports("avx512f");
+}
+
+/* The phase (py, px) of channels [0, cg) (see make_phases) with vector rows inlined:
+ * each plane row zeroed then filled over its valid columns [a, b), rows outside
+ * [i0, i1) zeroed (small maps: calls and memsets per row cost more than the copies). */
+__attribute__((target("avx512f"))) static void phase_planes_avx512(
+    const conv_job *j, const float *xg, float *ph, int64_t py, int64_t px, int64_t i0,
+    int64_t i1, int64_t a, int64_t b)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq, off_x = px - p->pad_left;
+    __m512 zero = _mm512_setzero_ps();
+    for (int64_t c = 0; c < j->cg; ++c) {
+        float *plane = ph + ((c * sh + py) * sw + px) * j->phase_plane;
+        for (int64_t i = 0; i < j->hq; ++i) {
+            float *d = plane + i * wq;
+            for (int64_t x = 0; x < wq; x += 16)
+                _mm512_mask_storeu_ps(d + x, lanes(wq - x), zero);
+            if (i >= i0 && i < i1)
+                phase_row_avx512(d, xg + (c * p->h + i * sh + py - p->pad_top) * p->w, a, b,
+                                 sw, off_x);
+        }
+        for (int64_t x = j->hq * wq; x < j->phase_plane; x += 16) /* the plane's slack */
+            _mm512_mask_storeu_ps(plane + x, lanes(j->phase_plane - x), zero);
+    }
 }
 #else
 static int phase_rows_vectors(int64_t stride)
@@ -189,6 +213,12 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
                 continue;
             int64_t i0, i1;
             valid_range(p->h, j->hq, sh, py - p->pad_top, &i0, &i1);
+#ifdef CONV_X86
+            if (vectors) {
+                phase_planes_avx512(j, xg, ph, py, px, i0, i1, a, b);
+                continue;
+            }
+#endif
             for (int64_t c = 0; c < j->cg; ++c) {
                 float *plane = ph + ((c * sh + py) * sw + px) * j->phase_plane;
                 /* zeros first (small maps: one call instead of a few per row) */
@@ -197,11 +227,6 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
                     float *d = plane + i * wq;
                     /* Index, not pointer, arithmetic: off_x may be negative. */
                     const float *src = xg + (c * p->h + i * sh + py - p->pad_top) * p->w;
-#ifdef CONV_X86
-                    if (vectors)
-                        phase_row_avx512(d, src, a, b, sw, off_x);
-                    else
-#endif
                     if (sw == 1)
                         GATHER(1);
                     else if (sw == 2)
@@ -416,17 +441,71 @@ static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64
     gather_panels(j->kg, j->layout.kc, width, npad, base, s->off, s->qidx, s->panels);
 }
 
-/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols, in L1-sized tiles. */
+/* dst[o * ldd + i] = src[i * lds + o] for i in [i0, i1), o in [o0, o1). */
+static void transpose_block(int64_t i0, int64_t i1, int64_t o0, int64_t o1, const float *src,
+                            int64_t lds, float *dst, int64_t ldd)
+{
+    for (int64_t o = o0; o < o1; ++o)
+        for (int64_t i = i0; i < i1; ++i)
+            dst[o * ldd + i] = src[i * lds + o];
+}
+
+#ifdef CONV_X86
+#define PS_PD _mm512_castps_pd
+#define PD_PS _mm512_castpd_ps
+
+/* A 16 x 16 block: dst[k * ldd + i] = src[i * lds + k], in registers (pairs of rows
+ * interleaved by floats, then by pairs, then 128-bit lanes twice). */
+__attribute__((target("avx512f"))) static void transpose16_avx512(const float *src, int64_t lds,
+                                                                 float *dst, int64_t ldd)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i)
+        r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* r[i + j], lane L: rows i..i+3 of column 4L + j */
+        r[i] = PD_PS(_mm512_unpacklo_pd(PS_PD(t[i]), PS_PD(t[i + 2])));
+        r[i + 1] = PD_PS(_mm512_unpackhi_pd(PS_PD(t[i]), PS_PD(t[i + 2])));
+        r[i + 2] = PD_PS(_mm512_unpacklo_pd(PS_PD(t[i + 1]), PS_PD(t[i + 3])));
+        r[i + 3] = PD_PS(_mm512_unpackhi_pd(PS_PD(t[i + 1]), PS_PD(t[i + 3])));
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int j = 0; j < 4; ++j) {
+            t[h + j] = _mm512_shuffle_f32x4(r[h + j], r[h + 4 + j], 0x88);
+            t[h + 4 + j] = _mm512_shuffle_f32x4(r[h + j], r[h + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; ++j) { /* columns j and j + 8 */
+        _mm512_storeu_ps(dst + j * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
+        _mm512_storeu_ps(dst + (j + 8) * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
+    }
+}
+#undef PS_PD
+#undef PD_PS
+#endif
+
+/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols: 16 x 16 blocks in
+ * registers where the CPU has AVX-512, else L1-sized tiles. */
 static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
 {
+    int64_t full_rows = 0, full_cols = 0;
+#ifdef CONV_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
+        for (int64_t i0 = 0; i0 < full_rows; i0 += 16)
+            for (int64_t o0 = 0; o0 < full_cols; o0 += 16)
+                transpose16_avx512(src + i0 * cols + o0, cols, dst + o0 * ldd + i0, ldd);
+        transpose_block(0, full_rows, full_cols, cols, src, cols, dst, ldd);
+    }
+#endif
     const int64_t block = 32;
-    for (int64_t i0 = 0; i0 < rows; i0 += block)
-        for (int64_t o0 = 0; o0 < cols; o0 += block) {
-            int64_t i1 = LGK_MIN(rows, i0 + block), o1 = LGK_MIN(cols, o0 + block);
-            for (int64_t o = o0; o < o1; ++o)
-                for (int64_t i = i0; i < i1; ++i)
-                    dst[o * ldd + i] = src[i * cols + o];
-        }
+    for (int64_t i0 = full_rows; i0 < rows; i0 += block)
+        for (int64_t o0 = 0; o0 < cols; o0 += block)
+            transpose_block(i0, LGK_MIN(rows, i0 + block), o0, LGK_MIN(cols, o0 + block), src,
+                            cols, dst, ldd);
 }
 
 /* One image, one group, filters as the GEMM's rows: per band of output rows,
