@@ -657,6 +657,17 @@ case("remainder-int64-zero-divisor", "remainder",
 case("remainder-uint8", "remainder",
      pair(lambda rng: ints(rng, np.uint8, 6), lambda rng: ints(rng, np.uint8, 6, low=1)))
 
+# grid sampling (conv.py): every mode and padding, points inside and outside the data
+for _mode, _pad, _align in [("bilinear", "zeros", False), ("bilinear", "reflection", True),
+                            ("nearest", "border", False), ("bicubic", "reflection", False),
+                            ("bicubic", "zeros", True)]:
+    case(f"grid_sample-{_mode}-{_pad}-{'align' if _align else 'half'}", "nn.grid_sample",
+         pair(lambda rng: randn(rng, 2, 3, 4, 5), lambda rng: randn(rng, 2, 3, 6, 2, scale=1.5)),
+         mode=_mode, padding_mode=_pad, align_corners=_align)
+case("grid_sample-3d-bilinear-border", "nn.grid_sample",
+     pair(lambda rng: randn(rng, 1, 2, 3, 4, 5), lambda rng: randn(rng, 1, 2, 3, 4, 3, scale=1.5)),
+     padding_mode="border")
+
 # special functions (derived.py)
 case("atan2-specials", "atan2",
      pair(lambda rng: with_specials(rng, 4, 6), lambda rng: with_specials(rng, 6)))

@@ -4,7 +4,6 @@ slices, reflection and replication padding, the native normalizations with their
 statistics, and distances. They register in torch_ops.ATEN."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -511,151 +510,14 @@ def col2im(b, x, output_size, kernel_size, dilation, padding, stride):
 
 
 # --- grid sampling ------------------------------------------------------------------------------
-# Written as PyTorch's CPU kernels compute (the vectorized 2-d one, the scalar 3-d one), so
-# that rounding matches: both unnormalize, reflect and weigh in their own order.
 
-def _reflect(b, v, low2: float, high2: float):
-    """The scalar kernel's reflect_coordinates: v mirrored into [low2 / 2, high2 / 2]."""
-    if low2 == high2:
-        return b.multiply(v, 0.0)
-    low, span = low2 / 2, (high2 - low2) / 2
-    v = b.abs(b.subtract(v, low))
-    extra, flips = b.fmod(v, span), b.floor(b.divide(v, span))
-    even = b.equal(b.fmod(flips, 2.0), 0.0)
-    return b.where(even, b.add(extra, low), b.subtract(span + low, extra))
-
-
-def _reflect_vectorized(b, v, size: int, align: bool):
-    """The vectorized kernel's reflection: |v| folded by twice the span."""
-    twice = 2.0 * (size - 1) if align else 2.0 * size
-    if twice == 0:
-        return b.multiply(v, 0.0)
-    v = b.abs(v if align else b.add(v, 0.5))
-    extra = b.subtract(v, b.multiply(b.trunc(b.divide(v, twice)), twice))
-    folded = b.minimum(extra, b.subtract(twice, extra))
-    return folded if align else b.subtract(folded, 0.5)
-
-
-class _GridSampler:
-    """torch's grid_sampler_{2,3}d on (N, C, [D,] H, W) data and (N, [Do,] Ho, Wo, k) grids of
-    normalized (x, y[, z]) coordinates: interpolation 0 bilinear, 1 nearest, 2 bicubic;
-    padding 0 zeros, 1 border, 2 reflection."""
-
-    def __init__(self, b, x, grid, padding_mode: int, align_corners: bool):
-        self.b, self.padding_mode, self.align = b, padding_mode, align_corners
-        self.n, self.c, self.sizes = x.shape[0], x.shape[1], list(x.shape[2:])
-        self.vectorized = len(self.sizes) == 2
-        self.out = list(grid.shape[1:-1])
-        self.count = math.prod(self.out)
-        self.flat = b.reshape(x, shape=[self.n, self.c, math.prod(self.sizes)])
-        last = grid.rank - 1
-        coords = [b.reshape(b.strided_slice(grid, begin=[i], end=[i + 1], axes=[last]),
-                            shape=[self.n, self.count]) for i in range(len(self.sizes))]
-        self.coords = [self.unnormalize(v, size) for v, size in
-                       zip(reversed(coords), self.sizes)]  # in the order of the data's dims
-
-    def unnormalize(self, v, size: int):
-        b, v1 = self.b, self.b.add(v, 1.0)
-        if self.vectorized:
-            scaled = b.multiply(v1, (size - 1) / 2 if self.align else size / 2)
-            return scaled if self.align else b.subtract(scaled, 0.5)
-        if self.align:
-            return b.multiply(b.divide(v1, 2.0), float(size - 1))
-        return b.divide(b.subtract(b.multiply(v1, float(size)), 1.0), 2.0)
-
-    def pad(self, v, size: int):
-        b = self.b
-        if self.padding_mode == 2 and self.vectorized:
-            v = _reflect_vectorized(b, v, size, self.align)
-        elif self.padding_mode == 2:
-            v = _reflect(b, v, 0.0, 2.0 * (size - 1)) if self.align else \
-                _reflect(b, v, -1.0, 2.0 * size - 1)
-        return b.clip(v, min=0.0, max=float(size - 1)) if self.padding_mode else v
-
-    def tap(self, points, weight=None):
-        """The data at integral float `points` (one per dim), times `weight`; 0 outside."""
-        b, flat_index, inside = self.b, None, None
-        stride = math.prod(self.sizes)
-        for v, size in zip(points, self.sizes):
-            stride //= size
-            ok = b.logical_and(b.greater_equal(v, 0.0), b.less_equal(v, float(size - 1)))
-            inside = ok if inside is None else b.logical_and(inside, ok)
-            term = b.multiply(b.clip(v, min=0.0, max=float(size - 1)), float(stride))
-            flat_index = term if flat_index is None else b.add(flat_index, term)
-        index = b.broadcast_to(b.expand_dims(b.cast(flat_index, dtype="int64"), axes=[1]),
-                               shape=[self.n, self.c, self.count])
-        values = b.gather_elements(self.flat, index, axis=2)
-        weight = b.cast(inside, dtype=self.flat.dtype) if weight is None else \
-            b.where(inside, weight, 0.0)
-        return b.multiply(values, b.expand_dims(weight, axes=[1]))
-
-    def sample(self, interpolation: int):
-        if interpolation == 1:
-            total = self.tap([self.b.round(self.pad(v, s)) for v, s in
-                              zip(self.coords, self.sizes)])
-        elif interpolation == 0:
-            total = self.linear()
-        elif interpolation == 2 and self.vectorized:
-            total = self.bicubic()
-        else:
-            raise LegatoError(f"grid sampling mode {interpolation} is not supported for "
-                              f"{len(self.sizes)}-d data")
-        return self.b.reshape(total, shape=[self.n, self.c] + self.out)
-
-    def linear(self):
-        """The 2 ** k corners, weighted by their opposite box (x's weight first in the
-        scalar kernel, y's in the vectorized one)."""
-        b = self.b
-        coords = [self.pad(v, s) for v, s in zip(self.coords, self.sizes)]
-        floors = [b.floor(v) for v in coords]
-        if self.vectorized:  # w = v - floor, e = 1 - w
-            highs = [b.subtract(v, f) for v, f in zip(coords, floors)]
-            lows = [b.subtract(1.0, h) for h in highs]
-        else:  # (floor + 1) - v and v - floor
-            lows = [b.subtract(b.add(f, 1.0), v) for v, f in zip(coords, floors)]
-            highs = [b.subtract(v, f) for v, f in zip(coords, floors)]
-        total = None
-        for corner in itertools.product((0, 1), repeat=len(coords)):
-            factors = [h if step else low for h, low, step in zip(highs, lows, corner)]
-            weight = factors[0] if self.vectorized else factors[-1]
-            for f in (factors[1:] if self.vectorized else reversed(factors[:-1])):
-                weight = b.multiply(weight, f)
-            part = self.tap([b.add(f, float(step)) for f, step in zip(floors, corner)], weight)
-            total = part if total is None else b.add(total, part)
-        return total
-
-    def bicubic(self):
-        """Keys' cubic (A = -0.75) along x for each of 4 rows, then along y; padding
-        applies per tap."""
-        b = self.b
-        floors = [b.floor(v) for v in self.coords]
-        wy, wx = (_cubic_weights(b, b.subtract(v, f)) for v, f in zip(self.coords, floors))
-        total = None
-        for j in range(4):
-            y = self.pad(b.add(floors[0], float(j - 1)), self.sizes[0])
-            row = None
-            for i in range(4):
-                x = self.pad(b.add(floors[1], float(i - 1)), self.sizes[1])
-                part = self.tap([y, x], wx[i])
-                row = part if row is None else b.add(row, part)
-            part = b.multiply(row, b.expand_dims(wy[j], axes=[1]))
-            total = part if total is None else b.add(total, part)
-        return total
-
-
-def _cubic_weights(b, t, a: float = -0.75):
-    """Keys' cubic convolution weights of the taps at -1, 0, 1 and 2 for an offset t."""
-    def near(x):  # ((a + 2) x - (a + 3)) x x + 1, for |x| <= 1
-        return b.add(b.multiply(b.multiply(b.subtract(b.multiply(x, a + 2), a + 3), x), x),
-                     1.0)
-
-    def far(x):  # ((a x - 5a) x + 8a) x - 4a, for 1 < |x| < 2
-        return b.subtract(b.multiply(b.add(b.multiply(b.subtract(b.multiply(x, a), 5 * a), x),
-                                           8 * a), x), 4 * a)
-    return [far(b.add(t, 1.0)), near(t), near(b.subtract(1.0, t)), far(b.subtract(2.0, t))]
+GRID_MODES = ("bilinear", "nearest", "bicubic")
+GRID_PADDINGS = ("zeros", "border", "reflection")
 
 
 @aten("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default",
       "aten.grid_sampler.default")
 def grid_sampler(b, x, grid, interpolation_mode, padding_mode, align_corners):
-    return _GridSampler(b, x, grid, padding_mode, align_corners).sample(interpolation_mode)
+    return b.nn_grid_sample(x, grid, mode=GRID_MODES[interpolation_mode],
+                            padding_mode=GRID_PADDINGS[padding_mode],
+                            align_corners=bool(align_corners))

@@ -2,8 +2,11 @@
 
 Convolution becomes im2col by slicing (one strided slice per kernel tap) and a matmul, so a
 backend with only matmul and data movement still runs CNNs. Pools reduce the same slices.
+Grid sampling (level 2) gathers its taps with gather_elements.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -220,3 +223,145 @@ def avg_pool2d(b, x, count_include_pad, **attrs):
     shape[axes[0]], shape[axes[1]] = counts.shape
     return b.divide(total, b.const(counts.reshape(shape).astype(x.dtype)))
 
+
+
+# --- grid sampling -------------------------------------------------------------------------
+
+def _grid_sample(types, attrs):
+    data, grid = types
+    require_float(data, "data")
+    spatial = data.rank - 2
+    if spatial not in (2, 3) or grid.rank != data.rank or grid.shape[0] != data.shape[0] \
+            or grid.shape[-1] != spatial:
+        fail(f"data {list(data.shape)} must be (N, C, [D,] H, W) and grid {list(grid.shape)} "
+             f"(N, [Do,] Ho, Wo, {max(spatial, 0)})")
+    if grid.dtype != data.dtype:
+        fail(f"grid must be {data.dtype} like the data, got {grid.dtype}")
+    if attrs["mode"] == "bicubic" and spatial != 2:
+        fail("bicubic grid sampling needs 4-D data")
+    return TensorType(data.shape[:2] + grid.shape[1:-1], data.dtype)
+
+
+def _reflect_coordinates(b, v, size: int, align: bool):
+    """v mirrored at the borders (the pixel centres 0 and size - 1 with align_corners, else
+    the edges -1/2 and size - 1/2), as often as it takes."""
+    twice = 2.0 * (size - 1) if align else 2.0 * size
+    if twice == 0:
+        return b.multiply(v, 0.0)
+    v = b.abs(v if align else b.add(v, 0.5))
+    extra = b.subtract(v, b.multiply(b.trunc(b.divide(v, twice)), twice))
+    folded = b.minimum(extra, b.subtract(twice, extra))
+    return folded if align else b.subtract(folded, 0.5)
+
+
+def _cubic_weights(b, t, a: float = -0.75):
+    """Keys' cubic convolution weights of the taps at -1, 0, 1 and 2 for an offset t."""
+    def near(x):  # ((a + 2) x - (a + 3)) x x + 1, for |x| <= 1
+        return b.add(b.multiply(b.multiply(b.subtract(b.multiply(x, a + 2), a + 3), x), x),
+                     1.0)
+
+    def far(x):  # ((a x - 5a) x + 8a) x - 4a, for 1 < |x| < 2
+        return b.subtract(b.multiply(b.add(b.multiply(b.subtract(b.multiply(x, a), 5 * a), x),
+                                           8 * a), x), 4 * a)
+    return [far(b.add(t, 1.0)), near(t), near(b.subtract(1.0, t)), far(b.subtract(2.0, t))]
+
+
+class _GridSampler:
+    """The decomposition of nn.grid_sample: coordinates unnormalized and padded per axis,
+    each tap a gather_elements of the flattened data, weighted and summed."""
+
+    def __init__(self, b, x, grid, padding_mode: str, align_corners: bool):
+        self.b, self.padding_mode, self.align = b, padding_mode, align_corners
+        self.n, self.c, self.sizes = x.shape[0], x.shape[1], list(x.shape[2:])
+        self.out = list(grid.shape[1:-1])
+        self.count = int(np.prod(self.out))
+        self.flat = b.reshape(x, shape=[self.n, self.c, int(np.prod(self.sizes))])
+        last = grid.rank - 1
+        coords = [b.reshape(b.strided_slice(grid, begin=[i], end=[i + 1], axes=[last]),
+                            shape=[self.n, self.count]) for i in range(len(self.sizes))]
+        self.coords = [self.unnormalize(v, size) for v, size in
+                       zip(reversed(coords), self.sizes)]  # in the order of the data's dims
+
+    def unnormalize(self, v, size: int):
+        scaled = self.b.multiply(self.b.add(v, 1.0), (size - 1) / 2 if self.align else size / 2)
+        return scaled if self.align else self.b.subtract(scaled, 0.5)
+
+    def pad(self, v, size: int):
+        if self.padding_mode == "reflection":
+            v = _reflect_coordinates(self.b, v, size, self.align)
+        return v if self.padding_mode == "zeros" else \
+            self.b.clip(v, min=0.0, max=float(size - 1))
+
+    def tap(self, points, weight=None):
+        """The data at integral float `points` (one per dim), times `weight`; 0 outside."""
+        b, flat_index, inside = self.b, None, None
+        stride = int(np.prod(self.sizes))
+        for v, size in zip(points, self.sizes):
+            stride //= size
+            ok = b.logical_and(b.greater_equal(v, 0.0), b.less_equal(v, float(size - 1)))
+            inside = ok if inside is None else b.logical_and(inside, ok)
+            term = b.multiply(b.clip(v, min=0.0, max=float(size - 1)), float(stride))
+            flat_index = term if flat_index is None else b.add(flat_index, term)
+        index = b.broadcast_to(b.expand_dims(b.cast(flat_index, dtype="int64"), axes=[1]),
+                               shape=[self.n, self.c, self.count])
+        values = b.gather_elements(self.flat, index, axis=2)
+        weight = b.cast(inside, dtype=self.flat.dtype) if weight is None else \
+            b.where(inside, weight, 0.0)
+        return b.multiply(values, b.expand_dims(weight, axes=[1]))
+
+    def nearest(self):  # round half to even, as nearbyint
+        return self.tap([self.b.round(self.pad(v, s)) for v, s in zip(self.coords, self.sizes)])
+
+    def bilinear(self):
+        """The 2 ** k corners, each weighted by the opposite box."""
+        b = self.b
+        coords = [self.pad(v, s) for v, s in zip(self.coords, self.sizes)]
+        floors = [b.floor(v) for v in coords]
+        highs = [b.subtract(v, f) for v, f in zip(coords, floors)]
+        lows = [b.subtract(1.0, h) for h in highs]
+        total = None
+        for corner in itertools.product((0, 1), repeat=len(coords)):
+            factors = [h if step else low for h, low, step in zip(highs, lows, corner)]
+            weight = factors[0]
+            for f in factors[1:]:
+                weight = b.multiply(weight, f)
+            part = self.tap([b.add(f, float(step)) for f, step in zip(floors, corner)], weight)
+            total = part if total is None else b.add(total, part)
+        return total
+
+    def bicubic(self):
+        """Cubic along x for each of 4 rows, then along y; padding applies per tap."""
+        b = self.b
+        floors = [b.floor(v) for v in self.coords]
+        wy, wx = (_cubic_weights(b, b.subtract(v, f)) for v, f in zip(self.coords, floors))
+        total = None
+        for j in range(4):
+            y = self.pad(b.add(floors[0], float(j - 1)), self.sizes[0])
+            row = None
+            for i in range(4):
+                x = self.pad(b.add(floors[1], float(i - 1)), self.sizes[1])
+                part = self.tap([y, x], wx[i])
+                row = part if row is None else b.add(row, part)
+            part = b.multiply(row, b.expand_dims(wy[j], axes=[1]))
+            total = part if total is None else b.add(total, part)
+        return total
+
+
+GRID_EXAMPLES = [((f32(1, 2, 4, 5), f32(1, 3, 2, 2)), {}),
+                 ((f32(1, 2, 4, 5), f32(1, 3, 2, 2)), {"mode": "bicubic",
+                                                       "padding_mode": "reflection"}),
+                 ((f32(1, 2, 3, 4, 5), f32(1, 2, 3, 2, 3)), {"mode": "nearest",
+                                                             "padding_mode": "border",
+                                                             "align_corners": True})]
+
+
+@composite("nn.grid_sample", "data, grid", _grid_sample, "opaque", 2, GRID_EXAMPLES,
+           {"mode": ("str:bilinear|nearest|bicubic", "bilinear"),
+            "padding_mode": ("str:zeros|border|reflection", "zeros"),
+            "align_corners": ("bool", False)}, tolerance=1e-5)
+def grid_sample(b, x, grid, mode, padding_mode, align_corners):
+    """ONNX GridSample / `torch.nn.functional.grid_sample` on (N, C, [D,] H, W) data at the
+    grid's normalized (x, y[, z]) points in [-1, 1] (N, [Do,] Ho, Wo, k); bicubic on 4-D
+    data only (Keys, a = -0.75)"""
+    sampler = _GridSampler(b, x, grid, padding_mode, align_corners)
+    return b.reshape(getattr(sampler, mode)(), shape=[sampler.n, sampler.c] + sampler.out)

@@ -218,6 +218,57 @@ _ACTIVATIONS = {
 }
 
 
+def _mirror(v, low2, high2):
+    """v reflected into [low2 / 2, high2 / 2] (PyTorch's reflect_coordinates)."""
+    if low2 == high2:
+        return np.zeros_like(v)
+    low, span = low2 / 2, (high2 - low2) / 2
+    v = np.abs(v - low)
+    extra, flips = np.fmod(v, span), np.floor(v / span)
+    return np.where(flips % 2 == 0, extra + low, span - extra + low)
+
+
+def grid_sample(data, grid, *, mode="bilinear", padding_mode="zeros", align_corners=False):
+    """Samples of (N, C, [D,] H, W) data at the grid's normalized points, in float64."""
+    x, g = np.moveaxis(_f64(data), 1, -1), _f64(grid)  # x: (N, *sizes, C)
+    sizes, batch = x.shape[1:-1], np.arange(x.shape[0]).reshape((-1,) + (1,) * (g.ndim - 2))
+    coords = [g[..., len(sizes) - 1 - i] for i in range(len(sizes))]  # in the data's order
+    coords = [(v + 1) / 2 * (n - 1) if align_corners else ((v + 1) * n - 1) / 2
+              for v, n in zip(coords, sizes)]
+
+    def pad(v, n):
+        if padding_mode == "reflection":
+            v = _mirror(v, 0, 2 * (n - 1)) if align_corners else _mirror(v, -1, 2 * n - 1)
+        return v if padding_mode == "zeros" else np.clip(v, 0, n - 1)
+
+    def value(points):  # (N, *out, C); zeros outside
+        inside = np.all([(p >= 0) & (p <= n - 1) for p, n in zip(points, sizes)], axis=0)
+        index = tuple(np.clip(p, 0, n - 1).astype(np.int64) for p, n in zip(points, sizes))
+        return np.where(inside[..., None], x[(batch,) + index], 0.0)
+
+    if mode == "nearest":
+        out = value([np.rint(pad(v, n)) for v, n in zip(coords, sizes)])
+    elif mode == "bilinear":
+        coords = [pad(v, n) for v, n in zip(coords, sizes)]
+        out = 0.0
+        for corner in np.ndindex(*(2,) * len(sizes)):
+            weight = np.prod([v - np.floor(v) if k else 1 - (v - np.floor(v))
+                              for v, k in zip(coords, corner)], axis=0)
+            out = out + weight[..., None] * value([np.floor(v) + k
+                                                   for v, k in zip(coords, corner)])
+    else:  # bicubic: Keys' kernel, a = -0.75, padding per tap
+        def keys(d):
+            d, a = np.abs(d), -0.75
+            return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                            ((a * d - 5 * a) * d + 8 * a) * d - 4 * a)
+        (y, xs), out = coords, 0.0
+        for j, i in np.ndindex(4, 4):
+            ty, tx = np.floor(y) + j - 1, np.floor(xs) + i - 1
+            weight = keys(y - ty) * keys(xs - tx)
+            out = out + weight[..., None] * value([pad(ty, sizes[0]), pad(tx, sizes[1])])
+    return _fresh(np.moveaxis(out, -1, 1), data.dtype)
+
+
 def isinf(data, *, detect_positive=True, detect_negative=True):
     return _fresh(_isinf(data, detect_positive, detect_negative), np.bool_)
 
@@ -700,7 +751,7 @@ KERNELS = {name: _reporting(name, kernel) for name, kernel in {
     **{name: _reduction(fn) for name, fn in _REDUCTIONS.items()},
     **{name: _along_one_axis(fn) for name, fn in _SOFTMAXES.items()},
     **{name: _activation(fn) for name, fn in _ACTIVATIONS.items()},
-    **INDEXING_KERNELS, "isinf": isinf, "nn.prelu": prelu,
+    **INDEXING_KERNELS, "isinf": isinf, "nn.prelu": prelu, "nn.grid_sample": grid_sample,
     "where": where, "cast": cast, "argmax": argmax, "variance": variance,
     "reshape": reshape, "permute_dims": permute_dims, "broadcast_to": broadcast_to,
     "concat": concat, "split": split, "strided_slice": strided_slice, "take": take,
