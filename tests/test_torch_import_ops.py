@@ -184,6 +184,12 @@ def test_factories_and_asserts_leave_no_calls():
     assert [c.op for c in mod.main.calls] == ["add", "add"]
 
 
+def test_results_nothing_reads_are_not_computed():
+    """max.dim converts to max and argmax; only the max is read, so argmax is dropped."""
+    mod = torch_frontend.load(Fn(lambda x: torch.max(x, 1).values * 2), [torch.randn(2, 3)])
+    assert [c.op for c in mod.main.calls] == ["max", "multiply"]
+
+
 def test_data_dependent_ops_are_refused_clearly():
     # torch.export itself refuses; a graph that still has one_hot(num_classes=-1) is refused
     # by the converter, naming num_classes
@@ -197,6 +203,7 @@ def test_refused_ops_say_why():
     assert "depends on the data" in refusal("aten.nonzero.default")
     assert "backward" in refusal("aten.gelu_backward.default")
     assert refusal("aten.cummax.default") is None
+    assert "complex" in refusal("aten._fft_r2c.default")
 
     class Bernoulli(nn.Module):
         def forward(self, x):

@@ -71,6 +71,17 @@ def flat_items(items):
             yield item
 
 
+def live_calls(calls, results) -> list:
+    """The calls some result depends on, in order: an ATen op's results that the graph
+    never reads (max.dim's indices, native_layer_norm's statistics) are not computed."""
+    needed, live = {id(v) for v in results}, []
+    for call in reversed(calls):
+        if any(id(v) in needed for v in call.outputs):
+            live.append(call)
+            needed.update(id(v) for v in call.inputs if v is not None)
+    return live[::-1]
+
+
 def torch_dtype(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -95,6 +106,7 @@ class _Importer:
                 self.env[node] = self.convert(node)
             elif node.op == "output":
                 results = [self.value(r) for r in node.args[0]]
+        self.b.calls[:] = live_calls(self.b.calls, results)
         return self.b.build(*results)
 
     def check_supported(self) -> None:

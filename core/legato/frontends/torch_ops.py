@@ -28,6 +28,8 @@ REFUSED = (
     (("sym_", "_local_scalar_dense", "item"), "a dynamic shape or scalar query (legato "
                                               "has static shapes: export with fixed sizes)"),
     (("sparse",), "a sparse op (legato has dense tensors)"),
+    (("_fft_", "view_as_complex", "view_as_real", "complex", "polar"),
+     "a complex-valued op (legato has no complex dtypes)"),
 )
 
 
