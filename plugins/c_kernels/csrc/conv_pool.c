@@ -123,24 +123,33 @@ static inline __mmask16 lanes(int64_t n)
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
 }
 
-/* d[ox] = src[ox * stride + off_x] for ox in [a, b), stride 1 or 2, by masked
+/* d[ox] = src[ox * stride + off_x] for ox in [a, b), stride 1 to 4, by masked
  * vectors: phase rows of small maps are shorter than the compiler's vector loops,
- * whose scalar tails did all the work. */
+ * whose scalar tails did all the work. Per 16 outputs, the (n - 1) * stride + 1
+ * floats from the first source are loaded (up to four vectors) and every stride-th
+ * picked by two-source permutes (which use the index mod 32). */
 __attribute__((target("avx512f"), always_inline)) static inline void phase_row_avx512(
     float *d, const float *src, int64_t a, int64_t b, int64_t stride, int64_t off_x)
 {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
+    const __m512i pick = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int32_t)stride));
+    const __mmask16 upper = _mm512_cmpge_epi32_mask(pick, _mm512_set1_epi32(32));
     for (int64_t ox = a; ox < b; ox += 16) {
-        int64_t n = LGK_MIN((int64_t)16, b - ox);
+        int64_t n = LGK_MIN((int64_t)16, b - ox), span = (n - 1) * stride + 1;
         const float *from = src + (ox * stride + off_x);
         __m512 v;
         if (stride == 1) {
             v = _mm512_maskz_loadu_ps(lanes(n), from);
-        } else { /* the 2n - 1 floats from `from`, even ones picked */
-            __m512 lo = _mm512_maskz_loadu_ps(lanes(2 * n - 1), from);
-            __m512 hi = _mm512_maskz_loadu_ps(lanes(2 * n - 17), from + 16);
-            v = _mm512_permutex2var_ps(lo, even, hi);
+        } else {
+            v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lanes(span), from), pick,
+                                       _mm512_maskz_loadu_ps(lanes(span - 16), from + 16));
+            if (span > 32)
+                v = _mm512_mask_blend_ps(
+                    upper, v,
+                    _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lanes(span - 32), from + 32),
+                                           pick,
+                                           _mm512_maskz_loadu_ps(lanes(span - 48), from + 48)));
         }
         _mm512_mask_storeu_ps(d + ox, lanes(n), v);
     }
@@ -149,7 +158,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void phase_row_a
 static int phase_rows_vectors(int64_t stride)
 {
     __builtin_cpu_init();
-    return (stride == 1 || stride == 2) && __builtin_cpu_supports("avx512f");
+    return stride >= 1 && stride <= 4 && __builtin_cpu_supports("avx512f");
 }
 
 /* The phase (py, px) of channels [0, cg) (see make_phases) with vector rows inlined:
