@@ -20,18 +20,19 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
-from . import onnx_attention, onnx_nn, onnx_ops
+from . import onnx_attention, onnx_control, onnx_more, onnx_nn, onnx_ops
 from .onnx_check import check_graph, check_opset_range, check_text
-from .onnx_convert import CONVERTERS, Node, onnx_dtype
+from .onnx_convert import CONVERTERS, Node, Refused, onnx_dtype
 from .onnx_fold import fold_calls, foldable
 from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import (check_shape, check_size, external_tensors, load_external_data, quote,
                            tensor_array)
 
-CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention)
+CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention, onnx_more, onnx_control)
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
+MAX_NESTING = 32   # If/Loop/Scan bodies within bodies
 
 
 def _onnx():
@@ -144,9 +145,10 @@ def with_external_data(proto, base_dir):
 
 
 def unsupported_ops(proto) -> dict[str, list[str]]:
-    """ONNX op type -> names of the nodes that legato cannot import."""
+    """ONNX op type -> names of the nodes that legato cannot import (control-flow bodies
+    included)."""
     missing: dict[str, list[str]] = {}
-    for index, node in enumerate(proto.graph.node):
+    for index, node in all_nodes(proto.graph):
         if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
             label = node.op_type if node.domain in DEFAULT_DOMAINS else \
                 f"{node.domain}.{node.op_type}"
@@ -154,11 +156,44 @@ def unsupported_ops(proto) -> dict[str, list[str]]:
     return missing
 
 
+def all_nodes(graph, depth: int = 0):
+    """(index, node) of every node of `graph` and of the bodies its nodes hold."""
+    if depth > MAX_NESTING:
+        raise LegatoError(f"control-flow bodies nest deeper than {MAX_NESTING} levels")
+    for index, node in enumerate(graph.node):
+        yield index, node
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == attr.GRAPH else \
+                    attr.graphs if attr.type == attr.GRAPHS else ():
+                yield from all_nodes(body, depth + 1)
+
+
+# why the default-domain ops legato leaves unmapped on purpose are left out
+_RANDOM = "samples random numbers (legato imports deterministic graphs)"
+_DATA_SHAPED = "its output shape depends on the data (legato has static shapes)"
+_NOT_TENSORS = "works on {} (legato has tensors only)"
+REFUSED_BY_DESIGN = {
+    **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                     "RandomUniform", "RandomUniformLike"), _RANDOM),
+    **dict.fromkeys(("NonZero", "Unique", "NonMaxSuppression"), _DATA_SHAPED),
+    **dict.fromkeys(("ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+                     "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+                     "SplitToSequence"), _NOT_TENSORS.format("sequences")),
+    **dict.fromkeys(("Optional", "OptionalGetElement", "OptionalHasElement"),
+                    _NOT_TENSORS.format("optionals")),
+    **dict.fromkeys(("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+                     "TfIdfVectorizer"), _NOT_TENSORS.format("strings")),
+    **dict.fromkeys(("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"),
+                    "a training loss (legato imports inference graphs)"),
+}
+
+
 def check_supported(proto) -> None:
     missing = unsupported_ops(proto)
     if missing:
         lines = [f"  {op}: {', '.join(names[:8])}" + (f" (+{len(names) - 8} more)"
                                                       if len(names) > 8 else "")
+                 + (f": {REFUSED_BY_DESIGN[op]}" if op in REFUSED_BY_DESIGN else "")
                  for op, names in sorted(missing.items())]
         raise LegatoError(f"the model uses {len(missing)} ONNX op type(s) legato cannot "
                           "import:\n" + "\n".join(lines))
@@ -183,6 +218,11 @@ def upgrade(proto, opset: int):
     is only handed models that `check_graph` accepted."""
     if opset >= MIN_OPSET:
         return proto, opset
+    if opset < 9 and any(n.op_type == "Scan" for _, n in all_nodes(proto.graph)):
+        # onnx's Scan 8 -> 9 adapter drops the batch axis from the graph's own inputs
+        raise Refused(f"Scan of ONNX opset {opset} (batched, with sequence_lens) is not "
+                      "imported: onnx's version converter changes the model's input shapes "
+                      "when upgrading it; export the model at opset 9 or newer")
     upgraded = run_isolated(b"C", proto, "onnx's version converter", f"ONNX opset {opset} "
                             f"is older than {MIN_OPSET} and could not be upgraded")
     check_graph(upgraded.graph, MIN_OPSET)
@@ -212,6 +252,7 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
     shapes = {value.name: input_shape(value, input_shapes) for value in proto.graph.input
               if value.name not in initializers}
     bound, _ = without_large_data(proto)
+    spell_out_defaults(bound.graph)
     for value in bound.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
@@ -219,6 +260,21 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
             for size in shapes[value.name]:
                 dims.add().dim_value = size
     run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
+
+
+# attributes whose default onnx's shape inference cannot read from the function body
+# (MeanVarianceNormalization's body refers to `axes`, which is unset when left default)
+INFERENCE_DEFAULTS = {"MeanVarianceNormalization": ("axes", [0, 2, 3])}
+
+
+def spell_out_defaults(graph) -> None:
+    """Give the nodes of INFERENCE_DEFAULTS their default attribute explicitly."""
+    from onnx import helper
+    for node in graph.node:
+        name, value = INFERENCE_DEFAULTS.get(node.op_type, (None, None))
+        if name and node.domain in DEFAULT_DOMAINS and \
+                all(a.name != name for a in node.attribute):
+            node.attribute.append(helper.make_attribute(name, value))
 
 
 def input_shape(value, input_shapes: Mapping) -> tuple[int, ...]:
@@ -301,6 +357,7 @@ class _Importer:
         inputs = [self.lookup(n, f"{proto.op_type} node {quote(proto.name)} input") if n else None
                   for n in proto.input]
         node = Node(self.b, proto, inputs, {}, self.opset)
+        node.scope = self
         start = len(self.b.calls)
         try:
             node.attrs = {a.name: attribute_value(a) for a in proto.attribute}
@@ -318,6 +375,21 @@ class _Importer:
                 node.fail(f"output {name!r} is not produced by legato's converter")
             if name:
                 self.env[name] = value
+
+    def subgraph(self, graph, bound: Mapping[str, Value]) -> list[Value]:
+        """The outputs of a control-flow body `graph` converted inline: its inputs are
+        `bound`, names of the enclosing scopes stay visible, its own names do not leak."""
+        outer = self.env
+        self.env = {**outer, **bound}
+        try:
+            for tensor in graph.initializer:
+                self.env[tensor.name] = Const.of(tensor_array(
+                    tensor, f"initializer {quote(tensor.name)}"))
+            for node in graph.node:
+                self.convert(node)
+            return [self.lookup(out.name, "subgraph output") for out in graph.output]
+        finally:
+            self.env = outer
 
     def fold(self, start: int, results) -> tuple:
         """Evaluate shape arithmetic on constants now, so later shape operands are known."""

@@ -28,9 +28,7 @@ def check_text(model) -> None:
                 raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
     check([o.domain for o in model.opset_import], "opset_import domain")
     graph = model.graph
-    for index, node in enumerate(graph.node):
-        check([node.op_type, node.domain, node.name, *node.input, *node.output,
-               *(a.name for a in node.attribute)], f"node #{index}")
+    _check_node_text(graph, check, "")
     for kind in ("input", "output", "value_info"):
         for value in getattr(graph, kind):
             dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") \
@@ -43,6 +41,20 @@ def check_text(model) -> None:
               f"tensor {quote(tensor.name)} external data")
 
 
+def _check_node_text(graph, check, where: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
+    for index, node in enumerate(graph.node):
+        label = f"{where}node #{index}"
+        check([node.op_type, node.domain, node.name, *node.input, *node.output,
+               *(a.name for a in node.attribute)], label)
+        for attr in node.attribute:
+            if attr.type == attr.GRAPH:
+                check([*(v.name for v in attr.g.input), *(v.name for v in attr.g.output),
+                       *(t.name for t in attr.g.initializer)], f"{label} body")
+                _check_node_text(attr.g, check, f"{label} body ", depth + 1)
+
+
 def check_graph(graph, opset: int) -> None:
     """Every node against its schema, the graph's names in SSA and topological order,
     declared shapes bounded and tensor metadata consistent."""
@@ -52,6 +64,7 @@ def check_graph(graph, opset: int) -> None:
     for index, node in enumerate(graph.node):
         where = f"{node.op_type} node {quote(node.name or f'#{index}')}"
         check_node(node, opset, where)
+        check_bodies(node, opset, where)
         for i, name in enumerate(node.input):
             if name and name not in defined:
                 raise LegatoError(f"{where}: input {i} {quote(name)} is not defined by an "
@@ -109,6 +122,24 @@ def check_value_info(value, where: str, typed: bool = True) -> None:
                 check_size(dim.dim_value, f"{where} dimension {i}")
 
 
+def check_bodies(node, opset: int, where: str, depth: int = 0) -> None:
+    """The nodes of control-flow bodies (If's branches, Loop's and Scan's body) against
+    their schemas too; their tensors as the graph's are."""
+    if depth > 32:
+        raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
+    for attr in node.attribute:
+        bodies = [attr.g] if attr.type == attr.GRAPH else \
+            list(attr.graphs) if attr.type == attr.GRAPHS else []
+        for body in bodies:
+            for tensor in body.initializer:
+                check_tensor(tensor, f"{where} body initializer {quote(tensor.name)}")
+            for index, inner in enumerate(body.node):
+                inner_where = f"{where} body {inner.op_type} node " \
+                              f"{quote(inner.name or f'#{index}')}"
+                check_node(inner, opset, inner_where)
+                check_bodies(inner, opset, inner_where, depth + 1)
+
+
 def check_node(node, opset: int, where: str) -> None:
     from onnx import defs
     try:
@@ -137,9 +168,10 @@ VALUE_CHECKS = {"Split": _check_split}
 
 
 # AttributeProto fields that hold the value of each single-valued attribute type
-SCALAR_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t"}
-SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 6: "FLOATS",
-                             7: "INTS", 8: "STRINGS"}
+SCALAR_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t", 5: "g"}
+# GRAPH: the bodies of If, Loop and Scan, converted inline where their control is static
+SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRAPH",
+                             6: "FLOATS", 7: "INTS", 8: "STRINGS"}
 
 
 def _check_attributes(node, schema, where: str) -> None:

@@ -17,7 +17,8 @@ from ..ir import Const, Value
 from .onnx_tensors import onnx_dtype, quote
 
 # onnx_dtype lives with the tensors; the converters keep importing it from here
-__all__ = ["CONVERTERS", "Converter", "MAX_GENERATED", "Node", "converter", "onnx_dtype"]
+__all__ = ["CONVERTERS", "Converter", "MAX_GENERATED", "Node", "Refused", "converter",
+           "onnx_dtype"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,12 @@ class Converter:
     op_type: str
     fn: Callable
     const_inputs: tuple[int, ...] = ()
+
+
+class Refused(LegatoError):
+    """What legato declines with a stated reason rather than for want of a converter:
+    random sampling, training-only behaviour, control flow or shapes that depend on the
+    data, models onnx's version converter cannot upgrade faithfully."""
 
 
 CONVERTERS: dict[str, Converter] = {}
@@ -139,6 +146,9 @@ class Node:
 
     def fail(self, message: str):
         raise LegatoError(f"{self.op} node {self.label}: {message}")
+
+    def refuse(self, reason: str):
+        raise Refused(f"{self.op} node {self.label}: {reason}")
 
     def require(self, condition, message: str):
         if not condition:

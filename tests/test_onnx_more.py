@@ -1,0 +1,194 @@
+"""ONNX converters of the later batch (Dropout, MeanVarianceNormalization, control flow,
+recurrent layers) on cases beyond the ONNX node tests, against onnx's reference evaluator,
+on cpu_ref and c_kernels; and the reasons given for ops refused by design."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import legato  # noqa: E402
+from legato.errors import LegatoError  # noqa: E402
+from legato.frontends import onnx as onnx_frontend  # noqa: E402
+
+F = TensorProto.FLOAT
+BACKENDS = ["cpu_ref", "c_kernels"]
+rng = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def model_of(nodes, arrays, outputs, initializers=(), opset=21, out_type=TensorProto.UNDEFINED):
+    """A model whose inputs x0, x1, ... have the shapes and dtypes of `arrays` (outputs of
+    `out_type`: onnxruntime wants them typed)."""
+    inputs = [helper.make_tensor_value_info(f"x{i}", helper.np_dtype_to_tensor_dtype(a.dtype),
+                                            a.shape) for i, a in enumerate(arrays)]
+    outs = [helper.make_tensor_value_info(name, out_type, None) for name in outputs]
+    inits = [numpy_helper.from_array(np.asarray(v), name) for name, v in initializers]
+    graph = helper.make_graph(nodes, "g", inputs, outs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(model, arrays, backend, atol=1e-5, runtime=False):
+    """legato against onnx's reference evaluator, or against onnxruntime (`runtime`) where
+    the evaluator lacks a feature (Scan over other axes) or concatenates Loop's per-iteration
+    values instead of stacking them as the operator's definition does."""
+    feeds = {f"x{i}": a for i, a in enumerate(arrays)}
+    if runtime:
+        ort = pytest.importorskip("onnxruntime")
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        want = session.run(None, feeds)
+    else:
+        want = ReferenceEvaluator(model).run(None, feeds)
+    got = legato.compile(onnx_frontend.load(model), backend)(*arrays)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=atol)
+
+
+# --- Dropout ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("training", [None, False, True])
+def test_dropout_is_the_identity_with_a_full_mask(training, backend):
+    x = randn(2, 3, 4)
+    inits = [("ratio", np.float32(0.0 if training else 0.3))]
+    names = ["x0", "ratio"]
+    if training is not None:
+        inits.append(("training", np.bool_(training)))
+        names.append("training")
+    node = helper.make_node("Dropout", names, ["y", "mask"])
+    check(model_of([node], [x], ["y", "mask"], inits), [x], backend)
+
+
+def test_training_dropout_with_a_ratio_is_refused_saying_why():
+    x = randn(2, 3)
+    node = helper.make_node("Dropout", ["x0", "ratio", "training"], ["y"], name="drop")
+    model = model_of([node], [x], ["y"], [("ratio", np.float32(0.5)),
+                                          ("training", np.bool_(True))])
+    with pytest.raises(LegatoError, match="Dropout node 'drop'.*random"):
+        onnx_frontend.load(model)
+
+
+# --- MeanVarianceNormalization ---------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axes", [None, [1], [0, 2], [-1, -2]])
+def test_mean_variance_normalization(axes, backend):
+    x = randn(2, 3, 4, 5) * 3 + 1
+    attrs = {} if axes is None else {"axes": axes}
+    node = helper.make_node("MeanVarianceNormalization", ["x0"], ["y"], **attrs)
+    check(model_of([node], [x], ["y"]), [x], backend, atol=1e-4)
+
+
+# --- ops refused by design -------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, inputs, attrs, why", [
+    ("RandomNormalLike", ["x0"], {}, "random"),
+    ("NonZero", ["x0"], {}, "depends on the data"),
+    ("Unique", ["x0"], {}, "depends on the data"),
+])
+def test_ops_refused_by_design_name_the_op_and_the_reason(op, inputs, attrs, why):
+    node = helper.make_node(op, inputs, ["y"], name="n1", **attrs)
+    model = model_of([node], [randn(4)], ["y"])
+    with pytest.raises(LegatoError, match=f"{op}: n1: .*{why}"):
+        onnx_frontend.load(model)
+
+
+# --- If / Loop / Scan --------------------------------------------------------------------------
+
+def body(nodes, inputs, outputs, shapes=None):
+    """A control-flow body; its inputs and outputs are float tensors unless named in
+    BODY_TYPES, of the `shapes` given (onnxruntime wants them)."""
+    def info(name):
+        return helper.make_tensor_value_info(name, BODY_TYPES.get(name, F),
+                                             (shapes or {}).get(name, [] if name in BODY_TYPES
+                                                                else None))
+    return helper.make_graph(nodes, "body", [info(n) for n in inputs], [info(n) for n in outputs])
+
+
+BODY_TYPES = {"i": TensorProto.INT64, "c_in": TensorProto.BOOL, "c_out": TensorProto.BOOL}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("condition", [True, False])
+def test_if_with_a_constant_condition_inlines_its_branch(condition, backend):
+    x = randn(3, 4)
+    then = body([helper.make_node("Mul", ["x0", "x0"], ["t"])], [], ["t"])   # outer x0
+    other = body([helper.make_node("Neg", ["x0"], ["e"])], [], ["e"])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    check(model_of([node], [x], ["y"], [("cond", np.bool_(condition))]), [x], backend)
+
+
+def test_if_on_run_time_data_is_refused_as_dynamic_control_flow():
+    then = body([helper.make_node("Identity", ["x1"], ["t"])], [], ["t"])
+    other = body([helper.make_node("Neg", ["x1"], ["e"])], [], ["e"])
+    node = helper.make_node("If", ["x0"], ["y"], name="branchy", then_branch=then,
+                            else_branch=other)
+    model = model_of([node], [np.array(True), randn(2)], ["y"])
+    with pytest.raises(LegatoError, match="If node 'branchy'.*dynamic control flow"):
+        onnx_frontend.load(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_with_a_static_trip_count_unrolls(backend):
+    x = randn(2, 3)
+    loop_body = body([helper.make_node("Identity", ["c_in"], ["c_out"]),
+                      helper.make_node("Add", ["acc", "x0"], ["acc_out"]),     # outer x0
+                      helper.make_node("Cast", ["i"], ["i_f"], to=F),
+                      helper.make_node("Mul", ["acc_out", "i_f"], ["scaled"])],
+                     ["i", "c_in", "acc"], ["c_out", "acc_out", "scaled"],
+                     {n: [2, 3] for n in ("acc", "acc_out", "scaled")})
+    node = helper.make_node("Loop", ["trips", "go", "x0"], ["final", "each"], body=loop_body)
+    model = model_of([node], [x], ["final", "each"], [("trips", np.int64(4)),
+                                                     ("go", np.bool_(True))], out_type=F)
+    check(model, [x], backend, runtime=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_stops_when_its_condition_folds_to_false(backend):
+    x = randn(3)
+    loop_body = body([helper.make_node("Less", ["i", "two"], ["c_out"]),
+                      helper.make_node("Mul", ["acc", "acc"], ["acc_out"])],
+                     ["i", "c_in", "acc"], ["c_out", "acc_out"], {"acc": [3], "acc_out": [3]})
+    node = helper.make_node("Loop", ["trips", "", "x0"], ["y"], body=loop_body)
+    model = model_of([node], [x], ["y"], [("trips", np.int64(10)), ("two", np.int64(2))],
+                     out_type=F)
+    check(model, [x], backend, runtime=True)
+
+
+def test_loop_whose_condition_depends_on_data_is_refused():
+    loop_body = body([helper.make_node("ReduceMax", ["acc"], ["m"], keepdims=0),
+                      helper.make_node("Less", ["m", "ten"], ["c_out"]),
+                      helper.make_node("Add", ["acc", "acc"], ["acc_out"])],
+                     ["i", "c_in", "acc"], ["c_out", "acc_out"])
+    node = helper.make_node("Loop", ["trips", "", "x0"], ["y"], name="until", body=loop_body)
+    model = model_of([node], [randn(3)], ["y"], [("trips", np.int64(5)),
+                                                 ("ten", np.float32(10))])
+    with pytest.raises(LegatoError, match="Loop node 'until'.*run-time data"):
+        onnx_frontend.load(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("directions", [(0, 0, 0), (1, 0, 1), (0, 1, 0)])
+def test_scan_over_axes_and_directions(directions, backend):
+    in_dir, out_dir, out_axis = directions
+    state, xs = randn(3, 4), randn(3, 5, 4)
+    scan_body = body([helper.make_node("Add", ["s", "x"], ["s_out"]),
+                      helper.make_node("Mul", ["s_out", "x"], ["e"])],
+                     ["s", "x"], ["s_out", "e"], {"s": [3, 4], "x": [3, 4], "s_out": [3, 4],
+                                                  "e": [3, 4]})
+    node = helper.make_node("Scan", ["x0", "x1"], ["final", "stacked"], body=scan_body,
+                            num_scan_inputs=1, scan_input_axes=[1],
+                            scan_input_directions=[in_dir], scan_output_axes=[out_axis],
+                            scan_output_directions=[out_dir])
+    model = model_of([node], [state, xs], ["final", "stacked"], out_type=F)
+    check(model, [state, xs], backend, atol=1e-4, runtime=True)
