@@ -383,8 +383,11 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                 g->kernel(kc, a, b, cij, ldc, accumulate);
             } else if (n == g->nr && g->edge != NULL) {
                 g->edge((int)m, kc, a, b, cij, ldc, accumulate);
-            } else { /* edge: full tile into scratch, copy the valid part */
-                g->kernel(kc, a, b, tile, g->nr, 0);
+            } else { /* edge: the tile's rows into scratch, copy the valid part */
+                if (m < g->mr && g->edge != NULL) /* a few rows: not a whole tile's FMAs */
+                    g->edge((int)m, kc, a, b, tile, g->nr, 0);
+                else
+                    g->kernel(kc, a, b, tile, g->nr, 0);
                 for (int64_t i = 0; i < m; ++i)
                     for (int64_t j = 0; j < n; ++j)
                         cij[i * ldc + j] = tile[i * g->nr + j] + (accumulate ? cij[i * ldc + j] : 0.0f);
