@@ -70,3 +70,8 @@ def test_a_view_read_past_its_values_is_excluded_not_failed():
     assert not [o for o in found if o.status == "failed"], found
     assert any(o.status == "excluded" and "outside its input" in o.reason for o in found)
     assert any(o.status == "passed" for o in found)
+
+
+def test_a_refusal_keeps_its_whole_reason():
+    text = "aten.x (x): dropout_p=0.5 (refused: a random op (results are deterministic)) more"
+    assert tc._refusal(text) == "a random op (results are deterministic)"

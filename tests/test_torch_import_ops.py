@@ -3,6 +3,8 @@ activations, padding, 1-d convolution, remainders, bitwise ops), each against to
 on cpu_ref and c_kernels."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -156,6 +158,20 @@ CASES = {
     "any_uint8": (lambda x: torch.any(x, 1) + torch.all(x), lambda: [
         torch.tensor([[0, 2], [0, 0]], dtype=torch.uint8)]),
     "any_scalar": (lambda x: torch.any(x, 0), lambda: [torch.tensor(3)]),
+    "index_select_scalar": (lambda x, i: torch.index_select(x, 0, i),
+                            lambda: [torch.tensor(2.5), torch.tensor([0])]),
+    "vector_norms": (lambda x: torch.linalg.vector_norm(x, -math.inf, 1) + torch.linalg.
+                     vector_norm(x, 6, 1) + torch.linalg.vector_norm(x, 0, 1) + torch.linalg.
+                     vector_norm(x, 3, 1) + torch.linalg.vector_norm(x[0, 0], 2.5),
+                     lambda: [torch.tensor([[1.0, -3.0, 0.0], [0.5, 2.0, -0.25]])]),
+    "attention_3d": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                     lambda: [torch.randn(2, 3, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 4)]),
+    "attention_3d_q": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                       lambda: [torch.randn(2, 3, 8), torch.randn(4, 2, 5, 8),
+                                torch.randn(4, 2, 5, 4)]),
+    "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                      lambda: [torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8),
+                               torch.randn(1, 2, 5, 4)]),
     "factories": (lambda x: x + torch.zeros(3) + torch.ones_like(x) + torch.full_like(x, 2)
                   + torch.arange(0.5, 2.0, 0.5), lambda: [torch.randn(2, 3)]),
 }
@@ -210,6 +226,9 @@ def test_refused_ops_say_why():
             return torch.bernoulli(torch.sigmoid(x))
     with pytest.raises(legato.LegatoError, match=r"refused: a random op"):
         torch_frontend.load(Bernoulli(), [torch.randn(3)])
+    with pytest.raises(legato.LegatoError, match=r"dropout_p=0.5 \(refused: a random op"):
+        torch_frontend.load(Fn(lambda q: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)),
+                            [torch.randn(1, 2, 3, 4)])
 
 
 def test_torch_conformance_runs_opinfo_samples():

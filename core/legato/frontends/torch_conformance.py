@@ -154,8 +154,7 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
     except LegatoError as err:
         text = " ".join(str(err).split())
         if "(refused:" in text:
-            return every("excluded", f"{REFUSED}: " + text.split("(refused:")[1]
-                         .split(")")[0].strip())
+            return every("excluded", f"{REFUSED}: {_refusal(text)}")
         return every("failed", f"import: {text[:240]}")
     except Exception as err:  # noqa: BLE001 - a converter crashing is a failure too
         return every("failed", f"import: {type(err).__name__}: {str(err)[:200]}")
@@ -183,6 +182,16 @@ def _reads_outside(torch, module, tensors) -> bool:
     seen, compact = ([r] if isinstance(r, torch.Tensor) else list(r) for r in (seen, compact))
     return not all(isinstance(a, torch.Tensor) and a.shape == b.shape and
                    torch.equal(a, b) for a, b in zip(seen, compact))
+
+
+def _refusal(text: str) -> str:
+    """The reason in an importer error's "(refused: <reason>)", parentheses included."""
+    reason, depth = text.split("(refused:", 1)[1], 1
+    for end, char in enumerate(reason):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return reason[:end].strip()
+    return reason.strip()
 
 
 def _check_mapped(ops: set[str]) -> None:

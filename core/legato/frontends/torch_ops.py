@@ -18,11 +18,12 @@ KEEP = ("aten.layer_norm.default", "aten.gelu.default", "aten.softmax.int",
         "aten.max_pool2d.default")
 
 
+RANDOM = "a random op (legato's results are deterministic)"
 # ATen ops legato refuses on purpose, by a word of their packet name, and why
 REFUSED = (
     (("backward",), "a backward op (legato imports inference graphs)"),
     (("rand", "bernoulli", "normal", "uniform", "multinomial", "exponential", "poisson",
-      "native_dropout"), "a random op (legato's results are deterministic)"),
+      "native_dropout"), RANDOM),
     (("nonzero", "unique", "masked_select", "argwhere"),
      "its output shape depends on the data (legato has static shapes)"),
     (("sym_", "_local_scalar_dense", "item"), "a dynamic shape or scalar query (legato "
@@ -233,9 +234,25 @@ def _as_dtype(b, x, dtype):
 @aten("aten.scaled_dot_product_attention.default")
 def attention(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False):
-    if dropout_p or enable_gqa:
-        raise LegatoError("dropout and enable_gqa are not supported")
+    if dropout_p:
+        raise LegatoError(f"dropout_p={dropout_p} (refused: {RANDOM})")
+    if enable_gqa and k.rank == 4 and k.shape[1] != q.shape[1]:  # each k/v head serves
+        k, v = (_repeat_heads(b, t, q.shape[1] // t.shape[1]) for t in (k, v))  # a group
+    if q.rank == k.rank == v.rank == 3:  # (batch, seq, head_dim): one head
+        heads = [b.expand_dims(t, axes=[1]) for t in (q, k, v)]
+        mask = b.expand_dims(attn_mask, axes=[1]) if attn_mask is not None and \
+            attn_mask.rank == 3 else attn_mask
+        return b.squeeze(attention(b, *heads, mask, dropout_p, is_causal, scale), axes=[1])
+    if q.rank == 3 and k.rank == v.rank == 4:  # q's batch dims broadcast against k's
+        q = b.broadcast_to(q, shape=[*k.shape[:2], *q.shape[1:]])
     return b.nn_attention(q, k, v, attn_mask, scale=scale, causal=bool(is_causal))
+
+
+def _repeat_heads(b, t, times: int):
+    """(batch, heads, seq, dim) with each head repeated `times` times in place."""
+    n, h, s, d = t.shape
+    wide = b.broadcast_to(b.expand_dims(t, axes=[2]), shape=[n, h, times, s, d])
+    return b.reshape(wide, shape=[n, h * times, s, d])
 
 
 @aten("aten.conv2d.default")

@@ -121,6 +121,9 @@ def no_op_assert(b, *args, **kwargs):
 
 @aten("aten.index_select.default")
 def index_select(b, x, dim, index):
+    if x.rank == 0:  # a scalar: index 0 (or -1) of it, as a scalar
+        norm_axis(dim, 1, "dim")
+        return b.reshape(b.take(b.reshape(x, shape=[1]), index, axis=0), shape=[])
     return b.take(x, index, axis=dim)
 
 
@@ -265,14 +268,26 @@ def var(b, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
 
 @aten("aten.linalg_vector_norm.default")
 def vector_norm(b, x, ord=2, dim=None, keepdim=False, dtype=None):
-    axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    """(sum |x|^ord)^(1/ord) over `dim`; ord inf/-inf the largest/smallest |x|, 0 the
+    count of nonzeros."""
+    x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
+    axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim) or None
+    reduce = {"axes": axes, "keepdims": keepdim} if x.rank else {}
+
+    def over(v, op):
+        return b.call(op, v, **reduce) if x.rank else v
     if ord == 2:
-        return b.sqrt(b.sum(b.multiply(x, x), axes=axes, keepdims=keepdim))
+        return b.sqrt(over(b.multiply(x, x), "sum"))
+    size = b.abs(x)
+    if ord in (math.inf, -math.inf):
+        return over(size, "max" if ord > 0 else "min")
+    if ord == 0:
+        return over(b.cast(b.not_equal(x, 0), dtype=x.dtype), "sum")
     if ord == 1:
-        return b.sum(b.abs(x), axes=axes, keepdims=keepdim)
-    if ord == math.inf:
-        return b.max(b.abs(x), axes=axes, keepdims=keepdim)
-    raise LegatoError(f"vector norm of order {ord} is not supported (1, 2, inf)")
+        return over(size, "sum")
+    return b.power(over(b.power(size, float(ord)), "sum"), 1.0 / ord)
+
+
 aten("aten.argmin.default")(_arg("argmin"))
 
 
