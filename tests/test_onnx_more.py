@@ -192,3 +192,73 @@ def test_scan_over_axes_and_directions(directions, backend):
                             scan_output_directions=[out_dir])
     model = model_of([node], [state, xs], ["final", "stacked"], out_type=F)
     check(model, [state, xs], backend, atol=1e-4, runtime=True)
+
+
+# --- RNN / GRU / LSTM --------------------------------------------------------------------------
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent_model(op, direction, layout, steps=4, batch=3, size=5, hidden=6, lengths=None,
+                    initial=False, bias=True, **attrs):
+    """A one-layer `op` whose weights are initializers; input x0 is X, in `layout`."""
+    dirs, gates = (2 if direction == "bidirectional" else 1), GATES[op]
+    x = randn(*((batch, steps, size) if layout else (steps, batch, size)))
+    inits = [("W", randn(dirs, gates * hidden, size) * 0.5),
+             ("R", randn(dirs, gates * hidden, hidden) * 0.5)]
+    names = ["x0", "W", "R", "", "", "", "", ""]
+    if bias:
+        inits.append(("B", randn(dirs, 2 * gates * hidden) * 0.5))
+        names[3] = "B"
+    if lengths is not None:
+        inits.append(("lens", np.array(lengths, np.int32)))
+        names[4] = "lens"
+    state_shape = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    if initial:
+        inits.append(("h0", randn(*state_shape)))
+        names[5] = "h0"
+        if op == "LSTM":
+            inits += [("c0", randn(*state_shape)), ("P", randn(dirs, 3 * hidden) * 0.5)]
+            names[6:8] = ["c0", "P"]
+    while names[-1] == "":
+        names.pop()
+    outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction,
+                            layout=layout, **attrs)
+    return model_of([node], [x], outputs, inits, opset=22, out_type=F), x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", sorted(GATES))
+@pytest.mark.parametrize("direction, layout, initial", [
+    ("forward", 0, False), ("reverse", 1, True), ("bidirectional", 0, True),
+    ("bidirectional", 1, False)])
+def test_recurrent_layers(op, direction, layout, initial, backend):
+    model, x = recurrent_model(op, direction, layout, initial=initial)
+    check(model, [x], backend, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_recurrent_layers_with_constant_sequence_lengths(op, backend):
+    model, x = recurrent_model(op, "bidirectional", 0, lengths=[4, 2, 3], initial=True)
+    check(model, [x], backend, atol=1e-4, runtime=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gru_linear_before_reset_and_lstm_activations(backend):
+    model, x = recurrent_model("GRU", "forward", 0, linear_before_reset=1)
+    check(model, [x], backend, atol=1e-4, runtime=True)
+    model, x = recurrent_model("LSTM", "forward", 0, activations=["HardSigmoid", "Tanh",
+                                                                   "Relu"],
+                               activation_alpha=[0.3], activation_beta=[0.4], clip=2.0)
+    check(model, [x], backend, atol=1e-4, runtime=True)
+
+
+def test_recurrent_layer_with_run_time_sequence_lengths_is_refused():
+    x, lens = randn(4, 2, 3), np.array([4, 2], np.int32)
+    node = helper.make_node("RNN", ["x0", "W", "R", "", "x1"], ["y"], hidden_size=2,
+                            name="rnn")
+    model = model_of([node], [x, lens], ["y"], [("W", randn(1, 2, 3)), ("R", randn(1, 2, 2))])
+    with pytest.raises(LegatoError, match="RNN node 'rnn'.*sequence_lens"):
+        onnx_frontend.load(model)
