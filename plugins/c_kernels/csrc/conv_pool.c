@@ -162,27 +162,22 @@ static int phase_rows_vectors(int64_t stride)
 }
 
 /* The phase (py, px) of channels [0, cg) (see make_phases) with vector rows inlined:
- * each plane row zeroed then filled over its valid columns [a, b), rows outside
- * [i0, i1) zeroed (small maps: calls and memsets per row cost more than the copies). */
+ * each plane zeroed by whole vectors (planes are rounded up to 16 floats), then its
+ * rows [i0, i1) filled over their valid columns [a, b) (small maps: calls and memsets
+ * per row cost more than the copies). */
 __attribute__((target("avx512f"))) static void phase_planes_avx512(
     const conv_job *j, const float *xg, float *ph, int64_t py, int64_t px, int64_t i0,
     int64_t i1, int64_t a, int64_t b)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq, off_x = px - p->pad_left;
-    __m512 zero = _mm512_setzero_ps();
     for (int64_t c = 0; c < j->cg; ++c) {
         float *plane = ph + ((c * sh + py) * sw + px) * j->phase_plane;
-        for (int64_t i = 0; i < j->hq; ++i) {
-            float *d = plane + i * wq;
-            for (int64_t x = 0; x < wq; x += 16)
-                _mm512_mask_storeu_ps(d + x, lanes(wq - x), zero);
-            if (i >= i0 && i < i1)
-                phase_row_avx512(d, xg + (c * p->h + i * sh + py - p->pad_top) * p->w, a, b,
-                                 sw, off_x);
-        }
-        for (int64_t x = j->hq * wq; x < j->phase_plane; x += 16) /* the plane's slack */
-            _mm512_mask_storeu_ps(plane + x, lanes(j->phase_plane - x), zero);
+        for (int64_t x = 0; x < j->phase_plane; x += 16)
+            _mm512_storeu_ps(plane + x, _mm512_setzero_ps());
+        for (int64_t i = i0; i < i1; ++i)
+            phase_row_avx512(plane + i * wq, xg + (c * p->h + i * sh + py - p->pad_top) * p->w,
+                             a, b, sw, off_x);
     }
 }
 #else
