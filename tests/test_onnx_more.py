@@ -262,3 +262,39 @@ def test_recurrent_layer_with_run_time_sequence_lengths_is_refused():
     model = model_of([node], [x, lens], ["y"], [("W", randn(1, 2, 3)), ("R", randn(1, 2, 2))])
     with pytest.raises(LegatoError, match="RNN node 'rnn'.*sequence_lens"):
         onnx_frontend.load(model)
+
+
+# --- GridSample / Col2Im -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode, padding, align", [
+    ("linear", "zeros", 0), ("nearest", "border", 1), ("cubic", "reflection", 0),
+    ("bilinear", "border", 0)])
+def test_grid_sample_modes_of_both_opsets(mode, padding, align, backend):
+    x, grid = randn(2, 3, 5, 6), rng.uniform(-1.2, 1.2, (2, 4, 3, 2)).astype(np.float32)
+    opset = 16 if mode in ("bilinear", "bicubic") else 22
+    node = helper.make_node("GridSample", ["x0", "x1"], ["y"], mode=mode, padding_mode=padding,
+                            align_corners=align)
+    model = model_of([node], [x, grid], ["y"], opset=opset, out_type=F)
+    # onnx's evaluator knows the opset-20 mode names only
+    check(model, [x, grid], backend, atol=1e-4, runtime=opset == 16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("image, block, attrs", [
+    ([5, 6], [2, 3], {}),
+    ([6, 7], [3, 2], {"strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 2, 1]}),
+    ([4, 3, 5], [2, 2, 3], {"strides": [1, 2, 1]}),
+])
+def test_col2im(image, block, attrs, backend):
+    dims = len(image)
+    strides = attrs.get("strides", [1] * dims)
+    dilations = attrs.get("dilations", [1] * dims)
+    pads = attrs.get("pads", [0] * 2 * dims)
+    counts = [(image[d] + pads[d] + pads[d + dims] - dilations[d] * (block[d] - 1) - 1)
+              // strides[d] + 1 for d in range(dims)]
+    x = randn(2, 3 * int(np.prod(block)), int(np.prod(counts)))
+    node = helper.make_node("Col2Im", ["x0", "image", "block"], ["y"], **attrs)
+    model = model_of([node], [x], ["y"], [("image", np.array(image, np.int64)),
+                                          ("block", np.array(block, np.int64))])
+    check(model, [x], backend, atol=1e-4)

@@ -1,11 +1,12 @@
-"""ONNX converters for inference-time no-ops and small normalizations: Dropout and
-MeanVarianceNormalization."""
+"""ONNX converters for inference-time no-ops, small normalizations and image rearranging:
+Dropout, MeanVarianceNormalization, GridSample and Col2Im."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Const
 from .onnx_convert import converter
+from .onnx_nn import window_ints
 
 
 @converter("Dropout", const_inputs=(1, 2))
@@ -39,3 +40,56 @@ def mean_variance_normalization(node):
     variance = node.call("mean", node.call("multiply", centred, centred), axes=axes,
                          keepdims=True)
     return node.call("divide", centred, node.call("sqrt", node.call("add", variance, 1e-9)))
+
+
+# ONNX 20 renamed GridSample's modes after their N-d meaning
+GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest",
+              "cubic": "bicubic", "bicubic": "bicubic"}
+
+
+@converter("GridSample")
+def grid_sample(node):
+    mode, padding = node.attr("mode", "bilinear"), node.attr("padding_mode", "zeros")
+    node.require(mode in GRID_MODES, f"attribute 'mode' = {mode!r} is none of "
+                                     f"{', '.join(GRID_MODES)}")
+    node.require(padding in ("zeros", "border", "reflection"),
+                 f"attribute 'padding_mode' = {padding!r} is none of zeros, border, reflection")
+    return node.call("nn.grid_sample", node.arg(0), node.arg(1), mode=GRID_MODES[mode],
+                     padding_mode=padding, align_corners=node.flag("align_corners", 0))
+
+
+@converter("Col2Im", const_inputs=(1, 2))
+def col2im(node):
+    """Sum sliding blocks back into an image: the columns times a constant 0/1 matrix that
+    sends each (block offset, block position) to its pixel (pixels in the padding drop)."""
+    x, image, block = node.arg(0), node.ints(1), node.ints(2)
+    dims = len(image)
+    node.require(dims >= 1 and len(block) == dims and all(v >= 1 for v in image + block),
+                 f"image_shape {image} and block_shape {block} must be as many sizes >= 1")
+    strides = window_ints(node, "strides", dims, 1)
+    dilations = window_ints(node, "dilations", dims, 1)
+    pads = window_ints(node, "pads", 2 * dims, 0)
+    kernel = int(np.prod(block))
+    counts = [(image[d] + pads[d] + pads[d + dims] - dilations[d] * (block[d] - 1) - 1)
+              // strides[d] + 1 for d in range(dims)]
+    positions = int(np.prod(counts))
+    node.require(x.rank == 3 and x.shape[1] % kernel == 0 and x.shape[2] == positions
+                 and min(counts) >= 1,
+                 f"input {x.type} must be (N, C * {kernel}, {positions}) for these blocks")
+    node.budget(kernel * positions * int(np.prod(image)), "the Col2Im scatter matrix")
+    offsets = np.indices(block).reshape(dims, kernel, 1)        # per kernel tap
+    starts = np.indices(counts).reshape(dims, 1, positions)     # per block position
+    step = np.array(strides).reshape(dims, 1, 1)
+    dilate = np.array(dilations).reshape(dims, 1, 1)
+    pixel = starts * step + offsets * dilate - np.array(pads[:dims]).reshape(dims, 1, 1)
+    inside = np.all((pixel >= 0) & (pixel < np.array(image).reshape(dims, 1, 1)), axis=0)
+    flat = np.ravel_multi_index(tuple(np.clip(pixel, 0, np.array(image).reshape(dims, 1, 1)
+                                              - 1)), image)
+    scatter = np.zeros((kernel * positions, int(np.prod(image))), dtype=x.dtype)
+    rows = np.arange(kernel * positions).reshape(kernel, positions)
+    scatter[rows[inside], flat[inside]] = 1
+    n, channels = x.shape[0], x.shape[1] // kernel
+    columns = node.call("reshape", x, shape=[n, channels, kernel * positions])
+    summed = node.call("matmul", columns, Const.of(scatter))
+    return node.call("reshape", summed, shape=[n, channels] + image)
+
