@@ -172,6 +172,18 @@ CASES = {
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       lambda: [torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8),
                                torch.randn(1, 2, 5, 4)]),
+    # pooling with torch's flat (H, W) indices; integer means truncate; divisor_override
+    "max_pool2d_indices": (lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                  return_indices=True)[1],
+                           lambda: [torch.randn(2, 3, 6, 7)]),
+    "max_pool1d_indices": (lambda x: F.max_pool1d(x, 2, dilation=2, return_indices=True)[1],
+                           lambda: [torch.randn(2, 9)]),
+    "avg_pool_int": (lambda x: F.avg_pool2d(x, 2, ceil_mode=True) + F.avg_pool1d(x[0], 3, 2, 1),
+                     lambda: [torch.tensor([[[-1, -2, 3, 4, 7], [5, 6, -9, 1, 2]]])]),
+    "pools_unbatched": (lambda x: F.avg_pool2d(x, 2) + F.max_pool2d(x, 2),
+                        lambda: [torch.randn(3, 4, 6)]),
+    "avg_pool_divisor": (lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, divisor_override=4),
+                         lambda: [torch.randn(1, 2, 6, 6)]),
     "factories": (lambda x: x + torch.zeros(3) + torch.ones_like(x) + torch.full_like(x, 2)
                   + torch.arange(0.5, 2.0, 0.5), lambda: [torch.randn(2, 3)]),
 }

@@ -269,27 +269,52 @@ def conv2d(b, x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 
 
 @aten("aten.max_pool2d.default")
 def max_pool2d(b, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    if x.rank == 3:  # an unbatched (C, H, W) image
+        return b.squeeze(max_pool2d(b, b.expand_dims(x, axes=[0]), kernel, stride, padding,
+                                    dilation, ceil_mode), axes=[0])
     padding = list(padding) * (2 if len(padding) == 1 else 1)
     return b.nn_max_pool2d(x, pool_size=list(kernel), strides=list(stride) or None,
                            padding=padding + padding, dilation=list(dilation),
                            ceil_mode=ceil_mode)
 
 
+def _pair(v, default=None) -> list:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return default if not v and default is not None else v * 2 if len(v) == 1 else v
+
+
+def _as_pool3d(b, pool: str, x, kernel, stride, padding, *args):
+    """A 2-d pool of (N, C, H, W) or (C, H, W) data as the 3-d pool `pool` converts it over
+    a unit depth: one copy of the window arithmetic (flat indices, exact integer means)."""
+    kernel = _pair(kernel)
+    volume = b.expand_dims(x, axes=[x.rank - 2])
+    y = ATEN[pool](b, volume, [1, *kernel], [1, *_pair(stride, kernel)],
+                   [0, *_pair(padding)], *args)
+    return tuple(b.squeeze(v, axes=[v.rank - 3]) for v in y) if isinstance(y, tuple) \
+        else b.squeeze(y, axes=[y.rank - 3])
+
+
 @aten("aten.max_pool2d_with_indices.default")
-def max_pool2d_with_indices(b, x, *args, **kwargs):
-    return max_pool2d(b, x, *args, **kwargs), None  # the indices are never used in inference
+def max_pool2d_with_indices(b, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1),
+                            ceil_mode=False):
+    """The pooled values and torch's indices: each maximum's flat position in its (H, W)
+    plane (unread indices are dropped with the calls that computed them)."""
+    _, indices = _as_pool3d(b, "aten.max_pool3d_with_indices.default", x, kernel, stride,
+                            padding, [1, *_pair(dilation)], ceil_mode)
+    return max_pool2d(b, x, kernel, stride, padding, dilation, ceil_mode), indices
 
 
 @aten("aten.avg_pool2d.default")
 def avg_pool2d(b, x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
                count_include_pad=True, divisor_override=None):
+    if divisor_override or not x.dtype.startswith(("float", "bfloat")):
+        # a window's sum over a divisor; integers summed exactly and divided as torch does
+        return _as_pool3d(b, "aten.avg_pool3d.default", x, kernel, stride, padding,
+                          ceil_mode, count_include_pad, divisor_override)
+    if x.rank == 3:  # an unbatched (C, H, W) image
+        return b.squeeze(avg_pool2d(b, b.expand_dims(x, axes=[0]), kernel, stride, padding,
+                                    ceil_mode, count_include_pad), axes=[0])
     padding = list(padding) * (2 if len(padding) == 1 else 1)
-    if divisor_override:  # the window's sum over the given divisor
-        if ceil_mode:
-            raise LegatoError("divisor_override with ceil_mode is not supported")
-        area = kernel[0] * kernel[-1]
-        y = avg_pool2d(b, x, kernel, stride, padding[:2], False, True)
-        return b.multiply(y, area / divisor_override)
     return b.nn_avg_pool2d(x, pool_size=list(kernel), strides=list(stride) or None,
                            padding=padding + padding, ceil_mode=ceil_mode,
                            count_include_pad=count_include_pad)
