@@ -298,3 +298,19 @@ def test_col2im(image, block, attrs, backend):
     model = model_of([node], [x], ["y"], [("image", np.array(image, np.int64)),
                                           ("block", np.array(block, np.int64))])
     check(model, [x], backend, atol=1e-4)
+
+
+# --- STFT --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("components, onesided, window", [(1, 1, False), (1, 0, True),
+                                                          (2, 0, True)])
+def test_stft(components, onesided, window, backend):
+    signal = randn(2, 40, components)
+    inits = [("step", np.int64(6)), ("length", np.int64(10))]
+    names = ["x0", "step", "", "length"]
+    if window:
+        inits.append(("window", np.hanning(10).astype(np.float32)))
+        names[2] = "window"
+    node = helper.make_node("STFT", names, ["y"], onesided=onesided)
+    check(model_of([node], [signal], ["y"], inits, opset=17), [signal], backend, atol=1e-4)

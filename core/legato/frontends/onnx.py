@@ -263,9 +263,11 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
     run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
 
 
-# attributes whose default onnx's shape inference cannot read from the function body
-# (MeanVarianceNormalization's body refers to `axes`, which is unset when left default)
-INFERENCE_DEFAULTS = {"MeanVarianceNormalization": ("axes", [0, 2, 3])}
+# attributes whose default onnx's shape inference gets wrong when left unset
+# (MeanVarianceNormalization's function body refers to `axes`; STFT's inference takes
+# onesided as 0 once frame_length is a constant)
+INFERENCE_DEFAULTS = {"MeanVarianceNormalization": ("axes", [0, 2, 3]),
+                      "STFT": ("onesided", 1)}
 
 
 def spell_out_defaults(graph) -> None:
