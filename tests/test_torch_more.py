@@ -100,6 +100,18 @@ CASES = {
                        + F.grid_sample(x, g, "nearest", "zeros", False),
                        lambda: [torch.randn(1, 2, 3, 4, 5), 1.3 * torch.randn(1, 2, 3, 4, 3)],
                        "aten.grid_sampler_3d.default"),
+    "hypot_copysign": (lambda x, y: torch.hypot(x, y) + torch.copysign(x, y)
+                       + torch.copysign(y, -1.0), lambda: [torch.randn(3, 4), torch.randn(4)],
+                       "aten.copysign.Tensor"),
+    "searchsorted": (lambda s, v: torch.searchsorted(s, v) + torch.searchsorted(s, v, right=True)
+                     + torch.bucketize(v, s[0]), lambda: [torch.sort(torch.randn(2, 5))[0],
+                                                         torch.randn(2, 3)],
+                     "aten.searchsorted.Tensor"),
+    "median_kthvalue": (lambda x: torch.median(x) + torch.median(x, 1).values.sum()
+                        + torch.kthvalue(x, 2, 0, keepdim=True).values,
+                        randn(5, 4), "aten.kthvalue.default"),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (2, 3), return_indices=True),
+                            randn(1, 2, 5, 7), "aten.adaptive_max_pool2d.default"),
 }
 
 

@@ -376,13 +376,14 @@ def avg_pool3d(b, x, kernel, stride=(), padding=0, ceil_mode=False, count_includ
     return quotient if x.dtype == "int64" else b.cast(quotient, dtype=x.dtype)
 
 
-def _window_cells(sizes, out_sizes, kernel, stride, padding, dilation) -> np.ndarray:
-    """(output cells, window taps) row-major input positions of each pooling window, the
-    padding as position prod(sizes)."""
+def _cells(sizes, taps) -> np.ndarray:
+    """(output cells, window taps) row-major input positions of pooling windows from each
+    axis' (outputs, taps) positions; a tap outside its axis (padding, or a short adaptive
+    window) becomes position prod(sizes), a cell of padding."""
     flat = np.zeros((1, 1), dtype=np.int64)
     inside = np.ones((1, 1), dtype=bool)
-    for n, o, k, s, p, d in zip(sizes, out_sizes, kernel, stride, padding, dilation):
-        cells = np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d  # (o, k)
+    for n, cells in zip(sizes, taps):
+        o, k = cells.shape
         flat = (flat[:, None, :, None] * n + cells[None, :, None, :]).reshape(
             flat.shape[0] * o, flat.shape[1] * k)
         inside = (inside[:, None, :, None] & ((cells >= 0) & (cells < n))[None, :, None, :]
@@ -390,18 +391,51 @@ def _window_cells(sizes, out_sizes, kernel, stride, padding, dilation) -> np.nda
     return np.where(inside, flat, math.prod(sizes))
 
 
-def _pool_indices(b, x, out_sizes, kernel, stride, padding, dilation):
-    """torch's max pooling indices: the row-major spatial position of each window's first
-    maximum."""
+def _window_cells(sizes, out_sizes, kernel, stride, padding, dilation) -> np.ndarray:
+    return _cells(sizes, [np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d
+                          for o, k, s, p, d in zip(out_sizes, kernel, stride, padding,
+                                                   dilation)])
+
+
+def _pool_by_cells(b, x, cells, out_sizes):
+    """The maximum of each window of (N, C, spatial...) data and torch's index of it: the
+    row-major spatial position of the window's first maximum."""
     n, c = x.shape[:2]
-    cells = _window_cells(x.shape[2:], out_sizes, kernel, stride, padding, dilation)
     lowest = -np.inf if x.dtype.startswith("float") else np.iinfo(x.dtype).min
     flat = b.concat(b.reshape(x, shape=[n, c, -1]),
                     Const.of(np.full((n, c, 1), lowest, dtype=x.dtype)), axis=2)
-    first = b.argmax(b.take(flat, Const.of(cells), axis=2), axis=3, keepdims=False)
+    patches = b.take(flat, Const.of(cells), axis=2)  # (n, c, cells, taps)
+    first = b.argmax(patches, axis=3, keepdims=False)
     offsets = Const.of(np.arange(cells.shape[0], dtype=np.int64) * cells.shape[1])
     indices = b.take(Const.of(cells.reshape(-1)), b.add(first, offsets), axis=0)
-    return b.reshape(indices, shape=[n, c, *out_sizes])
+    return (b.reshape(b.max(patches, axes=[3]), shape=[n, c, *out_sizes]),
+            b.reshape(indices, shape=[n, c, *out_sizes]))
+
+
+def _pool_indices(b, x, out_sizes, kernel, stride, padding, dilation):
+    cells = _window_cells(x.shape[2:], out_sizes, kernel, stride, padding, dilation)
+    return _pool_by_cells(b, x, cells, out_sizes)[1]
+
+
+def _adaptive_max(spatial: int):
+    def convert(b, x, output_size):
+        if x.rank == spatial + 1:  # unbatched
+            y = convert(b, b.expand_dims(x, axes=[0]), output_size)
+            return tuple(b.squeeze(v, axes=[0]) for v in y)
+        sizes, out = x.shape[2:], [int(m) for m in output_size]
+        taps = []
+        for n, m in zip(sizes, out):  # cell i: [floor(i n / m), ceil((i + 1) n / m))
+            starts = np.arange(m) * n // m
+            ends = -(-(np.arange(m) + 1) * n // m)
+            k = np.arange(int((ends - starts).max()))
+            taps.append(np.where(k[None, :] < (ends - starts)[:, None],
+                                 starts[:, None] + k[None, :], -1))
+        return _pool_by_cells(b, x, _cells(sizes, taps), out)
+    return convert
+
+
+aten("aten.adaptive_max_pool2d.default")(_adaptive_max(2))
+aten("aten.adaptive_max_pool3d.default")(_adaptive_max(3))
 
 
 @_batched
@@ -521,3 +555,81 @@ def grid_sampler(b, x, grid, interpolation_mode, padding_mode, align_corners):
     return b.nn_grid_sample(x, grid, mode=GRID_MODES[interpolation_mode],
                             padding_mode=GRID_PADDINGS[padding_mode],
                             align_corners=bool(align_corners))
+
+
+# --- elementwise odds and ends, sorted search, order statistics --------------------------------
+
+@aten("aten.hypot.default")
+def hypot(b, x, y):
+    return b.sqrt(b.add(b.multiply(x, x), b.multiply(y, y)))
+
+
+def _negative_sign(b, v):
+    """v's sign bit: below zero, or -0.0 (whose reciprocal is -inf)."""
+    return b.logical_or(b.less(v, 0.0), b.less(b.divide(1.0, v), 0.0))
+
+
+@aten("aten.copysign.Tensor", "aten.copysign.Scalar")
+def copysign(b, x, y):
+    if not x.dtype.startswith(("float", "bfloat")):  # torch computes integers in float32
+        x = b.cast(x, dtype="float32")
+    if not hasattr(y, "type"):
+        y = Const.of(np.array(y, dtype=x.dtype))
+    elif y.dtype != x.dtype:
+        y = b.cast(y, dtype=x.dtype)
+    size = b.abs(x)
+    return b.where(_negative_sign(b, y), b.negative(size), size)
+
+
+@aten("aten.searchsorted.Tensor", "aten.searchsorted.Scalar")
+def searchsorted(b, sequence, values, out_int32=False, right=False, side=None, sorter=None):
+    """How many entries of each sorted row lie below each value (right: at or below)."""
+    if sorter is not None:
+        sequence = b.gather_elements(sequence, sorter, axis=-1)
+    if not hasattr(values, "type"):
+        values = Const.of(np.array(values, dtype=sequence.dtype))
+    elif values.dtype != sequence.dtype:
+        common = np.result_type(values.dtype, sequence.dtype).name
+        values, sequence = (v if v.dtype == common else b.cast(v, dtype=common)
+                            for v in (values, sequence))
+    dtype = "int32" if out_int32 else "int64"
+    if sequence.shape[-1] == 0:  # nothing lies below
+        return Const.of(np.zeros(values.shape, dtype=dtype))
+    rows = b.expand_dims(sequence, axes=[sequence.rank - 1]) if sequence.rank > 1 else sequence
+    below = (b.less_equal if right or side == "right" else b.less)(
+        rows, b.expand_dims(values, axes=[values.rank]))
+    return b.sum(b.cast(below, dtype=dtype), axes=[-1])
+
+
+@aten("aten.bucketize.Tensor", "aten.bucketize.Scalar")
+def bucketize(b, x, boundaries, out_int32=False, right=False):
+    return searchsorted(b, boundaries, x, out_int32, right)
+
+
+def _kth_smallest(b, x, k: int, dim: int, keepdim: bool):
+    """The k-th smallest value along dim (1-based) and its index."""
+    if x.rank == 0:
+        return x, Const.of(np.int64(0))
+    dim = norm_axis(dim, x.rank, "dim")
+    values, indices = b.topk(x, k=k, axis=dim, largest=False)
+    picks = [b.strided_slice(v, begin=[k - 1], end=[k], axes=[dim]) for v in (values, indices)]
+    return tuple(p if keepdim else b.squeeze(p, axes=[dim]) for p in picks)
+
+
+@aten("aten.kthvalue.default")
+def kthvalue(b, x, k, dim=-1, keepdim=False):
+    return _kth_smallest(b, x, k, dim, keepdim)
+
+
+@aten("aten.median.dim")
+def median_dim(b, x, dim, keepdim=False):
+    n = x.shape[norm_axis(dim, x.rank, "dim")] if x.rank else 1
+    return _kth_smallest(b, x, (n - 1) // 2 + 1, dim, keepdim)
+
+
+@aten("aten.median.default")
+def median(b, x):
+    """The lower median of every element."""
+    flat = b.reshape(x, shape=[-1])
+    return b.reshape(_kth_smallest(b, flat, (flat.shape[0] - 1) // 2 + 1, 0, False)[0],
+                     shape=[])
