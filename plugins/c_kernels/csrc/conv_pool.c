@@ -91,6 +91,8 @@ int lgk_conv2d_out_shape(const lgk_conv2d_params *p, int64_t *oh, int64_t *ow)
  * (oy, ox) then reads one phase plane at "wide" index oy * wq + ox plus a fixed offset,
  * so for every tap an output row is one contiguous run of a phase plane, whatever the
  * padding, stride or dilation: the GEMM panels are filled by copies, not gathers.
+ * Pixels as rows gather their panel rows anyway (see pixel_panels), so they split
+ * no phases: one padded plane per channel, the strides applied by the gathers.
  */
 typedef struct {
     const lgk_conv2d_params *p;
@@ -104,6 +106,8 @@ typedef struct {
     int packed;    /* w holds packed panels */
     int direct;    /* unpadded: panels gathered straight from x, no phase planes */
     lgk_panel_layout layout;
+    int64_t qh, qw; /* the phase split: the strides, or 1 x 1 (one padded plane per
+                     * channel, strides applied by the pixel gathers) */
 } conv_job;
 
 static int is_pointwise(const lgk_conv2d_params *p)
@@ -170,7 +174,7 @@ __attribute__((target("avx512f"))) static void phase_planes_avx512(
     int64_t i1, int64_t a, int64_t b)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq, off_x = px - p->pad_left;
+    int64_t sh = j->qh, sw = j->qw, wq = j->wq, off_x = px - p->pad_left;
     for (int64_t c = 0; c < j->cg; ++c) {
         float *plane = ph + ((c * sh + py) * sw + px) * j->phase_plane;
         for (int64_t x = 0; x < j->phase_plane; x += 16)
@@ -202,7 +206,7 @@ static int phase_used(int64_t k, int64_t dil, int64_t stride, int64_t phase)
 LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t sh = p->stride_h, sw = p->stride_w, wq = j->wq;
+    int64_t sh = j->qh, sw = j->qw, wq = j->wq;
     int vectors = phase_rows_vectors(sw);
     (void)vectors; /* unused without the x86 kernels */
     for (int64_t px = 0; px < sw; ++px) {
@@ -249,7 +253,7 @@ LGK_CLONES static void make_phases(const conv_job *j, const float *xg, float *ph
 static void tap_offsets(const conv_job *j, int64_t *off)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t sh = p->stride_h, sw = p->stride_w, taps = p->kh * p->kw;
+    int64_t sh = j->qh, sw = j->qw, taps = p->kh * p->kw;
     int64_t per_channel = sh * sw * j->phase_plane;
     if (j->direct) { /* tap (c, ki, kj) of pixel (oy, ox) reads x[c, oy*sh + ki*dh, ox*sw + kj*dw] */
         for (int64_t c = 0; c < j->cg; ++c)
@@ -427,8 +431,8 @@ static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64
 {
     const lgk_conv2d_params *p = j->p;
     int64_t npad = (n + width - 1) / width * width;
-    int64_t row_step = j->direct ? p->stride_h * p->w : j->wq;
-    int64_t col_step = j->direct ? p->stride_w : 1;
+    int64_t row_step = j->direct ? p->stride_h * p->w : p->stride_h / j->qh * j->wq;
+    int64_t col_step = j->direct ? p->stride_w : p->stride_w / j->qw;
     for (int64_t i = 0; i < npad; ++i) {
         int64_t px = LGK_MIN(i, n - 1);
         s->qidx[i] = (int32_t)(px / j->ow * row_step + px % j->ow * col_step);
@@ -590,7 +594,7 @@ static int conv_images(void *ctx, int64_t begin, int64_t end)
     /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
     int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
     if (!pointwise) {
-        need[0] = j->direct ? 0 : j->cg * p->stride_h * p->stride_w * j->phase_plane;
+        need[0] = j->direct ? 0 : j->cg * j->qh * j->qw * j->phase_plane;
         need[1] = j->kg * ((n + width - 1) / width * width);
         need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
     }
@@ -643,33 +647,44 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                       const float *w, int64_t w_len, const float *bias, int64_t bias_len,
                       float *y, int64_t y_len, int activation, conv_job *j, int *done)
 {
-    int64_t oh, ow, kg, hp, wp, phases;
+    int64_t oh, ow, kg;
     LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
     LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
-                    y, activation, 1, 0, 0, 0, lgk_gemm_panel_layout(kg)};
+                    y, activation, 1, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1};
     /* Unpadded convs need no zeros: the panels are gathered from x itself, by int32
      * indices within an image's channel plane. */
     j->direct = p->pad_top == 0 && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0
                 && !is_pointwise(p) && p->h <= (INT32_MAX - 1) / LGK_MAX(p->w, (int64_t)1);
-    /* Phase planes: hq x wq, rounded up to whole cache lines. */
+    *done = p->n == 0 || p->o == 0;
+    return LGK_OK;
+}
+
+/* The phase planes: hq x wq, rounded up to whole cache lines. Pixels as rows split
+ * no phases: one zero-padded copy per channel, the strides applied by the pixel
+ * gathers (on small maps their loads are nearly free, while a stride-2 split built
+ * four planes of short permuted rows per channel). */
+static int phase_geometry(conv_job *j)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t hp, wp, phases;
+    j->qh = j->by_pixels ? 1 : p->stride_h;
+    j->qw = j->by_pixels ? 1 : p->stride_w;
     LGK_TRY(lgk_add(p->h, p->pad_top, &hp));
     LGK_TRY(lgk_add(hp, p->pad_bottom, &hp));
     LGK_TRY(lgk_add(p->w, p->pad_left, &wp));
     LGK_TRY(lgk_add(wp, p->pad_right, &wp));
-    j->hq = hp / p->stride_h + (hp % p->stride_h != 0);
-    j->wq = wp / p->stride_w + (wp % p->stride_w != 0);
+    j->hq = hp / j->qh + (hp % j->qh != 0);
+    j->wq = wp / j->qw + (wp % j->qw != 0);
     const int64_t pd[2] = {j->hq, j->wq};
     LGK_TRY(lgk_checked_count(2, pd, &j->phase_plane));
     LGK_TRY(lgk_add(j->phase_plane, 15, &phases));
     j->phase_plane = phases / 16 * 16;
-    const int64_t all[4] = {j->cg, p->stride_h, p->stride_w, j->phase_plane};
-    LGK_TRY(lgk_checked_count(4, all, &phases));
-    *done = p->n == 0 || p->o == 0;
-    return LGK_OK;
+    const int64_t all[4] = {j->cg, j->qh, j->qw, j->phase_plane};
+    return lgk_checked_count(4, all, &phases);
 }
 
 /* Bands of output rows bound the panel scratch and the result t; threads go to
@@ -677,12 +692,15 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
 static int conv_run(conv_job *j, int nthreads)
 {
     const lgk_conv2d_params *p = j->p;
+    LGK_TRY(phase_geometry(j));
     int64_t per_row = LGK_MAX(j->kg, j->by_pixels ? p->o : j->og), rows_budget, n;
     LGK_TRY(lgk_mul(per_row, j->wq + LGK_MAX(j->layout.mr, j->layout.nr), &n));
     rows_budget = PANEL_BUDGET / LGK_MAX(n, (int64_t)1);
     j->band_rows = LGK_MAX((int64_t)1, LGK_MIN(j->oh, rows_budget));
     /* pixel rows index a band's wide pixels with int32 (vector gathers) */
-    LGK_CHECK(!j->by_pixels || j->direct || j->band_rows * j->wq < INT32_MAX, LGK_ERR_SHAPE);
+    LGK_CHECK(!j->by_pixels || j->direct
+                  || j->band_rows * (p->stride_h / j->qh) * j->wq < INT32_MAX,
+              LGK_ERR_SHAPE);
     nthreads = lgk_clamp_threads(nthreads);
     int per_image = p->n >= nthreads;
     j->gemm_threads = per_image ? 1 : nthreads;
