@@ -314,3 +314,19 @@ def test_stft(components, onesided, window, backend):
         names[2] = "window"
     node = helper.make_node("STFT", names, ["y"], onesided=onesided)
     check(model_of([node], [signal], ["y"], inits, opset=17), [signal], backend, atol=1e-4)
+
+
+# --- TensorScatter -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode, axis, starts", [("linear", -2, [0, 3]), ("circular", 2, [5, 2]),
+                                                ("linear", 1, None)])
+def test_tensor_scatter_with_run_time_write_indices(mode, axis, starts, backend):
+    cache = randn(2, 3, 7, 4) if axis != 1 else randn(2, 7, 3)
+    shape = list(cache.shape)
+    shape[axis] = 3
+    update = randn(*shape)
+    arrays = [cache, update] + ([] if starts is None else [np.array(starts, np.int64)])
+    node = helper.make_node("TensorScatter", [f"x{i}" for i in range(len(arrays))], ["y"],
+                            mode=mode, axis=axis)
+    check(model_of([node], arrays, ["y"], opset=24), arrays, backend)

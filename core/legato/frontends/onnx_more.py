@@ -164,3 +164,32 @@ def stft(node):
     out_real, out_imag = fourier(node, framed(real), None if imag is None else framed(imag),
                                  length, length // 2 + 1 if onesided else length)
     return _as_complex(node, out_real, out_imag)
+
+
+@converter("TensorScatter")
+def tensor_scatter(node):
+    """The update written into the cache along `axis` from each batch entry's write index
+    (modulo the cache length when circular): scatter_elements with positions computed from
+    the indices, which may be run-time data."""
+    cache, update, starts = node.arg(0), node.arg(1), node.input(2)
+    axis = node.axis("axis", cache.rank, -2)
+    mode = node.attr("mode", "linear")
+    node.require(mode in ("linear", "circular"), f"attribute 'mode' = {mode!r} is none of "
+                                                 "linear, circular")
+    node.require(axis >= 1 and update.rank == cache.rank and all(
+        u == c for d, (u, c) in enumerate(zip(update.shape, cache.shape)) if d != axis) and
+        update.shape[axis] <= cache.shape[axis],
+        f"update {update.type} must match the cache {cache.type} but along axis {axis}")
+    steps = [1] * update.rank
+    steps[axis] = update.shape[axis]
+    positions = Const.of(np.arange(update.shape[axis], dtype=np.int64).reshape(steps))
+    if starts is not None:
+        node.require(starts.shape == (cache.shape[0],), f"write_indices {starts.type} must "
+                                                        f"hold one index per batch entry")
+        starts = node.call("reshape", node.call("cast", starts, dtype="int64"),
+                           shape=[cache.shape[0]] + [1] * (update.rank - 1))
+        positions = node.call("add", positions, starts)
+    if mode == "circular":
+        positions = node.call("remainder", positions, cache.shape[axis])
+    positions = node.call("broadcast_to", positions, shape=list(update.shape))
+    return node.call("scatter_elements", cache, positions, update, axis=axis)
