@@ -330,3 +330,23 @@ def test_tensor_scatter_with_run_time_write_indices(mode, axis, starts, backend)
     node = helper.make_node("TensorScatter", [f"x{i}" for i in range(len(arrays))], ["y"],
                             mode=mode, axis=axis)
     check(model_of([node], arrays, ["y"], opset=24), arrays, backend)
+
+
+# --- CausalConvWithState -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kernel, past, bias, activation", [
+    (4, True, True, "silu"), (3, False, False, "none"), (1, False, True, "swish")])
+def test_causal_conv_with_state(kernel, past, bias, activation, backend):
+    arrays = [randn(2, 5, 6), randn(5, 1, kernel)]
+    names = ["x0", "x1", "", ""]
+    if bias:
+        arrays.append(randn(5))
+        names[2] = f"x{len(arrays) - 1}"
+    if past:
+        arrays.append(randn(2, 5, kernel - 1))
+        names[3] = f"x{len(arrays) - 1}"
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
+    check(model_of([node], arrays, ["y", "state"], opset=27), arrays, backend, atol=1e-4)

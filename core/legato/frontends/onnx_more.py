@@ -193,3 +193,33 @@ def tensor_scatter(node):
         positions = node.call("remainder", positions, cache.shape[axis])
     positions = node.call("broadcast_to", positions, shape=list(update.shape))
     return node.call("scatter_elements", cache, positions, update, axis=axis)
+
+
+@converter("CausalConvWithState")
+def causal_conv_with_state(node):
+    """A depthwise 1-D convolution over the carried state followed by the input (zeros when
+    no state is given); the new state is the last k - 1 positions of that sequence."""
+    x, weight, bias, past = node.arg(0), node.arg(1), node.input(2), node.input(3)
+    activation = node.attr("activation", "none")
+    node.require(activation in ("none", "silu", "swish"),
+                 f"attribute 'activation' = {activation!r} is none of none, silu, swish")
+    node.require(x.rank == 3 and weight.rank == 3 and weight.shape[:2] == (x.shape[1], 1),
+                 f"input {x.type} and weight {weight.type} must be (N, C, L) and (C, 1, k)")
+    batch, channels, length = x.shape
+    carried = weight.shape[2] - 1
+    if past is None:
+        past = Const.of(np.zeros((batch, channels, carried), x.dtype))
+    node.require(past.shape == (batch, channels, carried),
+                 f"past_state {past.type} must be ({batch}, {channels}, {carried})")
+    sequence = x if carried == 0 else node.call("concat", past, x, axis=2)
+    y = node.call("nn.conv2d", node.call("expand_dims", sequence, axes=[2]),
+                  node.call("expand_dims", weight, axes=[2]), bias, strides=[1, 1],
+                  dilation=[1, 1], padding=[0, 0, 0, 0], groups=channels)
+    y = node.call("squeeze", y, axes=[2])
+    if activation != "none":
+        y = node.call("nn.silu", y)
+    if carried == 0:
+        return y, past
+    present = node.call("strided_slice", sequence, begin=[length], end=[length + carried],
+                        axes=[2])
+    return y, present
