@@ -350,3 +350,31 @@ def test_causal_conv_with_state(kernel, past, bias, activation, backend):
         names.pop()
     node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
     check(model_of([node], arrays, ["y", "state"], opset=27), arrays, backend, atol=1e-4)
+
+
+# --- LinearAttention ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rule, heads, per_key_decay, past", [
+    ("linear", (2, 2), False, False), ("gated", (4, 2), True, True),
+    ("delta", (2, 1), False, False), ("gated_delta", (4, 2), False, True)])
+def test_linear_attention(rule, heads, per_key_decay, past, backend):
+    (hq, hkv), batch, steps, dk, dv = heads, 2, 3, 4, 5
+    unit = lambda *shape: (randn(*shape) / 3).astype(np.float32)  # noqa: E731
+    arrays = [unit(batch, steps, hq * dk), unit(batch, steps, hkv * dk),
+              unit(batch, steps, hkv * dv)]
+    names = ["x0", "x1", "x2", "", "", ""]
+    extra = [(3, past, (batch, hkv, dk, dv)),
+             (4, rule.startswith("gated"), (batch, steps, hkv * dk if per_key_decay else hkv)),
+             (5, rule.endswith("delta"), (batch, steps, hkv))]
+    for slot, wanted, shape in extra:
+        if wanted:
+            value = unit(*shape)
+            arrays.append(-np.abs(value) if slot == 4 else
+                          1 / (1 + np.exp(-value)) if slot == 5 else value)
+            names[slot] = f"x{len(arrays) - 1}"
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("LinearAttention", names, ["y", "state"], update_rule=rule,
+                            q_num_heads=hq, kv_num_heads=hkv)
+    check(model_of([node], arrays, ["y", "state"], opset=27), arrays, backend, atol=1e-4)

@@ -183,3 +183,84 @@ def _sum(node, terms, dtype: str):
     for t in values[1:]:
         result = node.call("add", result, t)
     return result
+
+
+# --- LinearAttention --------------------------------------------------------------------------
+
+LINEAR_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+@converter("LinearAttention")
+def linear_attention(node):
+    """The recurrence run token by token (the sequence length is static): a state S of
+    (B, H_kv, d_k, d_v) decayed by exp(decay) (gated rules), updated by k v^T or by the
+    delta rule's beta k (v - S^T k), read out as scale q^T S per query head."""
+    dtype = node.arg(0).dtype
+    # half-precision inputs run the recurrence in float32, as the operator's function does
+    wide = "float32" if dtype in ("float16", "bfloat16") else dtype
+    query, key, value, past, decay, beta = (
+        None if x is None else x if x.dtype == wide else node.call("cast", x, dtype=wide)
+        for x in (node.input(i) for i in range(6)))
+    node.require(query is not None and key is not None and value is not None,
+                 "query, key and value are required")
+    rule = node.attr("update_rule", "gated_delta")
+    node.require(rule in LINEAR_RULES, f"attribute 'update_rule' = {rule!r} is none of "
+                                       f"{', '.join(LINEAR_RULES)}")
+    q_heads, kv_heads = node.positive("q_num_heads", 1), node.positive("kv_num_heads", 1)
+    batch, steps = query.shape[:2]
+    node.require(all(t.rank == 3 and t.shape[:2] == (batch, steps) for t in (query, key, value))
+                 and q_heads % kv_heads == 0 and query.shape[2] % q_heads == 0
+                 and value.shape[2] % kv_heads == 0
+                 and key.shape[2] == query.shape[2] // q_heads * kv_heads,
+                 f"query {query.type}, key {key.type} and value {value.type} do not fit "
+                 f"{q_heads} query and {kv_heads} key/value heads")
+    dk, dv = query.shape[2] // q_heads, value.shape[2] // kv_heads
+    gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    node.require(not gated or decay is not None, f"update_rule {rule!r} needs decay (input 4)")
+    node.require(not delta or beta is not None, f"update_rule {rule!r} needs beta (input 5)")
+    scale = node.attr("scale", 0.0) or 1.0 / math.sqrt(dk)
+
+    def heads(x, count):   # (B, T, count * d) -> (B, count, T, d)
+        x = node.call("reshape", x, shape=[batch, steps, count, x.shape[2] // count])
+        return node.call("permute_dims", x, axes=[0, 2, 1, 3])
+
+    def at(x, t):          # step t of (B, H, T, ...) -> (B, H, ...)
+        return node.call("take", x, Const.of(np.array(t, np.int64)), axis=2)
+    q, k, v = heads(query, q_heads), heads(key, kv_heads), heads(value, kv_heads)
+    if gated:
+        node.require(decay.rank == 3 and decay.shape[:2] == (batch, steps) and decay.shape[2]
+                     in (kv_heads * dk, kv_heads), f"decay {decay.type} must be (B, T, "
+                                                   f"{kv_heads * dk} or {kv_heads})")
+        decay = node.call("exp", heads(decay, kv_heads))          # (B, H_kv, T, d_k or 1)
+    if delta:
+        node.require(beta.rank == 3 and beta.shape[:2] == (batch, steps) and beta.shape[2]
+                     in (kv_heads, 1), f"beta {beta.type} must be (B, T, {kv_heads} or 1)")
+        beta = heads(beta, beta.shape[2])                          # (B, H_kv or 1, T, 1)
+    shape = (batch, kv_heads, dk, dv)
+    state = Const.of(np.zeros(shape, query.dtype)) if past is None else past
+    node.require(state.shape == shape, f"past_state {state.type} must be {list(shape)}")
+    group = q_heads // kv_heads
+    outputs = []
+    for t in range(steps):
+        k_col = node.call("expand_dims", at(k, t), axes=[3])      # (B, H, d_k, 1)
+        v_row = node.call("expand_dims", at(v, t), axes=[2])      # (B, H, 1, d_v)
+        if gated:
+            state = node.call("multiply", state, node.call("expand_dims", at(decay, t),
+                                                           axes=[3]))
+        if delta:
+            k_row = node.call("permute_dims", k_col, axes=[0, 1, 3, 2])
+            v_row = node.call("subtract", v_row, node.call("matmul", k_row, state))
+            v_row = node.call("multiply", v_row, node.call("expand_dims", at(beta, t),
+                                                           axes=[3]))
+        state = node.call("add", state, node.call("multiply", k_col, v_row))
+        shared = state if group == 1 else node.call("reshape", node.call(
+            "broadcast_to", node.call("expand_dims", state, axes=[2]),
+            shape=[batch, kv_heads, group, dk, dv]), shape=[batch, q_heads, dk, dv])
+        q_row = node.call("expand_dims", at(q, t), axes=[2])      # (B, H_q, 1, d_k)
+        outputs.append(node.call("multiply", node.call("matmul", q_row, shared), scale))
+    out = node.call("concat", *outputs, axis=2) if steps > 1 else outputs[0]  # (B,Hq,T,dv)
+    out = node.call("reshape", node.call("permute_dims", out, axes=[0, 2, 1, 3]),
+                    shape=[batch, steps, q_heads * dv])
+    if wide != dtype:
+        return node.call("cast", out, dtype=dtype), node.call("cast", state, dtype=dtype)
+    return out, state
