@@ -75,3 +75,11 @@ def test_a_view_read_past_its_values_is_excluded_not_failed():
 def test_a_refusal_keeps_its_whole_reason():
     text = "aten.x (x): dropout_p=0.5 (refused: a random op (results are deterministic)) more"
     assert tc._refusal(text) == "a random op (results are deterministic)"
+
+
+def test_an_out_of_scope_dtype_is_excluded_by_name():
+    found = tc.run(("nn.functional.upsample_bilinear",), backends=("cpu_ref",),
+                   dtypes=("uint8", "float32"), max_samples=1)
+    uint8 = [o for o in found if o.case.startswith("uint8")]
+    assert uint8 and all(o.status == "excluded" and "fixed-point" in o.reason for o in uint8)
+    assert [o.status for o in found if o.case.startswith("float32")] == ["passed"]

@@ -130,6 +130,10 @@ CASES = {
                     + F.interpolate(x, size=(2, 3), mode="bilinear", align_corners=True)
                     + F.interpolate(x, size=(2, 3), mode="nearest-exact"),
                     lambda: [torch.randn(1, 2, 5, 7)]),
+    "bilinear_align_corners_scale": (lambda x: F.interpolate(
+        x, scale_factor=1.7, mode="bilinear", align_corners=True) + F.interpolate(
+        x, scale_factor=0.6, mode="bilinear", align_corners=True).sum(),
+        lambda: [torch.randn(1, 2, 4, 4)]),
     "adaptive_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, (2, 3))[..., :1, :]
                           + F.adaptive_avg_pool2d(x, (3, 3))[..., :1, :],
                           lambda: [torch.randn(1, 2, 5, 6)]),

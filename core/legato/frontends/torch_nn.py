@@ -133,6 +133,8 @@ def _resize(b, x, output_size, scale_factors, mode, coordinates, nearest_mode="f
     else:
         scales = [float(s) for s in scale_factors]
         sizes = [int(math.floor(x.shape[a] * s)) for a, s in zip(axes, scales)]
+        if coordinates == "align_corners":  # torch aligns the corners of the whole sizes
+            scales = [s / x.shape[a] for a, s in zip(axes, sizes)]
     for axis, size, scale in zip(axes, sizes, scales):
         if size == x.shape[axis] and scale == 1:
             continue
