@@ -378,3 +378,17 @@ def test_linear_attention(rule, heads, per_key_decay, past, backend):
     node = helper.make_node("LinearAttention", names, ["y", "state"], update_rule=rule,
                             q_num_heads=hq, kv_num_heads=hkv)
     check(model_of([node], arrays, ["y", "state"], opset=27), arrays, backend, atol=1e-4)
+
+
+# --- Det -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["batched", "pivoting", "singular", "one"])
+def test_det(case, backend):
+    x = {"batched": randn(2, 3, 5, 5),
+         "pivoting": np.array([[0, 2, 1], [3, 0, 4], [1, 5, 0]], np.float32),
+         "singular": np.array([[[1, 2, 3], [2, 4, 6], [0, 1, 1]], [[0, 0, 0], [1, 2, 3],
+                                                                 [4, 5, 6]]], np.float32),
+         "one": randn(3, 1, 1)}[case]
+    node = helper.make_node("Det", ["x0"], ["y"])
+    check(model_of([node], [x], ["y"]), [x], backend, atol=1e-4)
