@@ -392,3 +392,27 @@ def test_det(case, backend):
          "one": randn(3, 1, 1)}[case]
     node = helper.make_node("Det", ["x0"], ["y"])
     check(model_of([node], [x], ["y"]), [x], backend, atol=1e-4)
+
+
+# --- RoiAlign ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode, transform, scale", [("avg", "half_pixel", 0.5),
+                                                    ("avg", "output_half_pixel", 1.0),
+                                                    ("max", "half_pixel", 1.0)])
+def test_roi_align_with_run_time_boxes(mode, transform, scale, backend):
+    x = randn(2, 3, 8, 9)
+    rois = np.array([[0.5, 1.2, 6.3, 7.9], [-2.0, -1.5, 3.0, 2.2], [4.0, 3.0, 12.5, 11.0],
+                     [2.0, 2.0, 2.4, 2.3]], np.float32) / scale
+    batch = np.array([1, 0, 1, 0], np.int64)
+    node = helper.make_node("RoiAlign", ["x0", "x1", "x2"], ["y"], mode=mode,
+                            coordinate_transformation_mode=transform, output_height=3,
+                            output_width=4, sampling_ratio=2, spatial_scale=scale)
+    check(model_of([node], [x, rois, batch], ["y"]), [x, rois, batch], backend, atol=1e-4)
+
+
+def test_roi_align_with_an_adaptive_sampling_ratio_is_refused():
+    node = helper.make_node("RoiAlign", ["x0", "x1", "x2"], ["y"], name="roi")
+    model = model_of([node], [randn(1, 2, 4, 4), randn(3, 4), np.zeros(3, np.int64)], ["y"])
+    with pytest.raises(LegatoError, match="RoiAlign node 'roi'.*sampling_ratio"):
+        onnx_frontend.load(model)

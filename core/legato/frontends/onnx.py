@@ -20,7 +20,7 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
-from . import onnx_attention, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn
+from . import onnx_attention, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn, onnx_roi
 from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import CONVERTERS, Node, Refused, onnx_dtype
 from .onnx_fold import fold_calls, foldable
@@ -29,7 +29,7 @@ from .onnx_tensors import (check_shape, check_size, external_tensors, load_exter
                            tensor_array)
 
 CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention, onnx_more, onnx_control,
-                     onnx_rnn)
+                     onnx_rnn, onnx_roi)
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
