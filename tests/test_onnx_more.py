@@ -416,3 +416,14 @@ def test_roi_align_with_an_adaptive_sampling_ratio_is_refused():
     model = model_of([node], [randn(1, 2, 4, 4), randn(3, 4), np.zeros(3, np.int64)], ["y"])
     with pytest.raises(LegatoError, match="RoiAlign node 'roi'.*sampling_ratio"):
         onnx_frontend.load(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_roi_pool_with_run_time_boxes(backend):
+    x = randn(2, 3, 8, 9)
+    rois = np.array([[1, 0.4, 1.2, 6.3, 7.9], [0, -2.0, -1.5, 3.0, 2.2], [1, 4.0, 3.0, 12.5, 11.0],
+                     [0, 2.0, 2.0, 2.4, 2.3], [1, 7.0, 1.0, 7.0, 1.0]], np.float32)
+    node = helper.make_node("MaxRoiPool", ["x0", "x1"], ["y"], pooled_shape=[3, 2],
+                            spatial_scale=0.9)
+    model = model_of([node], [x, rois], ["y"], opset=21, out_type=F)
+    check(model, [x, rois], backend, runtime=True)   # onnx's evaluator has no MaxRoiPool

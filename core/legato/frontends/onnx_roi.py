@@ -90,3 +90,54 @@ def roi_align(node):
     else:
         pooled = node.call("max", value, axes=[2, 4])
     return node.call("permute_dims", pooled, axes=[0, 3, 1, 2])
+
+
+def _bin_masks(node, start, end, size: int, bins: int):
+    """(R, bins, size) bool: which pixels along one axis each bin of each box covers, with
+    the box rounded to pixels (half away from zero) and at least one pixel long."""
+    start, end = (node.call("multiply", node.call("sign", v), node.call(
+        "floor", node.call("add", node.call("abs", v), 0.5))) for v in (start, end))
+    extent = node.call("maximum", node.call("add", node.call("subtract", end, start), 1.0), 1.0)
+    bin_size = node.call("divide", extent, float(bins))                       # (R, 1)
+    index = Const.of(np.arange(bins, dtype=start.dtype))
+    low = node.call("add", node.call("floor", node.call("multiply", bin_size, index)), start)
+    high = node.call("add", node.call("ceil", node.call("multiply", bin_size,
+                                                        node.call("add", index, 1.0))), start)
+    low, high = (node.call("expand_dims", node.call("clip", v, min=0.0, max=float(size)),
+                           axes=[2]) for v in (low, high))                   # (R, bins, 1)
+    pixel = Const.of(np.arange(size, dtype=start.dtype))
+    return node.call("logical_and", node.call("greater_equal", pixel, low),
+                     node.call("less", pixel, high))
+
+
+@converter("MaxRoiPool")
+def max_roi_pool(node):
+    """The maximum over each bin of each box (0 for an empty bin): the box's image is
+    gathered, and bins are masks over its rows and columns computed from the run-time box."""
+    x, rois = node.arg(0), node.arg(1)
+    node.require(x.rank == 4 and rois.rank == 2 and rois.shape[1] == 5,
+                 f"X {x.type} and rois {rois.type} must be (N, C, H, W) and (R, 5)")
+    pooled = node.attr("pooled_shape")
+    node.require(len(pooled) == 2 and min(pooled) >= 1,
+                 f"attribute 'pooled_shape' = {pooled} must be two sizes of at least 1")
+    _, channels, height, width = x.shape
+    count = rois.shape[0]
+    node.budget(count * channels * pooled[0] * pooled[1] * height * width,
+                "the MaxRoiPool masked windows")
+    column = [node.call("strided_slice", rois, begin=[i], end=[i + 1], axes=[1])
+              for i in range(5)]
+    scale = node.attr("spatial_scale", 1.0)
+    x1, y1, x2, y2 = (node.call("multiply", c, scale) for c in column[1:])
+    rows = _bin_masks(node, y1, y2, height, pooled[0])                        # (R, ph, H)
+    cols = _bin_masks(node, x1, x2, width, pooled[1])                         # (R, pw, W)
+    mask = node.call("logical_and",
+                     node.call("reshape", rows, shape=[count, 1, pooled[0], 1, height, 1]),
+                     node.call("reshape", cols, shape=[count, 1, 1, pooled[1], 1, width]))
+    image = node.call("take", x, node.call("cast", node.call("reshape", column[0], shape=[-1]),
+                                           dtype="int64"), axis=0)        # (R, C, H, W)
+    image = node.call("reshape", image, shape=[count, channels, 1, 1, height, width])
+    lowest = Const.of(np.array(np.finfo(x.dtype).min, x.dtype))
+    best = node.call("max", node.call("where", mask, image, lowest), axes=[4, 5])
+    covered = node.call("reshape", node.call("max", node.call("cast", mask, dtype=x.dtype),
+                                             axes=[4, 5]), shape=[count, 1] + pooled)
+    return node.call("where", node.call("greater", covered, 0.0), best, 0.0)
