@@ -427,3 +427,20 @@ def test_max_roi_pool_with_run_time_boxes(backend):
                             spatial_scale=0.9)
     model = model_of([node], [x, rois], ["y"], opset=21, out_type=F)
     check(model, [x, rois], backend, runtime=True)   # onnx's evaluator has no MaxRoiPool
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("groups, offset_groups, strides, dilations, pads, masked", [
+    (1, 1, [1, 1], [1, 1], [0, 0, 0, 0], False),
+    (2, 2, [2, 1], [1, 2], [1, 0, 1, 2], True)])
+def test_deform_conv(groups, offset_groups, strides, dilations, pads, masked, backend):
+    x, w = randn(2, 4, 6, 7), randn(6, 4 // groups, 2, 3)
+    out_h = (6 + pads[0] + pads[2] - dilations[0] * 1 - 1) // strides[0] + 1
+    out_w = (7 + pads[1] + pads[3] - dilations[1] * 2 - 1) // strides[1] + 1
+    arrays = [x, w, randn(2, offset_groups * 6 * 2, out_h, out_w), randn(6)]
+    if masked:
+        arrays.append(rng.uniform(0, 1, (2, offset_groups * 6, out_h, out_w)).astype(np.float32))
+    node = helper.make_node("DeformConv", [f"x{i}" for i in range(len(arrays))], ["y"],
+                            group=groups, offset_group=offset_groups, strides=strides,
+                            dilations=dilations, pads=pads)
+    check(model_of([node], arrays, ["y"], opset=22), arrays, backend, atol=1e-4)

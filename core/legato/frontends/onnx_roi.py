@@ -1,4 +1,5 @@
-"""ONNX RoiAlign: bilinear samples at positions computed from run-time boxes, gathered
+"""ONNX ops that sample at run-time positions: RoiAlign and MaxRoiPool (boxes) and DeformConv
+(offsets); RoiAlign's bilinear samples are gathered
 from the feature map and averaged (or maxed) per output bin."""
 from __future__ import annotations
 
@@ -141,3 +142,67 @@ def max_roi_pool(node):
     covered = node.call("reshape", node.call("max", node.call("cast", mask, dtype=x.dtype),
                                              axes=[4, 5]), shape=[count, 1] + pooled)
     return node.call("where", node.call("greater", covered, 0.0), best, 0.0)
+
+
+@converter("DeformConv")
+def deform_conv(node):
+    """2-D deformable convolution: every kernel tap samples the input bilinearly (zeros
+    outside) at its shifted position by nn.grid_sample, the samples are scaled by the mask,
+    and the taps are contracted with the weights per group by a matmul."""
+    x, w, offset, bias, mask = (node.input(i) for i in range(5))
+    node.require(x is not None and w is not None and offset is not None,
+                 "X, W and offset are required")
+    node.require(x.rank == 4 and w.rank == 4, f"X {x.type} and W {w.type} must be 4-D "
+                                               "(2-D deformable convolution)")
+    n, channels, height, width = x.shape
+    out_channels, group_channels, kh, kw = w.shape
+    groups, offset_groups = node.positive("group", 1), node.positive("offset_group", 1)
+    strides = list(node.attr("strides", [1, 1]))
+    dilations = list(node.attr("dilations", [1, 1]))
+    pads = list(node.attr("pads", [0, 0, 0, 0]))
+    taps = kh * kw
+    node.require(list(node.attr("kernel_shape", [kh, kw])) == [kh, kw] and
+                 channels == group_channels * groups and out_channels % groups == 0 and
+                 channels % offset_groups == 0 and offset.rank == 4 and
+                 offset.shape[:2] == (n, offset_groups * taps * 2) and height > 1 and width > 1,
+                 f"X {x.type}, W {w.type} and offset {offset.type} do not fit group {groups} "
+                 f"and offset_group {offset_groups}")
+    out_h, out_w = offset.shape[2:]
+    points = out_h * out_w
+    # each tap's position before its offset: (taps, points)
+    tap_h, tap_w = np.meshgrid(np.arange(kh) * dilations[0], np.arange(kw) * dilations[1],
+                               indexing="ij")
+    at_h, at_w = np.meshgrid(np.arange(out_h) * strides[0] - pads[0],
+                             np.arange(out_w) * strides[1] - pads[1], indexing="ij")
+    base_h = Const.of((tap_h.reshape(-1, 1) + at_h.reshape(1, -1)).astype(x.dtype))
+    base_w = Const.of((tap_w.reshape(-1, 1) + at_w.reshape(1, -1)).astype(x.dtype))
+    shifts = node.call("reshape", offset, shape=[n * offset_groups, taps, 2, points])
+
+    def normalized(index, base, size):     # grid_sample's [-1, 1] with align_corners
+        shift = node.call("squeeze", node.call("strided_slice", shifts, begin=[index],
+                                               end=[index + 1], axes=[2]), axes=[2])
+        position = node.call("add", shift, base)
+        return node.call("expand_dims", node.call("subtract", node.call(
+            "multiply", node.call("divide", position, float(size - 1)), 2.0), 1.0), axes=[3])
+    grid = node.call("concat", normalized(1, base_w, width), normalized(0, base_h, height),
+                     axis=3)                                           # (N*og, taps, P, 2)
+    data = node.call("reshape", x, shape=[n * offset_groups, channels // offset_groups,
+                                          height, width])
+    samples = node.call("nn.grid_sample", data, grid, mode="bilinear", padding_mode="zeros",
+                        align_corners=True)                            # (N*og, C/og, taps, P)
+    samples = node.call("reshape", samples, shape=[n, offset_groups, channels // offset_groups,
+                                                   taps, points])
+    if mask is not None:
+        node.require(mask.shape == (n, offset_groups * taps, out_h, out_w),
+                     f"mask {mask.type} must be ({n}, {offset_groups * taps}, {out_h}, "
+                     f"{out_w})")
+        scale = node.call("reshape", mask, shape=[n, offset_groups, 1, taps, points])
+        samples = node.call("multiply", samples, scale)
+    columns = node.call("reshape", samples, shape=[n, groups, group_channels * taps, points])
+    weights = node.call("reshape", w, shape=[1, groups, out_channels // groups,
+                                             group_channels * taps])
+    y = node.call("reshape", node.call("matmul", weights, columns),
+                  shape=[n, out_channels, out_h, out_w])
+    if bias is not None:
+        y = node.call("add", y, node.call("reshape", bias, shape=[1, out_channels, 1, 1]))
+    return y
