@@ -1,6 +1,5 @@
-"""ONNX ops that sample at run-time positions: RoiAlign and MaxRoiPool (boxes) and DeformConv
-(offsets); RoiAlign's bilinear samples are gathered
-from the feature map and averaged (or maxed) per output bin."""
+"""ONNX ops that sample at run-time positions: RoiAlign and MaxRoiPool (boxes), DeformConv
+(offsets). Shapes stay static; only the gathered positions and masks depend on the data."""
 from __future__ import annotations
 
 import numpy as np
