@@ -95,6 +95,8 @@ def test_mean_variance_normalization(axes, backend):
     ("RandomNormalLike", ["x0"], {}, "random"),
     ("NonZero", ["x0"], {}, "depends on the data"),
     ("Unique", ["x0"], {}, "depends on the data"),
+    ("ImageDecoder", ["x0"], {}, "decoded size is in the data"),
+    ("SequenceEmpty", [], {}, "sequences"),
 ])
 def test_ops_refused_by_design_name_the_op_and_the_reason(op, inputs, attrs, why):
     node = helper.make_node(op, inputs, ["y"], name="n1", **attrs)

@@ -186,6 +186,8 @@ REFUSED_BY_DESIGN = {
                      "TfIdfVectorizer"), _NOT_TENSORS.format("strings")),
     **dict.fromkeys(("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"),
                     "a training loss (legato imports inference graphs)"),
+    "ImageDecoder": "decodes compressed image bytes, whose decoded size is in the data "
+                    "(legato has static shapes)",
 }
 
 
