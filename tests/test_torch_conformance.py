@@ -83,3 +83,12 @@ def test_an_out_of_scope_dtype_is_excluded_by_name():
     uint8 = [o for o in found if o.case.startswith("uint8")]
     assert uint8 and all(o.status == "excluded" and "fixed-point" in o.reason for o in uint8)
     assert [o.status for o in found if o.case.startswith("float32")] == ["passed"]
+
+
+def test_reduction_indices_are_checked_by_the_values_they_select():
+    import numpy as np
+    data = np.array([[3, 1, 3], [0, 2, 2]])
+    # ties: index 0 or 2 of row 0 and 1 or 2 of row 1 select the same values
+    assert np.array_equal(tc._selected(data, np.array([2, 1]), 1), [3, 2])
+    assert np.array_equal(tc._selected(data, np.array([0, 2]), 1), [3, 2])
+    assert np.array_equal(tc._selected(data, np.array([[2], [1]]), -1), [[3], [2]])

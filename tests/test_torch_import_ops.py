@@ -162,6 +162,9 @@ CASES = {
     "any_uint8": (lambda x: torch.any(x, 1) + torch.all(x), lambda: [
         torch.tensor([[0, 2], [0, 0]], dtype=torch.uint8)]),
     "any_scalar": (lambda x: torch.any(x, 0), lambda: [torch.tensor(3)]),
+    "max_min_dim_scalar": (lambda x: torch.max(x, 0)[0] + torch.min(x, -1, keepdim=True)[1],
+                           lambda: [torch.tensor(1.5)]),
+    "fold": (nn.Fold(output_size=(4, 5), kernel_size=(2, 3)), lambda: [torch.randn(1, 6, 9)]),
     "index_select_scalar": (lambda x, i: torch.index_select(x, 0, i),
                             lambda: [torch.tensor(2.5), torch.tensor([0])]),
     "vector_norms": (lambda x: torch.linalg.vector_norm(x, -math.inf, 1) + torch.linalg.

@@ -244,17 +244,22 @@ SELECTIONS = ("topk", "sort", "max", "min", "kthvalue", "mode", "median", "max.r
 
 def _dim(name: str, sample) -> int:
     args = list(sample.args)
-    position = 1 if name == "topk" else 0
+    position = 1 if name in ("topk", "kthvalue") else 0  # after k
     return sample.kwargs.get("dim", args[position] if len(args) > position and
                              isinstance(args[position], int) and
                              not isinstance(args[position], bool) else -1)
 
 
 def _selected(data, indices, dim: int):
+    """The values `indices` select along `dim` (a reduction's indices without keepdim
+    too)."""
     data, indices = np.asarray(data), np.asarray(indices)
-    if data.ndim == 0 or indices.ndim != data.ndim:
+    reduced = indices.ndim == data.ndim - 1
+    if data.ndim == 0 or not (reduced or indices.ndim == data.ndim):
         return indices
-    return np.take_along_axis(data, indices.astype(np.int64), axis=dim)
+    index = np.expand_dims(indices, dim) if reduced else indices
+    values = np.take_along_axis(data, index.astype(np.int64), axis=dim)
+    return np.squeeze(values, dim) if reduced else values
 
 
 def compare(ops: list[str], got: np.ndarray, want: np.ndarray) -> str | None:

@@ -15,7 +15,7 @@ KEEP = ("aten.layer_norm.default", "aten.gelu.default", "aten.softmax.int",
         "aten.log_softmax.int", "aten.scaled_dot_product_attention.default",
         "aten.linear.default", "aten.conv2d.default", "aten.silu.default",
         "aten.group_norm.default", "aten.instance_norm.default", "aten.batch_norm.default",
-        "aten.max_pool2d.default")
+        "aten.max_pool2d.default", "aten.col2im.default")
 
 
 RANDOM = "a random op (legato's results are deterministic)"

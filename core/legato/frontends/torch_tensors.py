@@ -242,6 +242,9 @@ aten("aten.argmax.default")(_arg("argmax"))
 
 def _extreme(op: str):
     def convert(b, x, dim, keepdim=False):
+        if x.rank == 0:  # dim 0 or -1 of a scalar: the scalar, at index 0
+            norm_axis(dim, 1, "dim")
+            return x, Const.of(np.int64(0))
         return (b.call(op, x, axes=[dim], keepdims=keepdim),
                 b.call("arg" + op, x, axis=dim, keepdims=keepdim))
     return convert
