@@ -189,3 +189,16 @@ def test_converter_matches_the_aten_op(name):
         got = legato.compile(b.build(result), "cpu_ref")(*(t.numpy() for t in tensors))
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
     assert got.shape == tuple(want.shape) and got.dtype == want.numpy().dtype
+
+
+def test_every_core_aten_op_is_mapped_or_refused_with_a_reason():
+    """Core ATen (the ops tagged torch.Tag.core): each has a converter, or the importer
+    refuses it on purpose and says why (backward, random, data-dependent, complex, ...)."""
+    from legato.frontends.torch_ops import ATEN, refusal
+    core = {f"aten.{packet}.{overload}" for packet in dir(torch.ops.aten)
+            if isinstance(getattr(torch.ops.aten, packet, None), torch._ops.OpOverloadPacket)
+            for overload in getattr(torch.ops.aten, packet).overloads()
+            if torch.Tag.core in getattr(getattr(torch.ops.aten, packet), overload).tags}
+    assert len(core) > 150
+    missing = sorted(op for op in core if op not in ATEN and not refusal(op))
+    assert not missing, f"core ATen ops with neither a converter nor a refusal: {missing}"
