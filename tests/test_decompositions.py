@@ -679,6 +679,11 @@ case("erfc-tail-relative", "erfc", lambda rng: [positive(rng, 4, 6, low=2.0, hig
      rtol=1e-5, atol=0.0)
 case("erfc-specials", "erfc", lambda rng: [np.array([0.0, -1.0, 1.0, -9.0, 10.0, np.inf, -np.inf,
                                                      np.nan], F32)])
+case("erfcx", "erfcx", unary(4, 6, scale=3.0))
+case("erfcx-tail-relative", "erfcx", lambda rng: [positive(rng, 4, 6, low=2.0, high=1e4)],
+     rtol=1e-5, atol=0.0)
+case("erfcx-specials", "erfcx", lambda rng: [np.array([0.0, -1.0, 1.0, -9.0, 30.0, 1e30, np.inf,
+                                                       -np.inf, np.nan], F32)])
 case("lgamma", "lgamma", unary(4, 6, scale=6.0))
 case("digamma", "digamma", unary(4, 6, scale=6.0))
 case("digamma-poles-and-specials", "digamma", lambda rng: [np.array(

@@ -235,20 +235,39 @@ ERFC_TAIL = (-1.520212176e-1, 4.740887386e-2, 1.564193784e-1, -1.394648379e-1,
              -3.663540452e-2, -1.672088335e-1, 5.107913545e-1)
 
 
-@_single("erfc", float_unary_infer, FLOATS, aten="erfc",
-         tolerance=3e-4)  # as erf's, which it is computed from below 1
-def erfc(b, x):
-    """`1 - erf(a)`, accurate relative to itself in the right tail"""
-    size = b.abs(x)
+def _erfc_tail_over_exp(b, size):
+    """exp(t^2) erfc(t) for t = max(size, 1): h(1/t) / t."""
     t = b.maximum(size, 1.0)
     r = b.divide(1.0, t)
     s = b.subtract(r, 0.5)
     h = ERFC_TAIL[0]
     for c in ERFC_TAIL[1:]:
         h = b.add(b.multiply(s, h), c)
-    tail = b.multiply(b.multiply(b.exp(b.negative(b.multiply(t, t))), h), r)
+    return t, b.multiply(h, r)
+
+
+@_single("erfc", float_unary_infer, FLOATS, aten="erfc",
+         tolerance=3e-4)  # as erf's, which it is computed from below 1
+def erfc(b, x):
+    """`1 - erf(a)`, accurate relative to itself in the right tail"""
+    size = b.abs(x)
+    t, scaled = _erfc_tail_over_exp(b, size)
+    tail = b.multiply(b.exp(b.negative(b.multiply(t, t))), scaled)
     return b.where(b.less(size, 1.0), b.subtract(1.0, b.erf(x)),
                    b.where(b.less(x, 0.0), b.subtract(2.0, tail), tail))
+
+
+@_single("erfcx", float_unary_infer, FLOATS, aten="special_erfcx",
+         tolerance=3e-4)  # as erf's, which it is computed from below 1
+def erfcx(b, x):
+    """the scaled complementary error function `exp(a^2) erfc(a)` (no overflow for large
+    `a`; +inf below about -9.4)"""
+    size = b.abs(x)
+    _, scaled = _erfc_tail_over_exp(b, size)
+    square = b.exp(b.multiply(x, x))
+    below = b.multiply(square, b.subtract(1.0, b.erf(x)))
+    return b.where(b.less(size, 1.0), below,
+                   b.where(b.less(x, 0.0), b.subtract(b.multiply(square, 2.0), scaled), scaled))
 
 
 # Lanczos' approximation (g = 5, six terms; Numerical Recipes' gammln): a few float32 ulps
