@@ -165,6 +165,8 @@ CASES = {
     "max_min_dim_scalar": (lambda x: torch.max(x, 0)[0] + torch.min(x, -1, keepdim=True)[1],
                            lambda: [torch.tensor(1.5)]),
     "fold": (nn.Fold(output_size=(4, 5), kernel_size=(2, 3)), lambda: [torch.randn(1, 6, 9)]),
+    "argmax_argmin_scalar": (lambda x: torch.argmax(x, 0, keepdim=True) + torch.argmin(x),
+                             lambda: [torch.tensor(1.5)]),
     "index_select_scalar": (lambda x, i: torch.index_select(x, 0, i),
                             lambda: [torch.tensor(2.5), torch.tensor([0])]),
     "vector_norms": (lambda x: torch.linalg.vector_norm(x, -math.inf, 1) + torch.linalg.

@@ -215,6 +215,8 @@ aten("aten.cumprod.default")(_running("cumprod"))
 
 def _arg(op: str):
     def convert(b, x, dim=None, keepdim=False):
+        if x.rank == 0:  # a scalar: index 0
+            return Const.of(np.int64(0))
         if dim is None:  # over every element: of the flattened tensor
             index = b.call(op, b.reshape(x, shape=[-1]), axis=0, keepdims=False)
             return b.reshape(index, shape=[1] * x.rank) if keepdim else index
