@@ -59,6 +59,6 @@ def scatter_elements(b, call):
     value = b.call(REDUCE[reduction], picked, axes=[rank - 1], keepdims=False)
     written = b.greater(b.max(b.where(hit, b.scalar(1.0, x.dtype), b.scalar(0.0, x.dtype)),
                               axes=[rank - 1], keepdims=False), 0.0)
-    if reduction != "none":
+    if reduction != "none" and call.attrs.get("include_self", True):
         value = b.call(COMBINE[reduction], x, value)
     return permute(b, b.where(written, value, x), [int(a) for a in np.argsort(order)])

@@ -275,3 +275,21 @@ def test_decoder_refuses_edited_lines_with_legato_errors(broken, message):
     decode_tosa_custom(GOOD_CUSTOM)
     with pytest.raises(legato.LegatoError, match=message):
         decode_tosa_custom(broken)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_elements_include_self(reduction, include_self):
+    """Without include_self a position hit by updates reduces over them alone; positions no
+    update hits keep their data either way."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    indices = np.array([[0, 2], [1, 1], [3, 0]], dtype=np.int64)
+    updates = np.array([[2.0, -1.5], [0.5, 3.0], [-2.0, 4.0]], dtype=np.float32)
+    module, feeds = op_module("scatter_elements", (data, indices, updates),
+                              {"axis": 1, "reduction": reduction, "include_self": include_self})
+    got = simulate(compile_tosa(module).module)(*feeds)
+    want = legato.reference(module)(*feeds)
+    assert_matches(got, want)
+    if not include_self:  # row 1 position 1 gets 0.5 and 3.0 only
+        combined = {"add": 3.5, "mul": 1.5, "max": 3.0, "min": 0.5}[reduction]
+        assert np.asarray(got[0] if isinstance(got, (list, tuple)) else got)[1, 1] == combined
