@@ -167,6 +167,8 @@ DIRECT = {
     "col2im.default": ([torch.randn(2, 12, 12)], ([5, 6], [2, 3], [1, 2], [1, 1], [2, 1])),
     "_embedding_bag.default": ([torch.randn(5, 2), torch.tensor([4, 0, 2, 2, 1]),
                                 torch.tensor([0, 2, 2, 5])], (False, 0, False, None, True)),
+    "avg_pool1d.default": ([torch.randn(2, 4, 11)], ([3], [2], [1], True, False)),
+    "adaptive_avg_pool1d.default": ([torch.randn(4, 10)], ([3],)),
 }
 
 
@@ -198,6 +200,11 @@ def test_every_core_aten_op_is_mapped_or_refused_with_a_reason():
     """Core ATen (the ops tagged torch.Tag.core): each has a converter, or the importer
     refuses it on purpose and says why (backward, random, data-dependent, complex, ...)."""
     from legato.frontends.torch_ops import ATEN, refusal
+    # torch.ops.aten creates its packets on first use: load every one, so the set does not
+    # depend on which tests ran before
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith("aten::"):
+            getattr(torch.ops.aten, schema.name.removeprefix("aten::"), None)
     core = {f"aten.{packet}.{overload}" for packet in dir(torch.ops.aten)
             if isinstance(getattr(torch.ops.aten, packet, None), torch._ops.OpOverloadPacket)
             for overload in getattr(torch.ops.aten, packet).overloads()

@@ -31,6 +31,8 @@ REFUSED = (
     (("sparse",), "a sparse op (legato has dense tensors)"),
     (("_fft_", "view_as_complex", "view_as_real", "complex", "polar"),
      "a complex-valued op (legato has no complex dtypes)"),
+    (("resize_",), "an in-place resize of a tensor's storage (legato's tensors keep the "
+                   "sizes they were exported with)"),
 )
 
 

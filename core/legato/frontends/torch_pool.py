@@ -245,3 +245,29 @@ def col2im(b, x, output_size, kernel_size, dilation, padding, stride):
                               reduction="add")
     y = b.reshape(b.strided_slice(sums, begin=[0], end=[h * w], axes=[2]), shape=[n, c, h, w])
     return b.squeeze(y, axes=[0]) if unbatched else y
+
+
+def _pool1d_as_2d(convert, b, x, *args):
+    """A 1-d pool over (N, C, L) or (C, L) as the 2-d one over a unit height."""
+    y = convert(b, b.expand_dims(x, axes=[x.rank - 1]), *args)
+    return b.squeeze(y, axes=[y.rank - 2])
+
+
+@aten("aten.avg_pool1d.default")
+def avg_pool1d(b, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
+    from .torch_ops import ATEN
+    (k,), (p,) = _single(kernel), _single(padding)
+    (s,) = _single(stride) if stride else (k,)
+    return _pool1d_as_2d(ATEN["aten.avg_pool2d.default"], b, x, [1, k], [1, s], [0, p],
+                         ceil_mode, count_include_pad)
+
+
+@aten("aten.adaptive_avg_pool1d.default")
+def adaptive_avg_pool1d(b, x, output_size):
+    from .torch_ops import ATEN
+    (m,) = _single(output_size)
+    return _pool1d_as_2d(ATEN["aten.adaptive_avg_pool2d.default"], b, x, [1, m])
+
+
+def _single(value) -> tuple:
+    return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
