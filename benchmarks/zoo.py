@@ -42,6 +42,7 @@ if __name__ == "__main__":  # thread counts before numpy, torch or c_kernels loa
 import numpy as np  # noqa: E402
 
 TOLERANCE = 1e-4
+SETTLE_S = 0.3
 
 
 def median_ms(fn, *args, repeat: int = 30) -> float:
@@ -100,10 +101,15 @@ def measure(name: str, threads: int, repeat: int) -> dict:
         with torch.inference_mode():
             module(*torch_inputs)
 
-    return {"error_vs_eager": error,
-            "c_kernels": median_ms(compiled, *inputs, repeat=repeat),
-            "onnxruntime": median_ms(session.run, None, feeds, repeat=repeat),
-            "torch": median_ms(eager, repeat=repeat)}
+    runs = {"c_kernels": (compiled, *inputs), "onnxruntime": (session.run, None, feeds),
+            "torch": (eager,)}
+    times = {}
+    for runtime, (fn, *args) in runs.items():
+        # the previous runtime's idle workers spin-wait for a while (OpenMP's, onnxruntime's)
+        # and would take the second core from the next one at --threads 2
+        time.sleep(SETTLE_S)
+        times[runtime] = median_ms(fn, *args, repeat=repeat)
+    return {"error_vs_eager": error, **times}
 
 
 def zoo_table(names, threads: int, repeat: int) -> tuple[list[str], int]:

@@ -410,8 +410,12 @@ static int cb_plan(cb_job *j, int nthreads)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-/* Work items below this many multiply-adds per thread are not worth a thread. */
-#define DW_MIN_WORK_PER_THREAD 32768
+/* Work items below this many multiply-adds per thread are not worth a thread. Set
+ * so high that depthwise convs run on one thread: split over 2 threads, the zoo's
+ * depthwise convs (e.g. 5x5 s2 on 32x32x32, 3x3 on 16x32x32) measured 4-10x slower
+ * than on one (efficientnet 0.21 -> 0.44 ms with LEGATO_NUM_THREADS=2); the cause is
+ * not found yet, and one thread is never slower than that. */
+#define DW_MIN_WORK_PER_THREAD ((int64_t)1 << 40)
 
 /* Bands need this many filters to fill most of their lanes; with fewer, wide maps
  * go plane by plane (their rows fill the vectors instead). */
