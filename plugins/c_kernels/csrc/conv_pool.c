@@ -726,11 +726,12 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
 
 /* ---- packed weights ------------------------------------------------------------- */
 
-int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
-                              const float *x, int64_t x_len,
-                              const float *packed_w, int64_t packed_len,
-                              const float *bias, int64_t bias_len,
-                              float *y, int64_t y_len, int activation, int nthreads)
+/* A groups == 1 conv with weights packed once: as the GEMM's right operand (pixels x
+ * filters, `by_pixels`) or as its left one (filters x pixels, written into NCHW). */
+static int packed_conv(const lgk_conv2d_params *p, const float *x, int64_t x_len,
+                       const float *packed_w, int64_t packed_len, const float *bias,
+                       int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads,
+                       int by_pixels)
 {
     conv_job j;
     int done;
@@ -738,12 +739,24 @@ int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
     LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
     LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
     LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
-    LGK_TRY(lgk_sgemm_check_packed_b(j.kg, p->o, packed_w, packed_len));
+    LGK_TRY(by_pixels ? lgk_sgemm_check_packed_b(j.kg, p->o, packed_w, packed_len)
+                      : lgk_sgemm_check_packed_a(p->o, j.kg, packed_w, packed_len));
     if (done)
         return LGK_OK;
     j.w = packed_w + LGK_PACKED_HEADER_FLOATS;
-    j.packed = j.by_pixels = 1;
+    j.packed = 1;
+    j.by_pixels = by_pixels;
     return conv_run(&j, nthreads);
+}
+
+int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
+                              const float *x, int64_t x_len,
+                              const float *packed_w, int64_t packed_len,
+                              const float *bias, int64_t bias_len,
+                              float *y, int64_t y_len, int activation, int nthreads)
+{
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, y, y_len,
+                       activation, nthreads, 1);
 }
 
 int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
@@ -752,18 +765,8 @@ int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
                              const float *bias, int64_t bias_len,
                              float *y, int64_t y_len, int activation, int nthreads)
 {
-    conv_job j;
-    int done;
-    LGK_CHECK(p != NULL, LGK_ERR_NULL);
-    LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
-    LGK_CHECK(packed_w != NULL, LGK_ERR_NULL);
-    LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
-    LGK_TRY(lgk_sgemm_check_packed_a(p->o, j.kg, packed_w, packed_len));
-    if (done)
-        return LGK_OK;
-    j.w = packed_w + LGK_PACKED_HEADER_FLOATS;
-    j.packed = 1;
-    return conv_run(&j, nthreads);
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, y, y_len,
+                       activation, nthreads, 0);
 }
 
 /* ---- pooling ------------------------------------------------------------------------- */
