@@ -94,3 +94,46 @@ def test_kept_layer_norm_becomes_one_tosa_custom():
     config = {"backends": {"tosa_custom": {"keep": ["nn.layer_norm"]}}}
     artifact = legato.compile(mod, "tosa_custom", config=config).artifact
     assert artifact.count('"tosa.custom"') == 1
+
+
+class TrainingBatchNorm(nn.Module):
+    """batch_norm on batch statistics, updating the running ones in place (an input
+    mutation the exported program returns besides the user's results)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x, mean, var, weight, bias):
+        return self.op(x, mean, var, weight, bias)
+
+
+@pytest.mark.parametrize("op, count", [
+    (lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=True, momentum=0.3), 1),
+    (lambda x, m, v, w, b: torch.native_batch_norm(x, w, b, m, v, True, 0.3, 1e-5), 3)])
+def test_training_batch_norm_has_eagers_results_not_its_mutations(op, count):
+    inputs = (torch.randn(3, 4, 5), torch.randn(4), torch.rand(4) + 0.5, torch.randn(4),
+              torch.randn(4))
+    mod = torch_frontend.load(TrainingBatchNorm(op), inputs)
+    got = legato.compile(mod, "cpu_ref")(*(t.numpy() for t in inputs))
+    with torch.no_grad():
+        want = op(*(t.clone() for t in inputs))
+    got, want = (list(r) if isinstance(r, (tuple, list)) else [r] for r in (got, want))
+    assert len(mod.main.results) == len(got) == len(want) == count
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_functional_batch_norm_converter_updates_the_running_statistics():
+    # the converter's running-statistics results against eager's in-place updates
+    from legato.frontends.torch_ops import ATEN
+    x, mean, var = torch.randn(6, 3, 2), torch.randn(3), torch.rand(3) + 0.5
+    b = legato.GraphBuilder()
+    values = [b.input(n, tuple(t.shape)) for n, t in (("x", x), ("m", mean), ("v", var))]
+    convert = ATEN["aten._native_batch_norm_legit_functional.default"]
+    results = convert(b, values[0], None, None, values[1], values[2], True, 0.2, 1e-5)
+    got = legato.compile(b.build(*results), "cpu_ref")(x.numpy(), mean.numpy(), var.numpy())
+    eager_mean, eager_var = mean.clone(), var.clone()
+    F.batch_norm(x, eager_mean, eager_var, training=True, momentum=0.2, eps=1e-5)
+    np.testing.assert_allclose(got[3], eager_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[4], eager_var.numpy(), rtol=1e-5, atol=1e-6)

@@ -105,7 +105,7 @@ class _Importer:
             elif node.op == "call_function":
                 self.env[node] = self.convert(node)
             elif node.op == "output":
-                results = [self.value(r) for r in node.args[0]]
+                results = [self.value(r) for r in self.user_outputs(node.args[0])]
         self.b.calls[:] = live_calls(self.b.calls, results)
         return self.b.build(*results)
 
@@ -120,6 +120,14 @@ class _Importer:
                               "cannot import:\n" + "\n".join(
                                   f"  {op}: {', '.join(names)}" + _why(op)
                                   for op, names in sorted(missing.items())))
+
+    def user_outputs(self, outputs) -> list:
+        """The output node's arguments the caller sees: the program also returns the new
+        values of the buffers and inputs it mutates in place (a training-mode batch_norm's
+        running statistics), which a legato module has no place for."""
+        from torch.export.graph_signature import OutputKind
+        specs = self.program.graph_signature.output_specs
+        return [out for out, spec in zip(outputs, specs) if spec.kind == OutputKind.USER_OUTPUT]
 
     def constants(self) -> dict[str, Const]:
         """Parameters, buffers and lifted constants by placeholder name."""

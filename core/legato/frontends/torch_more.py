@@ -276,6 +276,22 @@ def native_batch_norm_no_stats(b, x, weight, bias, training, momentum, eps):
     return _batch_norm(b, x, weight, bias, None, None, True, eps)
 
 
+@aten("aten._native_batch_norm_legit_functional.default")
+def native_batch_norm_functional(b, x, weight, bias, running_mean, running_var, training,
+                                 momentum, eps):
+    """batch_norm with the running statistics' updated values as results too (the importer
+    keeps the program's user outputs only, so unread updates are not computed)."""
+    y, mean, rstd = _batch_norm(b, x, weight, bias, running_mean, running_var, training, eps)
+    if not training:
+        return y, mean, rstd, running_mean, running_var
+    n = x.type.size // (x.shape[1] if x.rank > 1 else 1)
+    var = b.subtract(b.divide(1.0, b.multiply(rstd, rstd)), eps)
+    updates = [b.add(b.multiply(old, 1.0 - momentum), b.multiply(new, momentum * scale))
+               for old, new, scale in ((running_mean, mean, 1.0),
+                                       (running_var, var, n / max(n - 1, 1)))]
+    return (y, mean, rstd, *updates)
+
+
 # --- distances --------------------------------------------------------------------------------
 
 def _p_norm(b, d, p: float, axis: int):
