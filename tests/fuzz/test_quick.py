@@ -27,6 +27,8 @@ TARGETS = discover()
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_quick_cases(name):
     target = load_target(TARGETS[name])
+    if hasattr(target, "OPEN_BUGS"):  # cases of reported, unfixed bugs: the full run's
+        target.OPEN_BUGS = False
     problems, answers = [], Counter()
     for seed in range(target.QUICK_CASES):
         result = run_case(target, seed)
