@@ -90,3 +90,22 @@ def test_resizing_a_dim_to_zero_with_nearest_gives_an_empty_result():
     x = np.ones((1, 1, 1, 2), np.float32)
     model = one_node_model(node, {"x": x}, [floats("scales", [1, 1, 0.5, 1])])
     assert_like_onnxruntime(model, {"x": x})
+
+
+# --- reported to torchfix (PyTorch importer), open ---------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="open, torchfix: run_decompositions errors escape raw")
+def test_a_module_pytorch_cannot_decompose_is_a_legato_error():
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as ltorch
+
+    class IntegerAddcmul(torch.nn.Module):
+        def forward(self, x, y):
+            z = x.clone()
+            z.addcmul_(y, y, value=0.5)
+            return z
+
+    x = torch.ones(3, dtype=torch.int64)
+    IntegerAddcmul()(x, x)  # eager runs it
+    with pytest.raises(legato.LegatoError, match="addcmul"):
+        ltorch.load(IntegerAddcmul(), (x, x))
