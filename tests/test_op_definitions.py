@@ -101,3 +101,29 @@ def test_op_facts_are_validated():
 def test_layout_rules_are_part_of_the_definitions():
     assert REGISTRY.get("nn.conv2d").layout_rule is not None
     assert REGISTRY.get("sum").layout_rule is REGISTRY.get("mean").layout_rule
+
+
+def test_layout_propagation_reads_a_scalar_operand_in_its_converted_form():
+    """A rank-0 operand of an op whose other operand carries a perm is the value the
+    conversion made for it, not the original (DeBERTa: x / sqrt(const) after a transpose;
+    the converted module read the dropped sqrt's result)."""
+    import numpy as np
+    from legato.ir import Const
+    from legato.layout import convert_layout
+    from legato.verify import verify
+
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 2, 3, 4))
+    t = b.call("permute_dims", x, axes=[0, 2, 3, 1])
+    scale = b.call("sqrt", Const.of(np.array(16.0, np.float32)))
+    y = b.call("divide", t, scale)
+    module = b.build(b.call("exp", y))
+    converted = convert_layout(module, "NHWC")
+    verify(converted, REGISTRY)
+    defined = set(converted.functions["main"].params)
+    for call in converted.functions["main"].calls:
+        assert all(v is None or isinstance(v, Const) or v in defined for v in call.inputs)
+        defined.update(call.outputs)
+    data = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    want = np.exp(np.transpose(data, (0, 2, 3, 1)) / 4.0)
+    np.testing.assert_allclose(legato.compile(converted, "cpu_ref")(data), want, rtol=1e-6)

@@ -40,7 +40,7 @@ def _first_perm(ctx, call):
 def propagate(ctx, call: Call):
     """Elementwise and broadcast ops: run on the permuted values, carry the perm."""
     perm = _first_perm(ctx, call)
-    if perm is None:
+    if perm is None or call.outputs[0].rank != len(perm):
         return None
     inputs = []
     for v in call.inputs:
@@ -51,14 +51,11 @@ def propagate(ctx, call: Call):
         elif isinstance(v, Const) and v.rank < len(perm):  # align a broadcast constant
             full = v.data.reshape((1,) * (len(perm) - v.rank) + v.data.shape)
             inputs.append(ctx.in_perm(Const.of(full), perm))
-        elif v.rank == 0:
-            inputs.append(v)
+        elif v.rank == 0:  # its converted value: the conversion may have made it anew
+            inputs.append(ctx.original(v))
         else:
             return None
     new = ctx.emit(call, inputs)
-    out_rank = new.outputs[0].rank
-    if out_rank != len(perm):
-        return None
     return [(o, perm) for o in new.outputs]
 
 
