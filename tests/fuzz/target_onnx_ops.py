@@ -149,7 +149,9 @@ class Graph:
             if tensor is None or tensor.elem_type not in inverse:
                 continue
             dims = tensor.shape.dim
-            if any(not d.HasField("dim_value") for d in dims):
+            # (a negative dim: the node is invalid, onnxruntime refuses the graph; onnx's
+            # shape inference aborts the process on a Slice of it)
+            if any(not d.HasField("dim_value") or d.dim_value < 0 for d in dims):
                 continue
             self.pool.append((out, tuple(d.dim_value for d in dims), inverse[tensor.elem_type],
                               out in exact_outputs))
@@ -396,7 +398,9 @@ def gen_slice(g: Graph):
         step = g.rng.choice([1, 1, 2, 3, -1, -2])
         bounds = [0, 1, size - 1, size, size + 3, -1, -size, -size - 5, INT_MAX, -INT_MAX - 1]
         starts.append(g.rng.choice(bounds))
-        ends.append(g.rng.choice(bounds))
+        # (onnxruntime takes one element too many when a negative step's end is at or
+        # past the dim: legato and Python slicing agree with the spec there)
+        ends.append(g.rng.choice(bounds if step > 0 else [b for b in bounds if b < size]))
         steps.append(step)
     axes = [a - rank if g.chance(0.4) else a for a in axes]
     inputs = [x, g.ints(starts), g.ints(ends), g.ints(axes)]
@@ -680,6 +684,11 @@ def gen_resize(g: Graph):
         attrs["cubic_coeff_a"] = -0.5
     scales = np.array([1, 1] + [g.rng.choice([0.5, 1.0, 1.5, 2.0, 3.0]) for _ in range(2)],
                       np.float32)
+    if coord == "align_corners":
+        # a fractional input * scale: onnxruntime divides by the integer output length,
+        # the onnx reference (and legato) by the fractional one; the spec reads either way
+        scales[2:] = [s if float(d * s).is_integer() else 2.0
+                      for d, s in zip(shape[2:], scales[2:])]
     if not OPEN_BUGS and mode != "nearest":  # zoowide: resizing to size 0
         scales[2:] = [s if d * s >= 1 else 1.0 for d, s in zip(shape[2:], scales[2:])]
     name = g.name("k")
