@@ -732,13 +732,131 @@ def gen_einsum(g: Graph):
     return g.node("Einsum", [g.fresh(s) for s in shapes], equation=equation), False
 
 
+def gen_narrow_ints(g: Graph):
+    """int8/uint8 arithmetic that wraps (ONNX: two's complement, like onnxruntime)."""
+    dtype = g.rng.choice(["int8", "uint8"])
+    shape = g.shape(0, 3)
+    info = np.iinfo(dtype)
+    a = g.name("in")
+    values = g.np.integers(info.min, info.max + 1, shape).astype(dtype)
+    g.inputs.append(helper.make_tensor_value_info(a, ELEM[dtype], values.shape))
+    g.feeds[a] = np.asarray(values)
+    b = g.fresh(broadcast_partner(g, shape), dtype)
+    op = g.rng.choice(["Add", "Sub", "Mul", "Max", "Min", "BitwiseAnd", "Equal", "Less"])
+    return g.node(op, [a, b]), True
+
+
+def gen_wide_floats(g: Graph):
+    """float64 and float16 through elementwise ops and reductions."""
+    dtype = g.rng.choice(["float64", "float16"])
+    x = g.fresh(g.shape(0, 3), dtype)
+    op = g.rng.choice(["Relu", "Abs", "Neg", "Sigmoid", "Tanh", "Add", "Mul", "Max",
+                       "ReduceSum", "Softmax", "Exp", "Sqrt_abs"])
+    if op in ("Add", "Mul", "Max"):
+        return g.node(op, [x, g.fresh(broadcast_partner(g, g.pool[-1][1]), dtype)]), False
+    if op == "Sqrt_abs":
+        return g.node("Sqrt", g.node("Abs", [x])), False
+    if op == "Softmax":
+        return g.node(op, [x], axis=-1), False
+    return g.node(op, [x]), op in ("Relu", "Abs", "Neg")
+
+
+def gen_gather_nd(g: Graph):
+    x, shape, _ = g.pick(lo=1, hi=4, nonempty=True)
+    batch = g.rng.randint(0, min(1, len(shape) - 1))
+    depth = g.rng.randint(1, len(shape) - batch)
+    count = g.rng.randint(1, 3)
+    index = np.stack([g.np.integers(-d, d, (count,)) for d in shape[batch:batch + depth]], -1)
+    if batch:
+        index = np.broadcast_to(index, (shape[0], count, depth)).copy()
+    name = g.name("k")
+    g.inits.append(numpy_helper.from_array(index.astype(np.int64), name))
+    if g.chance(0.4) and not batch:
+        # ScatterND with distinct targets (duplicates make the order matter)
+        unique = {tuple(int(i) % d for i, d in zip(row, shape)) for row in index}
+        index = np.array(sorted(unique), np.int64).reshape(-1, depth)
+        g.inits[-1].CopyFrom(numpy_helper.from_array(index, name))
+        updates = g.fresh((len(index),) + tuple(shape[depth:]))
+        reduction = g.rng.choice(["none", "add", "mul", "max", "min"])
+        return g.node("ScatterND", [x, name, updates], reduction=reduction), False
+    return g.node("GatherND", [x, name], batch_dims=batch), True
+
+
+def gen_shape_ops(g: Graph):
+    x, shape, _ = g.pick(("float32", "int64", "bool"), zero=0.1)
+    op = g.rng.choice(["Shape", "Size", "ConstantOfShape", "Range", "CastLike", "BitShift"])
+    if op == "Shape":
+        attrs = {}
+        if g.chance(0.6):
+            attrs["start"] = g.rng.randint(-len(shape) - 2, len(shape) + 1)
+        if g.chance(0.6):
+            attrs["end"] = g.rng.randint(-len(shape) - 2, len(shape) + 2)
+        g.opset = max(g.opset, 15)
+        return g.node("Shape", [x], **attrs), True
+    if op == "Size":
+        return g.node("Size", [x]), True
+    if op == "ConstantOfShape":
+        value = numpy_helper.from_array(np.array([g.rng.choice([0, 3])],
+                                                 g.rng.choice([np.float32, np.int64])))
+        return g.node("ConstantOfShape", [g.ints(list(g.shape(0, 3, 0.1)))],
+                      value=value), True
+    if op == "Range":
+        start, delta = g.rng.randint(-4, 4), g.rng.choice([1, 2, -1, -3])
+        limit = start + delta * g.rng.randint(-1, 5)
+        dtype = g.rng.choice([np.int64, np.float32])
+        return g.node("Range", [g.ints(start, dtype), g.ints(limit, dtype),
+                                g.ints(delta, dtype)]), True
+    if op == "CastLike":
+        target = g.fresh((), g.rng.choice(["int32", "float32", "bool"]), const=True)
+        return g.node("CastLike", [g.pick(("int64", "bool"))[0], target]), True
+    a = g.fresh(g.shape(0, 2), "uint8")
+    b = g.fresh(broadcast_partner(g, g.pool[-1][1]), "uint8")
+    g.feeds.get(b, np.zeros(0))[...] %= 8
+    for init in g.inits:
+        if init.name == b:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) % 8, b))
+    return g.node("BitShift", [a, b], direction=g.rng.choice(["LEFT", "RIGHT"])), True
+
+
+def gen_control(g: Graph):
+    """If with a constant condition, Loop with a constant trip count."""
+    x, shape, _ = g.pick(lo=0, hi=3)
+    if g.chance(0.5):
+        branch = []
+        for sign in ("then", "else"):
+            out = g.name(sign)
+            op = "Relu" if sign == "then" else "Neg"
+            branch.append(helper.make_graph([helper.make_node(op, [x], [out])], sign, [],
+                                            [helper.make_tensor_value_info(out, 1, shape)]))
+        cond = g.name("k")
+        g.inits.append(numpy_helper.from_array(np.array(g.chance(0.5)), cond))
+        return g.node("If", [cond], then_branch=branch[0], else_branch=branch[1]), True
+    trips = g.rng.randint(0, 3)
+    i, c_in, acc_in = g.name("i"), g.name("c"), g.name("acc")
+    c_out, acc_out, scan = g.name("c"), g.name("acc"), g.name("scan")
+    body = helper.make_graph(
+        [helper.make_node("Identity", [c_in], [c_out]),
+         helper.make_node("Add", [acc_in, x], [acc_out]),
+         helper.make_node("Identity", [acc_out], [scan])], "body",
+        [helper.make_tensor_value_info(i, 7, []), helper.make_tensor_value_info(c_in, 9, []),
+         helper.make_tensor_value_info(acc_in, 1, shape)],
+        [helper.make_tensor_value_info(c_out, 9, []),
+         helper.make_tensor_value_info(acc_out, 1, shape),
+         helper.make_tensor_value_info(scan, 1, shape)])
+    cond = g.name("k")
+    g.inits.append(numpy_helper.from_array(np.array(True), cond))
+    start = g.fresh(shape)
+    return g.node("Loop", [g.ints(trips), cond, start], 2, body=body), False
+
+
 GENERATORS = [gen_unary, gen_unary_params, gen_positive, gen_rounding, gen_binary,
               gen_div_mod, gen_pow, gen_compare, gen_logic, gen_where, gen_cast, gen_clip,
               gen_reduce, gen_arg, gen_topk, gen_softmax, gen_transpose, gen_reshape,
               gen_flatten, gen_squeeze, gen_slice, gen_concat, gen_split, gen_tile_expand,
               gen_gather, gen_pad, gen_conv, gen_conv, gen_conv_transpose, gen_pool, gen_pool,
               gen_global_pool, gen_matmul, gen_gemm, gen_norm, gen_cumsum, gen_space,
-              gen_trilu, gen_resize, gen_onehot_range, gen_scatter, gen_einsum]
+              gen_trilu, gen_resize, gen_onehot_range, gen_scatter, gen_einsum,
+              gen_narrow_ints, gen_wide_floats, gen_gather_nd, gen_shape_ops, gen_control]
 
 
 def build(seed: int):
