@@ -49,7 +49,43 @@ def advanced_index(x):
     return x[i, j]
 
 
+def put_around_none(x, v, w):  # index tensors after, and separated by, whole dims
+    y = x.clone()
+    y[:, torch.tensor([3, 0])] = v  # index_copy along dim 1 exports as this
+    y = torch.ops.aten.index_put(y, [None, None, torch.tensor([1, 1, 0])], w, True)
+    y[torch.tensor([1, 0]), :, torch.tensor([2, 0])] = w[:, :, 0]  # index dims first: (2, 4)
+    return y
+
+
+def put_by_mask(x, rows):  # index_put with a bool index, as torch's OpInfo calls it
+    y = x.index_put((x[:, 0] > 0,), torch.tensor(-1.0))  # one value for every selected row
+    y = y.index_put((torch.tensor([True, False, True, False]),), rows,
+                    accumulate=True)  # row k to the k-th true position
+    return torch.ops.aten.index_put(y, [None, x[0] < 0], torch.tensor(2.0), True)
+
+
+def put_bool(x, i, u):
+    return torch.ops.aten.index_put(x, [i], u, True) ^ x.index_put((i,), u)
+
+
 CASES = {
+    "index_put_around_none": (put_around_none, lambda: [
+        torch.randn(2, 4, 3), torch.randn(2, 2, 3), torch.randn(2, 4, 3)]),
+    "index_put_by_mask": (put_by_mask, lambda: [torch.randn(4, 3), torch.randn(2, 3)]),
+    "index_put_bool_accumulates_by_or": (put_bool, lambda: [
+        torch.tensor([[True, False], [False, False], [False, True]]), torch.tensor([1, 1, 2]),
+        torch.tensor([[False, True], [True, False], [False, False]])]),
+    # an integer Python scalar wraps into a narrower integer dtype, as in torch
+    "negative_scalar_into_uint8": (lambda x: x * -1 + (x == -1) + (x < -3) + x.add(
+        x, alpha=-2), lambda: [torch.tensor([0, 1, 255, 250], dtype=torch.uint8)]),
+    "large_scalar_into_int8": (lambda x: x + 300 - x * 1000, lambda: [
+        torch.tensor([-128, 1, 100], dtype=torch.int8)]),
+    # reductions over a dim of size 0: sum, prod, any, all, norms are their identities,
+    # mean and var NaN
+    "empty_reductions": (lambda x: torch.stack([
+        x.sum(0), x.prod(0), x.mean(0), x.var(0), x.std(0, unbiased=False),
+        x.any(0).float(), x.all(0).float(), torch.linalg.vector_norm(x, 2, 0),
+        torch.linalg.vecdot(x.T, x.T)]) + x.sum(), lambda: [torch.randn(0, 3)]),
     "positions": (positions, lambda: [torch.tensor([[0, 5, 7, 1, 1], [4, 1, 2, 3, 9]])]),
     "causal_mask": (causal_mask, lambda: [torch.randn(2, 6, 6)]),
     "window_index": (window_index, lambda: [torch.randn(2, 16)]),

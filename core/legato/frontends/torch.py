@@ -15,7 +15,7 @@ import operator
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module
-from . import torch_more, torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
+from . import torch_index, torch_more, torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 

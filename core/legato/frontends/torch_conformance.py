@@ -1,7 +1,9 @@
 """Hold the PyTorch importer against PyTorch's own OpInfo database.
 
     python -m legato.frontends.torch_conformance [--op NAME ...] [--backend B ...]
-        [--dtype D ...] [--max-samples N] [--max-seconds S] [--failures] [--json OUT]
+        [--dtype D ...] [--max-samples N] [--max-seconds S] [--shard I/N] [--failures]
+        [--json OUT]
+    python -m legato.frontends.torch_conformance --merge OUT1 OUT2 ... [--failures]
 
 Each OpInfo of `op_db` has its sample inputs (float32 and the integer and bool dtypes
 legato has) wrapped in a one-op module: tensor arguments become inputs, the others are
@@ -9,7 +11,8 @@ fixed. The module is exported with torch.export and decomposed as the importer d
 sample whose program uses an ATen op the importer does not map is excluded as not mapped
 (an op none of whose samples map is not mapped at all). Every other sample is imported,
 compiled for each backend, run and compared with eager: floats within the error bound of
-the legato ops it imported to (NaN equals NaN), integers and bools exactly.
+the legato ops it imported to (NaN equals NaN), integers and bools exactly; the results
+of torch.empty and kin, uninitialised memory, by shape and dtype only.
 
 A case is excluded only for a named reason outside the importer: the sample does not run
 eagerly, torch.export refuses it, a dtype legato lacks, a result that is not tensors, a
@@ -102,8 +105,9 @@ def aten_ops(program) -> set[str]:
             if n.op == "call_function" and n.target is not operator.getitem}
 
 
-def _wanted(torch, module, tensors):
-    """Eager's results as numpy arrays (or Excluded)."""
+def _wanted(torch, module, tensors, uninitialised: bool = False):
+    """Eager's results as numpy arrays (or Excluded); `uninitialised`: results whose values
+    are whatever the memory held, so not checked for changing from run to run."""
     import legato
     try:
         with torch.no_grad():
@@ -120,6 +124,8 @@ def _wanted(torch, module, tensors):
         if str(t.dtype).removeprefix("torch.") not in legato.ir.DTYPES or \
                 t.dtype == torch.bfloat16:  # numpy has no bfloat16 to compare in
             raise Excluded(f"dtype legato lacks: {str(t.dtype).removeprefix('torch.')}")
+    if uninitialised:
+        return [w.detach().numpy() for w in wants]
     with torch.no_grad():
         again = module(*tensors)
     again = [again] if isinstance(again, torch.Tensor) else list(again)
@@ -144,7 +150,7 @@ def run_case(info, sample, backends, label: str) -> list[Outcome]:
         return every("excluded", "eager reads storage outside its input (a partial view "
                      "of a larger storage, which an exported program does not see)")
     try:
-        wants = _wanted(torch, module, tensors)
+        wants = _wanted(torch, module, tensors, info.name in UNINITIALISED)
         program = _export(torch, module, tensors)
         _check_mapped(aten_ops(program))
     except Excluded as why:
@@ -230,10 +236,17 @@ def _verdict(info, sample, mod, backend, arrays, wants) -> tuple[str, str]:
             [_selected(arrays[0], wants[0], _dim(info.name, sample))]
     ops = [c.op for c in mod.main.calls]
     for i, (g, w) in enumerate(zip(got, wants)):
-        problem = compare(ops, np.asarray(g), w)
+        problem = _type_problem(np.asarray(g), w) if info.name in UNINITIALISED else \
+            compare(ops, np.asarray(g), w)
         if problem:
             return "failed", f"result {i}: {problem}"
     return "passed", ""
+
+
+# ops whose results are uninitialised memory (torch.empty and kin): their values are
+# whatever the allocator held, so only their shapes and dtypes are compared
+UNINITIALISED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+                 "empty_permuted")
 
 
 # ops returning (values, indices) whose order of equal values PyTorch leaves open: their
@@ -268,8 +281,9 @@ def compare(ops: list[str], got: np.ndarray, want: np.ndarray) -> str | None:
     and bools, NaN equal to NaN)."""
     from ..ops.tolerance import error_bound
     from ..testing import difference
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return f"got {got.dtype}{list(got.shape)}, eager {want.dtype}{list(want.shape)}"
+    problem = _type_problem(got, want)
+    if problem:
+        return problem
     if want.dtype.kind not in "fc":
         return None if np.array_equal(got, want) else \
             f"{int((got != want).sum())} of {want.size} values differ"
@@ -277,6 +291,12 @@ def compare(ops: list[str], got: np.ndarray, want: np.ndarray) -> str | None:
     if loosest is None:  # no call: the module returns an input or a constant
         return None if np.array_equal(got, want, equal_nan=True) else "values differ"
     return difference(loosest, got, want)
+
+
+def _type_problem(got: np.ndarray, want: np.ndarray) -> str | None:
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"got {got.dtype}{list(got.shape)}, eager {want.dtype}{list(want.shape)}"
+    return None
 
 
 def op_infos(names=None) -> list:
@@ -335,11 +355,17 @@ def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
 
 
 def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
-        max_seconds: float | None = None, progress: bool = False) -> list[Outcome]:
+        max_seconds: float | None = None, progress: bool = False,
+        shard: tuple[int, int] = (1, 1)) -> list[Outcome]:
+    """The outcomes of the OpInfos named (default: all), or of the shard[0]-th of shard[1]
+    consecutive parts of them."""
     start, outcomes = time.monotonic(), []
+    infos = op_infos(names)
+    part, parts = shard
+    infos = infos[(part - 1) * len(infos) // parts:part * len(infos) // parts]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for info in op_infos(names):
+        for info in infos:
             if max_seconds is not None and time.monotonic() - start > max_seconds:
                 outcomes += [Outcome(_name(info), "-", b, "excluded",
                                      "not run: --max-seconds spent") for b in backends]
@@ -385,6 +411,13 @@ def totals(outcomes) -> list[str]:
             f"{samples['excluded']} excluded"]
 
 
+def _shard(text: str) -> tuple[int, int]:
+    part, _, parts = text.partition("/")
+    if not (part.isdigit() and parts.isdigit() and 1 <= int(part) <= int(parts)):
+        raise argparse.ArgumentTypeError(f"--shard {text!r} is not I/N with 1 <= I <= N")
+    return int(part), int(parts)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", action="append", help="OpInfo name (default: all of op_db)")
@@ -393,12 +426,22 @@ def main(argv=None) -> int:
     parser.add_argument("--max-samples", type=int, default=4, help="samples per op and dtype")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop starting new ops after this long (the rest: excluded)")
+    parser.add_argument("--shard", metavar="I/N", type=_shard, default=(1, 1),
+                        help="run only the I-th of N consecutive parts of the ops")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="print the table of --json reports (of shards) instead")
     parser.add_argument("--failures", action="store_true", help="list every failed case")
     parser.add_argument("--progress", action="store_true", help="each op's name on stderr")
     parser.add_argument("--json", metavar="OUT", help="write every outcome to OUT")
     args = parser.parse_args(argv)
-    outcomes = run(args.op, tuple(args.backend or BACKENDS), tuple(args.dtype or DTYPES),
-                   args.max_samples, args.max_seconds, args.progress)
+    if args.merge:
+        outcomes = []
+        for path in args.merge:
+            with open(path) as report:
+                outcomes += [Outcome(**o) for o in json.load(report)]
+    else:
+        outcomes = run(args.op, tuple(args.backend or BACKENDS), tuple(args.dtype or DTYPES),
+                       args.max_samples, args.max_seconds, args.progress, args.shard)
     print(summary(outcomes, args.failures))
     if args.json:
         with open(args.json, "w") as out:

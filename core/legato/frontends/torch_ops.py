@@ -125,7 +125,16 @@ def _in_dtype(b, v, dtype: str):
         return v
     if hasattr(v, "type"):
         return v if v.dtype == dtype else b.cast(v, dtype=dtype)
-    return b.scalar(v, dtype)
+    return b.scalar(wrapped(v, dtype), dtype)
+
+
+def wrapped(value, dtype: str):
+    """A Python scalar as torch stores it in `dtype`: integers wrap modulo 2**bits into an
+    integer dtype (uint8 * -1 multiplies by 255), as C casts do."""
+    if isinstance(value, bool) or not isinstance(value, int) or _category(dtype) != 1:
+        return value
+    limits = np.iinfo(dtype)
+    return (value - int(limits.min)) % (1 << limits.bits) + int(limits.min)
 
 
 def _needs_float(opdef, dtype: str, count: int, attrs: dict) -> bool:
@@ -162,7 +171,7 @@ def _direct(opdef):
             dtype = "float32"
         inputs = [*args[:first], *(_in_dtype(b, v, dtype) for v in operands)]
         if alpha != 1:  # add/sub: x + alpha * y
-            inputs[1] = b.multiply(inputs[1], b.scalar(alpha, dtype))
+            inputs[1] = b.multiply(inputs[1], b.scalar(wrapped(alpha, dtype), dtype))
         return b.call(op, *inputs, **attrs)
     convert.__name__ = f"direct_{opdef.name.replace('.', '_')}"
     return convert
@@ -331,7 +340,8 @@ def batch_norm(b, x, weight, bias, mean, var, training, momentum, eps, cudnn=Tru
 
 @aten("aten._native_batch_norm_legit_no_training.default")
 def native_batch_norm(b, x, weight, bias, mean, var, momentum, eps):
-    return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps), None, None
+    empty = Const.of(np.zeros(0, dtype=x.dtype))  # nothing saved: torch's empty tensors
+    return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps), empty, empty
 
 
 @aten("aten.group_norm.default")
@@ -427,6 +437,21 @@ def select(b, x, dim, index):
     return b.take(x, Const.of(np.int64(index)), axis=dim)
 
 
+def empty_reduction(x, dims, keepdim: bool, value, dtype: str | None = None):
+    """The constant torch gives for reducing `x` over `dims` (None or []: all) when one of
+    them has no elements (0 for a sum, NaN for a mean or a variance, ...), None otherwise:
+    shapes are static, so that is known here and legato's reductions, which refuse empty
+    axes, are not needed."""
+    if x.type.size or x.rank == 0:  # a 0-d tensor holds one element
+        return None
+    axes = range(x.rank) if not dims else _axes(dims, x.rank)
+    if all(x.shape[a] for a in axes):
+        return None
+    shape = [1 if a in axes else d for a, d in enumerate(x.shape) if keepdim or a not in axes]
+    return Const.of(np.full(shape, value, dtype=dtype or x.dtype))
+
+
+EMPTY = {"sum": 0, "mean": np.nan}  # a sum or mean over no elements (max, min: torch raises)
 REDUCE = {"aten.sum.dim_IntList": "sum", "aten.mean.dim": "mean", "aten.amax.default": "max",
           "aten.amin.default": "min"}
 
@@ -440,6 +465,9 @@ def _reduction(op):
         if x.rank == 0:  # dim 0 or -1 of a scalar: the scalar itself
             return x if op != "mean" or x.dtype.startswith(("float", "bfloat")) else \
                 b.mean(x)
+        empty = empty_reduction(x, dims, keepdim, EMPTY[op]) if op in EMPTY else None
+        if empty is not None:
+            return empty
         axes = None if not dims else _axes(dims, x.rank)
         return b.call(op, x, axes=axes, keepdims=keepdim)
     return convert

@@ -9,9 +9,8 @@ import numpy as np
 from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import broadcast_shapes, norm_axis
-from .onnx_index import flat_index, scatter_rows
 from .onnx_common import one_hot_values
-from .torch_ops import ATEN, aten
+from .torch_ops import ATEN, aten, empty_reduction
 
 # --- factories: static shapes, so their results are constants -------------------------------
 
@@ -90,6 +89,11 @@ def new_full(b, x, size, fill_value, dtype=None, **_):
 
 @aten("aten.new_zeros.default", "aten.new_empty.default")
 def new_zeros(b, x, size, dtype=None, **_):
+    return new_full(b, x, size, 0, dtype)
+
+
+@aten("aten.new_empty_strided.default")
+def new_empty_strided(b, x, size, stride, dtype=None, **_):  # strides: a layout, not values
     return new_full(b, x, size, 0, dtype)
 
 
@@ -231,6 +235,10 @@ def _any_all(op: str):
         flags = x if x.dtype == "bool" else b.not_equal(x, 0)
         if isinstance(dims, int):
             dims = [dims]
+        empty = empty_reduction(x, dims, keepdim, op == "min", "uint8" if x.dtype == "uint8"
+                                else "bool")  # any of nothing is False, all of it True
+        if empty is not None:
+            return empty
         found = flags if flags.rank == 0 else \
             b.call(op, flags, axes=None if dims is None else list(dims), keepdims=keepdim)
         return b.cast(found, dtype="uint8") if x.dtype == "uint8" else found
@@ -264,6 +272,9 @@ def var(b, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
     correction = (1 if unbiased is None or unbiased else 0) if correction is None \
         else correction
     axes = None if not dims else [dims] if isinstance(dims, int) else list(dims)
+    empty = empty_reduction(x, axes, keepdim, np.nan)
+    if empty is not None:  # no elements: 0 / 0
+        return empty
     if correction in (0, 1):
         return b.variance(x, axes=axes, keepdims=keepdim, unbiased=bool(correction))
     n = math.prod(x.shape[a] for a in (range(x.rank) if axes is None else
@@ -278,6 +289,9 @@ def vector_norm(b, x, ord=2, dim=None, keepdim=False, dtype=None):
     x = x if dtype is None else b.cast(x, dtype=_dtype(dtype))
     axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim) or None
     reduce = {"axes": axes, "keepdims": keepdim} if x.rank else {}
+    empty = empty_reduction(x, axes, keepdim, 0.0) if ord >= 0 and ord != math.inf else None
+    if empty is not None:  # a sum of no terms
+        return empty
 
     def over(v, op):
         return b.call(op, v, **reduce) if x.rank else v
@@ -309,12 +323,15 @@ def prod(b, x, dim, keepdim=False, dtype=None):
     x = _accumulated(b, x, dtype)
     if x.rank == 0:  # dim 0 or -1 of a scalar: the scalar itself
         return x
-    return b.prod(x, axes=[dim], keepdims=keepdim)
+    empty = empty_reduction(x, [dim], keepdim, 1)
+    return empty if empty is not None else b.prod(x, axes=[dim], keepdims=keepdim)
 
 
 @aten("aten.prod.default")
 def prod_all(b, x, dtype=None):
-    return b.prod(_accumulated(b, x, dtype))
+    x = _accumulated(b, x, dtype)
+    empty = empty_reduction(x, None, False, 1)
+    return empty if empty is not None else b.prod(x)
 
 
 @aten("aten.topk.default")
@@ -393,20 +410,3 @@ def _scatter_mean(b, x, dim, index, src, include_self):
     mean = ATEN["aten.div.Tensor_mode"](b, b.cast(total, dtype="int64"), counts,
                                         rounding_mode="floor")
     return b.cast(mean, dtype=x.dtype)
-
-
-@aten("aten.index_put.default")
-def index_put(b, x, indices, values, accumulate=False):
-    """x[i0, i1, ...] = values (or +=) with index tensors for the leading dims."""
-    if any(i is None for i in indices) or any(i.dtype == "bool" for i in indices):
-        raise LegatoError("index_put supports index tensors for the leading dims only "
-                          "(no None, no bool masks)")
-    k = len(indices)
-    shape = broadcast_shapes(*(i.shape for i in indices))
-    stacked = b.concat(*(b.reshape(b.broadcast_to(i, shape=list(shape)) if i.shape != shape
-                                   else i, shape=list(shape) + [1]) for i in indices), axis=-1)
-    rows = flat_index(b, stacked, x.shape[:k])
-    updates = b.broadcast_to(values, shape=list(shape) + list(x.shape[k:]))
-    if updates.dtype != x.dtype:
-        updates = b.cast(updates, dtype=x.dtype)
-    return scatter_rows(b, x, rows, updates, k, "add" if accumulate else "none")
