@@ -1,12 +1,15 @@
 /* common.c - status strings, argument checks, scratch memory and threads. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* sched_getcpu, CPU_* macros, pthread_attr_setaffinity_np */
+#define _GNU_SOURCE /* clock_gettime under -std=c11 */
 #endif
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "lgk_internal.h"
+#include "lgk_parallel.h"
 
 /* Jump threading would split the loops over the math functions of lgk_internal.h into
  * one path per clamp (exp's range limits, the sign tests of sigmoid, tanh and gelu),
@@ -165,53 +168,164 @@ int lgk_clamp_threads(int nthreads)
     return nthreads < 1 ? 1 : LGK_MIN(nthreads, LGK_MAX_THREADS);
 }
 
+/* ---- persistent workers -------------------------------------------------------------
+ * A model runs hundreds of parallel calls of 10-100 us each, so the hand-off must cost
+ * far less than that. Creating a thread per call costs 30-100 us; a worker asleep on a
+ * condition variable takes 4-5 us to wake at the median on a 2-core VM (an idle vCPU
+ * halts, and the wake-up IPI goes through the hypervisor) and, with other processes on
+ * the cores, now and then milliseconds. Workers are therefore started once and, after
+ * each task, spin for POOL_SPIN_US watching their task slot before they sleep.
+ *
+ * A task is a number of slices claimed one at a time from a shared counter, by the
+ * caller as well as by the workers it was handed to. A worker the scheduler has not run
+ * yet takes nothing: the caller runs the slices left and withdraws the hand-off, so a
+ * call never waits for a worker that never started on it. One call at a time uses the
+ * workers (pool_lock); a concurrent or nested caller runs its slices itself. A forked
+ * child starts with no workers. */
+#ifndef POOL_SPIN_US
+#define POOL_SPIN_US 100 /* after a task; a model's next call is usually sooner */
+#endif
+#ifndef POOL_WAIT_SPIN_US
+#define POOL_WAIT_SPIN_US 50 /* a caller waiting for a worker's last slice */
+#endif
+
 typedef struct {
     lgk_range_fn fn;
     void *ctx;
-    int64_t begin, end;
-    int status;
-    unsigned fp_mode; /* the caller's (flush-to-zero etc.), for threads that did not inherit it */
-} lgk_slice;
+    int64_t n, per; /* slice s covers [s * per, min(n, (s + 1) * per)) */
+    int slices;
+    unsigned fp_mode;    /* the caller's (flush-to-zero etc.), for the workers */
+    _Atomic int next;    /* the next unclaimed slice */
+    _Atomic int status;  /* the first failure (LGK_OK until one) */
+    _Atomic int holders; /* workers handed the task that still hold it */
+} pool_task;
 
-static void *lgk_slice_main(void *arg)
-{
-    lgk_slice *s = arg;
-    unsigned mode = lgk_fp_mode();
-    lgk_restore_fp_mode(s->fp_mode);
-    s->status = s->fn(s->ctx, s->begin, s->end);
-    lgk_restore_fp_mode(mode);
-    return NULL;
-}
-
-/* ---- persistent workers -------------------------------------------------------------
- * Creating a thread per parallel call costs ~30-100 us, more than a small conv or GEMM
- * saves by splitting. Workers are started once and then handed slices: each waits on
- * its own condition variable. One call at a time uses them (pool_lock); concurrent
- * callers fall back to threads of their own. A forked child starts with no workers. */
+/* Cache-line sized: the caller writes one slot while another worker spins on its own. */
 typedef struct {
+    _Alignas(64) _Atomic(pool_task *) task; /* set by the caller, taken by the worker */
+    _Atomic int sleeping;
+    _Atomic int cpu; /* where it last took a task */
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    lgk_slice *job; /* set by the caller, cleared by the worker when done */
 } pool_worker;
 
 static pool_worker pool[LGK_MAX_THREADS];
 static int pool_started; /* workers 1..pool_started-1 are running (under pool_lock) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+/* A caller asleep until its workers let go of its task. */
+static _Atomic int caller_sleeping;
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__SSE2__)
+    _mm_pause();
+#endif
+}
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* The CPU a thread runs on (-1 where unknown). */
+static int current_cpu(void)
+{
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* Where the caller of the running task and each worker last ran. */
+static _Atomic int caller_cpu = -1;
+
+/* Spins until done(arg) or `us` microseconds have passed; returns done(arg). About every
+ * microsecond (SPIN_CHECK pauses) it looks at the clock and whether the thread it waits
+ * for last ran on this CPU (the scheduler may put the caller and a worker on one core
+ * while the other is busy with other processes): then it yields, as a plain spin would
+ * keep that thread off the core until the spin ends. */
+#define SPIN_CHECK 16
+static int spin_until(int (*done)(void *), void *arg, double us, const _Atomic int *peer_cpu)
+{
+    double deadline = -1.0;
+    for (int i = 1;; ++i) {
+        if (done(arg))
+            return 1;
+        cpu_relax();
+        if (i % SPIN_CHECK == 0) {
+            double t = now_us();
+            if (deadline < 0.0)
+                deadline = t + us;
+            else if (t >= deadline)
+                return done(arg);
+            int me = current_cpu();
+            if (me >= 0 && me == atomic_load_explicit(peer_cpu, memory_order_relaxed))
+                sched_yield();
+        }
+    }
+}
+
+/* Claims and runs slices until none is left. */
+static void task_run_slices(pool_task *t)
+{
+    for (;;) {
+        int s = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (s >= t->slices)
+            return;
+        int64_t b = (int64_t)s * t->per, e = LGK_MIN(t->n, b + t->per);
+        int status = t->fn(t->ctx, b, e);
+        int ok = LGK_OK;
+        if (status != LGK_OK)
+            atomic_compare_exchange_strong(&t->status, &ok, status);
+    }
+}
+
+static int slot_filled(void *w)
+{
+    return atomic_load_explicit(&((pool_worker *)w)->task, memory_order_relaxed) != NULL;
+}
+
+/* The worker's next task: spinning first, then asleep until the caller wakes it. The
+ * sleeping flag and the slot form a Dekker pair with the caller's store-then-check. */
+static pool_task *worker_next_task(pool_worker *w)
+{
+    if (spin_until(slot_filled, w, POOL_SPIN_US, &caller_cpu)) {
+        pool_task *t = atomic_exchange(&w->task, NULL);
+        if (t != NULL)
+            return t;
+    }
+    pool_task *t;
+    pthread_mutex_lock(&w->lock);
+    atomic_store(&w->sleeping, 1);
+    while ((t = atomic_exchange(&w->task, NULL)) == NULL)
+        pthread_cond_wait(&w->wake, &w->lock);
+    atomic_store(&w->sleeping, 0);
+    pthread_mutex_unlock(&w->lock);
+    return t;
+}
 
 static void *pool_worker_main(void *arg)
 {
     pool_worker *w = arg;
-    pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (w->job == NULL)
-            pthread_cond_wait(&w->wake, &w->lock);
-        lgk_slice *job = w->job;
-        pthread_mutex_unlock(&w->lock);
-        lgk_slice_main(job);
-        pthread_mutex_lock(&w->lock);
-        w->job = NULL;
-        pthread_cond_broadcast(&w->wake);
+        pool_task *t = worker_next_task(w);
+        atomic_store_explicit(&w->cpu, current_cpu(), memory_order_relaxed);
+        unsigned mode = lgk_fp_mode();
+        lgk_restore_fp_mode(t->fp_mode);
+        task_run_slices(t);
+        lgk_restore_fp_mode(mode);
+        atomic_fetch_sub(&t->holders, 1); /* t may be gone from here on */
+        if (atomic_load(&caller_sleeping)) {
+            pthread_mutex_lock(&done_lock);
+            pthread_cond_broadcast(&done_cond);
+            pthread_mutex_unlock(&done_lock);
+        }
     }
     return NULL;
 }
@@ -221,13 +335,19 @@ static void pool_init_workers(void)
     for (int i = 0; i < LGK_MAX_THREADS; ++i) {
         pthread_mutex_init(&pool[i].lock, NULL);
         pthread_cond_init(&pool[i].wake, NULL);
-        pool[i].job = NULL;
+        atomic_init(&pool[i].task, NULL);
+        atomic_init(&pool[i].sleeping, 0);
+        atomic_init(&pool[i].cpu, -1);
     }
 }
 
 static void pool_after_fork_child(void)
 {
     pthread_mutex_init(&pool_lock, NULL);
+    pthread_mutex_init(&done_lock, NULL);
+    pthread_cond_init(&done_cond, NULL);
+    atomic_init(&caller_sleeping, 0);
+    atomic_init(&caller_cpu, -1);
     pool_init_workers();
     pool_started = 1;
 }
@@ -239,7 +359,7 @@ static void pool_setup(void)
     pthread_atfork(NULL, NULL, pool_after_fork_child);
 }
 
-/* Starts workers up to t - 1 (under pool_lock); returns how many slices they can take. */
+/* Starts workers up to t - 1 (under pool_lock); returns 1 + how many are running. */
 static int pool_grow(int t)
 {
     while (pool_started < t) {
@@ -256,46 +376,61 @@ static int pool_grow(int t)
     return pool_started;
 }
 
-/* Runs slices[1..t) on the workers (those it cannot hand out on the caller) and
- * slices[0] here; waits for all. */
-static void pool_run(lgk_slice *slices, int t)
+static int task_released(void *t)
 {
-    int workers = pool_grow(t);
-    for (int i = 1; i < t && i < workers; ++i) {
-        pthread_mutex_lock(&pool[i].lock);
-        pool[i].job = &slices[i];
-        pthread_cond_broadcast(&pool[i].wake);
-        pthread_mutex_unlock(&pool[i].lock);
-    }
-    lgk_slice_main(&slices[0]);
-    for (int i = workers; i < t; ++i)
-        lgk_slice_main(&slices[i]); /* degrade gracefully: run it here */
-    for (int i = 1; i < t && i < workers; ++i) {
-        pthread_mutex_lock(&pool[i].lock);
-        while (pool[i].job != NULL)
-            pthread_cond_wait(&pool[i].wake, &pool[i].lock);
-        pthread_mutex_unlock(&pool[i].lock);
-    }
+    return atomic_load(&((pool_task *)t)->holders) == 0;
 }
 
-/* Linux often starts a new thread on its creator's CPU and migrates it only
- * later; for a ~1 ms GEMM that serialises the two halves about half the time
- * (measured: 45% of 2-thread calls on a 2-core VM). Workers therefore start on
- * the caller's allowed CPUs minus the one it is running on. Nothing changes
- * when that set would be empty or the query fails. */
-static void worker_attr_init(pthread_attr_t *attr)
+/* Hands t to workers 1..threads-1 (as many as run), runs slices here too, withdraws the
+ * hand-offs no worker took and waits for the workers that did (under pool_lock). */
+static void pool_run(pool_task *t, int threads)
 {
-    pthread_attr_init(attr);
-#if defined(__linux__) && defined(CPU_COUNT)
-    cpu_set_t set;
-    int me = sched_getcpu();
-    if (me < 0 || me >= CPU_SETSIZE || sched_getaffinity(0, sizeof set, &set) != 0)
-        return;
-    if (CPU_ISSET(me, &set) && CPU_COUNT(&set) > 1) {
-        CPU_CLR(me, &set);
-        pthread_attr_setaffinity_np(attr, sizeof set, &set);
+    int helpers = LGK_MIN(pool_grow(threads), threads) - 1;
+    atomic_store(&t->holders, helpers);
+    atomic_store_explicit(&caller_cpu, current_cpu(), memory_order_relaxed);
+    for (int i = 1; i <= helpers; ++i) {
+        atomic_store(&pool[i].task, t);
+        if (atomic_load(&pool[i].sleeping)) {
+            pthread_mutex_lock(&pool[i].lock);
+            pthread_cond_signal(&pool[i].wake);
+            pthread_mutex_unlock(&pool[i].lock);
+        }
     }
-#endif
+    task_run_slices(t);
+    for (int i = 1; i <= helpers; ++i) {
+        pool_task *expected = t;
+        if (atomic_compare_exchange_strong(&pool[i].task, &expected, NULL))
+            atomic_fetch_sub(&t->holders, 1); /* never taken: every slice is done */
+    }
+    /* (only the first worker's CPU is watched: the common case is two threads) */
+    if (spin_until(task_released, t, POOL_WAIT_SPIN_US, &pool[1].cpu))
+        return;
+    pthread_mutex_lock(&done_lock);
+    atomic_store(&caller_sleeping, 1);
+    while (!task_released(t))
+        pthread_cond_wait(&done_cond, &done_lock);
+    atomic_store(&caller_sleeping, 0);
+    pthread_mutex_unlock(&done_lock);
+}
+
+int lgk_parallel_slices(int nthreads, int64_t n, int64_t per, lgk_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return LGK_OK;
+    per = LGK_MAX(per, (int64_t)1);
+    int64_t slices = n / per + (n % per != 0);
+    int threads = (int)LGK_MIN((int64_t)lgk_clamp_threads(nthreads), slices);
+    if (threads <= 1 || slices > INT32_MAX)
+        return threads <= 1 ? fn(ctx, 0, n) : LGK_ERR_SHAPE;
+    pool_task t = {fn, ctx, n, per, (int)slices, lgk_fp_mode(), 0, LGK_OK, 0};
+    pthread_once(&pool_once, pool_setup);
+    if (pthread_mutex_trylock(&pool_lock) == 0) {
+        pool_run(&t, threads);
+        pthread_mutex_unlock(&pool_lock);
+    } else {
+        task_run_slices(&t); /* the workers are busy with another call */
+    }
+    return atomic_load(&t.status);
 }
 
 int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, void *ctx)
@@ -307,42 +442,8 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
     int t = (int)LGK_MIN((int64_t)lgk_clamp_threads(nthreads), max_slices);
     if (t <= 1)
         return fn(ctx, 0, n);
-
-    lgk_slice slices[LGK_MAX_THREADS];
-    pthread_t tids[LGK_MAX_THREADS];
-    int started[LGK_MAX_THREADS] = {0};
     /* Slice bounds are multiples of `grain` so callers can keep blocks whole. */
-    int64_t per = (max_slices + t - 1) / t * grain;
-    unsigned mode = lgk_fp_mode();
-    for (int i = 0; i < t; ++i) {
-        int64_t b = LGK_MIN(n, i * per), e = LGK_MIN(n, b + per);
-        slices[i] = (lgk_slice){fn, ctx, b, e, LGK_OK, mode};
-    }
-    pthread_once(&pool_once, pool_setup);
-    if (pthread_mutex_trylock(&pool_lock) == 0) {
-        pool_run(slices, t);
-        pthread_mutex_unlock(&pool_lock);
-        int status = LGK_OK;
-        for (int i = 0; i < t && status == LGK_OK; ++i)
-            status = slices[i].status;
-        return status;
-    }
-    pthread_attr_t attr;
-    worker_attr_init(&attr);
-    for (int i = 1; i < t; ++i)
-        started[i] = pthread_create(&tids[i], &attr, lgk_slice_main, &slices[i]) == 0;
-    pthread_attr_destroy(&attr);
-    lgk_slice_main(&slices[0]);
-    int status = slices[0].status;
-    for (int i = 1; i < t; ++i) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            lgk_slice_main(&slices[i]); /* degrade gracefully: run it here */
-        if (status == LGK_OK)
-            status = slices[i].status;
-    }
-    return status;
+    return lgk_parallel_slices(t, n, (max_slices + t - 1) / t * grain, fn, ctx);
 }
 
 LGK_CLONES void lgk_activate(int activation, float *x, int64_t n)

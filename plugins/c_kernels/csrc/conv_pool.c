@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "lgk_internal.h"
+#include "lgk_parallel.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define CONV_X86 1
@@ -101,7 +102,7 @@ typedef struct {
     int64_t band_rows;             /* output rows per band */
     const float *x, *w, *bias;     /* w: OIHW weights, or packed panels (header skipped) */
     float *y;
-    int activation, gemm_threads;
+    int activation;
     int by_pixels; /* rows of the GEMM: 0 filters (into NCHW), 1 pixels (transposed after) */
     int packed;    /* w holds packed panels */
     int direct;    /* unpadded: panels gathered straight from x, no phase planes */
@@ -420,21 +421,21 @@ __attribute__((target("avx512f"))) static void gather_panels_avx512(
 }
 #endif
 
-/* Output pixels [oy0 * ow, oy0 * ow + n) of every tap into `width`-pixel slivers
- * (A slivers of mr rows by pixels, B slivers of nr columns by filters), pixels
+/* Output pixels [oy0 * ow + first, oy0 * ow + first + n) of every tap into `width`-pixel
+ * slivers (A slivers of mr rows by pixels, B slivers of nr columns by filters), pixels
  * compact (no dropped wide pixels: on small maps those would be a third to half of
  * the rows), slivers past n repeating the last pixel. `src` is the phase planes, or
  * the group's input where the conv is unpadded (each tap a fixed shift of a pixel's
  * first input cell). qidx: room for n + width indices; off: the taps' offsets. */
-static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64_t n,
-                         int64_t width, const conv_scratch *s)
+static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64_t first,
+                         int64_t n, int64_t width, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t npad = (n + width - 1) / width * width;
     int64_t row_step = j->direct ? p->stride_h * p->w : p->stride_h / j->qh * j->wq;
     int64_t col_step = j->direct ? p->stride_w : p->stride_w / j->qw;
     for (int64_t i = 0; i < npad; ++i) {
-        int64_t px = LGK_MIN(i, n - 1);
+        int64_t px = first + LGK_MIN(i, n - 1);
         s->qidx[i] = (int32_t)(px / j->ow * row_step + px % j->ow * col_step);
     }
     const float *base = src + oy0 * row_step;
@@ -494,9 +495,10 @@ __attribute__((target("avx512f"))) static void transpose16_avx512(const float *s
 #undef PD_PS
 #endif
 
-/* dst[o * ldd + i] = src[i * cols + o] for i < rows, o < cols: 16 x 16 blocks in
+/* dst[o * ldd + i] = src[i * lds + o] for i < rows, o < cols: 16 x 16 blocks in
  * registers where the CPU has AVX-512, else L1-sized tiles. */
-static void transpose_into(int64_t rows, int64_t cols, const float *src, float *dst, int64_t ldd)
+static void transpose_into(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
+                           int64_t ldd)
 {
     int64_t full_rows = 0, full_cols = 0;
 #ifdef CONV_X86
@@ -505,22 +507,111 @@ static void transpose_into(int64_t rows, int64_t cols, const float *src, float *
         full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
         for (int64_t i0 = 0; i0 < full_rows; i0 += 16)
             for (int64_t o0 = 0; o0 < full_cols; o0 += 16)
-                transpose16_avx512(src + i0 * cols + o0, cols, dst + o0 * ldd + i0, ldd);
-        transpose_block(0, full_rows, full_cols, cols, src, cols, dst, ldd);
+                transpose16_avx512(src + i0 * lds + o0, lds, dst + o0 * ldd + i0, ldd);
+        transpose_block(0, full_rows, full_cols, cols, src, lds, dst, ldd);
     }
 #endif
     const int64_t block = 32;
     for (int64_t i0 = full_rows; i0 < rows; i0 += block)
         for (int64_t o0 = 0; o0 < cols; o0 += block)
             transpose_block(i0, LGK_MIN(rows, i0 + block), o0, LGK_MIN(cols, o0 + block), src,
-                            cols, dst, ldd);
+                            lds, dst, ldd);
 }
 
-/* One image, one group, filters as the GEMM's rows: per band of output rows,
+/* Work buffers of conv_scratch_acquire. */
+enum { SCRATCH_PHASES = 1, SCRATCH_PANELS = 2, SCRATCH_RESULT = 4, SCRATCH_ALL = 7 };
+
+/* The work buffers `parts` names (phases; panels with their indices, offsets and
+ * pieces; the pixels x filters result) into *s, from blocks[4] (release them with
+ * conv_scratch_release, also after a failure). */
+static int conv_scratch_acquire(const conv_job *j, int parts, conv_scratch *s,
+                                lgk_scratch blocks[4])
+{
+    int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
+    int pointwise = is_pointwise(j->p);
+    /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
+    int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
+    if (!pointwise && !j->direct && (parts & SCRATCH_PHASES))
+        need[0] = j->cg * j->qh * j->qw * j->phase_plane;
+    if (!pointwise && (parts & SCRATCH_PANELS)) {
+        need[1] = j->kg * ((n + width - 1) / width * width);
+        need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
+    }
+    if (j->by_pixels && (parts & SCRATCH_RESULT))
+        need[2] = n * j->p->o;
+    int status = LGK_OK;
+    for (int i = 0; i < 4; ++i) {
+        blocks[i] = (lgk_scratch){NULL, 0};
+        if (need[i] > 0 && status == LGK_OK)
+            status = lgk_scratch_acquire(need[i], &blocks[i]);
+    }
+    int64_t *off = blocks[3].data != NULL ? (int64_t *)(blocks[3].data + idx_floats) : NULL;
+    if (status == LGK_OK && off != NULL)
+        tap_offsets(j, off);
+    panel_piece *pieces = off != NULL ? (panel_piece *)(off + j->kg) : NULL;
+    *s = (conv_scratch){blocks[0].data, blocks[1].data, blocks[2].data,
+                        (int32_t *)blocks[3].data, off, pieces};
+    return status;
+}
+
+static void conv_scratch_release(lgk_scratch blocks[4])
+{
+    for (int i = 0; i < 4; ++i)
+        lgk_scratch_release(&blocks[i]);
+}
+
+/* ---- one image over several threads ------------------------------------------------
+ * With fewer images than threads, each image's conv is split. Filters as rows (larger
+ * maps): by ranges of output rows, each thread building the panels of its pixels from
+ * the image's phase planes, made once; 1x1 convs with many filters by ranges of
+ * filters (no panels to build, and short pixel ranges would cut the GEMM's rows).
+ * Pixels as rows (small maps): by pixels while the weights are small enough for every
+ * thread to read them all from its cache (each thread gathering its pixels' panels),
+ * else by filters, sharing one set of pixel panels and each streaming its part of the
+ * weights (on 2x2..4x4 maps the weights are most of the memory traffic). Slices are
+ * claimed as threads come free. Below CONV_MIN_FLOPS_PER_THREAD of work per thread a
+ * conv stays on one thread: the hand-off and the shared set-up cost more. */
+#ifndef CONV_MIN_FLOPS_PER_THREAD
+#define CONV_MIN_FLOPS_PER_THREAD 1.0e6
+#endif
+/* Weights (floats) that every thread splitting the pixels of a small map reads whole. */
+#define CONV_SHARED_WEIGHTS (64 * 1024)
+
+static int conv_split_forced = 0;
+
+/* Tests: 1 splits every conv over all the threads it is given, however small (so that
+ * small cases cover the split paths), 0 restores the work threshold. Not thread-safe. */
+int lgk_conv_force_split(int on);
+int lgk_conv_force_split(int on)
+{
+    conv_split_forced = on != 0;
+    return LGK_OK;
+}
+
+/* Threads worth using for `flops` of work (at least 1, at most nthreads). */
+static int conv_threads_for(double flops, int nthreads)
+{
+    if (conv_split_forced)
+        return nthreads;
+    double t = flops / CONV_MIN_FLOPS_PER_THREAD;
+    return t < 2.0 ? 1 : (t >= nthreads ? nthreads : (int)t);
+}
+
+/* Per-slice size for splitting `units` over `threads` about `per_thread` slices each,
+ * in multiples of `grain`. */
+static int64_t slice_size(int64_t units, int64_t grain, int threads, int per_thread)
+{
+    int64_t blocks = (units + grain - 1) / grain;
+    int64_t slices = LGK_MAX((int64_t)1, LGK_MIN(blocks, (int64_t)threads * per_thread));
+    return (blocks + slices - 1) / slices * grain;
+}
+
+/* Output rows [r0, r1) of one image and group, filters as the GEMM's rows: per band,
  * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
- * activation in the epilogue, straight into NCHW. A 1x1 stride-1 unpadded conv
- * multiplies the input in place. */
-static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv_scratch *s)
+ * activation in the epilogue, straight into NCHW; `ph` holds the group's phase planes.
+ * A 1x1 stride-1 unpadded conv multiplies the input in place. */
+static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, int64_t r0, int64_t r1,
+                            const float *ph, const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
@@ -532,93 +623,190 @@ static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv
     if (j->packed)
         w = (lgk_operand){NULL, 0, 0, j->w};
     if (is_pointwise(p)) {
-        lgk_operand b = {xg, plane, 1, NULL};
-        return lgk_sgemm_operands(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
-                                  j->activation, j->gemm_threads);
+        lgk_operand b = {xg + r0 * j->ow, plane, 1, NULL};
+        return lgk_sgemm_operands(j->og, (r1 - r0) * j->ow, j->kg, w, b, yg + r0 * j->ow,
+                                  plane, bias, bias_mode, j->activation, 1);
     }
-    if (!j->direct)
-        make_phases(j, xg, s->ph);
-    for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
-        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0);
+    for (int64_t oy0 = r0; oy0 < r1; oy0 += j->band_rows) {
+        int64_t rows = LGK_MIN(j->band_rows, r1 - oy0);
         if (j->direct) {
-            pixel_panels(j, xg, oy0, rows * j->ow, j->layout.nr, s);
+            pixel_panels(j, xg, oy0, 0, rows * j->ow, j->layout.nr, s);
         } else {
             int64_t count = panel_pieces(j, oy0, rows, s->pieces);
-            phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
+            phase_panels(j, ph, s->pieces, count, s->off, s->panels);
         }
         lgk_operand b = {NULL, 0, 0, s->panels};
         LGK_TRY(lgk_sgemm_operands(j->og, rows * j->ow, j->kg, w, b, yg + oy0 * j->ow, plane,
-                                   bias, bias_mode, j->activation, j->gemm_threads));
+                                   bias, bias_mode, j->activation, 1));
     }
     return LGK_OK;
 }
 
-/* One image (groups == 1, weights packed as B = W^T), pixels as the GEMM's rows:
- * per band, t (pixels x filters) = im2col^T @ W^T with the bias (per column) and
- * activation in the epilogue, then t^T into the image's output. On small maps this
- * keeps the GEMM's wide dimension the filter count and streams the weights once. */
-static int conv_by_pixels(const conv_job *j, int64_t img, const conv_scratch *s)
+/* A slice of output rows on a thread of its own (panel buffers of its own). */
+typedef struct {
+    const conv_job *j;
+    int64_t img, g;
+    const float *ph;
+} rows_task;
+
+static int rows_slice(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_task *t = ctx;
+    lgk_scratch blocks[4];
+    conv_scratch s;
+    int status = conv_scratch_acquire(t->j, SCRATCH_PANELS, &s, blocks);
+    if (status == LGK_OK)
+        status = conv_filter_rows(t->j, t->img, t->g, r0, r1, t->ph, &s);
+    conv_scratch_release(blocks);
+    return status;
+}
+
+/* Filters [f0, f1) of a 1x1 conv of one image (groups == 1), filters as rows. */
+static int pointwise_filters_slice(void *ctx, int64_t f0, int64_t f1)
+{
+    const rows_task *t = ctx;
+    const conv_job *j = t->j;
+    int64_t plane = j->oh * j->ow;
+    lgk_operand w = {j->w, j->kg, 1, NULL}, b = {j->x + t->img * j->p->c * plane, plane, 1, NULL};
+    if (j->packed)
+        w = (lgk_operand){NULL, 0, 0, j->w};
+    return lgk_sgemm_block(j->og, plane, j->kg, w, b, j->y + t->img * j->p->o * plane, plane,
+                           j->bias, j->bias != NULL ? LGK_BIAS_ROW : LGK_BIAS_NONE,
+                           j->activation, f0, f1, 0, plane);
+}
+
+/* One image and group, filters as the GEMM's rows, on `threads` threads (see above). */
+static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv_scratch *s,
+                           int threads)
 {
     const lgk_conv2d_params *p = j->p;
+    if (!j->direct && !is_pointwise(p))
+        make_phases(j, j->x + (img * p->c + g * j->cg) * p->h * p->w, s->ph);
+    if (threads <= 1)
+        return conv_filter_rows(j, img, g, 0, j->oh, s->ph, s);
+    rows_task t = {j, img, g, s->ph};
+    int64_t mr = j->layout.mr;
+    if (is_pointwise(p) && j->og >= 2 * mr * threads)
+        return lgk_parallel_slices(threads, j->og, slice_size(j->og, mr, threads, 1),
+                                   pointwise_filters_slice, &t);
+    return lgk_parallel_slices(threads, j->oh, slice_size(j->oh, 1, threads, 1), rows_slice, &t);
+}
+
+/* One band of output rows of one image, pixels as the GEMM's rows, split over threads
+ * by filters (sharing the pixel panels `a`) or by pixels (each gathering its own). */
+typedef struct {
+    const conv_job *j;
+    int64_t img, oy0, rows;
+    lgk_operand a;
+    float *t; /* the band's pixels x filters result */
+} pixels_task;
+
+/* Rows [p0, p1) of t, filters [f0, f1) (f0 a multiple of nr): t = a @ W^T with the bias
+ * (per column) and activation in the epilogue, then transposed into the output. */
+static int pixels_block(const pixels_task *pt, lgk_operand a, int64_t p0, int64_t p1,
+                        int64_t f0, int64_t f1)
+{
+    const conv_job *j = pt->j;
+    const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
-    const float *xi = j->x + img * p->c * p->h * p->w;
-    float *yi = j->y + img * p->o * plane;
-    int bias_mode = j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE;
     lgk_operand w = {NULL, 0, 0, j->w};
+    float *t = pt->t + p0 * p->o;
+    LGK_TRY(lgk_sgemm_block(p1 - p0, p->o, j->kg, a, w, t, p->o, j->bias,
+                            j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE, j->activation, 0,
+                            p1 - p0, f0, f1));
+    float *yi = j->y + pt->img * p->o * plane + pt->oy0 * j->ow + p0;
+    transpose_into(p1 - p0, f1 - f0, t + f0, p->o, yi + f0 * plane, plane);
+    return LGK_OK;
+}
+
+static int pixels_filters_slice(void *ctx, int64_t f0, int64_t f1)
+{
+    const pixels_task *pt = ctx;
+    return pixels_block(pt, pt->a, 0, pt->rows * pt->j->ow, f0, f1);
+}
+
+static int pixels_rows_slice(void *ctx, int64_t p0, int64_t p1)
+{
+    const pixels_task *pt = ctx;
+    const conv_job *j = pt->j;
+    if (is_pointwise(j->p)) {
+        lgk_operand a = pt->a;
+        a.data += p0;
+        return pixels_block(pt, a, p0, p1, 0, j->p->o);
+    }
+    lgk_scratch blocks[4];
+    conv_scratch s;
+    int status = conv_scratch_acquire(j, SCRATCH_PANELS, &s, blocks);
+    if (status == LGK_OK) {
+        pixel_panels(j, pt->a.data, pt->oy0, p0, p1 - p0, j->layout.mr, &s);
+        status = pixels_block(pt, (lgk_operand){NULL, 0, 0, s.panels}, p0, p1, 0, j->p->o);
+    }
+    conv_scratch_release(blocks);
+    return status;
+}
+
+/* One image (groups == 1, weights packed as B = W^T), pixels as the GEMM's rows: per
+ * band, t = im2col^T @ W^T, then t^T into the image's output. On small maps this keeps
+ * the GEMM's wide dimension the filter count and streams the weights once. */
+static int conv_by_pixels(const conv_job *j, int64_t img, const conv_scratch *s, int threads)
+{
+    const lgk_conv2d_params *p = j->p;
+    int64_t plane = j->oh * j->ow, mr = j->layout.mr, nr = j->layout.nr;
+    const float *xi = j->x + img * p->c * p->h * p->w;
     int pointwise = is_pointwise(p);
     if (!pointwise && !j->direct)
         make_phases(j, xi, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
         int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->ow;
         /* pointwise: x is already taps x pixels */
-        lgk_operand a = {xi + oy0 * j->ow, 1, plane, NULL};
-        if (!pointwise) {
-            pixel_panels(j, j->direct ? xi : s->ph, oy0, n, j->layout.mr, s);
-            a = (lgk_operand){NULL, 0, 0, s->panels};
+        pixels_task t = {j, img, oy0, rows, {xi + oy0 * j->ow, 1, plane, NULL}, s->t};
+        const float *src = j->direct ? xi : s->ph;
+        if (threads > 1 && n >= mr * threads
+            && (j->kg * p->o <= CONV_SHARED_WEIGHTS || p->o <= nr)) {
+            if (!pointwise)
+                t.a.data = src; /* the slices gather their panels from here */
+            LGK_TRY(lgk_parallel_slices(threads, n, slice_size(n, mr, threads, 1),
+                                        pixels_rows_slice, &t));
+            continue;
         }
-        LGK_TRY(lgk_sgemm_operands(n, p->o, j->kg, a, w, s->t, p->o, j->bias, bias_mode,
-                                   j->activation, j->gemm_threads));
-        transpose_into(n, p->o, s->t, yi + oy0 * j->ow, plane);
+        if (!pointwise) {
+            pixel_panels(j, src, oy0, 0, n, mr, s);
+            t.a = (lgk_operand){NULL, 0, 0, s->panels};
+        }
+        LGK_TRY(lgk_parallel_slices(threads, p->o, slice_size(p->o, nr, threads, 2),
+                                    pixels_filters_slice, &t));
     }
     return LGK_OK;
 }
 
-static int conv_images(void *ctx, int64_t begin, int64_t end)
+/* Units [begin, end) of images x groups, each on one thread. */
+static int conv_units(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
-    const lgk_conv2d_params *p = j->p;
     if (begin >= end)
         return LGK_OK;
-    int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
-    int pointwise = is_pointwise(p);
-    /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
-    int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
-    if (!pointwise) {
-        need[0] = j->direct ? 0 : j->cg * j->qh * j->qw * j->phase_plane;
-        need[1] = j->kg * ((n + width - 1) / width * width);
-        need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
-    }
-    if (j->by_pixels)
-        need[2] = n * p->o;
-    lgk_scratch blocks[4] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
-    int status = LGK_OK;
-    for (int i = 0; i < 4 && status == LGK_OK; ++i)
-        if (need[i] > 0)
-            status = lgk_scratch_acquire(need[i], &blocks[i]);
-    int64_t *off = blocks[3].data != NULL ? (int64_t *)(blocks[3].data + idx_floats) : NULL;
-    if (status == LGK_OK && off != NULL)
-        tap_offsets(j, off);
-    panel_piece *pieces = off != NULL ? (panel_piece *)(off + j->kg) : NULL;
-    conv_scratch s = {blocks[0].data, blocks[1].data, blocks[2].data, (int32_t *)blocks[3].data,
-                      off, pieces};
-    for (int64_t img = begin; img < end && status == LGK_OK; ++img) {
-        if (j->by_pixels)
-            status = conv_by_pixels(j, img, &s);
-        for (int64_t g = 0; g < p->groups && status == LGK_OK && !j->by_pixels; ++g)
-            status = conv_by_filters(j, img, g, &s);
-    }
-    for (int i = 0; i < 4; ++i)
-        lgk_scratch_release(&blocks[i]);
+    lgk_scratch blocks[4];
+    conv_scratch s;
+    int status = conv_scratch_acquire(j, SCRATCH_ALL, &s, blocks);
+    for (int64_t u = begin; u < end && status == LGK_OK; ++u)
+        status = j->by_pixels ? conv_by_pixels(j, u, &s, 1)
+                              : conv_by_filters(j, u / j->p->groups, u % j->p->groups, &s, 1);
+    conv_scratch_release(blocks);
+    return status;
+}
+
+/* Every image split over `threads` (groups == 1): the shared buffers here, the
+ * slices' own in their threads. */
+static int conv_images_split(const conv_job *j, int threads)
+{
+    lgk_scratch blocks[4];
+    conv_scratch s;
+    int parts = j->by_pixels ? SCRATCH_ALL : SCRATCH_PHASES;
+    int status = conv_scratch_acquire(j, parts, &s, blocks);
+    for (int64_t img = 0; img < j->p->n && status == LGK_OK; ++img)
+        status = j->by_pixels ? conv_by_pixels(j, img, &s, threads)
+                              : conv_by_filters(j, img, 0, &s, threads);
+    conv_scratch_release(blocks);
     return status;
 }
 
@@ -654,7 +842,7 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
-                    y, activation, 1, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1};
+                    y, activation, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1};
     /* Unpadded convs need no zeros: the panels are gathered from x itself, by int32
      * indices within an image's channel plane. */
     j->direct = p->pad_top == 0 && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0
@@ -687,8 +875,8 @@ static int phase_geometry(conv_job *j)
     return lgk_checked_count(4, all, &phases);
 }
 
-/* Bands of output rows bound the panel scratch and the result t; threads go to
- * images when there are enough of them, else into each GEMM. */
+/* Bands of output rows bound the panel scratch and the result t; threads go to images
+ * (or groups) when there are enough of them, else into each image (see above). */
 static int conv_run(conv_job *j, int nthreads)
 {
     const lgk_conv2d_params *p = j->p;
@@ -701,10 +889,15 @@ static int conv_run(conv_job *j, int nthreads)
     LGK_CHECK(!j->by_pixels || j->direct
                   || j->band_rows * (p->stride_h / j->qh) * j->wq < INT32_MAX,
               LGK_ERR_SHAPE);
-    nthreads = lgk_clamp_threads(nthreads);
-    int per_image = p->n >= nthreads;
-    j->gemm_threads = per_image ? 1 : nthreads;
-    return lgk_parallel_for(per_image ? nthreads : 1, p->n, 1, conv_images, j);
+    double flops = 2.0 * (double)p->n * (double)p->o * (double)j->oh * (double)j->ow
+                   * (double)LGK_MAX(j->kg, (int64_t)1);
+    int threads = conv_threads_for(flops, lgk_clamp_threads(nthreads));
+    int64_t units = p->n * p->groups;
+    if (threads <= 1)
+        return conv_units(j, 0, units);
+    if (p->groups > 1 || p->n >= threads)
+        return lgk_parallel_for(threads, units, 1, conv_units, j);
+    return conv_images_split(j, threads);
 }
 
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,

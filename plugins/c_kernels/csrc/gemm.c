@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 
 #include "lgk_internal.h"
+#include "lgk_parallel.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define LGK_X86_KERNELS 1
@@ -957,4 +958,19 @@ int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_opera
     gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
                       {bias, bias_mode, activation}, b.panels, a.panels};
     return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
+}
+
+/* C[m0:m1, n0:n1] of lgk_sgemm_operands on the calling thread (n0 a multiple of NR
+ * where B is packed, m0 of MR where A is): a part of a GEMM its caller splits. */
+int lgk_sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b, float *c,
+                    int64_t ldc, const float *bias, int bias_mode, int activation, int64_t m0,
+                    int64_t m1, int64_t n0, int64_t n1)
+{
+    gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
+                      {bias, bias_mode, activation}, b.panels, a.panels};
+    unsigned mode = lgk_flush_subnormals();
+    int status = gemm_block_range(current_impl(), &p, LGK_MAX(m0, (int64_t)0),
+                                  LGK_MIN(m1, M), LGK_MAX(n0, (int64_t)0), LGK_MIN(n1, N));
+    lgk_restore_fp_mode(mode);
+    return status;
 }

@@ -94,7 +94,7 @@ def _make_builder(csrc: str = CSRC) -> FFI:
         sources=[f"{csrc}/{name}" for name in SOURCES],
         include_dirs=[csrc],
         depends=[f"{csrc}/{HEADER}", f"{csrc}/lgk_internal.h", f"{csrc}/lgk_transpose.h",
-                 f"{csrc}/depthwise_planes.inc"],
+                 f"{csrc}/lgk_parallel.h", f"{csrc}/depthwise_planes.inc"],
         extra_compile_args=COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
         libraries=["m"],
