@@ -137,3 +137,14 @@ def test_functional_batch_norm_converter_updates_the_running_statistics():
     F.batch_norm(x, eager_mean, eager_var, training=True, momentum=0.2, eps=1e-5)
     np.testing.assert_allclose(got[3], eager_mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[4], eager_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_pytorch_decomposition_is_a_legato_error_naming_the_node():
+    class HalfAddcmul(nn.Module):  # eager runs it; torch's int addcmul ref refuses value=0.5
+        def forward(self, x, y):
+            z = x.clone()
+            z.addcmul_(y, y, value=0.5)
+            return z
+    x = torch.ones(3, dtype=torch.int64)
+    with pytest.raises(legato.LegatoError, match=r"decompositions .* failed: .*addcmul"):
+        torch_frontend.load(HalfAddcmul(), (x, x))

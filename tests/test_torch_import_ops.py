@@ -214,6 +214,10 @@ CASES = {
     "attention_3d_q": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
                        lambda: [torch.randn(2, 3, 8), torch.randn(4, 2, 5, 8),
                                 torch.randn(4, 2, 5, 4)]),
+    "attention_multi_query": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v) +
+                              F.scaled_dot_product_attention(k, q, q)[:, :, :3, :4],
+                              lambda: [torch.randn(2, 4, 3, 8), torch.randn(1, 1, 5, 8),
+                                       torch.randn(2, 1, 5, 4)]),
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       lambda: [torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8),
                                torch.randn(1, 2, 5, 4)]),

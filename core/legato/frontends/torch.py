@@ -42,7 +42,12 @@ def load(module, example_inputs, *, registry=None) -> Module:
     table = torch.export.default_decompositions()
     for name in KEEP:
         table.pop(_aten_overload(torch, name), None)
-    program = program.run_decompositions(table)
+    try:
+        program = program.run_decompositions(table)
+    except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
+        raise LegatoError(f"PyTorch's decompositions of the exported module failed: "
+                          f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
+            from None
     return _Importer(program, registry).run()
 
 

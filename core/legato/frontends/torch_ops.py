@@ -256,6 +256,10 @@ def attention(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
         return b.squeeze(attention(b, *heads, mask, dropout_p, is_causal, scale), axes=[1])
     if q.rank == 3 and k.rank == v.rank == 4:  # q's batch dims broadcast against k's
         q = b.broadcast_to(q, shape=[*k.shape[:2], *q.shape[1:]])
+    if q.rank == k.rank == v.rank == 4:  # batch and head dims broadcast (multi-query k, v)
+        lead = list(broadcast_shapes(*(t.shape[:2] for t in (q, k, v))))
+        q, k, v = (t if list(t.shape[:2]) == lead else
+                   b.broadcast_to(t, shape=[*lead, *t.shape[2:]]) for t in (q, k, v))
     return b.nn_attention(q, k, v, attn_mask, scale=scale, causal=bool(is_causal))
 
 
