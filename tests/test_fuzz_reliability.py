@@ -54,13 +54,11 @@ X22 = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
 
 # --- reported to zoowide (ONNX importer), open --------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="open, zoowide: opset<13 Hardmax is per-axis in legato")
 def test_hardmax_before_opset_13_takes_one_argmax_over_the_flattened_tail():
     node = helper.make_node("Hardmax", ["x"], ["y"], axis=0)
     assert_like_onnxruntime(one_node_model(node, {"x": X22}, opset=12), {"x": X22})
 
 
-@pytest.mark.xfail(strict=True, reason="open, zoowide: LpPool scales an overhanging window")
 def test_lp_pool_with_ceil_mode_sums_only_the_elements_inside_the_input():
     node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2], strides=[2],
                             ceil_mode=1, p=1)
@@ -68,7 +66,6 @@ def test_lp_pool_with_ceil_mode_sums_only_the_elements_inside_the_input():
     assert_like_onnxruntime(one_node_model(node, {"x": x}, opset=19), {"x": x})
 
 
-@pytest.mark.xfail(strict=True, reason="open, zoowide: noop reductions skip the x^2 / |x|")
 @pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceL1", "ReduceL2"])
 def test_a_noop_reduction_still_applies_its_elementwise_part(op):
     node = helper.make_node(op, ["x", "axes"], ["y"], noop_with_empty_axes=1)
@@ -76,7 +73,6 @@ def test_a_noop_reduction_still_applies_its_elementwise_part(op):
     assert_like_onnxruntime(model, {"x": X22})
 
 
-@pytest.mark.xfail(strict=True, reason="open, zoowide: IndexError in resample.resize_axis")
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 def test_resizing_a_dim_to_zero_gives_an_empty_result(mode):
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
@@ -92,9 +88,8 @@ def test_resizing_a_dim_to_zero_with_nearest_gives_an_empty_result():
     assert_like_onnxruntime(model, {"x": x})
 
 
-# --- reported to torchfix (PyTorch importer), open ---------------------------------------
+# --- reported to torchfix (PyTorch importer) -----------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="open, torchfix: run_decompositions errors escape raw")
 def test_a_module_pytorch_cannot_decompose_is_a_legato_error():
     torch = pytest.importorskip("torch")
     from legato.frontends import torch as ltorch
@@ -109,3 +104,22 @@ def test_a_module_pytorch_cannot_decompose_is_a_legato_error():
     IntegerAddcmul()(x, x)  # eager runs it
     with pytest.raises(legato.LegatoError, match="addcmul"):
         ltorch.load(IntegerAddcmul(), (x, x))
+
+
+@pytest.mark.xfail(strict=True, reason="open, torchfix: OverflowError in torch_tensors._full")
+@pytest.mark.parametrize("form", ["where", "masked_fill"])
+def test_a_negative_scalar_wraps_into_a_uint8_tensor_like_eager(form):
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as ltorch
+
+    class ScalarFill(torch.nn.Module):
+        def forward(self, x):
+            if form == "where":
+                return torch.where(x > 2, x, -3)
+            return x.masked_fill(x > 2, -3)
+
+    x = torch.tensor([1, 5, 200], dtype=torch.uint8)
+    want = ScalarFill()(x).numpy()
+    got = legato.compile(ltorch.load(ScalarFill(), (x,)), "cpu_ref")(x.numpy())
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype

@@ -111,7 +111,8 @@ class Builder:
                    and (v.exact or not exact) and (not nonempty or v.example.numel())]
         if options and self.chance(0.75):
             return self.rng.choice(options)
-        dtype = {"f": torch.float32, "i": self.rng.choice([torch.int64, torch.int32]),
+        dtype = {"f": torch.float32 if self.chance(0.85) else self.rng.choice(ODD_FLOATS),
+                 "i": self.rng.choice([torch.int64, torch.int32, *ODD_INTS]),
                  "b": torch.bool}[self.rng.choice(kinds)]
         return self.add_input(self.shape(max(lo, 0), min(hi, 3)) if lo <= 3 else
                               self.shape(lo, lo), dtype)
@@ -140,6 +141,43 @@ class Builder:
 
 
 # --- the steps ------------------------------------------------------------------------------
+
+ODD_FLOATS = (torch.float64, torch.float16) if torch else ()
+ODD_INTS = (torch.int8, torch.uint8, torch.int16) if torch else ()
+ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32,
+              torch.int16, torch.int8, torch.uint8, torch.bool) if torch else ()
+
+
+def s_promote(b):
+    """Type promotion between two dtypes, 0-d tensors and Python scalars (0-d tensors and
+    scalars only decide the category, dimensioned tensors the width)."""
+    dtypes = [b.rng.choice(ALL_DTYPES) for _ in range(2)]
+    shapes = [b.shape(0, 2), ()] if b.chance(0.5) else [b.shape(1, 2), b.shape(0, 2)]
+    x, y = (b.add_input(tuple(shape), dtype) for shape, dtype in zip(shapes, dtypes))
+    op = b.rng.choice(["add", "mul", "sub", "maximum", "where", "div", "eq", "lt",
+                       "scalar", "true_divide_int", "pow"])
+    if op == "sub" and torch.bool in dtypes:
+        op = "add"
+    if op == "where":
+        cond = b.partner(x, torch.bool)
+        return b.step("where promote", torch.where, cond, x, y, exact=True)
+    if op == "scalar":
+        scalar = b.rng.choice([2, -1, 0.5, True, 300])
+        return b.step("scalar promote", lambda t: t * scalar, x, exact=True)
+    if op == "true_divide_int":
+        y.example[y.example == 0] = 1
+        if y.dtype == torch.bool:
+            y.example[...] = True
+        return b.step("div promote", torch.true_divide, x, y)
+    if op == "div":
+        return b.step("div promote", lambda t: t / 4, x, exact=True)
+    if op == "pow":
+        return b.step("pow promote", lambda t: torch.pow(t, 2), x, exact=True)
+    fns = {"add": torch.add, "mul": torch.mul, "sub": torch.sub, "maximum": torch.maximum,
+           "eq": torch.eq, "lt": torch.lt}
+    return b.step(f"{op} promote", fns[op], *((x, y) if b.chance(0.5) else (y, x)),
+                  exact=True)
+
 
 def scalar_for(b: Builder, value):
     if value.dtype == torch.bool:
@@ -646,7 +684,7 @@ def s_nn(b):
     return b.step(op, lambda t: F.normalize(t, p=2.0, dim=dim), x)
 
 
-STEPS = [s_arith, s_arith, s_division, s_unary, s_int_unary, s_rounding, s_compare, s_logic,
+STEPS = [s_promote, s_promote, s_arith, s_arith, s_division, s_unary, s_int_unary, s_rounding, s_compare, s_logic,
          s_where, s_clamp, s_cast, s_reduce, s_cumulative, s_view, s_view, s_inplace, s_join,
          s_index, s_nn, s_nn]
 
