@@ -226,10 +226,45 @@ def upgrade(proto, opset: int):
         raise Refused(f"Scan of ONNX opset {opset} (batched, with sequence_lens) is not "
                       "imported: onnx's version converter changes the model's input shapes "
                       "when upgrading it; export the model at opset 9 or newer")
+    proto = _flat_hardmax(proto)
     upgraded = run_isolated(b"C", proto, "onnx's version converter", f"ONNX opset {opset} "
                             f"is older than {MIN_OPSET} and could not be upgraded")
     check_graph(upgraded.graph, MIN_OPSET)
     return upgraded, MIN_OPSET
+
+
+def _flat_hardmax(proto):
+    """The model with each Hardmax of opset < 13 spelled as that opset defines it, which
+    the version converter leaves to mean opset 13's per-axis Hardmax: one hardmax over the
+    input flattened to 2-D at `axis` (default 1), reshaped back."""
+    if not any(n.op_type == "Hardmax" and n.domain in DEFAULT_DOMAINS
+               for _, n in all_nodes(proto.graph)):
+        return proto
+    import onnx
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())  # the caller's stays
+    _flatten_hardmax_in(proto.graph, onnx.helper)
+    return proto
+
+
+def _flatten_hardmax_in(graph, helper) -> None:
+    nodes = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == attr.GRAPH else \
+                    attr.graphs if attr.type == attr.GRAPHS else ():
+                _flatten_hardmax_in(body, helper)
+        if node.op_type != "Hardmax" or node.domain not in DEFAULT_DOMAINS:
+            nodes.append(node)
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        x, (y,) = node.input[0], node.output
+        flat, hard, shape = (f"{y}__hardmax_{part}" for part in ("flat", "2d", "shape"))
+        nodes += [helper.make_node("Flatten", [x], [flat], axis=axis),
+                  helper.make_node("Hardmax", [flat], [hard], axis=1),
+                  helper.make_node("Shape", [x], [shape]),
+                  helper.make_node("Reshape", [hard, shape], [y])]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def check_input_shapes(input_shapes) -> dict:

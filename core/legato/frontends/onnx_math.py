@@ -82,8 +82,11 @@ def _reduce_axes(node, x):
     return list(norm_axes(axes, x.rank)), keepdims
 
 
+NOOP = None  # the axes of a reduction over nothing (noop_with_empty_axes)
+
+
 def _sum(node, x, axes, keepdims):
-    return node.call("sum", x, axes=axes, keepdims=keepdims)
+    return x if axes is NOOP else node.call("sum", x, axes=axes, keepdims=keepdims)
 
 
 LOG_REDUCTIONS = {
@@ -98,6 +101,8 @@ EMPTY = {"ReduceSumSquare": 0.0, "ReduceL1": 0.0, "ReduceL2": 0.0, "ReduceLogSum
 
 
 def _log_sum_exp(node, x, axes, keepdims):
+    if axes is NOOP:  # log(exp(x))
+        return x
     if not x.dtype.startswith(("float", "bfloat")):
         return node.call("log", _sum(node, node.call("exp", x), axes, keepdims))
     peak = node.call("max", x, axes=axes, keepdims=True)
@@ -112,8 +117,8 @@ def _log_sum_exp(node, x, axes, keepdims):
 def log_reduction(node):
     x = node.arg(0)
     found = _reduce_axes(node, x)
-    if found is None:
-        return x
+    if found is None:  # the function body's elementwise part still applies: x^2, |x|, ...
+        return LOG_REDUCTIONS[node.op](node, x, NOOP, True)
     axes, keepdims = found
     if any(x.shape[a] == 0 for a in axes):
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)

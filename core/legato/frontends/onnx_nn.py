@@ -112,9 +112,10 @@ MAX_INDEX_TAPS = 1024   # MaxPool Indices are built from one comparison per kern
 
 # --- pooling --------------------------------------------------------------------------------
 
-def pool2d(node, op, x, kernel, strides, dilations, pads, **extra):
+def pool2d(node, op, x, kernel, strides, dilations, pads, ceil_mode=None, **extra):
+    ceil_mode = node.flag("ceil_mode", 0) if ceil_mode is None else ceil_mode
     return node.call(op, x, pool_size=kernel, strides=strides, dilation=dilations,
-                     padding=pads, ceil_mode=node.flag("ceil_mode", 0), **extra)
+                     padding=pads, ceil_mode=ceil_mode, **extra)
 
 
 def pool3d(node, op, x, kernel, strides, dilations, pads, **extra):
@@ -442,20 +443,29 @@ def global_lp_pool(node):
 
 @converter("LpPool")
 def lp_pool(node):
-    """(sum over the window of |x|^p)^(1/p): an average pool counting the padding, times
-    the window's size."""
+    """(sum over the window of |x|^p)^(1/p). The input is zero-padded so that every window,
+    ceil mode's overhanging last one too, lies whole inside it: a window's sum is then its
+    average over the full kernel times the kernel's size."""
     x, p = node.arg(0), node.attr("p", 2)
     kernel = list(node.attr("kernel_shape"))
     strides, dilations, pads = window_attrs(node, kernel)
+    n = len(kernel)
+    win = shapes.window(x.shape[2:], kernel, strides, dilations, pads,
+                        node.flag("ceil_mode", 0), what="LpPool")
+    sweep = win.sweep_padding
+    padding = [0, 0, *sweep[:n], 0, 0, *sweep[n:]]
     powered = _power_sum(node, x, p)
-    if len(kernel) == 3:
-        sums = pool3d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, pads,
-                      count_include_pad=True)
+    if any(padding):
+        powered = node.call("pad", powered, pads=padding, value=0.0)
+    whole = dict(count_include_pad=True, ceil_mode=False)
+    if n == 3:
+        sums = pool3d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, [0] * 6,
+                      **whole)
         return _root(node, node.call("multiply", sums, float(np.prod(kernel))), p)
-    powered, kernel, strides, dilations, pads = as_2d(node, powered, kernel, strides,
-                                                      dilations, pads)
-    sums = pool2d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, pads,
-                  count_include_pad=True)
+    powered, kernel, strides, dilations, _ = as_2d(node, powered, kernel, strides,
+                                                   dilations, [0] * 2 * n)
+    sums = pool2d(node, "nn.avg_pool2d", powered, kernel, strides, dilations, [0] * 4,
+                  **whole)
     sums = node.call("multiply", sums, float(kernel[0] * kernel[1]))
     return from_2d(node, _root(node, sums, p), x.rank)
 

@@ -105,6 +105,8 @@ def resize_axis(b, x, axis: int, size_out: int, coords: np.ndarray, mode: str,
                 antialias: bool = False):
     """x resampled along `axis` to `size_out` elements sampling input `coords`."""
     size_in = x.shape[axis]
+    if size_out == 0:  # no output element, so no taps: an empty take
+        return b.take(x, Const.of(np.zeros((0,), np.int64)), axis=axis)
     if mode == "nearest":
         return b.take(x, Const.of(nearest_indices(coords, nearest_mode, size_in)), axis=axis)
     if not x.dtype.startswith(("float", "bfloat")):
