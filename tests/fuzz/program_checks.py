@@ -155,3 +155,19 @@ def run_tosa(text: str, feeds):
     except ToolError as err:
         raise InvalidOutput(f"the TOSA reference model fails on a module tosa-opt accepts: "
                             f"{one_line(err)}") from None
+
+
+def check_tosa(module, feeds, expected, rng, compare_results, run_share: float = 0.3) -> None:
+    """`module` compiled for tosa_custom passes tosa-opt; a `run_share` of such modules
+    (without custom ops, which only their backend can run) also runs on the TOSA
+    reference model, its results handed to `compare_results`."""
+    try:
+        compiled = legato.compile(module, EMITTING)
+    except LegatoError:
+        return
+    validate_tosa(compiled.artifact)
+    if rng.random() >= run_share or '"tosa.custom"' in compiled.artifact:
+        return
+    got = run_tosa(compiled.artifact, feeds)
+    if got is not None:
+        compare_results(list(got))

@@ -25,6 +25,7 @@ import numpy as np
 
 import legato
 from tests.fuzz import Mismatch
+from tests.fuzz.program_checks import check_tosa
 
 QUICK_CASES = 150
 # Cases that hit bugs reported but not yet fixed (the mailbox of the owner has each): on
@@ -34,6 +35,7 @@ QUICK_CASES = 150
 OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") != "0"
 CASE_TIMEOUT = 30.0
 BACKENDS = ("cpu_ref", "c_kernels")
+TOSA_SHARE = 0.3   # of cases also compiled for tosa_custom and checked
 
 try:
     import onnx
@@ -920,6 +922,9 @@ def run(seed: int) -> str:
                 if not (set(ops) & ORT_CORNERS and agrees_with_onnx_reference(
                         model, index, feeds, mine)):
                     raise err from None
+    if random.Random(seed).random() < TOSA_SHARE:
+        check_tosa(module, [feeds[n] for n in names], expected, random.Random(~seed),
+                   lambda got: compare(got, expected, f"tosa_custom ({', '.join(ops)})"))
     return "ok"
 
 

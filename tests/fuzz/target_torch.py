@@ -23,10 +23,12 @@ import numpy as np
 
 import legato
 from tests.fuzz import Mismatch
+from tests.fuzz.program_checks import check_tosa
 
 QUICK_CASES = 20  # torch.export takes most of a second a case
 CASE_TIMEOUT = 60.0
 BACKENDS = ("cpu_ref", "c_kernels")
+TOSA_SHARE = 0.3   # of cases also compiled for tosa_custom and checked
 
 try:
     import torch
@@ -732,6 +734,10 @@ def run(seed: int) -> str:
         got = compiled(*feeds)
         got = got if isinstance(got, (tuple, list)) else (got,)
         compare(got, [w.numpy() for w in want], f"{backend} ({', '.join(names)})")
+    if random.Random(seed).random() < TOSA_SHARE:
+        check_tosa(module, feeds, [w.numpy() for w in want], random.Random(~seed),
+                   lambda got: compare(got, [w.numpy() for w in want],
+                                       f"tosa_custom ({', '.join(names)})"))
     return "ok"
 
 
