@@ -404,8 +404,12 @@ static int cb_plan(cb_job *j, int nthreads)
     rows = (CB_STRIP_FLOATS / row - taps_h) / p->stride_h + 1;
     rows = LGK_MAX((int64_t)1, LGK_MIN(rows, j->oh));
     j->bands = (p->o + CB_LANES - 1) / CB_LANES;
-    units = p->n * j->bands;
-    if (units % nthreads != 0) /* e.g. 3 bands on 2 threads: the threads split the rows */
+    units = p->n * j->bands * ((j->oh + rows - 1) / rows);
+    /* A few units that do not divide among the threads (3 bands on 2): the threads split
+     * the rows too. Not with many: the imbalance is small, and every strip packs the
+     * weights and transposes its halo rows again (also when the workers are late and
+     * the caller runs every unit: 21 bands of 2x2 took 2x as long in 42 strips). */
+    if (units % nthreads != 0 && units < 4 * nthreads)
         rows = LGK_MAX((int64_t)1, LGK_MIN(rows, (j->oh + nthreads - 1) / nthreads));
     j->strip_rows = rows;
     j->strips = (j->oh + rows - 1) / rows;
@@ -419,12 +423,15 @@ static int cb_plan(cb_job *j, int nthreads)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-/* Work items below this many multiply-adds per thread are not worth a thread. Set
- * so high that depthwise convs run on one thread: split over 2 threads, the zoo's
- * depthwise convs (e.g. 5x5 s2 on 32x32x32, 3x3 on 16x32x32) measured 4-10x slower
- * than on one (efficientnet 0.21 -> 0.44 ms with LEGATO_NUM_THREADS=2); the cause is
- * not found yet, and one thread is never slower than that. */
-#define DW_MIN_WORK_PER_THREAD ((int64_t)1 << 40)
+/* Convs of fewer multiply-adds per thread (about 2 us) run on one thread. Handing a
+ * slice to a spinning pool worker costs ~0.4 us; with the worker there (measured under
+ * SCHED_FIFO, 1 -> 2 threads) 3x3 s2 48x32x32 ran 1.25x faster, 5x5 s2 32x32x32 1.37x,
+ * 7x7 32x16x16 1.5x, 3x3 96x32x32 1.8x, while 3x3 s2 on 8x8 maps (1.5 us) ran 0.7x.
+ * Where the worker is late (other processes on the cores), the caller runs every slice
+ * itself for ~0.1 us more than on one thread. (Before the pool's workers spun, each
+ * 2-thread call paid two futex wake-ups and ran both slices on the caller's CPU: the
+ * zoo's depthwise convs took 4-10x as long as on one thread.) */
+#define DW_MIN_WORK_PER_THREAD ((int64_t)32768)
 
 /* Bands need this many filters to fill most of their lanes; with fewer, wide maps
  * go plane by plane (their rows fill the vectors instead). */
