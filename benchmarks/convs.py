@@ -1,6 +1,7 @@
 """Single convolutions and pools from the zoo's CNNs on c_kernels against onnxruntime.
 
     .venv/bin/python benchmarks/convs.py [--cases resnet,dw] [--threads 1] [--repeat 50]
+    .venv/bin/python benchmarks/convs.py --cases dw --kernels
 
 Every case is a one-node ONNX model (a Conv with bias, optionally followed by its model's
 activation, or a MaxPool) built with onnx.helper; the same model runs on onnxruntime
@@ -8,6 +9,12 @@ activation, or a MaxPool) built with onnx.helper; the same model runs on onnxrun
 case: median µs of both, onnxruntime / c_kernels throughput (above 1: c_kernels faster)
 and the largest error of c_kernels relative to onnxruntime's largest magnitude.
 `--cases` keeps the cases whose name contains any of the comma-separated words.
+
+`--kernels` times the kernels alone instead of whole runs (no per-run overhead of either
+runtime): c_kernels' plan steps (their medians, summed) against onnxruntime's profiled
+node times (Conv and its activation nodes; its NCHWc layout reorders are left out, as a
+model of such convs pays them once per run of them). onnxruntime reports whole
+microseconds, so its small figures are coarse.
 """
 from __future__ import annotations
 
@@ -46,10 +53,22 @@ class Case:
     pad: int = 0
     groups: int = 1
     act: str = "none"  # none, relu, relu6, silu
+    pads: tuple | None = None  # (top, left, bottom, right) where not `pad` on every side
+
+    def padding(self) -> tuple:
+        return self.pads if self.pads is not None else (self.pad,) * 4
+
+    def out_hw(self) -> tuple:
+        top, left, bottom, right = self.padding()
+        return ((self.hw + top + bottom - self.k) // self.stride + 1,
+                (self.hw + left + right - self.k) // self.stride + 1)
 
 
-def _dw(name, c, hw, k, stride=1, act="none"):
-    return Case(name, c, c, hw, k, stride, k // 2, c, act)
+def _dw(name, c, hw, k, stride=1, act="none", pads=None):
+    return Case(name, c, c, hw, k, stride, k // 2, c, act, pads)
+
+
+TF_S2 = (0, 0, 1, 1)  # exporters' "same" padding of a stride-2 3x3: all at the end
 
 
 CASES = [
@@ -89,6 +108,21 @@ CASES = [
     _dw("dw 7x7 32x16x16", 32, 16, 7),
     _dw("dw 7x7 64x8x8", 64, 8, 7),
     _dw("dw 5x5 s2 32x32x32", 32, 32, 5, 2, act="silu"),
+    # the zoo's other depthwise convs, with their models' padding and activation
+    _dw("dw mobilenet_v2 3x3 16x32x32", 16, 32, 3, act="relu6"),
+    _dw("dw mobilenet_v2 3x3 s2 48x32x32", 48, 32, 3, 2, "relu6", TF_S2),
+    _dw("dw mobilenet_v2 3x3 s2 48x16x16", 48, 16, 3, 2, "relu6", TF_S2),
+    _dw("dw mobilenet_v2 3x3 96x8x8", 96, 8, 3, act="relu6"),
+    _dw("dw mobilenet_v2 3x3 s2 96x8x8", 96, 8, 3, 2, "relu6", TF_S2),
+    _dw("dw mobilenet_v2 3x3 144x4x4", 144, 4, 3, act="relu6"),
+    _dw("dw mobilenet_v2 3x3 s2 192x4x4", 192, 4, 3, 2, "relu6", TF_S2),
+    _dw("dw efficientnet 5x5 s2 32x32x32", 32, 32, 5, 2, "silu", (1, 1, 2, 2)),
+    _dw("dw mobilevit 3x3 s2 32x32x32", 32, 32, 3, 2, act="silu"),
+    _dw("dw mobilevit 3x3 s2 48x16x16", 48, 16, 3, 2, act="silu"),
+    _dw("dw mobilevit 3x3 s2 64x8x8", 64, 8, 3, 2, act="silu"),
+    _dw("dw mobilevit 3x3 s2 80x4x4", 80, 4, 3, 2, act="silu"),
+    _dw("dw segformer 3x3 64x16x16", 64, 16, 3),
+    _dw("dw segformer 3x3 128x8x8", 128, 8, 3),
 ]
 
 
@@ -109,7 +143,7 @@ def onnx_model(case: Case, seed: int = 0):
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(seed)
     n_out = case.o or case.c
-    pads = [case.pad] * 4
+    pads = list(case.padding())
     inits, nodes = [], []
     conv_out = "y" if case.act == "none" else "conv"
     if case.o == 0:
@@ -129,11 +163,11 @@ def onnx_model(case: Case, seed: int = 0):
                 inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
                           numpy_helper.from_array(np.array(6, np.float32), "six")]
             nodes += _activation_nodes(helper, case.act, conv_out, "y")
-    out_hw = (case.hw + 2 * case.pad - case.k) // case.stride + 1
+    out_h, out_w = case.out_hw()
     graph = helper.make_graph(
         nodes, "one_conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, case.c, case.hw, case.hw])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out, out_hw, out_hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out, out_h, out_w])],
         inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -141,7 +175,44 @@ def onnx_model(case: Case, seed: int = 0):
     return model
 
 
-def measure(case: Case, threads: int, repeat: int, tmp: Path) -> dict:
+ORT_LAYOUT_NODES = ("ReorderInput", "ReorderOutput")
+
+
+def ort_kernel_us(path: Path, threads: int, feeds: dict, repeat: int, tmp: Path) -> float:
+    """Median µs per run of onnxruntime's kernels (its profiler's node times) other than
+    its layout reorders, summed over the nodes of a run."""
+    import json
+
+    import onnxruntime as ort
+    options = ort.SessionOptions()  # as zoo.ort_session's, profiled
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp / "ort_profile")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(max(repeat, 20) + 10):
+        session.run(None, feeds)
+    profile = Path(session.end_profiling())
+    runs, current = [], 0.0
+    for event in json.loads(profile.read_text()):
+        if event.get("cat") == "Session" and event.get("name") == "model_run":
+            runs.append(current)  # a run's node events come before its model_run event
+            current = 0.0
+        elif (event.get("cat") == "Node" and event["name"].endswith("_kernel_time")
+              and event.get("args", {}).get("op_name") not in ORT_LAYOUT_NODES):
+            current += event["dur"]
+    profile.unlink()
+    return float(np.median(runs[10:]))
+
+
+def ck_kernel_us(compiled, x, repeat: int) -> float:
+    """Median µs of c_kernels' plan steps (each step's median, summed)."""
+    compiled(x)
+    return sum(us for _, us in compiled._runner.profile(x, repeat=max(repeat, 20)))
+
+
+def measure(case: Case, threads: int, repeat: int, tmp: Path, kernels: bool = False) -> dict:
     import legato
     from legato.frontends import onnx as onnx_frontend
     model = onnx_model(case)
@@ -154,8 +225,12 @@ def measure(case: Case, threads: int, repeat: int, tmp: Path) -> dict:
     want = session.run(None, feeds)[0]
     got = np.asarray(compiled(x))
     error = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
-    ort_us = 1e3 * median_ms(session.run, None, feeds, repeat=repeat)
-    ck_us = 1e3 * median_ms(compiled, x, repeat=repeat)
+    if kernels:
+        ort_us = ort_kernel_us(path, threads, feeds, repeat, tmp)
+        ck_us = ck_kernel_us(compiled, x, repeat)
+    else:
+        ort_us = 1e3 * median_ms(session.run, None, feeds, repeat=repeat)
+        ck_us = 1e3 * median_ms(compiled, x, repeat=repeat)
     return {"c_kernels": ck_us, "onnxruntime": ort_us, "error": error}
 
 
@@ -165,18 +240,20 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads for both (default 1)")
     parser.add_argument("--repeat", type=int, default=50, help="timed calls per figure")
     parser.add_argument("--cases", help="comma-separated words; cases whose name has one")
+    parser.add_argument("--kernels", action="store_true",
+                        help="time the kernels alone (plan steps vs onnxruntime's profiler)")
     args = parser.parse_args(argv)
     os.environ.setdefault("LEGATO_NUM_THREADS", str(args.threads))
     words = args.cases.split(",") if args.cases else None
     cases = [c for c in CASES if words is None or any(w in c.name for w in words)]
     if not cases:
         parser.error(f"no case matches {args.cases!r}")
-    print(f"threads: {args.threads}")
+    print(f"threads: {args.threads}" + ("; kernels alone" if args.kernels else ""))
     print(f"{'case':<40} {'c_k us':>8} {'ort us':>8} {'ort/c_k':>8} {'rel err':>9}")
     ratios, worst = [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
-            row = measure(case, args.threads, args.repeat, Path(tmp))
+            row = measure(case, args.threads, args.repeat, Path(tmp), args.kernels)
             ratio = row["onnxruntime"] / row["c_kernels"]
             ratios.append(ratio)
             worst = max(worst, row["error"])
