@@ -26,6 +26,13 @@ CASES = [
     ((1, 17, 2, 3), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "none"),    # kernel > input
     ((0, 16, 5, 5), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "none"),    # no images
     ((1, 3, 20, 33), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), RELU6),    # few filters: planes
+    # stride 2 over rows of whole vectors: planes split in even and odd columns
+    ((1, 48, 32, 32), 1, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), RELU6),  # end-only padding
+    ((1, 32, 32, 32), 1, (5, 5), (2, 2), (1, 1, 2, 2), (1, 1), "nn.silu"),  # efficientnet
+    ((2, 17, 31, 31), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "relu"),  # odd width
+    ((1, 16, 12, 32), 1, (3, 3), (1, 2), (1, 2, 1, 2), (2, 2), "none"),  # dilation 2
+    ((1, 64, 16, 16), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "none"),  # 4 bands, 2 threads
+    ((1, 48, 16, 16), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), RELU6),   # 3 bands: rows split
 ]
 
 ACT = {"none": lambda y: y, "relu": lambda y: np.maximum(y, 0),
