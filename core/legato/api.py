@@ -281,8 +281,9 @@ def _backend(host, backend) -> Backend:
 
 def _check_max_level(max_level) -> None:
     if max_level is not None and (isinstance(max_level, bool) or
-                                  not isinstance(max_level, int)):
-        raise LegatoError(f"max_level must be an int or None, got {max_level!r:.40}")
+                                  not isinstance(max_level, int) or max_level < 0):
+        # (below 0 even the primitives would have to decompose, and they cannot)
+        raise LegatoError(f"max_level must be an int >= 0 or None, got {max_level!r:.40}")
 
 
 def _first_line(err: Exception) -> str:

@@ -1,0 +1,32 @@
+"""The core API on arguments an outside fuzzer passes: each is refused by a LegatoError
+naming the argument, never a failure deep inside legalization."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import legato
+
+
+def relu_module():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3), "float32")
+    return b.build(b.call("nn.relu", x))
+
+
+@pytest.mark.parametrize("entry", ["compile", "legalize"])
+@pytest.mark.parametrize("level", [-1, -100])
+def test_a_negative_max_level_is_refused_up_front(entry, level):
+    """(it used to reach the primitives, which have no decomposition: a TypeError
+    wrapped in a rule failure)"""
+    with pytest.raises(legato.LegatoError, match="max_level must be an int >= 0"):
+        if entry == "compile":
+            legato.compile(relu_module(), "cpu_ref", max_level=level)
+        else:
+            legato.legalize(relu_module(), max_level=level)
+
+
+def test_max_level_zero_lowers_to_primitives_that_still_compute():
+    compiled = legato.compile(relu_module(), "cpu_ref", max_level=0)
+    x = np.array([[-1, 0, 2], [3, -4, 5]], np.float32)
+    np.testing.assert_array_equal(compiled(x), np.maximum(x, 0))
