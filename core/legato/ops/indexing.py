@@ -146,9 +146,15 @@ def _tile(types, attrs):
            {"repeats": ("ints",)}, tolerance=0.0)
 def tile(b, x, repeats):
     """`numpy.tile` with one repeat count per dim (ONNX Tile)"""
-    spread = [v for d in x.shape for v in (1, d)]
-    target = [v for r, d in zip(repeats, x.shape) for v in (r, d)]
-    y = b.broadcast_to(b.reshape(x, shape=spread), shape=target)
+    # a new axis of `r` copies only before the dims that are repeated and longer than 1
+    # (the others broadcast in place), so the rank grows no more than it must
+    spread, target = [], []
+    for d, r in zip(x.shape, repeats):
+        whole = r != 1 and d != 1
+        spread += [1, d] if whole else [d]
+        target += [r, d] if whole else [d * r]
+    y = x if spread == list(x.shape) else b.reshape(x, shape=spread)
+    y = b.broadcast_to(y, shape=target)
     return b.reshape(y, shape=[d * r for d, r in zip(x.shape, repeats)])
 
 

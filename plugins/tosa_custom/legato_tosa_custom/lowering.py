@@ -129,6 +129,7 @@ TOSA: dict[str, Lowering] = {
     "concat": movement("tosa.concat", "concat", rules.concat_form),
     "pad": movement("tosa.pad", "pad", rules.pad_form, rules.pad, {"mode": "constant"}),
     "broadcast_to": movement("tosa.tile", "tile", rules.full_rank_shape, rules.broadcast_to),
+    "tile": movement("tosa.tile", "tile", rules.tile_form),
     "strided_slice": movement("tosa.slice", "slice", rules.unit_strides, rules.strided_slice),
     "tosa.gather": Lowering("tosa.gather", dtypes=FLOAT + ("int32",),  # int32: the indices
                             check=rules.gather_form),

@@ -165,6 +165,11 @@ def full_rank_shape(call):
 
 
 @checked
+def tile_form(call):
+    return _rank_1_up(call, "TILE")
+
+
+@checked
 def unit_strides(call):
     strides = call.attrs["strides"]
     return _rank_1_up(call, "SLICE") or (
