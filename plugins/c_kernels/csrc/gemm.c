@@ -593,27 +593,49 @@ static int gemm_split_range(void *ctx, int64_t begin, int64_t end)
     return gemm_block_range(s->g, s->p, begin, end, 0, s->p->N);
 }
 
-/* Below this many flops per thread an extra thread costs more than it saves:
- * creating it and packing its own copy of the shared operand take ~50-100 us.
- * Measured on 2 cores: 2 threads break even at 256^3 (34 MFLOP) and win from
- * 320^3 (66 MFLOP, 275 vs 207 GFLOP/s). */
-#define GEMM_MIN_FLOPS_PER_THREAD 24.0e6
+/* Below this many flops per thread an extra thread costs more than it saves: the
+ * hand-off to a spinning pool worker (1-2 us) and, where no operand is prepacked, a
+ * copy of the shared operand packed by each thread. Measured on 2 cores (both free):
+ * with B prepacked 2 threads gain 1.5x at 1 MFLOP (65 x 128 x 64) and lose at 0.5
+ * (16 x 256 x 64); unpacked they gain 1.1-1.7x from 2 MFLOP (64 x 256 x 64,
+ * 256 x 128 x 32). */
+#ifndef GEMM_MIN_FLOPS_PER_THREAD
+#define GEMM_MIN_FLOPS_PER_THREAD 1.0e6
+#endif
+#define GEMM_PREPACKED_MIN_FLOPS_PER_THREAD (0.5 * GEMM_MIN_FLOPS_PER_THREAD)
 
-static int threads_for_flops(double flops, int nthreads)
+static int threads_for_flops(double flops, double per_thread, int nthreads)
 {
-    double t = flops / GEMM_MIN_FLOPS_PER_THREAD;
+    double t = flops / per_thread;
     int cap = lgk_clamp_threads(nthreads);
-    return t < 1.0 ? 1 : (t >= cap ? cap : (int)t);
+    return t < 2.0 ? 1 : (t >= cap ? cap : (int)t);
 }
 
-static int gemm_threads_for(int64_t M, int64_t N, int64_t K, int nthreads)
+static int gemm_threads_for(const gemm_problem *p, int nthreads)
 {
-    return threads_for_flops(2.0 * (double)M * (double)N * (double)LGK_MAX(K, 1), nthreads);
+    int prepacked = p->packed_a != NULL || p->packed_b != NULL;
+    return threads_for_flops(2.0 * (double)p->M * (double)p->N * (double)LGK_MAX(p->K, 1),
+                             prepacked ? GEMM_PREPACKED_MIN_FLOPS_PER_THREAD
+                                       : GEMM_MIN_FLOPS_PER_THREAD,
+                             nthreads);
+}
+
+/* Threads split N where only B is packed by the call (each thread packs its columns of
+ * B, all of A), M where only A is: a split along the other dimension would pack the
+ * shared operand once per thread. A prepacked operand is read in place, so with B
+ * prepacked (a linear layer's weight) M splits unless it is too short to give every
+ * thread two micro-tile rows; otherwise the larger dimension splits. */
+static int gemm_split_n(const gemm_impl *g, const gemm_problem *p, int nthreads)
+{
+    int a_packed = p->packed_a != NULL, b_packed = p->packed_b != NULL;
+    if (a_packed != b_packed)
+        return b_packed ? p->M < 2 * g->mr * nthreads : 1;
+    return p->N >= p->M;
 }
 
 static int gemm_run(const gemm_impl *g, const gemm_problem *p, int nthreads)
 {
-    int split_n = p->N >= p->M;
+    int split_n = gemm_split_n(g, p, nthreads);
     gemm_split s = {g, p, split_n};
     int64_t extent = split_n ? p->N : p->M;
     int64_t grain = split_n ? g->nr : g->mr;
@@ -672,7 +694,7 @@ int lgk_sgemm(int64_t M, int64_t N, int64_t K,
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
                       {bias, bias_mode, activation}, NULL, NULL};
-    return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
+    return gemm_run(current_impl(), &p, gemm_threads_for(&p, nthreads));
 }
 
 /* ---- batched ------------------------------------------------------------------------ */
@@ -743,7 +765,7 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
                       NULL, NULL},
                      a_offsets, b_offsets, c_batch_stride};
     /* Big matrices: thread inside each GEMM. Many small ones: across batches. */
-    int per_gemm = gemm_threads_for(M, N, K, nthreads);
+    int per_gemm = gemm_threads_for(&bt.base, nthreads);
     if (per_gemm > 1 || batch == 1) {
         for (int64_t i = 0; i < batch; ++i) {
             gemm_problem p = batch_item(&bt, i);
@@ -753,8 +775,8 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
     }
     double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
     unsigned mode = lgk_flush_subnormals();
-    int status = lgk_parallel_for(threads_for_flops(flops, nthreads), batch, 1, gemm_batch_range,
-                                  &bt);
+    int threads = threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
+    int status = lgk_parallel_for(threads, batch, 1, gemm_batch_range, &bt);
     lgk_restore_fp_mode(mode);
     return status;
 }
@@ -869,7 +891,7 @@ int lgk_sgemm_prepacked(int64_t M, int64_t N, int64_t K,
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, NULL, 0, 0, c, ldc,
                       {bias, bias_mode, activation}, packed_b + PACKED_HEADER_FLOATS, NULL};
-    return gemm_run(g, &p, gemm_threads_for(M, N, K, nthreads));
+    return gemm_run(g, &p, gemm_threads_for(&p, nthreads));
 }
 
 /* ---- prepacked A and caller-packed operands ----------------------------------------------
@@ -957,7 +979,7 @@ int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_opera
         return LGK_OK;
     gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
                       {bias, bias_mode, activation}, b.panels, a.panels};
-    return gemm_run(current_impl(), &p, gemm_threads_for(M, N, K, nthreads));
+    return gemm_run(current_impl(), &p, gemm_threads_for(&p, nthreads));
 }
 
 /* C[m0:m1, n0:n1] of lgk_sgemm_operands on the calling thread (n0 a multiple of NR

@@ -794,6 +794,7 @@ static void test_subnormals(void) {}
 #include "test_conv.inc"
 #include "test_depthwise.inc"
 #include "test_elementwise.inc"
+#include "test_threads.inc"
 
 int main(void)
 {
@@ -818,6 +819,7 @@ int main(void)
     test_conv_more();
     test_depthwise_more();
     test_elementwise_more();
+    test_thread_pool();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());
