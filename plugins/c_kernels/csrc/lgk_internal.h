@@ -228,16 +228,56 @@ static inline float lgk_tanhf(float x)
     return ax < 0.625f ? small : big;
 }
 
-/* With e = exp(-|x|) <= 1 and t = e/(1+e) = sigmoid(-|x|): t for x < 0 and 1 - t
- * for x >= 0. One exp and one division, no overflow, full relative accuracy in the
- * negative tail (down to the subnormal range), and near 1 a single rounding of
- * 1 - t: 1/(1+e) would round 1 + e first and reach 1.0 at x ~ 16.6 instead of
- * ~ 17.3, where float32 has no value between sigmoid(x) and 1. */
+/* exp(-a) for a >= 0, as lgk_expf(-a) but with its clamp on the bits of a (NaN and
+ * values beyond 104 become 104, where exp underflows to 0 anyway): a float clamp is a
+ * branch, and GCC's partial redundancy elimination folds its clamped arm to a constant
+ * and then masks every operation of the other one. 2^n, n in [-150, 0], is applied as
+ * 2^(n + 64) 2^-64: one factor built from n's bits, subnormal results rounded once. */
+static inline float lgk_exp_neg(float a)
+{
+    a = lgk_u2f(LGK_MIN(lgk_f2u(a), lgk_f2u(104.0f)));
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = a * -1.44269504088896341f + magic;
+    float n = t - magic;
+    float r = n * -0.693359375f - a; /* -a - n ln2, in two parts */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t ni = lgk_f2u(t) - lgk_f2u(magic);
+    return p * lgk_u2f((ni + 127u + 64u) << 23) * 5.42101086e-20f; /* 2^-64 */
+}
+
+/* sigmoid(-a) = e / (1 + e) with e = exp(-a) <= 1, a = |x|: one exp and one division
+ * (which runs beside the FMAs), no overflow, full relative accuracy down to the
+ * subnormal range. The callers take 1 - t for x >= 0 rather than 1 / (1 + e): a single
+ * rounding near 1, where 1/(1+e) would round 1 + e first and reach 1.0 at x ~ 16.6
+ * instead of ~ 17.3 (float32 has no value between sigmoid(x) and 1 there). */
+static inline float lgk_sigmoid_neg_abs(float a)
+{
+    float e = lgk_exp_neg(a);
+    return e / (1.0f + e);
+}
+
 static inline float lgk_sigmoidf(float x)
 {
-    float e = lgk_expf(x < 0.0f ? x : -x);
-    float t = e / (1.0f + e);
-    return x < 0.0f ? t : 1.0f - t;
+    float t = lgk_sigmoid_neg_abs(fabsf(x));
+    float y = x < 0.0f ? t : 1.0f - t;
+    return x != x ? x : y;
+}
+
+/* x sigmoid(x) = x - |x| t for x >= 0 and -|x| t below (t = sigmoid(-|x|)): no select
+ * between t and 1 - t; x * 0 keeps -0 and makes silu(-inf) NaN, as x sigmoid(x) is. */
+static inline float lgk_siluf(float x)
+{
+    float ax = fabsf(x);
+    float t = lgk_sigmoid_neg_abs(ax);
+    float base = x < 0.0f ? x * 0.0f : x;
+    return base - ax * t;
 }
 
 /* erfc(x) for x >= 1 as exp(-x^2) h(1/x) / x, h fitted on 1/x in (0, 1]. One
@@ -351,16 +391,15 @@ static inline float lgk_geluf(float x)
     return base - ax * h;
 }
 
-/* 0.5 x (1 + tanh(z)) == x * sigmoid(2z): same value, no cancellation for x << 0. */
+/* 0.5 x (1 + tanh(z)) == x sigmoid(2z): same value, no cancellation for x << 0; z has
+ * the sign of x, so as in lgk_siluf it is x - |x| t for x >= 0 and -|x| t below. */
 static inline float lgk_gelu_tanhf(float x)
 {
-    float z = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x * lgk_sigmoidf(2.0f * z);
-}
-
-static inline float lgk_siluf(float x)
-{
-    return x * lgk_sigmoidf(x);
+    float ax = fabsf(x);
+    float z2 = 1.5957691216057308f * (ax + 0.044715f * ax * ax * ax); /* 2|z| */
+    float t = lgk_sigmoid_neg_abs(z2);
+    float base = x < 0.0f ? x * 0.0f : x;
+    return base - ax * t;
 }
 
 /* NaN-propagating max/min (numpy maximum/minimum, max/min reductions). */
