@@ -6,7 +6,9 @@
 Every zoo model is exported to ONNX (tests/zoo/export.py, cached) and imported into legato;
 the same file runs on onnxruntime (intra-op threads = --threads, sequential execution), and
 the torch module runs eagerly (torch.set_num_threads). Figures are median milliseconds of one
-forward pass; c_kernels / onnxruntime per model and its geometric mean are the headline.
+forward pass, sampled in interleaved rounds (each runtime in turn, so load from other
+processes falls on all of them); c_kernels / onnxruntime per model and its geometric mean
+are the headline, at either thread count.
 c_kernels uses LEGATO_NUM_THREADS = --threads (read when its library loads, so set here
 before anything imports legato). A model that fails to import or run is listed with its
 error. `--profile MODEL` prints the model's top c_kernels steps by time instead.
@@ -43,21 +45,44 @@ import numpy as np  # noqa: E402
 
 TOLERANCE = 1e-4
 SETTLE_S = 0.3
+ROUNDS = 3
 
 
-def median_ms(fn, *args, repeat: int = 30) -> float:
-    """Median wall time of `fn(*args)` after one warm-up call; at least `repeat` calls and
-    at least 0.2 s of them, so sub-millisecond models get enough samples."""
+def timed_ms(fn, *args, repeat: int = 30, min_s: float = 0.2) -> list[float]:
+    """Wall times (ms) of `fn(*args)` after one warm-up call; at least `repeat` calls and
+    at least `min_s` seconds of them, so sub-millisecond models get enough samples."""
     fn(*args)
     times, spent = [], 0.0
-    while len(times) < repeat or spent < 0.2:
+    while len(times) < repeat or spent < min_s:
         start = time.perf_counter()
         fn(*args)
         times.append(time.perf_counter() - start)
         spent += times[-1]
         if len(times) >= 20 * repeat:
             break
-    return float(np.median(times)) * 1e3
+    return [t * 1e3 for t in times]
+
+
+def median_ms(fn, *args, repeat: int = 30) -> float:
+    """Median wall time (ms) of `fn(*args)`, as timed_ms samples it."""
+    return float(np.median(timed_ms(fn, *args, repeat=repeat)))
+
+
+def interleaved_medians(runs: dict, repeat: int, rounds: int = ROUNDS) -> dict:
+    """Median ms per runtime over `rounds` rounds, each timing every runtime in turn (the
+    order rotating) for a share of the samples: load from other processes on a shared
+    machine then falls on all runtimes alike instead of on whichever ran during it."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn, *args = runs[name]
+            # the previous runtime's idle workers spin-wait for a while (OpenMP's,
+            # onnxruntime's, c_kernels') and would take the second core from the next one
+            time.sleep(SETTLE_S)
+            samples[name] += timed_ms(fn, *args, repeat=max(1, repeat // rounds),
+                                      min_s=0.2 / rounds)
+    return {name: float(np.median(times)) for name, times in samples.items()}
 
 
 def ort_session(path, threads: int):
@@ -103,13 +128,7 @@ def measure(name: str, threads: int, repeat: int) -> dict:
 
     runs = {"c_kernels": (compiled, *inputs), "onnxruntime": (session.run, None, feeds),
             "torch": (eager,)}
-    times = {}
-    for runtime, (fn, *args) in runs.items():
-        # the previous runtime's idle workers spin-wait for a while (OpenMP's, onnxruntime's)
-        # and would take the second core from the next one at --threads 2
-        time.sleep(SETTLE_S)
-        times[runtime] = median_ms(fn, *args, repeat=repeat)
-    return {"error_vs_eager": error, **times}
+    return {"error_vs_eager": error, **interleaved_medians(runs, repeat)}
 
 
 def zoo_table(names, threads: int, repeat: int) -> tuple[list[str], int]:
