@@ -30,3 +30,18 @@ def test_max_level_zero_lowers_to_primitives_that_still_compute():
     compiled = legato.compile(relu_module(), "cpu_ref", max_level=0)
     x = np.array([[-1, 0, 2], [3, -4, 5]], np.float32)
     np.testing.assert_array_equal(compiled(x), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("backend", ["c_kernels", ["c_kernels", "cpu_ref"]])
+def test_a_recomposed_clip_keeps_its_bounds_bit_for_bit(backend):
+    """maximum/minimum with constants are recomposed into clip for backends that have
+    it; the bound came back as its 7-digit decimal (-0.9036096 for the float32
+    -0.90360963), one ulp off, and clipped values came out one ulp off (fuzz: attrs)."""
+    low = np.float32(-0.9036096334457397)
+    b = legato.GraphBuilder()
+    x = b.input("x", (3,), "float32")
+    y = b.call("minimum", b.call("maximum", x, b.const(low)), b.const(np.float32(0.7)))
+    data = np.array([-1.0, -0.5, 2.0], np.float32)
+    got = legato.compile(b.build(y), backend)(data)
+    np.testing.assert_array_equal(got, np.minimum(np.maximum(data, low), np.float32(0.7)))
+    assert got[0].tobytes() == low.tobytes()

@@ -53,9 +53,13 @@ PROBES = (0.37, 0.61)
 
 
 def _tidy(x: float) -> float:
-    """A float32-rounded constant back to its shortest decimal (1e-5, not 9.99999974e-06)."""
-    short = float("%.7g" % x)
-    return short if math.isclose(short, x, rel_tol=1e-6) else x
+    """A float32-rounded constant back to its shortest decimal (1e-5, not 9.99999974e-06),
+    one that rounds to the same float32: a bound or shift recovered from a constant must
+    give that constant back exactly (a clip bound one ulp off is a wrong answer)."""
+    if not math.isfinite(x) or float(np.float32(x)) != x:
+        return x
+    short = float(str(np.float32(x)))  # numpy prints the shortest round-tripping decimal
+    return short if float(np.float32(short)) == x else x
 
 
 def scalars(template: Template) -> list[float]:
