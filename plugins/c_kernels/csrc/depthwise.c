@@ -423,15 +423,15 @@ static int cb_plan(cb_job *j, int nthreads)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-/* Convs of fewer multiply-adds per thread (about 2 us) run on one thread. Handing a
- * slice to a spinning pool worker costs ~0.4 us; with the worker there (measured under
- * SCHED_FIFO, 1 -> 2 threads) 3x3 s2 48x32x32 ran 1.25x faster, 5x5 s2 32x32x32 1.37x,
- * 7x7 32x16x16 1.5x, 3x3 96x32x32 1.8x, while 3x3 s2 on 8x8 maps (1.5 us) ran 0.7x.
- * Where the worker is late (other processes on the cores), the caller runs every slice
- * itself for ~0.1 us more than on one thread. (Before the pool's workers spun, each
- * 2-thread call paid two futex wake-ups and ran both slices on the caller's CPU: the
- * zoo's depthwise convs took 4-10x as long as on one thread.) */
-#define DW_MIN_WORK_PER_THREAD ((int64_t)32768)
+/* Convs of fewer multiply-adds per thread (about 1.5 us) run on one thread. Handing a
+ * slice to a spinning pool worker costs ~0.4 us; with the worker on the other core
+ * (measured under SCHED_FIFO, 1 -> 2 threads) 3x3 96x8x8 ran 1.2x faster, 3x3 s2 48x32x32
+ * 1.5x, 7x7 32x16x16 1.6x, 3x3 96x32x32 1.9x, while 3x3 s2 on 8x8 maps (1.5 us) ran
+ * 0.75x. Where the worker is late (other processes on the cores), the caller runs every
+ * slice itself for ~0.1 us more than on one thread. (Before the pool's workers spun,
+ * each 2-thread call paid two futex wake-ups and ran both slices on the caller's CPU:
+ * the zoo's depthwise convs took 4-10x as long as on one thread.) */
+#define DW_MIN_WORK_PER_THREAD ((int64_t)24576)
 
 /* Bands need this many filters to fill most of their lanes; with fewer, wide maps
  * go plane by plane (their rows fill the vectors instead). */
