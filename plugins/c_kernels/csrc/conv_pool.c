@@ -518,26 +518,22 @@ static void transpose_into(int64_t rows, int64_t cols, const float *src, int64_t
                             lds, dst, ldd);
 }
 
-/* Work buffers of conv_scratch_acquire. */
-enum { SCRATCH_PHASES = 1, SCRATCH_PANELS = 2, SCRATCH_RESULT = 4, SCRATCH_ALL = 7 };
-
-/* The work buffers `parts` names (phases; panels with their indices, offsets and
- * pieces; the pixels x filters result) into *s, from blocks[4] (release them with
+/* One thread's work buffers (phases; panels with their indices, offsets and pieces;
+ * the pixels x filters result) into *s, from blocks[4] (release them with
  * conv_scratch_release, also after a failure). */
-static int conv_scratch_acquire(const conv_job *j, int parts, conv_scratch *s,
-                                lgk_scratch blocks[4])
+static int conv_scratch_acquire(const conv_job *j, conv_scratch *s, lgk_scratch blocks[4])
 {
     int64_t width = j->by_pixels ? j->layout.mr : j->layout.nr, n = j->band_rows * j->wq;
     int pointwise = is_pointwise(j->p);
     /* phases, panels, t, then qidx (int32), off (int64) and pieces in one float block */
     int64_t need[4] = {0, 0, 0, 0}, idx_floats = (n + width + 1) / 2 * 2;
-    if (!pointwise && !j->direct && (parts & SCRATCH_PHASES))
+    if (!pointwise && !j->direct)
         need[0] = j->cg * j->qh * j->qw * j->phase_plane;
-    if (!pointwise && (parts & SCRATCH_PANELS)) {
+    if (!pointwise) {
         need[1] = j->kg * ((n + width - 1) / width * width);
         need[3] = idx_floats + 2 * j->kg + 8 * max_pieces(j, j->band_rows);
     }
-    if (j->by_pixels && (parts & SCRATCH_RESULT))
+    if (j->by_pixels)
         need[2] = n * j->p->o;
     int status = LGK_OK;
     for (int i = 0; i < 4; ++i) {
@@ -561,16 +557,17 @@ static void conv_scratch_release(lgk_scratch blocks[4])
 }
 
 /* ---- one image over several threads ------------------------------------------------
- * With fewer images than threads, each image's conv is split. Filters as rows (larger
- * maps): by ranges of output rows, each thread building the panels of its pixels from
- * the image's phase planes, made once; 1x1 convs with many filters by ranges of
- * filters (no panels to build, and short pixel ranges would cut the GEMM's rows).
- * Pixels as rows (small maps): by pixels while the weights are small enough for every
- * thread to read them all from its cache (each thread gathering its pixels' panels),
- * else by filters, sharing one set of pixel panels and each streaming its part of the
- * weights (on 2x2..4x4 maps the weights are most of the memory traffic). Slices are
- * claimed as threads come free. Below CONV_MIN_FLOPS_PER_THREAD of work per thread a
- * conv stays on one thread: the hand-off and the shared set-up cost more. */
+ * With fewer images than threads, each image's conv is split into one part per thread.
+ * Filters as rows (larger maps): by output rows; 1x1 convs with many filters by filters
+ * (no panels to build, and short pixel ranges cut the GEMM's rows). Pixels as rows
+ * (small maps): by pixels while the weights are small enough for every thread to read
+ * them all from its cache, else by filters, each thread streaming its part of the
+ * weights (on 2x2..4x4 maps the weights are most of the memory traffic). Every part
+ * builds its own phase planes and panels, although that repeats some work: a buffer one
+ * core writes and the other reads crosses between the cores' caches on every call, and
+ * on the 2-core VM this was measured on that cost more than the split saved (a 4x4 map
+ * conv: 51 us on 2 threads sharing the caller's panels, 33 us on one). Below
+ * CONV_MIN_FLOPS_PER_THREAD of work per thread a conv stays on one thread. */
 #ifndef CONV_MIN_FLOPS_PER_THREAD
 #define CONV_MIN_FLOPS_PER_THREAD 1.0e6
 #endif
@@ -597,21 +594,19 @@ static int conv_threads_for(double flops, int nthreads)
     return t < 2.0 ? 1 : (t >= nthreads ? nthreads : (int)t);
 }
 
-/* Per-slice size for splitting `units` over `threads` about `per_thread` slices each,
- * in multiples of `grain`. */
-static int64_t slice_size(int64_t units, int64_t grain, int threads, int per_thread)
-{
-    int64_t blocks = (units + grain - 1) / grain;
-    int64_t slices = LGK_MAX((int64_t)1, LGK_MIN(blocks, (int64_t)threads * per_thread));
-    return (blocks + slices - 1) / slices * grain;
-}
+/* A part of one image's conv: output pixels [p0, p1) (whole output rows where filters
+ * are the GEMM's rows, unless it is a 1x1 conv) of filters [f0, f1) of its group (f0 a
+ * multiple of the micro-kernel's rows or columns, whichever the filters are). */
+typedef struct {
+    int64_t p0, p1, f0, f1;
+} conv_part;
 
-/* Output rows [r0, r1) of one image and group, filters as the GEMM's rows: per band,
- * y_g[:, band] = w_g (og x kg) @ im2col(x_g)[:, band] with the bias (per row) and
- * activation in the epilogue, straight into NCHW; `ph` holds the group's phase planes.
- * A 1x1 stride-1 unpadded conv multiplies the input in place. */
-static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, int64_t r0, int64_t r1,
-                            const float *ph, const conv_scratch *s)
+/* A part of one image and group, filters as the GEMM's rows: per band of output rows,
+ * y_g[f0:f1, band] = w_g @ im2col(x_g)[:, band] with the bias (per row) and activation
+ * in the epilogue, straight into NCHW. A 1x1 stride-1 unpadded conv multiplies the
+ * input in place. */
+static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, conv_part part,
+                            const conv_scratch *s)
 {
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
@@ -623,191 +618,125 @@ static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, int64_t r
     if (j->packed)
         w = (lgk_operand){NULL, 0, 0, j->w};
     if (is_pointwise(p)) {
-        lgk_operand b = {xg + r0 * j->ow, plane, 1, NULL};
-        return lgk_sgemm_operands(j->og, (r1 - r0) * j->ow, j->kg, w, b, yg + r0 * j->ow,
-                                  plane, bias, bias_mode, j->activation, 1);
+        lgk_operand b = {xg, plane, 1, NULL};
+        return lgk_sgemm_block(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
+                               j->activation, part.f0, part.f1, part.p0, part.p1);
     }
-    for (int64_t oy0 = r0; oy0 < r1; oy0 += j->band_rows) {
-        int64_t rows = LGK_MIN(j->band_rows, r1 - oy0);
+    if (!j->direct)
+        make_phases(j, xg, s->ph);
+    for (int64_t oy0 = part.p0 / j->ow; oy0 < part.p1 / j->ow; oy0 += j->band_rows) {
+        int64_t rows = LGK_MIN(j->band_rows, part.p1 / j->ow - oy0), n = rows * j->ow;
         if (j->direct) {
-            pixel_panels(j, xg, oy0, 0, rows * j->ow, j->layout.nr, s);
+            pixel_panels(j, xg, oy0, 0, n, j->layout.nr, s);
         } else {
             int64_t count = panel_pieces(j, oy0, rows, s->pieces);
-            phase_panels(j, ph, s->pieces, count, s->off, s->panels);
+            phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
         }
         lgk_operand b = {NULL, 0, 0, s->panels};
-        LGK_TRY(lgk_sgemm_operands(j->og, rows * j->ow, j->kg, w, b, yg + oy0 * j->ow, plane,
-                                   bias, bias_mode, j->activation, 1));
+        LGK_TRY(lgk_sgemm_block(j->og, n, j->kg, w, b, yg + oy0 * j->ow, plane, bias,
+                                bias_mode, j->activation, part.f0, part.f1, 0, n));
     }
     return LGK_OK;
 }
 
-/* A slice of output rows on a thread of its own (panel buffers of its own). */
-typedef struct {
-    const conv_job *j;
-    int64_t img, g;
-    const float *ph;
-} rows_task;
-
-static int rows_slice(void *ctx, int64_t r0, int64_t r1)
+/* A part of one image (groups == 1, weights packed as B = W^T), pixels as the GEMM's
+ * rows: per band, t (pixels x filters) = im2col^T @ W^T[:, f0:f1] with the bias (per
+ * column) and activation in the epilogue, then t^T into the output. On small maps this
+ * keeps the GEMM's wide dimension the filter count and streams the weights once. */
+static int conv_pixel_rows(const conv_job *j, int64_t img, conv_part part,
+                           const conv_scratch *s)
 {
-    const rows_task *t = ctx;
-    lgk_scratch blocks[4];
-    conv_scratch s;
-    int status = conv_scratch_acquire(t->j, SCRATCH_PANELS, &s, blocks);
-    if (status == LGK_OK)
-        status = conv_filter_rows(t->j, t->img, t->g, r0, r1, t->ph, &s);
-    conv_scratch_release(blocks);
-    return status;
-}
-
-/* Filters [f0, f1) of a 1x1 conv of one image (groups == 1), filters as rows. */
-static int pointwise_filters_slice(void *ctx, int64_t f0, int64_t f1)
-{
-    const rows_task *t = ctx;
-    const conv_job *j = t->j;
-    int64_t plane = j->oh * j->ow;
-    lgk_operand w = {j->w, j->kg, 1, NULL}, b = {j->x + t->img * j->p->c * plane, plane, 1, NULL};
-    if (j->packed)
-        w = (lgk_operand){NULL, 0, 0, j->w};
-    return lgk_sgemm_block(j->og, plane, j->kg, w, b, j->y + t->img * j->p->o * plane, plane,
-                           j->bias, j->bias != NULL ? LGK_BIAS_ROW : LGK_BIAS_NONE,
-                           j->activation, f0, f1, 0, plane);
-}
-
-/* One image and group, filters as the GEMM's rows, on `threads` threads (see above). */
-static int conv_by_filters(const conv_job *j, int64_t img, int64_t g, const conv_scratch *s,
-                           int threads)
-{
-    const lgk_conv2d_params *p = j->p;
-    if (!j->direct && !is_pointwise(p))
-        make_phases(j, j->x + (img * p->c + g * j->cg) * p->h * p->w, s->ph);
-    if (threads <= 1)
-        return conv_filter_rows(j, img, g, 0, j->oh, s->ph, s);
-    rows_task t = {j, img, g, s->ph};
-    int64_t mr = j->layout.mr;
-    if (is_pointwise(p) && j->og >= 2 * mr * threads)
-        return lgk_parallel_slices(threads, j->og, slice_size(j->og, mr, threads, 1),
-                                   pointwise_filters_slice, &t);
-    return lgk_parallel_slices(threads, j->oh, slice_size(j->oh, 1, threads, 1), rows_slice, &t);
-}
-
-/* One band of output rows of one image, pixels as the GEMM's rows, split over threads
- * by filters (sharing the pixel panels `a`) or by pixels (each gathering its own). */
-typedef struct {
-    const conv_job *j;
-    int64_t img, oy0, rows;
-    lgk_operand a;
-    float *t; /* the band's pixels x filters result */
-} pixels_task;
-
-/* Rows [p0, p1) of t, filters [f0, f1) (f0 a multiple of nr): t = a @ W^T with the bias
- * (per column) and activation in the epilogue, then transposed into the output. */
-static int pixels_block(const pixels_task *pt, lgk_operand a, int64_t p0, int64_t p1,
-                        int64_t f0, int64_t f1)
-{
-    const conv_job *j = pt->j;
     const lgk_conv2d_params *p = j->p;
     int64_t plane = j->oh * j->ow;
-    lgk_operand w = {NULL, 0, 0, j->w};
-    float *t = pt->t + p0 * p->o;
-    LGK_TRY(lgk_sgemm_block(p1 - p0, p->o, j->kg, a, w, t, p->o, j->bias,
-                            j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE, j->activation, 0,
-                            p1 - p0, f0, f1));
-    float *yi = j->y + pt->img * p->o * plane + pt->oy0 * j->ow + p0;
-    transpose_into(p1 - p0, f1 - f0, t + f0, p->o, yi + f0 * plane, plane);
-    return LGK_OK;
-}
-
-static int pixels_filters_slice(void *ctx, int64_t f0, int64_t f1)
-{
-    const pixels_task *pt = ctx;
-    return pixels_block(pt, pt->a, 0, pt->rows * pt->j->ow, f0, f1);
-}
-
-static int pixels_rows_slice(void *ctx, int64_t p0, int64_t p1)
-{
-    const pixels_task *pt = ctx;
-    const conv_job *j = pt->j;
-    if (is_pointwise(j->p)) {
-        lgk_operand a = pt->a;
-        a.data += p0;
-        return pixels_block(pt, a, p0, p1, 0, j->p->o);
-    }
-    lgk_scratch blocks[4];
-    conv_scratch s;
-    int status = conv_scratch_acquire(j, SCRATCH_PANELS, &s, blocks);
-    if (status == LGK_OK) {
-        pixel_panels(j, pt->a.data, pt->oy0, p0, p1 - p0, j->layout.mr, &s);
-        status = pixels_block(pt, (lgk_operand){NULL, 0, 0, s.panels}, p0, p1, 0, j->p->o);
-    }
-    conv_scratch_release(blocks);
-    return status;
-}
-
-/* One image (groups == 1, weights packed as B = W^T), pixels as the GEMM's rows: per
- * band, t = im2col^T @ W^T, then t^T into the image's output. On small maps this keeps
- * the GEMM's wide dimension the filter count and streams the weights once. */
-static int conv_by_pixels(const conv_job *j, int64_t img, const conv_scratch *s, int threads)
-{
-    const lgk_conv2d_params *p = j->p;
-    int64_t plane = j->oh * j->ow, mr = j->layout.mr, nr = j->layout.nr;
     const float *xi = j->x + img * p->c * p->h * p->w;
+    float *yi = j->y + img * p->o * plane;
     int pointwise = is_pointwise(p);
+    lgk_operand w = {NULL, 0, 0, j->w};
     if (!pointwise && !j->direct)
         make_phases(j, xi, s->ph);
     for (int64_t oy0 = 0; oy0 < j->oh; oy0 += j->band_rows) {
-        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0), n = rows * j->ow;
-        /* pointwise: x is already taps x pixels */
-        pixels_task t = {j, img, oy0, rows, {xi + oy0 * j->ow, 1, plane, NULL}, s->t};
-        const float *src = j->direct ? xi : s->ph;
-        if (threads > 1 && n >= mr * threads
-            && (j->kg * p->o <= CONV_SHARED_WEIGHTS || p->o <= nr)) {
-            if (!pointwise)
-                t.a.data = src; /* the slices gather their panels from here */
-            LGK_TRY(lgk_parallel_slices(threads, n, slice_size(n, mr, threads, 1),
-                                        pixels_rows_slice, &t));
+        int64_t rows = LGK_MIN(j->band_rows, j->oh - oy0);
+        int64_t q0 = LGK_MAX(part.p0, oy0 * j->ow), q1 = LGK_MIN(part.p1, (oy0 + rows) * j->ow);
+        if (q0 >= q1)
             continue;
-        }
+        lgk_operand a = {xi + q0, 1, plane, NULL}; /* pointwise: x is already taps x pixels */
         if (!pointwise) {
-            pixel_panels(j, src, oy0, 0, n, mr, s);
-            t.a = (lgk_operand){NULL, 0, 0, s->panels};
+            pixel_panels(j, j->direct ? xi : s->ph, oy0, q0 - oy0 * j->ow, q1 - q0,
+                         j->layout.mr, s);
+            a = (lgk_operand){NULL, 0, 0, s->panels};
         }
-        LGK_TRY(lgk_parallel_slices(threads, p->o, slice_size(p->o, nr, threads, 2),
-                                    pixels_filters_slice, &t));
+        LGK_TRY(lgk_sgemm_block(q1 - q0, p->o, j->kg, a, w, s->t, p->o, j->bias,
+                                j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE, j->activation,
+                                0, q1 - q0, part.f0, part.f1));
+        transpose_into(q1 - q0, part.f1 - part.f0, s->t + part.f0, p->o,
+                       yi + part.f0 * plane + q0, plane);
     }
     return LGK_OK;
 }
 
-/* Units [begin, end) of images x groups, each on one thread. */
-static int conv_units(void *ctx, int64_t begin, int64_t end)
+/* Runs one part with work buffers of its own. */
+static int conv_part_run(const conv_job *j, int64_t img, int64_t g, conv_part part)
 {
-    const conv_job *j = ctx;
-    if (begin >= end)
-        return LGK_OK;
     lgk_scratch blocks[4];
     conv_scratch s;
-    int status = conv_scratch_acquire(j, SCRATCH_ALL, &s, blocks);
-    for (int64_t u = begin; u < end && status == LGK_OK; ++u)
-        status = j->by_pixels ? conv_by_pixels(j, u, &s, 1)
-                              : conv_by_filters(j, u / j->p->groups, u % j->p->groups, &s, 1);
+    int status = conv_scratch_acquire(j, &s, blocks);
+    if (status == LGK_OK)
+        status = j->by_pixels ? conv_pixel_rows(j, img, part, &s)
+                              : conv_filter_rows(j, img, g, part, &s);
     conv_scratch_release(blocks);
     return status;
 }
 
-/* Every image split over `threads` (groups == 1): the shared buffers here, the
- * slices' own in their threads. */
+/* Units [begin, end) of images x groups, each whole on one thread. */
+static int conv_units(void *ctx, int64_t begin, int64_t end)
+{
+    const conv_job *j = ctx;
+    conv_part whole = {0, j->oh * j->ow, 0, j->by_pixels ? j->p->o : j->og};
+    for (int64_t u = begin; u < end; ++u)
+        LGK_TRY(conv_part_run(j, u / j->p->groups, u % j->p->groups, whole));
+    return LGK_OK;
+}
+
+/* One image split over threads: slices [b, e) of filters, or of pixels in steps of
+ * `pixel_step` (a whole output row where filters are the GEMM's rows). */
+typedef struct {
+    const conv_job *j;
+    int64_t img, pixel_step;
+    int by_filters;
+} split_task;
+
+static int split_slice(void *ctx, int64_t b, int64_t e)
+{
+    const split_task *t = ctx;
+    const conv_job *j = t->j;
+    int64_t plane = j->oh * j->ow;
+    conv_part part = {0, plane, b, e};
+    if (!t->by_filters)
+        part = (conv_part){b * t->pixel_step, LGK_MIN(plane, e * t->pixel_step), 0,
+                           j->by_pixels ? j->p->o : j->og};
+    return conv_part_run(j, t->img, 0, part);
+}
+
+/* Every image (groups == 1) split over `threads` (see above), one part per thread. */
 static int conv_images_split(const conv_job *j, int threads)
 {
-    lgk_scratch blocks[4];
-    conv_scratch s;
-    int parts = j->by_pixels ? SCRATCH_ALL : SCRATCH_PHASES;
-    int status = conv_scratch_acquire(j, parts, &s, blocks);
-    for (int64_t img = 0; img < j->p->n && status == LGK_OK; ++img)
-        status = j->by_pixels ? conv_by_pixels(j, img, &s, threads)
-                              : conv_by_filters(j, img, 0, &s, threads);
-    conv_scratch_release(blocks);
-    return status;
+    const lgk_conv2d_params *p = j->p;
+    int64_t mr = j->layout.mr, nr = j->layout.nr, plane = j->oh * j->ow;
+    split_task t = {j, 0, j->ow, 0};
+    int64_t units = j->oh, grain = 1;
+    if (!j->by_pixels && is_pointwise(p) && j->og >= 2 * mr * threads) {
+        t.by_filters = 1, units = j->og, grain = mr;
+    } else if (j->by_pixels) {
+        int by_pixels = plane >= mr * threads && j->band_rows >= j->oh
+                        && (j->kg * p->o <= CONV_SHARED_WEIGHTS || p->o <= nr);
+        t.by_filters = !by_pixels, t.pixel_step = 1;
+        units = by_pixels ? plane : p->o, grain = by_pixels ? mr : nr;
+    }
+    int64_t blocks = (units + grain - 1) / grain;
+    int64_t per = (blocks + threads - 1) / threads * grain;
+    for (; t.img < p->n; ++t.img)
+        LGK_TRY(lgk_parallel_slices(threads, units, per, split_slice, &t));
+    return LGK_OK;
 }
 
 /* Checks that every buffer holds its tensor; products are overflow-checked. */

@@ -15,7 +15,9 @@
  *     Outputs must not overlap inputs, except where a function says otherwise.
  *   - Functions are reentrant and thread-safe: the only shared state is the
  *     one-time CPU feature detection of the GEMM, the lgk_gemm_force_isa()
- *     test hook and a mutex-protected pool of reusable scratch buffers.
+ *     test hook, a mutex-protected pool of reusable scratch buffers and the
+ *     persistent worker threads that calls with nthreads > 1 share (one call
+ *     at a time; a concurrent call runs on its caller's thread alone).
  */
 #ifndef LEGATO_KERNELS_H
 #define LEGATO_KERNELS_H
@@ -133,9 +135,11 @@ int64_t lgk_sgemm_packed_a_size(int64_t M, int64_t K);
 int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len,
                      int64_t rs_a, int64_t cs_a, float *packed, int64_t packed_len);
 
-/* Frees the scratch buffers kept for reuse between calls (at most 8 blocks
- * of <= 4 MiB; GEMM packing uses ~2.3 MiB per thread). Optional: call it
- * only while no kernel is running, e.g. to release memory when idle. */
+/* Frees the scratch buffers kept for reuse between calls (at most 8 shared
+ * blocks and 4 per thread, each <= 4 MiB; GEMM packing uses ~2.3 MiB per
+ * thread): the shared ones and the caller's now, another thread's when it next
+ * runs a kernel. Optional: call it only while no kernel is running, e.g. to
+ * release memory when idle. */
 void lgk_free_scratch(void);
 
 /* Test hook: force a micro-kernel family (LGK_ISA_AUTO restores detection).
