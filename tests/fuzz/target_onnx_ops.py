@@ -18,7 +18,6 @@ always fresh graph inputs, so a last-bit difference in an intermediate cannot fl
 """
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -28,11 +27,6 @@ from tests.fuzz import Mismatch
 from tests.fuzz.program_checks import check_tosa
 
 QUICK_CASES = 150
-# Cases that hit bugs reported but not yet fixed (the mailbox of the owner has each): on
-# for `python -m tests.fuzz` (unless FUZZ_OPEN_BUGS=0, to look for new ones only), off in
-# the quick test (tests/fuzz/test_quick.py sets False), which then must pass;
-# tests/test_fuzz_reliability.py keeps one strict xfail per bug.
-OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") != "0"
 CASE_TIMEOUT = 30.0
 BACKENDS = ("cpu_ref", "c_kernels")
 TOSA_SHARE = 0.3   # of cases also compiled for tosa_custom and checked
@@ -304,8 +298,7 @@ def gen_reduce(g: Graph):
     axes = g.rng.sample(range(rank), count)
     axes = [a - rank if g.chance(0.4) else a for a in axes]
     attrs = {"keepdims": g.rng.choice([0, 1])}
-    squares = op in ("ReduceSumSquare", "ReduceL1", "ReduceL2")
-    if not axes and g.chance(0.5) and (OPEN_BUGS or not squares):  # zoowide: noop x^2
+    if not axes and g.chance(0.5):
         attrs["noop_with_empty_axes"] = 1
     inputs = [x] + ([g.ints(axes)] if axes or g.chance(0.5) else [])
     return g.node(op, inputs, **attrs), dtype != "float32"
@@ -331,8 +324,6 @@ def gen_softmax(g: Graph):
     g.opset = g.rng.choice([11, 12, 13, 18]) if g.opset == 18 else g.opset
     axis = g.rng.randrange(-len(shape), len(shape))
     op = g.rng.choice(["Softmax", "LogSoftmax", "Hardmax"])
-    if op == "Hardmax" and g.opset < 13 and not OPEN_BUGS:  # zoowide: opset-12 Hardmax
-        op = "Softmax"
     return g.node(op, [x], axis=axis), False
 
 
@@ -563,7 +554,7 @@ def gen_pool(g: Graph):
     x = g.fresh([g.rng.randint(1, 2), g.rng.randint(1, 3)] + spatial)
     kernel = [g.rng.randint(1, 4) for _ in range(dims)]
     attrs = window_attrs(g, dims, kernel, pools=True)
-    if g.chance(0.4) and (OPEN_BUGS or op != "LpPool"):  # zoowide: LpPool overhang
+    if g.chance(0.4):
         attrs["ceil_mode"] = 1
     if op == "AveragePool" and g.chance(0.5):
         attrs["count_include_pad"] = 1
@@ -691,8 +682,6 @@ def gen_resize(g: Graph):
         # the onnx reference (and legato) by the fractional one; the spec reads either way
         scales[2:] = [s if float(d * s).is_integer() else 2.0
                       for d, s in zip(shape[2:], scales[2:])]
-    if not OPEN_BUGS and mode != "nearest":  # zoowide: resizing to size 0
-        scales[2:] = [s if d * s >= 1 else 1.0 for d, s in zip(shape[2:], scales[2:])]
     name = g.name("k")
     g.inits.append(numpy_helper.from_array(scales, name))
     return g.node("Resize", [x, "", name], **attrs), False
