@@ -106,7 +106,6 @@ def test_a_module_pytorch_cannot_decompose_is_a_legato_error():
         ltorch.load(IntegerAddcmul(), (x, x))
 
 
-@pytest.mark.xfail(strict=True, reason="open, torchfix: OverflowError in torch_tensors._full")
 @pytest.mark.parametrize("form", ["where", "masked_fill"])
 def test_a_negative_scalar_wraps_into_a_uint8_tensor_like_eager(form):
     torch = pytest.importorskip("torch")

@@ -81,7 +81,7 @@ def test_small_cnn_matches_eager():
 def test_unsupported_aten_ops_are_listed_with_node_names():
     class Sorts(nn.Module):
         def forward(self, x):
-            return torch.cummax(x, 0).values + torch.logcumsumexp(x, 0)
+            return torch.i0(x) + torch.polygamma(2, x)
 
     with pytest.raises(legato.LegatoError, match=r"ATen op\(s\) legato cannot import"):
         torch_frontend.load(Sorts(), (torch.randn(4),))
@@ -148,3 +148,12 @@ def test_a_failing_pytorch_decomposition_is_a_legato_error_naming_the_node():
     x = torch.ones(3, dtype=torch.int64)
     with pytest.raises(legato.LegatoError, match=r"decompositions .* failed: .*addcmul"):
         torch_frontend.load(HalfAddcmul(), (x, x))
+
+
+def test_decomposition_table_is_built_once_without_the_kept_ops():
+    from legato.frontends.torch_ops import KEEP
+    table = torch_frontend.decomposition_table()
+    assert table is torch_frontend.decomposition_table()
+    assert torch.ops.aten.gelu.default not in table and len(KEEP) > 5
+    assert all(torch_frontend._aten_overload(torch, name) not in table for name in KEEP)
+    assert torch.ops.aten.addcmul.default in table  # decomposed: legato has no addcmul

@@ -80,6 +80,21 @@ CASES = {
         x, alpha=-2), lambda: [torch.tensor([0, 1, 255, 250], dtype=torch.uint8)]),
     "large_scalar_into_int8": (lambda x: x + 300 - x * 1000, lambda: [
         torch.tensor([-128, 1, 100], dtype=torch.int8)]),
+    "round_decimals": (lambda x: torch.round(x, decimals=2) + torch.round(x, decimals=-1),
+                       lambda: [torch.tensor([1.005, 2.675, -12.5, 15.0, 0.125, 1234.5678])]),
+    "var_mean": (lambda x: torch.stack(torch.var_mean(x, 1, correction=0)) + torch.stack(
+        torch.std_mean(x, [0, 1], keepdim=True)).sum(), lambda: [torch.randn(3, 4)]),
+    # running extremes: a later equal value takes the index, a NaN stays once seen
+    "cummax_ties_and_nan": (lambda x: torch.stack(torch.cummax(x, 1)).float().sum(0) + torch.
+                            stack(torch.cummin(x, 0)).float().sum(0), lambda: [torch.tensor(
+                                [[1.0, 3.0, 3.0, float("nan"), 5.0, float("nan")],
+                                 [2.0, -1.0, 2.0, 0.0, -1.0, 7.0]])]),
+    "cummax_ints_and_bools": (lambda x: torch.cummax(x, 0)[1] + torch.cummin(x > 0, 0)[1] +
+                              torch.cummin(x, -1)[0], lambda: [torch.tensor(
+                                  [3, -128, 3, 127, -128], dtype=torch.int8)]),
+    # each position shifted by its own maximum: no underflow after a large early value
+    "logcumsumexp": (lambda x: torch.logcumsumexp(x, 1), lambda: [torch.tensor(
+        [[1000.0, 0.0, -1000.0, 3.0], [-float("inf"), -float("inf"), 2.0, float("inf")]])]),
     # reductions over a dim of size 0: sum, prod, any, all, norms are their identities,
     # mean and var NaN
     "empty_reductions": (lambda x: torch.stack([

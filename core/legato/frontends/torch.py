@@ -15,7 +15,8 @@ import operator
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module
-from . import torch_index, torch_more, torch_nn, torch_tensors  # noqa: F401  (their converters join ATEN)
+# imported for their converters, which join ATEN
+from . import torch_index, torch_more, torch_nn, torch_scans, torch_tensors  # noqa: F401
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
@@ -39,16 +40,28 @@ def load(module, example_inputs, *, registry=None) -> Module:
     except Exception as err:  # noqa: BLE001 - export raises many error types
         raise LegatoError(f"torch.export could not export the module: "
                           f"{' '.join(str(err).split())[:400]}") from None
-    table = torch.export.default_decompositions()
-    for name in KEEP:
-        table.pop(_aten_overload(torch, name), None)
     try:
-        program = program.run_decompositions(table)
+        program = program.run_decompositions(decomposition_table())
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
         raise LegatoError(f"PyTorch's decompositions of the exported module failed: "
                           f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
             from None
     return _Importer(program, registry).run()
+
+
+_TABLE: dict = {}
+
+
+def decomposition_table() -> dict:
+    """PyTorch's default decompositions minus the ops legato keeps whole (KEEP), built once
+    per process: building it walks every registered op, about a third of a second."""
+    if not _TABLE:
+        torch = _torch()
+        table = torch.export.default_decompositions()
+        for name in KEEP:
+            table.pop(_aten_overload(torch, name), None)
+        _TABLE.update(table.materialize())
+    return _TABLE
 
 
 def _aten_overload(torch, name: str):

@@ -24,6 +24,7 @@ except the optional `--json` report.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import operator
 import sys
@@ -83,20 +84,27 @@ def _module(torch, op, sample):
 
 def _export(torch, module, tensors):
     """The module exported and decomposed as the importer does it."""
-    from .torch import _aten_overload
-    from .torch_ops import KEEP
+    from .torch import decomposition_table
     try:
         program = torch.export.export(module, tuple(tensors))
     except Exception as err:  # noqa: BLE001 - export raises many error types
         raise Excluded(f"export failed (torch's own): {type(err).__name__}") from None
-    table = torch.export.default_decompositions()
-    for name in KEEP:
-        table.pop(_aten_overload(torch, name), None)
     try:
-        return program.run_decompositions(table)
+        return program.run_decompositions(decomposition_table())
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions of the sample
         raise Excluded(f"export failed (torch's decomposition): {type(err).__name__}") \
             from None
+
+
+def _reuse_cia_op_set() -> None:
+    """Make torch.export's run_decompositions list the registered CompositeImplicitAutograd
+    ops once per process instead of once per call (a walk over every op namespace, a third
+    of each sample's time); the set only grows when a library registers new ops, which no
+    sample does."""
+    from torch.export import exported_program
+    collect = exported_program._collect_all_valid_cia_ops
+    if not hasattr(collect, "cache_info"):
+        exported_program._collect_all_valid_cia_ops = functools.lru_cache(maxsize=1)(collect)
 
 
 def aten_ops(program) -> set[str]:
@@ -361,6 +369,7 @@ def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
     consecutive parts of them."""
     start, outcomes = time.monotonic(), []
     infos = op_infos(names)
+    _reuse_cia_op_set()
     part, parts = shard
     infos = infos[(part - 1) * len(infos) // parts:part * len(infos) // parts]
     with warnings.catch_warnings():

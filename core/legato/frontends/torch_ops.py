@@ -413,7 +413,10 @@ def expand(b, x, size, implicit=False):
 
 @aten("aten.cat.default")
 def cat(b, tensors, dim=0):
-    return b.concat(*tensors, axis=dim)
+    dtype = None  # torch concatenates mixed dtypes in their promoted one
+    for t in tensors:
+        dtype = _promote(dtype, t.dtype)
+    return b.concat(*(_in_dtype(b, t, dtype) for t in tensors), axis=dim)
 
 
 @aten("aten.split_with_sizes.default")
@@ -502,3 +505,16 @@ def _rounding_divide(b, x, y, rounding_mode=None):
 
 
 aten("aten.div.Tensor_mode", "aten.div.Scalar_mode")(_rounding_divide)
+
+
+@aten("aten.round.decimals")
+def round_decimals(b, x, decimals=0):
+    """Rounding half to even at 10**-decimals, scaled as torch's kernel does (x * 10**d,
+    or x / 10**-d for negative d, in x's dtype)."""
+    if not decimals:
+        return b.round(x)
+    scale = b.scalar(10.0 ** abs(decimals), x.dtype)
+    if decimals > 0:
+        return b.divide(b.round(b.multiply(x, scale)), scale)
+    return b.multiply(b.round(b.divide(x, scale)), scale)
+

@@ -10,7 +10,7 @@ from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import broadcast_shapes, norm_axis
 from .onnx_common import one_hot_values
-from .torch_ops import ATEN, aten, empty_reduction
+from .torch_ops import ATEN, aten, empty_reduction, wrapped
 
 # --- factories: static shapes, so their results are constants -------------------------------
 
@@ -28,7 +28,8 @@ def _full(shape, value, dtype) -> Const:
     size = math.prod(int(d) for d in shape)
     if size > 1 << 24:
         raise LegatoError(f"a constant of shape {list(shape)} is too large to fold")
-    return Const.of(np.full([int(d) for d in shape], value, dtype=_numpy(dtype)))
+    return Const.of(np.full([int(d) for d in shape], wrapped(value, dtype),
+                            dtype=_numpy(dtype)))
 
 
 def _numpy(dtype: str):
@@ -280,6 +281,12 @@ def var(b, x, dims=None, *args, correction=None, keepdim=False, unbiased=None):
     n = math.prod(x.shape[a] for a in (range(x.rank) if axes is None else
                                        [norm_axis(a, x.rank) for a in axes]))
     return b.multiply(b.variance(x, axes=axes, keepdims=keepdim), n / (n - correction))
+
+
+@aten("aten.var_mean.correction")
+def var_mean(b, x, dims=None, correction=None, keepdim=False):
+    mean = ATEN["aten.mean.dim"](b, x, dims, keepdim)
+    return var(b, x, dims, correction=correction, keepdim=keepdim), mean
 
 
 @aten("aten.linalg_vector_norm.default")
