@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from legato.ir import TensorType
+from legato.ir import Const, TensorType
 
 from .narrowing import tosa_dtype
 
@@ -88,8 +88,33 @@ def checked(check=None, name: str | None = None):
 
 def shaped_rule(rule):
     """A lowering rule that declines calls with a tensor no TOSA shape can hold: no rewrite
-    makes an empty or rank-7 operand or result valid, and declining reports why."""
+    makes an empty or rank-7 operand or result valid, and declining reports why. Empty
+    tensors are first taken out where that loses nothing (`without_empty`)."""
     @functools.wraps(rule)
     def declining(b, call):
+        found = without_empty(b, call)
+        if found is not None:
+            return found
         return None if call_problem(call, shape_problem) is not None else rule(b, call)
     return declining
+
+
+def _empty(t: TensorType) -> bool:
+    return t.rank <= MAX_RANK and any(d == 0 for d in t.shape)
+
+
+def without_empty(b, call):
+    """What replaces a call with empty tensors that need not be computed, or None: empty
+    results are constants (they hold no data), a concat drops its empty operands. So a
+    model that slices nothing off and concatenates it (a rotary embedding over the whole
+    head keeps an empty pass-through part) lowers; an empty function result still cannot.
+    Empty parameters are left for the checks to report where they are first used."""
+    if any(_empty(v.type) and not isinstance(v, Const) for v in call.inputs if v is not None):
+        return None
+    if call.outputs and all(_empty(o.type) for o in call.outputs):
+        consts = tuple(b.const(np.zeros(o.shape, o.dtype)) for o in call.outputs)
+        return consts if len(consts) > 1 else consts[0]
+    if call.op == "concat" and any(_empty(v.type) for v in call.inputs):
+        kept = [v for v in call.inputs if not _empty(v.type)]
+        return kept[0] if len(kept) == 1 else b.concat(*kept, axis=call.attrs["axis"])
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+import pytest
 import yaml
 
 import legato
@@ -95,3 +96,33 @@ def test_the_printed_table_lists_every_op():
     text = lowering.table()
     for op in [*lowering.TOSA, *lowering.RULES, *lowering.NOT_LOWERED]:
         assert f"| `{op}` |" in text, op
+
+
+def _rotary_with_nothing_passed_through():
+    """x[..., :16] transformed, concatenated with the empty x[..., 16:] (a rotary
+    embedding over the whole head, as Phi-3 exports)."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 2, 3, 16))
+    rot = b.call("strided_slice", x, begin=[0], end=[16], strides=[1], axes=[3])
+    rest = b.call("strided_slice", x, begin=[16], end=[16], strides=[1], axes=[3])
+    return b.build(b.call("concat", b.call("exp", rot), b.call("negative", rest), axis=3))
+
+
+def test_empty_intermediates_are_taken_out_and_the_rest_lowers(tools):
+    import re
+
+    import numpy as np
+    module = _rotary_with_nothing_passed_through()
+    text = legato.compile(module, "tosa_custom").artifact
+    assert "tosa.concat" not in text and not re.search(r"[<x]0x", text)  # no empty tensor
+    data = np.random.default_rng(0).standard_normal((1, 2, 3, 16)).astype(np.float32)
+    got = tools.run_reference(text, [data], validate=True)[0]
+    np.testing.assert_allclose(got, np.exp(data), rtol=1e-6)
+
+
+def test_an_empty_function_result_is_still_refused():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    module = b.build(b.call("strided_slice", x, begin=[3], end=[3], strides=[1], axes=[1]))
+    with pytest.raises(legato.errors.LegatoError, match="empty"):
+        legato.compile(module, "tosa_custom")
