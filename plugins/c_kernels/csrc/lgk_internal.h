@@ -321,58 +321,46 @@ static inline float lgk_erff(float x)
     return ax <= 1.0f ? x * lgk_erf_small_over_x(x) : big;
 }
 
-/* Exact GELU without a division, ~0.6 ns per element vectorized (an erfc tail with a
- * reciprocal took ~0.85). With h = erfc(|x| / sqrt 2) / 2,
+/* Exact GELU, ~0.58 ns per element vectorized (the erf form through an erfc tail with
+ * two polynomials and a selection took ~0.85). With h = erfc(|x| / sqrt 2) / 2,
  *   gelu(x) = x - |x| h for x >= 0,  -|x| h below,
  *   h = exp(-x^2/2 - G(|x|)) / 2,  G(|x|) = -ln erfcx(|x| / sqrt 2).
  * G is smooth and small (0 to 2.9), unlike ln erfc or erfcx, which need about twice the
- * polynomial degree: one polynomial for |x| <= 5.515 (beyond, h < 2^-25 and x - |x| h
- * rounds to x) and one for the negative tail down to -13 (below, |gelu| < 8e-38 and the
- * result is -0). x^2 / 2 enters the exponent exactly: its rounding error (from an FMA)
- * is subtracted separately, as rounding it would cost x^2 2^-24 relative, 16 ulp at
- * x = -5.5. Within 9 ulp of float64 for x >= -5.5, 13 ulp (8e-7) down to -12.9; no lane
- * branches or divides. gelu(-inf) is NaN, as 0.5 x (1 + erf) is. */
-#define LGK_GELU_SPLIT 5.515f /* x below: the tail polynomial */
-#define LGK_GELU_FLOOR 13.0f  /* |x| clamp of the tail, where n reaches 126 and h is 0 */
-
+ * polynomial degree; as a polynomial in v = |x| / (|x| + 9), which maps [0, 13] to
+ * [0, 0.59] and takes G's logarithmic growth out, one of degree 11 (v times degree 10)
+ * covers it all. Its division runs beside the FMAs. |x| is clamped to 13: below -13
+ * |gelu| < 8e-38 and the result is -0 (h = 2^-127 e^r rounds to 0); above 5.5, h < 2^-25
+ * and x - |x| h rounds to x. x^2 / 2 enters the exponent exactly: its rounding error
+ * (from an FMA) is subtracted separately, as rounding it would cost x^2 2^-24 relative,
+ * 16 ulp at x = -5.5. Within 8 ulp of float64 (5e-7 relative) down to x = -12.9; no lane
+ * branches. gelu(-inf) is NaN, as 0.5 x (1 + erf) is. */
 static inline float lgk_geluf(float x)
 {
-    float ax0 = fabsf(x);
-    int tail = x < -LGK_GELU_SPLIT;
     /* min on the bits (NaN and inf go to the bound): a float clamp would be a branch, and
      * GCC's partial redundancy elimination then folds the clamped path to a constant and
      * masks every operation of the other one. */
-    uint32_t bound = tail ? lgk_f2u(LGK_GELU_FLOOR) : lgk_f2u(LGK_GELU_SPLIT);
-    float ax = lgk_u2f(LGK_MIN(lgk_f2u(ax0), bound));
+    float ax = lgk_u2f(LGK_MIN(lgk_f2u(fabsf(x)), lgk_f2u(13.0f)));
     float x2 = ax * ax;
     float x2lo = fmaf(ax, ax, -x2); /* exact: x^2 == x2 + x2lo */
-    float g = -1.915109182e-09f;    /* G on [0, 5.515], within 9e-8 */
-    g = g * ax + 6.992887336e-08f;
-    g = g * ax - 1.137460913e-06f;
-    g = g * ax + 1.076804165e-05f;
-    g = g * ax - 6.370020856e-05f;
-    g = g * ax + 2.146938641e-04f;
-    g = g * ax - 2.128605411e-05f;
-    g = g * ax - 4.807861522e-03f;
-    g = g * ax + 3.635349497e-02f;
-    g = g * ax - 1.816957146e-01f;
-    g = g * ax + 7.978851795e-01f;
-    g = g * ax;
-    float d = ax - 9.25f;
-    float gt = 1.713872066e-08f; /* G on [5.5, 13], within 5e-7 */
-    gt = gt * d - 2.049619212e-07f;
-    gt = gt * d + 2.098015102e-06f;
-    gt = gt * d - 2.720185512e-05f;
-    gt = gt * d + 3.697491484e-04f;
-    gt = gt * d - 5.470487289e-03f;
-    gt = gt * d + 1.057170033e-01f;
-    gt = gt * d + 2.461779356e+00f;
-    g = tail ? gt : g;
+    float v = ax / (ax + 9.0f);
+    float s = v * 3.3846154f - 1.0f; /* [-1, 1] */
+    float g = 4.089527356e-04f;      /* G / v, G within 5e-7 */
+    g = g * s - 1.072880230e-03f;
+    g = g * s + 6.233823951e-04f;
+    g = g * s + 3.321462078e-03f;
+    g = g * s - 9.289496578e-03f;
+    g = g * s + 2.027261630e-02f;
+    g = g * s + 1.228056644e-04f;
+    g = g * s - 7.145982236e-02f;
+    g = g * s + 4.995433986e-01f;
+    g = g * s - 1.175237179e+00f;
+    g = g * s + 5.465428352e+00f;
+    g = g * v;
     float half_x2 = 0.5f * x2;
     /* exp(-(x^2/2 + g)) = 2^-n e^r with r = n ln2 - x^2/2 - g in [-ln2/2, ln2/2] */
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float t = (half_x2 + g) * 1.44269504088896341f + magic;
-    float n = t - magic;                  /* 0 .. 126 (2^-127 rounds h to 0) */
+    float n = t - magic;                  /* 0 .. 126 */
     float r = n * 0.693359375f - half_x2; /* n ln2_hi is exact */
     r = r + n * -2.12194440e-4f;
     r = r - g;
