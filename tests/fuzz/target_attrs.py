@@ -27,7 +27,7 @@ from .op_generators import GENERATORS
 from .program_builder import ProgramContext
 from .program_checks import as_tuple, check_tosa, compare, ordinary, tolerance
 
-QUICK_CASES = 150
+QUICK_CASES = 80
 # Cases that hit bugs reported but not yet fixed (the owner's mailbox has each): on for
 # `python -m tests.fuzz` (unless FUZZ_OPEN_BUGS=0, to look for new ones only), off in
 # the quick test (tests/fuzz/test_quick.py sets False), which then must pass.

@@ -26,7 +26,7 @@ import legato
 from tests.fuzz import Mismatch
 from tests.fuzz.program_checks import check_tosa
 
-QUICK_CASES = 150
+QUICK_CASES = 100
 CASE_TIMEOUT = 30.0
 BACKENDS = ("cpu_ref", "c_kernels")
 TOSA_SHARE = 0.3   # of cases also compiled for tosa_custom and checked

@@ -25,7 +25,7 @@ import legato
 from tests.fuzz import Mismatch
 from tests.fuzz.program_checks import check_tosa
 
-QUICK_CASES = 20  # torch.export takes most of a second a case
+QUICK_CASES = 10  # torch.export takes most of a second a case
 CASE_TIMEOUT = 60.0
 BACKENDS = ("cpu_ref", "c_kernels")
 TOSA_SHARE = 0.3   # of cases also compiled for tosa_custom and checked
