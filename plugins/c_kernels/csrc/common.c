@@ -246,8 +246,9 @@ int lgk_clamp_threads(int nthreads)
  * far less than that. Creating a thread per call costs 30-100 us; a worker asleep on a
  * condition variable takes 4-5 us to wake at the median on a 2-core VM (an idle vCPU
  * halts, and the wake-up IPI goes through the hypervisor) and, with other processes on
- * the cores, now and then milliseconds. Workers are therefore started once and, after
- * each task, spin for POOL_SPIN_US watching their task slot before they sleep.
+ * the cores, now and then milliseconds; inside a model, between convs, ~20 us. Workers
+ * are therefore started once and, after each task, spin for POOL_SPIN_US watching their
+ * task slot before they sleep.
  *
  * A task is a number of slices, split into one contiguous home range per thread (the
  * caller's first): each thread claims the slices of its own range one at a time, then
@@ -260,7 +261,11 @@ int lgk_clamp_threads(int nthreads)
  * workers (pool_lock); a concurrent or nested caller runs its slices itself. A forked
  * child starts with no workers. */
 #ifndef POOL_SPIN_US
-#define POOL_SPIN_US 100 /* after a task; a model's next call is usually sooner */
+/* After a task: a model's next parallel call usually comes sooner, after single-thread
+ * steps that can take a few hundred us. A worker asleep woke ~20 us after the signal
+ * (a 64 x 8 x 8 conv split into two 16 us parts then took 39 us, 17 with the worker
+ * still spinning). */
+#define POOL_SPIN_US 1000
 #endif
 #ifndef POOL_WAIT_SPIN_US
 #define POOL_WAIT_SPIN_US 50 /* a caller waiting for a worker's last slice */
@@ -611,8 +616,10 @@ const char *lgk_activation_name(int activation)
     X(lgk_conv2d_nchw_packed_a, "ppipipipiii",                                            \
       lgk_conv2d_nchw_packed_a(PTR(0), PTR(1), W(2), PTR(3), W(4), PTR(5), W(6), PTR(7),  \
                                W(8), W(9), W(10)))                                        \
-    X(lgk_max_pool2d_nchw, "ppipi", lgk_max_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4))) \
-    X(lgk_avg_pool2d_nchw, "ppipi", lgk_avg_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4)))
+    X(lgk_max_pool2d_nchw, "ppipii",                                                       \
+      lgk_max_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4), W(5)))                        \
+    X(lgk_avg_pool2d_nchw, "ppipii",                                                       \
+      lgk_avg_pool2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4), W(5)))
 
 #define PROGRAM_CODE(fn, signature, call) PROGRAM_##fn,
 enum { LGK_PROGRAM_CALLS(PROGRAM_CODE) PROGRAM_COUNT };

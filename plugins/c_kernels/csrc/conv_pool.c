@@ -571,13 +571,17 @@ static void conv_scratch_release(lgk_scratch blocks[4])
 #ifndef CONV_MIN_FLOPS_PER_THREAD
 #define CONV_MIN_FLOPS_PER_THREAD 1.0e6
 #endif
+/* The work of streaming one weight, in flops (a conv's weights come from memory: a
+ * 1x1 conv of 112 -> 1280 channels on a 2x2 map, 1.1 MFLOP, took 20 us in a model). */
+#define CONV_FLOPS_PER_WEIGHT 8.0
 /* Weights (floats) that every thread splitting the pixels of a small map reads whole. */
 #define CONV_SHARED_WEIGHTS (64 * 1024)
 
 static int conv_split_forced = 0;
 
-/* Tests: 1 splits every conv over all the threads it is given, however small (so that
- * small cases cover the split paths), 0 restores the work threshold. Not thread-safe. */
+/* Tests: 1 splits every conv and pooling over all the threads it is given, however small
+ * (so that small cases cover the split paths), 0 restores the work thresholds. Not
+ * thread-safe. */
 int lgk_conv_force_split(int on);
 int lgk_conv_force_split(int on)
 {
@@ -818,9 +822,12 @@ static int conv_run(conv_job *j, int nthreads)
     LGK_CHECK(!j->by_pixels || j->direct
                   || j->band_rows * (p->stride_h / j->qh) * j->wq < INT32_MAX,
               LGK_ERR_SHAPE);
+    /* the weights count too: on 2x2 maps they are most of the time, not the flops */
+    double weights = (double)p->o * (double)j->kg;
     double flops = 2.0 * (double)p->n * (double)p->o * (double)j->oh * (double)j->ow
                    * (double)LGK_MAX(j->kg, (int64_t)1);
-    int threads = conv_threads_for(flops, lgk_clamp_threads(nthreads));
+    int threads = conv_threads_for(flops + CONV_FLOPS_PER_WEIGHT * weights,
+                                   lgk_clamp_threads(nthreads));
     int64_t units = p->n * p->groups;
     if (threads <= 1)
         return conv_units(j, 0, units);
@@ -1083,8 +1090,51 @@ static void pool_divide(const lgk_pool2d_params *p, const window *wy, const wind
     }
 }
 
+/* A pooling call's geometry, shared read-only by the threads pooling its planes. */
+typedef struct {
+    const lgk_pool2d_params *p;
+    int64_t oh, ow, rw; /* rw: the reduced row of pool_row, from input column -pad_left */
+    const window *wy, *wx;
+    const float *x;
+    float *y;
+    int is_max;
+} pool_job;
+
+/* Planes [begin, end), with a reduced-row buffer of this thread's own. */
+static int pool_planes(void *ctx, int64_t begin, int64_t end)
+{
+    const pool_job *j = ctx;
+    const lgk_pool2d_params *p = j->p;
+    float *r = malloc((size_t)j->rw * sizeof(float));
+    LGK_CHECK(r != NULL, LGK_ERR_NOMEM);
+    int vectors = pool_row_vectors(p);
+    (void)vectors; /* unused without the x86 kernels */
+    for (int64_t plane = begin; plane < end; ++plane) {
+        const float *xp = j->x + plane * p->h * p->w;
+        for (int64_t oy = 0; oy < j->oh; ++oy) {
+            float *yr = j->y + (plane * j->oh + oy) * j->ow;
+            if (j->ow < POOL_MIN_ROW)
+                pool_row_by_window(p, xp, &j->wy[oy], oy, j->wx, j->ow, yr, j->is_max);
+#ifdef CONV_X86
+            else if (vectors)
+                pool_row_avx512(p, xp, &j->wy[oy], oy, j->ow, j->rw, r, yr, j->is_max);
+#endif
+            else
+                pool_row(p, xp, &j->wy[oy], oy, j->ow, j->rw, r, yr, j->is_max);
+            if (!j->is_max)
+                pool_divide(p, &j->wy[oy], j->wx, j->ow, yr);
+        }
+    }
+    free(r);
+    return LGK_OK;
+}
+
+/* Window taps (output cells x kernel cells) below which a pooling stays on one thread
+ * (a 3x3 stride-2 max pool of 32 x 32 x 32, 74 k taps, took 14 us on one). */
+#define POOL_MIN_TAPS_PER_THREAD 32768.0
+
 static int pool_impl(const lgk_pool2d_params *p, const float *x, int64_t x_len, float *y,
-                     int64_t y_len, int is_max)
+                     int64_t y_len, int is_max, int nthreads)
 {
     int64_t oh, ow, nx, ny;
     LGK_TRY(lgk_pool2d_out_shape(p, &oh, &ow));
@@ -1093,45 +1143,30 @@ static int pool_impl(const lgk_pool2d_params *p, const float *x, int64_t x_len, 
     LGK_TRY(lgk_checked_count(4, yd, &ny));
     LGK_TRY(lgk_check_buffer(x, x_len, nx));
     LGK_TRY(lgk_check_buffer(y, y_len, ny));
-    /* r: the reduced rows of pool_row, from input column -pad_left to the last
-     * cell of the last window. */
     int64_t rw = (ow - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1;
-    window *wy = malloc((size_t)(oh + ow) * sizeof(window) + (size_t)rw * sizeof(float));
+    window *wy = malloc((size_t)(oh + ow) * sizeof(window));
     LGK_CHECK(wy != NULL, LGK_ERR_NOMEM);
     window *wx = wy + oh;
-    float *r = (float *)(wx + ow);
     make_windows(p->h, oh, p->kh, p->stride_h, p->pad_top, p->pad_bottom, p->dilation_h, wy);
     make_windows(p->w, ow, p->kw, p->stride_w, p->pad_left, p->pad_right, p->dilation_w, wx);
-    int vectors = pool_row_vectors(p);
-    (void)vectors; /* unused without the x86 kernels */
-    for (int64_t plane = 0; plane < p->n * p->c; ++plane) {
-        const float *xp = x + plane * p->h * p->w;
-        for (int64_t oy = 0; oy < oh; ++oy) {
-            float *yr = y + (plane * oh + oy) * ow;
-            if (ow < POOL_MIN_ROW)
-                pool_row_by_window(p, xp, &wy[oy], oy, wx, ow, yr, is_max);
-#ifdef CONV_X86
-            else if (vectors)
-                pool_row_avx512(p, xp, &wy[oy], oy, ow, rw, r, yr, is_max);
-#endif
-            else
-                pool_row(p, xp, &wy[oy], oy, ow, rw, r, yr, is_max);
-            if (!is_max)
-                pool_divide(p, &wy[oy], wx, ow, yr);
-        }
-    }
+    pool_job j = {p, oh, ow, rw, wy, wx, x, y, is_max};
+    double taps = (double)ny * (double)p->kh * (double)p->kw;
+    int threads = conv_split_forced ? nthreads
+                                    : (int)LGK_MIN((double)lgk_clamp_threads(nthreads),
+                                                   LGK_MAX(1.0, taps / POOL_MIN_TAPS_PER_THREAD));
+    int status = lgk_parallel_for(threads, p->n * p->c, 1, pool_planes, &j);
     free(wy);
-    return LGK_OK;
+    return status;
 }
 
 int lgk_max_pool2d_nchw(const lgk_pool2d_params *p, const float *x, int64_t x_len, float *y,
-                        int64_t y_len)
+                        int64_t y_len, int nthreads)
 {
-    return pool_impl(p, x, x_len, y, y_len, 1);
+    return pool_impl(p, x, x_len, y, y_len, 1, nthreads);
 }
 
 int lgk_avg_pool2d_nchw(const lgk_pool2d_params *p, const float *x, int64_t x_len, float *y,
-                        int64_t y_len)
+                        int64_t y_len, int nthreads)
 {
-    return pool_impl(p, x, x_len, y, y_len, 0);
+    return pool_impl(p, x, x_len, y, y_len, 0, nthreads);
 }

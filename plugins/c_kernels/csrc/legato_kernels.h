@@ -205,12 +205,13 @@ typedef struct {
 } lgk_pool2d_params;
 
 int lgk_pool2d_out_shape(const lgk_pool2d_params *p, int64_t *oh, int64_t *ow);
-/* Padded cells count as -inf; a window with no input cell gives -inf. */
+/* Padded cells count as -inf; a window with no input cell gives -inf. Planes are
+ * split over up to nthreads threads where there is enough work. */
 int lgk_max_pool2d_nchw(const lgk_pool2d_params *p, const float *x, int64_t x_len,
-                        float *y, int64_t y_len);
+                        float *y, int64_t y_len, int nthreads);
 /* A window with a zero divisor gives NaN (ONNX reference behaviour). */
 int lgk_avg_pool2d_nchw(const lgk_pool2d_params *p, const float *x, int64_t x_len,
-                        float *y, int64_t y_len);
+                        float *y, int64_t y_len, int nthreads);
 
 /* ---- elementwise ----------------------------------------------------------- */
 /*

@@ -10,6 +10,8 @@
 
 #include "legato_kernels.h"
 
+int lgk_conv_force_split(int on); /* test hook of conv_pool.c */
+
 static int failures = 0, checks = 0;
 
 #define EXPECT(cond)                                                       \
@@ -467,9 +469,14 @@ static void check_pool(lgk_pool2d_params p, int64_t want_oh, int64_t want_ow)
     double *want = malloc((size_t)(ny > 0 ? ny : 1) * sizeof(double));
     for (int is_max = 0; is_max < 2; ++is_max) {
         pool_ref(&p, oh, ow, x, is_max, want);
-        int st = is_max ? lgk_max_pool2d_nchw(&p, x, nx, y, ny) : lgk_avg_pool2d_nchw(&p, x, nx, y, ny);
-        EXPECT(st == LGK_OK);
-        EXPECT(all_close(y, want, ny, 1e-5, 1e-6));
+        for (int threads = 1; threads <= 3; threads += 2) { /* 3: planes split, however few */
+            lgk_conv_force_split(threads > 1);
+            int st = is_max ? lgk_max_pool2d_nchw(&p, x, nx, y, ny, threads)
+                            : lgk_avg_pool2d_nchw(&p, x, nx, y, ny, threads);
+            lgk_conv_force_split(0);
+            EXPECT(st == LGK_OK);
+            EXPECT(all_close(y, want, ny, 1e-5, 1e-6));
+        }
     }
     free(x), free(y), free(want);
 }
@@ -502,11 +509,11 @@ static void test_pool(void)
     check_pool(late, 2, 3);
     int64_t oh = 6, ow = 4, nx = p.n * p.c * p.h * p.w, ny = p.n * p.c * oh * ow;
     float *x = rand_buf(nx), *y = rand_buf(ny);
-    EXPECT_STATUS(lgk_max_pool2d_nchw(&p, x, nx - 1, y, ny), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_avg_pool2d_nchw(&p, x, nx, NULL, ny), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_max_pool2d_nchw(&p, x, nx - 1, y, ny, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_avg_pool2d_nchw(&p, x, nx, NULL, ny, 1), LGK_ERR_NULL);
     lgk_pool2d_params bad = p;
     bad.kh = 0;
-    EXPECT_STATUS(lgk_max_pool2d_nchw(&bad, x, nx, y, ny), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_max_pool2d_nchw(&bad, x, nx, y, ny, 1), LGK_ERR_SHAPE);
     bad = p, bad.c = -1;
     EXPECT_STATUS(lgk_pool2d_out_shape(&bad, &oh, &ow), LGK_ERR_SHAPE);
     free(x), free(y);

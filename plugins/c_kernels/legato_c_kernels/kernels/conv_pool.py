@@ -196,7 +196,8 @@ def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padd
     if out.size == 0:
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
-    return out, CCall(op, fn, (p, ptr(x), x.size, ptr(out), out.size), (), ((0, 1), (OUT, 3)))
+    return out, CCall(op, fn, (p, ptr(x), x.size, ptr(out), out.size, num_threads()), (),
+                      ((0, 1), (OUT, 3)))
 
 
 def _plan_max_pool2d(data: Array, *, pool_size: Sequence[int],
