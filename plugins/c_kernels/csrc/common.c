@@ -68,6 +68,23 @@ int lgk_check_buffer(const void *p, int64_t len, int64_t need)
     return LGK_OK;
 }
 
+#ifdef LGK_EXACT_SCRATCH
+/* Test builds: blocks of exactly the size asked for, never reused (the pools below keep
+ * nothing), so that AddressSanitizer sees a kernel reading past its scratch. */
+void *lgk_aligned_alloc(int64_t nfloats)
+{
+    void *p = NULL;
+    if (nfloats < 0 || (uint64_t)nfloats > SIZE_MAX / sizeof(float)
+        || posix_memalign(&p, 64, (size_t)LGK_MAX(nfloats, (int64_t)1) * sizeof(float)) != 0)
+        return NULL;
+    return p;
+}
+
+void lgk_aligned_free(void *p)
+{
+    free(p);
+}
+#else
 /* The offset to the aligned block is stored just before it. */
 void *lgk_aligned_alloc(int64_t nfloats)
 {
@@ -93,6 +110,7 @@ void lgk_aligned_free(void *p)
     memcpy(&shift, (unsigned char *)p - sizeof(size_t), sizeof shift);
     free((unsigned char *)p - shift);
 }
+#endif
 
 /* ---- scratch pool ---------------------------------------------------------
  * A fresh malloc of a few hundred KiB is an mmap plus page faults on every
@@ -102,7 +120,11 @@ void lgk_aligned_free(void *p)
  * scratch of up to SCRATCH_KEEP_MAX floats is therefore kept in a small pool
  * shared by all threads. */
 #define SCRATCH_POOL 8
+#ifdef LGK_EXACT_SCRATCH
+#define SCRATCH_KEEP_MAX ((int64_t)-1)
+#else
 #define SCRATCH_KEEP_MAX ((int64_t)1 << 20) /* 4 MiB */
+#endif
 
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static lgk_scratch scratch_pool[SCRATCH_POOL];
