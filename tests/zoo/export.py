@@ -40,7 +40,9 @@ EXPORT_FORM = "dynamo, opset default, one file"  # change when onnx_file's expor
 
 
 def cache_key(name: str) -> str:
-    source = Path(models.__file__).read_bytes() + EXPORT_FORM.encode()
+    here = Path(models.__file__).parent
+    source = b"".join((here / f).read_bytes() for f in ("models.py", "spec.py", "wide.py"))
+    source += EXPORT_FORM.encode()
     digest = hashlib.sha256(source + _versions().encode() + name.encode())
     return digest.hexdigest()[:12]
 

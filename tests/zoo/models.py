@@ -12,51 +12,15 @@ attention is not uniform. Each model is wrapped to return one tensor.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+
+from .spec import DECODER as _DECODER, INIT, SEED, SEQ, VOCAB, ZooModel
+from .spec import text as _text, vision as _vision
+
+__all__ = ["CORE", "NAMES", "SEED", "SEQ", "VOCAB", "WIDE", "ZOO", "ZooModel", "build",
+           "example_inputs"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs are built in code: never the hub
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-SEED = 0
-SEQ = 16        # tokens per text example
-VOCAB = 128
-INIT = 0.1      # initializer_range of the transformer configs
-
-
-@dataclass(frozen=True)
-class ZooModel:
-    """One architecture: its transformers config and model class names, the config's
-    arguments, and the example input (`tokens`, an image of `image` pixels square, or
-    `features`: a float tensor of that shape). `onnx_attention`: the attention implementation
-    for the ONNX export when the default (sdpa) cannot be exported: torch.onnx's
-    decomposition of sdpa gives a result the model's next `view` rejects."""
-    name: str
-    config: str
-    model: str
-    kwargs: dict = field(default_factory=dict)
-    tokens: int = 0
-    image: int = 0
-    features: tuple = ()
-    channels: int = 3
-    onnx_attention: str = ""
-
-    @property
-    def kind(self) -> str:
-        return "text" if self.tokens else "vision" if self.image else "audio"
-
-
-def _text(name, config, model, onnx_attention="", **kwargs) -> ZooModel:
-    kwargs.setdefault("vocab_size", VOCAB)
-    kwargs.setdefault("initializer_range", INIT)
-    return ZooModel(name, config, model, kwargs, tokens=SEQ, onnx_attention=onnx_attention)
-
-
-def _vision(name, config, model, image=32, onnx_attention="", **kwargs) -> ZooModel:
-    return ZooModel(name, config, model, kwargs, image=image, onnx_attention=onnx_attention)
-
-
-_DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, max_position_embeddings=64, use_cache=False)
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in (
     # encoders over tokens
@@ -123,19 +87,24 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
             hidden_sizes=(16, 32), depths=(1, 1), groups_width=8, layer_type="y"),
 )}
 
+CORE = tuple(ZOO)  # the architectures issue 11 names, and a few more
+from .wide import WIDE  # noqa: E402  (more architectures, each with what it exercises)
+
+ZOO.update((m.name, m) for m in WIDE)
 NAMES = tuple(ZOO)
 
 
-def _wrap(torch, model):
+def _wrap(torch, model, spec: ZooModel):
     class Wrapped(torch.nn.Module):
-        """The model returning one tensor: its last_hidden_state."""
+        """The model returning one tensor: its `spec.output` (last_hidden_state)."""
 
         def __init__(self):
             super().__init__()
             self.model = model
 
         def forward(self, x):
-            return self.model(x).last_hidden_state
+            out = self.model(x, decoder_input_ids=x) if spec.decoder_ids else self.model(x)
+            return getattr(out, spec.output)
 
     return Wrapped()
 
@@ -147,13 +116,14 @@ def _he_init(torch, model) -> None:
     nn = torch.nn
     with torch.no_grad():
         for layer in model.modules():
-            if isinstance(layer, (nn.Conv1d, nn.Conv2d)):
+            if isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
                 fan_in = layer.weight[0].numel()
                 layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen)
                                    * (2.0 / fan_in) ** 0.5)
                 if layer.bias is not None:
                     layer.bias.copy_(0.1 * torch.randn(layer.bias.shape, generator=gen))
-            elif isinstance(layer, nn.BatchNorm2d):
+            elif isinstance(layer, (nn.BatchNorm1d, nn.BatchNorm2d)) and \
+                    layer.running_mean is not None:
                 shape = layer.running_mean.shape
                 layer.running_mean.copy_(0.1 * torch.randn(shape, generator=gen))
                 layer.running_var.copy_(0.5 + torch.rand(shape, generator=gen))
@@ -186,9 +156,11 @@ def build(name: str, attention: str | None = None):
         config._attn_implementation = attention
     model_class = getattr(transformers, spec.model, None)
     if model_class is None:  # e.g. WhisperEncoder lives only in its modeling module
-        from transformers.models.whisper import modeling_whisper
-        model_class = getattr(modeling_whisper, spec.model)
+        import importlib
+        kind = config.model_type
+        model_class = getattr(importlib.import_module(
+            f"transformers.models.{kind}.modeling_{kind}"), spec.model)
     torch.manual_seed(SEED)
     model = model_class(config)
     _he_init(torch, model)
-    return _wrap(torch, model).eval(), example_inputs(spec)
+    return _wrap(torch, model, spec).eval(), example_inputs(spec)

@@ -58,7 +58,21 @@ def test_the_zoo_has_the_architectures_issue_11_names():
               "t5_encoder", "whisper_encoder", "swin", "deit", "efficientnet", "regnet",
               "mobilevit", "segformer", "clip_vision", "gpt2", "llama", "vit", "resnet",
               "mobilenet_v2", "convnext"}
-    assert wanted == set(models.NAMES)
+    assert wanted == set(models.CORE)
+
+
+def test_the_wide_zoo_adds_architectures_with_their_own_settings():
+    """Every wide entry is a new name, and the wide zoo covers the architectures asked for
+    beyond the core (those transformers still ships: VAN and EfficientFormer are gone)."""
+    wide = [m.name for m in models.WIDE]
+    assert len(wide) == len(set(wide)) and not set(wide) & set(models.CORE)
+    assert set(models.NAMES) == set(models.CORE) | set(wide)
+    asked = {"bert", "bart", "bart_encoder", "electra", "mobilebert", "deberta_v2",
+             "xlm_roberta", "gpt_neo", "gptj", "bloom", "falcon", "gemma", "gemma2",
+             "stablelm", "starcoder2", "mpt", "codegen", "mamba", "wav2vec2", "hubert",
+             "beit", "dinov2", "convnextv2", "levit", "poolformer", "mobilenet_v1", "bit",
+             "cvt", "swinv2", "pvt", "focalnet", "yolos", "dpt", "glpn", "data2vec_vision"}
+    assert asked <= set(wide)
 
 
 def test_composite_counts_come_from_the_torch_models():
