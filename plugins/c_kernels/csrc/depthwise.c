@@ -78,13 +78,13 @@ typedef struct {
 } dw_job;
 
 /* Extent of the padded plane along one dim: the padded input, and every tap of the
- * last block of `block` outputs (`extra` more floats for a wide strided load). */
+ * last block of `block` outputs. */
 static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int64_t stride,
-                     int64_t k, int64_t dil, int64_t extra, int64_t *out)
+                     int64_t k, int64_t dil, int64_t *out)
 {
     int64_t blocks = (n_out + block - 1) / block, reach, padded;
     LGK_TRY(lgk_mul(blocks * block, stride, &reach));
-    LGK_TRY(lgk_add(reach, (k - 1) * dil + 1 + extra, &reach));
+    LGK_TRY(lgk_add(reach, (k - 1) * dil + 1, &reach));
     LGK_TRY(lgk_add(in, pads, &padded));
     *out = LGK_MAX(padded, reach);
     return LGK_OK;
