@@ -865,7 +865,12 @@ def build(seed: int):
         results.insert(0, g.rng.choice(produced[:-len(results)]))
     if g.inputs and g.chance(0.05):  # a graph output that is a graph input
         results.append(g.inputs[0].name)
-    return g.model(list(dict.fromkeys(results))), g.feeds, g.ops
+    if g.inits and g.chance(0.05):  # ... or an initializer
+        results.append(g.inits[-1].name)
+    results = list(dict.fromkeys(results))
+    if g.chance(0.05):  # one value as two graph outputs
+        results.append(results[0])
+    return g.model(results), g.feeds, g.ops
 
 
 def onnxruntime_results(model, feeds):
