@@ -20,9 +20,12 @@ def _activation(name: str, attrs: dict | None = None, examples=((X23, {}),), **f
 
 
 def _negative_part(b, x, alpha, scale=1.0):
-    """`alpha * (exp(x / scale) - 1)` where x < 0, else x (the tail of elu and celu)."""
-    inner = x if scale == 1.0 else b.multiply(x, 1.0 / scale)
-    tail = b.multiply(b.subtract(b.exp(b.minimum(inner, 0.0)), 1.0), alpha)
+    """`alpha * (exp(x / scale) - 1)` where x < 0, else x (the tail of elu and celu). x is
+    clamped to the negative half before scaling, so the unused half cannot overflow exp
+    whatever the sign of `scale` (celu takes a negative alpha, as torch does)."""
+    inner = b.minimum(x, 0.0)
+    inner = inner if scale == 1.0 else b.multiply(inner, 1.0 / scale)
+    tail = b.multiply(b.subtract(b.exp(inner), 1.0), alpha)
     return b.where(b.greater(x, 0.0), x, tail)
 
 
@@ -46,7 +49,8 @@ def _celu(types, attrs):
     return float_unary_infer(types, attrs)
 
 
-@composite("nn.celu", "data", _celu, "elemwise", 1, [(X23, {}), (X23, {"alpha": 2.0})],
+@composite("nn.celu", "data", _celu, "elemwise", 1,
+           [(X23, {}), (X23, {"alpha": 2.0}), (X23, {"alpha": -1.5})],
            {"alpha": ("float", 1.0)}, tolerance=1e-6)
 def celu(b, x, alpha):
     """`max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`"""
