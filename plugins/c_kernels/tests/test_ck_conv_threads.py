@@ -69,3 +69,25 @@ def test_cnn_on_two_threads_matches_one(monkeypatch):
         results.append(legato.executor.as_tuple(legato.compile(mod, "c_kernels")(*inputs)))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_two_thread_pooling_matches_one(rng, monkeypatch, op):
+    """A pooling with enough windows (32 planes of 16 x 16, 3 x 3) splits its planes."""
+    x = f32(rng, 1, 32, 32, 32)
+    pool = K.nn_max_pool2d if op == "max" else K.nn_avg_pool2d
+    results = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+        results.append(pool(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1)))
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                constant_values=-np.inf if op == "max" else 0.0)
+    windows = [xp[:, :, i:i + 32:2, j:j + 32:2] for i in range(3) for j in range(3)]
+    if op == "max":
+        ref = np.max(windows, axis=0)
+    else:  # divisor: the window's cells inside the input
+        ones = np.pad(np.ones((32, 32)), 1)
+        count = sum(ones[i:i + 32:2, j:j + 32:2] for i in range(3) for j in range(3))
+        ref = np.sum(windows, axis=0) / count
+    assert_close(results[0], ref)
+    np.testing.assert_array_equal(results[1], results[0])
