@@ -274,7 +274,8 @@ static inline float lgk_sigmoidf(float x)
  * between t and 1 - t; x * 0 keeps -0 and makes silu(-inf) NaN, as x sigmoid(x) is. */
 static inline float lgk_siluf(float x)
 {
-    float ax = fabsf(x);
+    /* |x| clamped to 104 (t < 1e-45 there) so that +inf gives inf - 104 t, not inf - inf */
+    float ax = lgk_u2f(LGK_MIN(lgk_f2u(fabsf(x)), lgk_f2u(104.0f)));
     float t = lgk_sigmoid_neg_abs(ax);
     float base = x < 0.0f ? x * 0.0f : x;
     return base - ax * t;
@@ -383,7 +384,7 @@ static inline float lgk_geluf(float x)
  * the sign of x, so as in lgk_siluf it is x - |x| t for x >= 0 and -|x| t below. */
 static inline float lgk_gelu_tanhf(float x)
 {
-    float ax = fabsf(x);
+    float ax = lgk_u2f(LGK_MIN(lgk_f2u(fabsf(x)), lgk_f2u(104.0f))); /* as in silu */
     float z2 = 1.5957691216057308f * (ax + 0.044715f * ax * ax * ax); /* 2|z| */
     float t = lgk_sigmoid_neg_abs(z2);
     float base = x < 0.0f ? x * 0.0f : x;
