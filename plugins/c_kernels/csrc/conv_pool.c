@@ -569,7 +569,7 @@ static void conv_scratch_release(lgk_scratch blocks[4])
  * conv: 51 us on 2 threads sharing the caller's panels, 33 us on one). Below
  * CONV_MIN_FLOPS_PER_THREAD of work per thread a conv stays on one thread. */
 #ifndef CONV_MIN_FLOPS_PER_THREAD
-#define CONV_MIN_FLOPS_PER_THREAD 1.0e6
+#define CONV_MIN_FLOPS_PER_THREAD 0.5e6
 #endif
 /* The work of streaming one weight, in flops (a conv's weights come from memory: a
  * 1x1 conv of 112 -> 1280 channels on a 2x2 map, 1.1 MFLOP, took 20 us in a model). */
