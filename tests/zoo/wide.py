@@ -47,6 +47,14 @@ WIDE = (
          hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
          max_position_embeddings=64, downsampling_rate=4, num_hash_functions=2,
          num_hash_buckets=64, local_transformer_stride=8),
+    text("squeezebert", "SqueezeBertConfig", "SqueezeBertModel", q_groups=2, k_groups=2,
+         v_groups=2, post_attention_groups=2, intermediate_groups=2, output_groups=2,
+         embedding_size=64, **ENCODER),  # grouped 1x1 conv1d projections
+    text("bigbird", "BigBirdConfig", "BigBirdModel", attention_type="original_full",
+         **ENCODER),
+    text("xlnet", "XLNetConfig", "XLNetModel", d_model=64, n_layer=2, n_head=4, d_inner=128,
+         use_mems_eval=False),  # two-stream relative attention, einsum
+    text("yoso", "YosoConfig", "YosoModel", **ENCODER),  # LSH attention bound: acos
     # encoder-decoders (the whole seq2seq forward) and a bare encoder
     text("bart", "BartConfig", "BartModel", **SEQ2SEQ),  # shifts its decoder ids itself
     text("bart_encoder", "BartConfig", "BartEncoder", **SEQ2SEQ),
@@ -82,6 +90,8 @@ WIDE = (
     text("qwen3", "Qwen3Config", "Qwen3Model", num_key_value_heads=2, head_dim=16,
          **DECODER),  # q/k norms
     text("olmo", "OlmoConfig", "OlmoModel", num_key_value_heads=2, **DECODER),  # no-affine LN
+    text("phi3", "Phi3Config", "Phi3Model", num_key_value_heads=2, pad_token_id=1,
+         **DECODER),  # fused qkv; rotary over the whole head (an empty pass-through slice)
     text("olmo2", "Olmo2Config", "Olmo2Model", num_key_value_heads=2, **DECODER),
     text("gemma3_text", "Gemma3TextConfig", "Gemma3TextModel", num_key_value_heads=2,
          head_dim=16, sliding_window=8, **DECODER),  # local and global rotary bases
@@ -95,9 +105,22 @@ WIDE = (
          max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=2,
          pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=3,
          cls_token_id=0),  # sliding-window encoder, GeGLU
+    # mixtures of experts, run as batched matmuls of per-token gathered expert weights
+    # (transformers' default grouped_mm path calls a custom op of its own and histc)
+    text("mixtral", "MixtralConfig", "MixtralModel", num_key_value_heads=2,
+         num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm",
+         **DECODER),
+    text("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeModel", num_key_value_heads=2, num_experts=4,
+         num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+         experts_implementation="batched_mm", **DECODER),  # plus a gated shared expert
     # state-space models
     text("mamba", "MambaConfig", "MambaModel", hidden_size=32, state_size=8,
          num_hidden_layers=2, expand=2, conv_kernel=4, use_cache=False),  # selective scan
+    text("mamba2", "Mamba2Config", "Mamba2Model", hidden_size=64, state_size=16,
+         num_hidden_layers=2, expand=2, conv_kernel=4, head_dim=16, num_heads=8, n_groups=1,
+         chunk_size=8, use_cache=False),  # chunked scan (segment sums), gated RMSNorm
+    text("falcon_mamba", "FalconMambaConfig", "FalconMambaModel", hidden_size=32,
+         state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4, use_cache=False),
     # speech: conv feature extractors over raw audio, then a transformer
     _speech("wav2vec2", "Wav2Vec2Config", "Wav2Vec2Model",  # group norm, grouped pos. conv
             feat_extract_norm="group", do_stable_layer_norm=False),
@@ -187,6 +210,10 @@ WIDE = (
            num_encoder_blocks=2, depths=(1, 1), sr_ratios=(2, 1), hidden_sizes=(32, 64),
            patch_sizes=(7, 3), strides=(4, 2), num_attention_heads=(1, 2), mlp_ratios=(2, 2),
            decoder_hidden_size=32, initializer_range=INIT),
+    vision("sam_vision", "SamVisionConfig", "SamVisionModel", image=32,
+           onnx_attention="eager", hidden_size=64, output_channels=32, num_hidden_layers=2,
+           num_attention_heads=4, image_size=32, patch_size=4, window_size=2,
+           global_attn_indexes=(1,), mlp_dim=128),  # windowed + global, decomposed rel. pos.
     vision("swin2sr", "Swin2SRConfig", "Swin2SRForImageSuperResolution", image=16,
            output="reconstruction", image_size=16, patch_size=1, embed_dim=16,
            depths=(1, 1), num_heads=(2, 2), window_size=4, upscale=2,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import integers, rules, scatter, sorting
+from . import integers, rules, scatter, sorting, trig
 
 FLOAT = ("float32", "float16")
 ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
@@ -153,6 +153,9 @@ RULES: dict[str, Callable] = {
     "split": rules.split,            # one slice per part
     "scatter_elements": scatter.scatter_elements,  # one-hot compare, reduce, select
     "topk": sorting.topk,            # ranks from a pairwise comparison
+    "asin": trig.asin,               # Cephes' range reductions and polynomials
+    "acos": trig.acos,
+    "atan": trig.atan,               # (and atan2 through its decomposition)
 }
 
 # ops lowered for integer tensors only; their float forms are in NOT_LOWERED, with the reason
@@ -166,9 +169,6 @@ NOT_LOWERED: dict[str, str] = {
             "is not exact (integers: INTEGER_RULES)",
     "remainder": "floats: its decomposition needs fmod, which TOSA 1.0 has no exact form of "
                  "(integers: through the integer fmod)",
-    **{op: "TOSA 1.0 has sin and cos but no inverse trigonometric operator"
-       for op in ("asin", "acos", "atan")},
-    "atan2": "its decomposition needs atan: TOSA 1.0 has no inverse trigonometric operator",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
 }
