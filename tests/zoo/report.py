@@ -1,7 +1,7 @@
 """The model zoo's status table: every model by both routes, checked as `make zoo` checks
 them, written as Markdown with the blockers grouped by unsupported op.
 
-    .venv/bin/python -m tests.zoo.report [tests/zoo/STATUS.md] [--models llama,vit]
+    .venv/bin/python -m tests.zoo.report [tests/zoo/STATUS.md] [--models llama,vit] [--jobs 2]
 """
 from __future__ import annotations
 
@@ -69,22 +69,45 @@ def markdown(rows, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+_TOOLS: list = []  # this process's TosaTools (None without them), found once
+
+
+def _tools():
+    if not _TOOLS:
+        from legato_tosa_custom.tools import TosaTools
+        _TOOLS.append(TosaTools.find(REPO / ".venv-tosa"))
+        if _TOOLS[0] is None:
+            print("TOSA tools not found: TOSA is emitted but not validated", file=sys.stderr)
+    return _TOOLS[0]
+
+
+def _check_model(name: str) -> list:
+    """The rows of one model, by each route."""
+    rows = []
+    for route in export.ROUTES:
+        row = check.run(name, route, _tools(), reference=True)
+        rows.append(row)
+        print(f"{name:16} {route:5} {row.failure or 'ok'}", file=sys.stderr, flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", help="Markdown file to write (default: print)")
     parser.add_argument("--models", help="comma-separated zoo models (default: all)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="models checked at once, each in a process of its own")
     args = parser.parse_args(argv)
     names = args.models.split(",") if args.models else list(models.NAMES)
-    from legato_tosa_custom.tools import TosaTools
-    tools = TosaTools.find(REPO / ".venv-tosa")
-    if tools is None:
-        print("TOSA tools not found: TOSA is emitted but not validated", file=sys.stderr)
     start, rows = time.perf_counter(), []
-    for name in names:
-        for route in export.ROUTES:
-            row = check.run(name, route, tools, reference=True)
-            rows.append(row)
-            print(f"{name:16} {route:5} {row.failure or 'ok'}", file=sys.stderr, flush=True)
+    if args.jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for found in pool.map(_check_model, names):
+                rows += found
+    else:
+        for name in names:
+            rows += _check_model(name)
     text = markdown(rows, time.perf_counter() - start)
     if args.output:
         Path(args.output).write_text(text)
