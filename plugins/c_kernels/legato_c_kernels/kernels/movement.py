@@ -1,5 +1,6 @@
 """Data movement and comparisons of any dtype: slices, broadcasts, concat, split, pad,
-take (embedding gathers), where, comparisons and logical ops.
+take (embedding gathers), where, scatter_elements (no reduction), comparisons and
+logical ops.
 
 Their results depend on where the data is, not on float arithmetic, so numpy moves
 the memory; what makes them fast in a planned executor is `bind`: the view of the
@@ -212,6 +213,62 @@ def _where_bind(cond: Array, x: Array, y: Array, *, out: Array) -> Callable[[], 
 where.bind = _where_bind
 
 
+def _scatter_setup(op: str, data: Array, indices: Array, updates: Array, axis: int,
+                   reduction: str) -> tuple[int, list]:
+    """(axis, index grids of the other axes) of a scatter, after its checks."""
+    if reduction != "none":
+        raise error(op, f"only reduction 'none' is implemented here, got {reduction!r}")
+    if indices.dtype.kind not in "iu":
+        raise error(op, f"indices must be integers, got {indices.dtype}")
+    if indices.shape != updates.shape or indices.ndim != data.ndim:
+        raise error(op, f"indices {indices.shape} and updates {updates.shape} must have one "
+                        f"shape, of data's rank {data.ndim}")
+    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    return axis, list(np.indices(indices.shape, sparse=True)) if indices.ndim else []
+
+
+def _scatter_into(out: Array, indices: Array, updates: Array, axis: int, grid: list) -> None:
+    """out[index tuple] = updates, the tuple made of `grid` with the (range-checked, wrapped)
+    ids along `axis`: numpy's assignment, so a repeated id keeps the last update, as in the
+    reference kernel."""
+    if not indices.size:
+        return
+    dim = out.shape[axis]
+    low, high = int(indices.min()), int(indices.max())
+    if low < -dim or high >= dim:
+        raise error("scatter_elements", f"indices out of range [{-dim}, {dim - 1}]")
+    where = list(grid)
+    where[axis] = indices if low >= 0 else np.where(indices < 0, indices + dim, indices)
+    out[tuple(where)] = updates
+
+
+def scatter_elements(data: Array, indices: Array, updates: Array, *, axis: int = 0,
+                     reduction: str = "none", include_self: bool = True,
+                     out: Optional[Array] = None) -> Array:
+    """scatter_elements without a reduction: data with `updates` written at `indices`
+    along `axis` (negative ids count from the end; ids outside [-dim, dim) are an error)."""
+    axis, grid = _scatter_setup("scatter_elements", data, indices, updates, axis, reduction)
+    out = _result(out, data.shape, data.dtype, "scatter_elements")
+    np.copyto(out, data)
+    _scatter_into(out, indices, updates, axis, grid)
+    return out
+
+
+def _scatter_bind(data: Array, indices: Array, updates: Array, *, out: Array, axis: int = 0,
+                  reduction: str = "none", include_self: bool = True) -> Callable[[], None]:
+    """The index grids of the other axes made once; each run copies data and assigns."""
+    axis, grid = _scatter_setup("scatter_elements", data, indices, updates, axis, reduction)
+    _result(out, data.shape, data.dtype, "scatter_elements")
+
+    def run() -> None:
+        np.copyto(out, data)
+        _scatter_into(out, indices, updates, axis, grid)
+    return run
+
+
+scatter_elements.bind = _scatter_bind
+
+
 def _ufunc_kernel(name: str, ufunc: np.ufunc, doc: str) -> Callable[..., Array]:
     """A comparison or logical op: the numpy ufunc computing into `out` (bool)."""
     def kernel(*operands: Array, out: Optional[Array] = None) -> Array:
@@ -238,6 +295,7 @@ _UFUNCS = {
 KERNELS: dict[str, Callable[..., Any]] = {
     "strided_slice": strided_slice, "broadcast_to": broadcast_to, "concat": concat,
     "split": split, "pad": pad, "take": take, "where": where,
+    "scatter_elements": scatter_elements,
     **{name: _ufunc_kernel(name, fn, f"{name}: numpy.{fn.__name__}, bool result")
        for name, fn in _UFUNCS.items()},
 }
