@@ -45,3 +45,32 @@ def test_a_recomposed_clip_keeps_its_bounds_bit_for_bit(backend):
     got = legato.compile(b.build(y), backend)(data)
     np.testing.assert_array_equal(got, np.minimum(np.maximum(data, low), np.float32(0.7)))
     assert got[0].tobytes() == low.tobytes()
+
+
+@pytest.mark.parametrize("kwargs", [{"count": 0}, {"count": -1}, {"count": "3"},
+                                    {"count": 2.5}, {"count": 10 ** 12}, {"seed": -1},
+                                    {"seed": "x"}, {"seed": None}])
+def test_the_sample_kit_refuses_counts_and_seeds_it_cannot_use(kwargs):
+    """(a str or float count was a raw TypeError, a negative seed numpy's ValueError, and
+    a count of 10**12 a run that did not end)"""
+    from legato.testing import SampleError, check_backend, samples
+    with pytest.raises(SampleError, match="count must be|seed must be"):
+        samples("add", **kwargs)
+    with pytest.raises(SampleError, match="count must be|seed must be"):
+        check_backend("cpu_ref", ["add"], **kwargs)
+
+
+def test_the_sample_kit_refuses_an_op_that_is_not_a_name():
+    from legato.testing import SampleError, samples
+    with pytest.raises(SampleError, match="named by a string"):
+        samples(None)
+
+
+def test_difference_reports_shapes_and_dtypes_numpy_would_broadcast_or_cast():
+    from legato.testing import difference
+    ones = np.ones(3, np.float32)
+    assert "float32[3] where the reference is float32[1]" in \
+        difference("add", ones, np.ones(1, np.float32))
+    assert "int32" in difference("add", ones, np.ones(3, np.int32))
+    assert difference("add", np.float32(1.0), np.float32(1.0)) is None  # scalars are fine
+    assert difference("add", ones, ones.copy()) is None

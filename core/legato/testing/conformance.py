@@ -28,7 +28,7 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError, clip
 from ..ir import CUSTOM_OP
 from ..ops.tolerance import ROUNDING_OPS, error_bound
-from .samples import DEFAULT_COUNT, SampleError, samples as draw_samples
+from .samples import DEFAULT_COUNT, SampleError, check_draw_args, samples as draw_samples
 
 REFERENCE = "cpu_ref"
 PROBLEMS = ("signature", "exception", "wrote input", "scalar", "dtype/shape", "mismatch",
@@ -69,6 +69,9 @@ def ops_to_check(backend, ops=None) -> list[str]:
 def check_backend(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT
                   ) -> list[OpResult]:
     """One OpResult per op of backend `name` (its legal ops and kernels, or `ops`)."""
+    check_draw_args(seed, count)
+    if isinstance(ops, str):
+        raise LegatoError(f"ops must be a list of op names, got the string {ops!r:.60}")
     backend = api.get_backend(name)
     reference = api.get_backend(REFERENCE)
     kernels = set(backend.kernel_ops()) if backend.executes else set()
@@ -183,7 +186,12 @@ def difference(op: str, got: np.ndarray, want: np.ndarray) -> str | None:
     """None when `got` is within the op's error bound of the reference `want`: over the
     finite elements |got - want| / max(max |want|, 1) <= error_bound(op, dtype); NaN
     matches NaN and an infinity must match exactly. Integers are exact (one step apart
-    allowed for the ops that round a float quotient)."""
+    allowed for the ops that round a float quotient). A shape or dtype other than the
+    reference's is a difference too (numpy would broadcast a [1] against a [3])."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return (f"{got.dtype.name}{list(got.shape)} where the reference is "
+                f"{want.dtype.name}{list(want.shape)}")
     if want.dtype.kind in "fc":
         g, w = got.astype(np.float64), want.astype(np.float64)
         finite = np.isfinite(w)

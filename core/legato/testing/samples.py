@@ -28,6 +28,7 @@ from .draw import Draw
 from .generators import generator_for
 
 DEFAULT_COUNT = 12
+MAX_COUNT = 10_000
 ATTEMPTS = 6   # draws per wanted sample: a generator may make a call the op refuses
 
 # input shapes every elementwise kernel must handle (one tuple per edge case; for ops of
@@ -149,11 +150,25 @@ def has_samples(op: str, registry=None) -> bool:
     return getattr(opdef, "samples", None) is not None or generator_for(opdef) is not None
 
 
+def check_draw_args(seed, count) -> None:
+    """`seed` an int >= 0 (what numpy's generators take), `count` an int in [1,
+    MAX_COUNT]: a count beyond it is not a test but a run that does not end."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SampleError(f"seed must be an int >= 0, got {clip(repr(seed), 60)}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or \
+            not 1 <= count <= MAX_COUNT:
+        raise SampleError(f"count must be an int from 1 to {MAX_COUNT}, got "
+                          f"{clip(repr(count), 60)}")
+
+
 def samples(op: str, seed: int = 0, count: int = DEFAULT_COUNT, registry=None
             ) -> list[Sample]:
     """Sample calls of `op`: `count` drawn ones (most in float32, some in other dtypes,
     some with size-0 dims) plus, for elementwise ops, the edge shapes. Deterministic in
     (op, seed). Raises SampleError for an op the kit cannot sample."""
+    check_draw_args(seed, count)
+    if not isinstance(op, str):
+        raise SampleError(f"an op is named by a string, got {clip(repr(op), 60)}")
     registry = registry or default_registry()
     opdef = registry.get(op)
     rng = np.random.default_rng([seed, zlib.crc32(op.encode())])
