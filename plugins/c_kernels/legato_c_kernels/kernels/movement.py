@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+import legato
 from legato import shapes
 
 from .common import Array, error
@@ -216,8 +217,6 @@ where.bind = _where_bind
 def _scatter_setup(op: str, data: Array, indices: Array, updates: Array, axis: int,
                    reduction: str) -> tuple[int, list]:
     """(axis, index grids of the other axes) of a scatter, after its checks."""
-    if reduction != "none":
-        raise error(op, f"only reduction 'none' is implemented here, got {reduction!r}")
     if indices.dtype.kind not in "iu":
         raise error(op, f"indices must be integers, got {indices.dtype}")
     if indices.shape != updates.shape or indices.ndim != data.ndim:
@@ -245,10 +244,17 @@ def _scatter_into(out: Array, indices: Array, updates: Array, axis: int, grid: l
 def scatter_elements(data: Array, indices: Array, updates: Array, *, axis: int = 0,
                      reduction: str = "none", include_self: bool = True,
                      out: Optional[Array] = None) -> Array:
-    """scatter_elements without a reduction: data with `updates` written at `indices`
-    along `axis` (negative ids count from the end; ids outside [-dim, dim) are an error)."""
+    """scatter_elements: data with `updates` written at `indices` along `axis` (negative
+    ids count from the end; ids outside [-dim, dim) are an error). The reductions are the
+    reference kernel's (the backend declares only reduction none legal: see
+    capability.yaml)."""
     axis, grid = _scatter_setup("scatter_elements", data, indices, updates, axis, reduction)
     out = _result(out, data.shape, data.dtype, "scatter_elements")
+    if reduction != "none":
+        reference = legato.context().backend("cpu_ref").kernel("scatter_elements")
+        np.copyto(out, reference(data, indices, updates, axis=axis, reduction=reduction,
+                                 include_self=include_self))
+        return out
     np.copyto(out, data)
     _scatter_into(out, indices, updates, axis, grid)
     return out
@@ -259,6 +265,9 @@ def _scatter_bind(data: Array, indices: Array, updates: Array, *, out: Array, ax
     """The index grids of the other axes made once; each run copies data and assigns."""
     axis, grid = _scatter_setup("scatter_elements", data, indices, updates, axis, reduction)
     _result(out, data.shape, data.dtype, "scatter_elements")
+    if reduction != "none":
+        return functools.partial(scatter_elements, data, indices, updates, axis=axis,
+                                 reduction=reduction, include_self=include_self, out=out)
 
     def run() -> None:
         np.copyto(out, data)
