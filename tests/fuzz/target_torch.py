@@ -686,9 +686,71 @@ def s_nn(b):
     return b.step(op, lambda t: F.normalize(t, p=2.0, dim=dim), x)
 
 
+def s_module(b):
+    """An nn layer with random sizes and weights (eval mode) on a float value of its rank."""
+    nn = torch.nn
+    kind = b.rng.choice(["lstm", "gru", "mha", "encoder", "conv_t", "conv_pad", "norm",
+                         "upsample", "pixel", "embedding", "prelu"])
+    torch.manual_seed(b.rng.randrange(1 << 30))
+    if kind in ("lstm", "gru", "mha", "encoder"):
+        x = b.pick("f", lo=3, hi=3, nonempty=True)
+        feat = x.shape[-1]
+        if kind == "lstm":
+            layer = nn.LSTM(feat, b.rng.randint(1, 4), num_layers=b.rng.randint(1, 2),
+                            bidirectional=b.chance(0.5), batch_first=b.chance(0.5))
+        elif kind == "gru":
+            layer = nn.GRU(feat, b.rng.randint(1, 4), batch_first=b.chance(0.5))
+        elif kind == "mha":
+            heads = b.rng.choice([h for h in (1, 2, 4) if feat % h == 0])
+            layer = nn.MultiheadAttention(feat, heads, batch_first=True)
+            causal = b.chance(0.5) and x.shape[1] > 1
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if causal \
+                else None
+            layer.eval()
+            return b.step("MultiheadAttention", lambda t: layer(t, t, t, attn_mask=mask,
+                                                                need_weights=False)[0], x)
+        else:
+            heads = b.rng.choice([h for h in (1, 2) if feat % h == 0])
+            layer = nn.TransformerEncoderLayer(feat, heads, 2 * feat, dropout=0.0,
+                                               batch_first=True,
+                                               norm_first=b.chance(0.5),
+                                               activation=b.rng.choice(["relu", "gelu"]))
+        layer.eval()
+        return b.step(kind, lambda t: layer(t)[0] if kind in ("lstm", "gru") else layer(t), x)
+    if kind == "embedding":
+        rows = b.rng.randint(2, 6)
+        layer = nn.Embedding(rows, b.rng.randint(1, 4),
+                             padding_idx=b.rng.choice([None, 0])).eval()
+        index = b.add_input(b.shape(1, 2), torch.int64)
+        index.example.remainder_(rows)
+        return b.step("Embedding", layer, index)
+    x = b.pick("f", lo=4, hi=4, nonempty=True)
+    channels = x.shape[1]
+    if kind == "conv_t":
+        layer = nn.ConvTranspose2d(channels, b.rng.randint(1, 3), b.rng.randint(1, 3),
+                                   stride=b.rng.randint(1, 2), padding=b.rng.randint(0, 1))
+    elif kind == "conv_pad":
+        layer = nn.Conv2d(channels, b.rng.randint(1, 3), 3, padding=1,
+                          padding_mode=b.rng.choice(["reflect", "replicate", "circular",
+                                                     "zeros"]))
+    elif kind == "norm":
+        groups = b.rng.choice([g for g in (1, 2, channels) if channels % g == 0])
+        layer = b.rng.choice([nn.GroupNorm(groups, channels), nn.BatchNorm2d(channels),
+                              nn.LayerNorm(list(x.shape[-2:]))])
+    elif kind == "upsample":
+        layer = nn.Upsample(scale_factor=2, mode=b.rng.choice(["nearest", "bilinear"]))
+    elif kind == "pixel":
+        layer = nn.PixelUnshuffle(1) if x.shape[2] % 2 or x.shape[3] % 2 else \
+            nn.PixelUnshuffle(2)
+    else:
+        layer = nn.PReLU(channels)
+    layer.eval()
+    return b.step(type(layer).__name__, layer, x)
+
+
 STEPS = [s_promote, s_promote, s_arith, s_arith, s_division, s_unary, s_int_unary, s_rounding, s_compare, s_logic,
          s_where, s_clamp, s_cast, s_reduce, s_cumulative, s_view, s_view, s_inplace, s_join,
-         s_index, s_nn, s_nn]
+         s_index, s_nn, s_nn, s_module]
 
 
 def build(seed: int):
