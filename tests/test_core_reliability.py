@@ -74,3 +74,15 @@ def test_difference_reports_shapes_and_dtypes_numpy_would_broadcast_or_cast():
     assert "int32" in difference("add", ones, np.ones(3, np.int32))
     assert difference("add", np.float32(1.0), np.float32(1.0)) is None  # scalars are fine
     assert difference("add", ones, ones.copy()) is None
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_celu_with_a_negative_alpha_computes_its_formula(backend):
+    """alpha * expm1(x / alpha) below 0 for any sign of alpha (the decomposition clamped
+    x / alpha, which zeroed every x < 0 when alpha < 0; fuzz: attrs)."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (3,), "float32")
+    module = b.build(b.call("nn.celu", x, alpha=-1.0))
+    data = np.array([-2.0, -0.5, 1.0], np.float32)
+    want = np.where(data > 0, data, -np.expm1(-data)).astype(np.float32)
+    np.testing.assert_allclose(legato.compile(module, backend)(data), want, rtol=1e-5)

@@ -15,8 +15,6 @@ hang or runaway allocation is a finding.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 import legato
@@ -28,10 +26,6 @@ from .program_builder import ProgramContext
 from .program_checks import as_tuple, check_tosa, compare, ordinary, tolerance
 
 QUICK_CASES = 80
-# Cases that hit bugs reported but not yet fixed (the owner's mailbox has each): on for
-# `python -m tests.fuzz` (unless FUZZ_OPEN_BUGS=0, to look for new ones only), off in
-# the quick test (tests/fuzz/test_quick.py sets False), which then must pass.
-OPEN_BUGS = os.environ.get("FUZZ_OPEN_BUGS", "1") != "0"
 CASE_TIMEOUT = 30.0
 BACKENDS = ("cpu_ref", "c_kernels", ("c_kernels", "cpu_ref"))
 TOSA_SHARE = 0.4
@@ -160,8 +154,6 @@ def _nan_parameters(mutated) -> bool:
     precision: only shapes and dtypes are held to."""
     if mutated is None:
         return False
-    if mutated[0] == "nn.celu" and not OPEN_BUGS and mutated[1].get("alpha", 1.0) < 0:
-        return True   # zoowide: celu's decomposition zeroes x < 0 for alpha < 0
     floats = [v for v in _flat(mutated[1].values()) if isinstance(v, float)]
     # (and 1 / 3e38 is a float32 denormal: x * (1 / alpha) loses x entirely)
     return any(not np.isfinite(v) or abs(v) > 1e15 or 0 < abs(v) < 1e-15 for v in floats)
