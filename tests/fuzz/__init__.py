@@ -18,6 +18,10 @@ worker that dies is recorded as a crash with its seed, and a case over its time 
 a hang. Workers run under an address-space limit (4 GiB by default): a MemoryError, or a
 worker killed for memory, is a memory finding. `python -m tests.fuzz --help` lists the
 options; `--target T --seed S` reproduces one case and shows its traceback.
+
+A target may also define `OPEN_BUGS = True`: generators then draw the cases of bugs
+reported to their owner and not fixed yet, which the quick test turns off (it sets the
+flag to False) so that `make test` stays green while `make fuzz` keeps finding them.
 """
 
 
