@@ -1,6 +1,7 @@
 """Softmax, layer/RMS norm and reductions (csrc/norms.c)."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -185,7 +186,37 @@ def _make_reduce(op: str, code: int) -> Callable[..., Array]:
     return bound(kernel, plan)
 
 
-sum_ = _make_reduce("sum", lib.LGK_REDUCE_SUM)
+_float_sum = _make_reduce("sum", lib.LGK_REDUCE_SUM)
+
+
+def _integers(data: Any) -> bool:
+    return isinstance(data, np.ndarray) and data.dtype.kind in "iu"
+
+
+def sum_(data: Array, *, axes: Optional[Sequence[int]] = None, keepdims: bool = False,
+         out: Optional[Array] = None) -> Array:
+    """sum over axes (None: all; []: identity; negative allowed); integer tensors as numpy
+    sums them in their own dtype (wrapping on overflow, as the reference's cast back does):
+    index arithmetic, e.g. counts of a mask, which otherwise ran on the fallback."""
+    if not _integers(data):
+        return _float_sum(data, axes=axes, keepdims=keepdims, out=out)
+    ax = norm_axes("sum", axes, data.ndim)
+    result = np.sum(data, axis=ax, keepdims=keepdims, dtype=data.dtype)
+    if out is None:
+        return np.asarray(result)
+    np.copyto(out, result)
+    return out
+
+
+def _sum_bind(data: Array, *, out: Array, axes: Optional[Sequence[int]] = None,
+              keepdims: bool = False) -> Callable[[], None]:
+    if not _integers(data):
+        return _float_sum.bind(data, out=out, axes=axes, keepdims=keepdims)
+    return functools.partial(np.sum, data, axis=norm_axes("sum", axes, data.ndim),
+                             keepdims=keepdims, dtype=data.dtype, out=out)
+
+
+sum_.bind = _sum_bind
 mean = _make_reduce("mean", lib.LGK_REDUCE_MEAN)
 max_ = _make_reduce("max", lib.LGK_REDUCE_MAX)
 min_ = _make_reduce("min", lib.LGK_REDUCE_MIN)
