@@ -129,3 +129,18 @@ def test_shards_split_the_ops_and_merge_into_one_table(tmp_path, capsys):
     assert "ops: 2 passed, 0 failed, 0 excluded (of 2)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         tc.main(["--shard", "3/2"])
+
+
+def test_merge_takes_each_op_from_the_report_that_ran_it(tmp_path):
+    def write(name, outcomes):
+        path = tmp_path / name
+        path.write_text(json.dumps([o.__dict__ for o in outcomes]))
+        return str(path)
+    a = write("a.json", [tc.Outcome("abs", "float32#0", "cpu_ref", "passed"),
+                         tc.Outcome("neg", "-", "cpu_ref", "excluded", tc.NOT_RUN),
+                         tc.Outcome("sin", "-", "cpu_ref", "excluded", tc.NOT_RUN)])
+    b = write("b.json", [tc.Outcome("neg", "float32#0", "cpu_ref", "failed", "x"),
+                         tc.Outcome("abs", "float32#0", "cpu_ref", "failed", "again")])
+    got = tc.merged([a, b])
+    assert [(o.op, o.status) for o in got] == [("abs", "passed"), ("sin", "excluded"),
+                                               ("neg", "failed")]

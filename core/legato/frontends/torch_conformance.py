@@ -376,8 +376,8 @@ def run(names=None, backends=BACKENDS, dtypes=DTYPES, max_samples: int = 4,
         warnings.simplefilter("ignore")
         for info in infos:
             if max_seconds is not None and time.monotonic() - start > max_seconds:
-                outcomes += [Outcome(_name(info), "-", b, "excluded",
-                                     "not run: --max-seconds spent") for b in backends]
+                outcomes += [Outcome(_name(info), "-", b, "excluded", NOT_RUN)
+                             for b in backends]
                 continue
             outcomes += run_op(info, backends, dtypes, max_samples)
             if progress:
@@ -420,6 +420,25 @@ def totals(outcomes) -> list[str]:
             f"{samples['excluded']} excluded"]
 
 
+NOT_RUN = "not run: --max-seconds spent"
+
+
+def merged(paths) -> list[Outcome]:
+    """The outcomes of --json reports as one table: an op's outcomes from the first report
+    that ran it (one that stopped before it, or a later one that ran it again, adds none)."""
+    reports = []
+    for path in paths:
+        with open(path) as report:
+            reports.append([Outcome(**o) for o in json.load(report)])
+    owner: dict[str, int] = {}  # op -> the report its outcomes come from
+    for ran in (True, False):  # ops no report ran: the first report's "not run"
+        for k, report in enumerate(reports):
+            for o in report:
+                if ran is not (o.reason == NOT_RUN):
+                    owner.setdefault(o.op, k)
+    return [o for k, report in enumerate(reports) for o in report if owner[o.op] == k]
+
+
 def _shard(text: str) -> tuple[int, int]:
     part, _, parts = text.partition("/")
     if not (part.isdigit() and parts.isdigit() and 1 <= int(part) <= int(parts)):
@@ -444,10 +463,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="OUT", help="write every outcome to OUT")
     args = parser.parse_args(argv)
     if args.merge:
-        outcomes = []
-        for path in args.merge:
-            with open(path) as report:
-                outcomes += [Outcome(**o) for o in json.load(report)]
+        outcomes = merged(args.merge)
     else:
         outcomes = run(args.op, tuple(args.backend or BACKENDS), tuple(args.dtype or DTYPES),
                        args.max_samples, args.max_seconds, args.progress, args.shard)
