@@ -594,15 +594,15 @@ static int gemm_split_range(void *ctx, int64_t begin, int64_t end)
 }
 
 /* Below this many flops per thread an extra thread costs more than it saves: the
- * hand-off to a spinning pool worker (1-2 us) and, where no operand is prepacked, a
- * copy of the shared operand packed by each thread. Measured on 2 cores (both free):
- * with B prepacked 2 threads gain 1.5x at 1 MFLOP (65 x 128 x 64) and lose at 0.5
- * (16 x 256 x 64); unpacked they gain 1.1-1.7x from 2 MFLOP (64 x 256 x 64,
- * 256 x 128 x 32). */
+ * hand-off to a spinning pool worker (1-2 us), where no operand is prepacked a copy of
+ * the shared operand packed by each thread, and in a model the next step reading the
+ * part of the result written on the other core (on the 2-core VM ~3 us per 32 KiB).
+ * Measured there (both cores free): alone, 2 threads gain 1.5x at 1 MFLOP with B
+ * prepacked (65 x 128 x 64) and lose at 0.5; in segformer the 1 MFLOP GEMMs' gain was
+ * lost again in the transposes after them, while swin's 2 MFLOP ones gain 1.15x. */
 #ifndef GEMM_MIN_FLOPS_PER_THREAD
 #define GEMM_MIN_FLOPS_PER_THREAD 1.0e6
 #endif
-#define GEMM_PREPACKED_MIN_FLOPS_PER_THREAD (0.5 * GEMM_MIN_FLOPS_PER_THREAD)
 
 static int threads_for_flops(double flops, double per_thread, int nthreads)
 {
@@ -613,11 +613,8 @@ static int threads_for_flops(double flops, double per_thread, int nthreads)
 
 static int gemm_threads_for(const gemm_problem *p, int nthreads)
 {
-    int prepacked = p->packed_a != NULL || p->packed_b != NULL;
     return threads_for_flops(2.0 * (double)p->M * (double)p->N * (double)LGK_MAX(p->K, 1),
-                             prepacked ? GEMM_PREPACKED_MIN_FLOPS_PER_THREAD
-                                       : GEMM_MIN_FLOPS_PER_THREAD,
-                             nthreads);
+                             GEMM_MIN_FLOPS_PER_THREAD, nthreads);
 }
 
 /* Threads split N where only B is packed by the call (each thread packs its columns of
