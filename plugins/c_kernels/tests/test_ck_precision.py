@@ -38,7 +38,7 @@ BOUNDS = {
     "erf": (K.erf, _erf, (-100, 100), 3),
     "exp": (K.exp, np.exp, (-87, 88), 2),
     "nn.silu": (K.nn_silu, lambda v: v * _sigmoid(v), (-87, 100), 4),
-    "nn.gelu": (K.nn_gelu, lambda v: 0.5 * v * _erfc(-v / math.sqrt(2)), (-5, 100), 40),
+    "nn.gelu": (K.nn_gelu, lambda v: 0.5 * v * _erfc(-v / math.sqrt(2)), (-12.9, 100), 8),
 }
 
 
