@@ -840,6 +840,108 @@ def gen_control(g: Graph):
     return g.node("Loop", [g.ints(trips), cond, start], 2, body=body), False
 
 
+def gen_quant(g: Graph):
+    """QuantizeLinear / DequantizeLinear per tensor, per axis and blocked."""
+    x, shape, _ = g.pick(lo=1, hi=3, nonempty=True)
+    axis = g.rng.randrange(-len(shape), len(shape))
+    dtype = g.rng.choice(["int8", "uint8"])
+    form = g.rng.choice(["tensor", "axis", "block"])
+    g.opset = max(g.opset, 21 if form == "block" else 13)
+    attrs, pshape = {}, ()
+    if form == "axis":
+        attrs["axis"], pshape = axis, (shape[axis],)
+    elif form == "block":
+        block = g.rng.choice([d for d in (1, 2, 3) if shape[axis] % d == 0] or [1])
+        attrs["axis"], attrs["block_size"] = axis, block
+        pshape = tuple(d // block if i == axis % len(shape) else d for i, d in enumerate(shape))
+    scale = g.name("k")
+    g.inits.append(numpy_helper.from_array(
+        g.np.choice([0.05, 0.1, 0.25, 0.5], pshape).astype(np.float32), scale))
+    zero = g.name("k")
+    g.inits.append(numpy_helper.from_array(
+        g.np.integers(-3 if dtype == "int8" else 0, 10, pshape).astype(dtype), zero))
+    q = g.node("QuantizeLinear", [x, scale, zero], **attrs)
+    if g.chance(0.5):
+        return q, True
+    return g.node("DequantizeLinear", [q[0], scale, zero], **attrs), False
+
+
+def gen_grid_sample(g: Graph):
+    n, c = 1, g.rng.randint(1, 2)
+    h, w = g.rng.randint(1, 4), g.rng.randint(1, 4)
+    x = g.fresh([n, c, h, w])
+    oh, ow = g.rng.randint(1, 3), g.rng.randint(1, 3)
+    grid = g.name("k")
+    g.inits.append(numpy_helper.from_array(
+        g.np.uniform(-1.3, 1.3, (n, oh, ow, 2)).astype(np.float32), grid))
+    g.opset = max(g.opset, 16)
+    mode = g.rng.choice(["bilinear", "nearest", "bicubic"] if g.opset < 20 else
+                        ["linear", "nearest", "cubic"])
+    return g.node("GridSample", [x, grid], mode=mode,
+                  padding_mode=g.rng.choice(["zeros", "border", "reflection"]),
+                  align_corners=g.rng.choice([0, 1])), False
+
+
+def gen_recurrent(g: Graph):
+    op = g.rng.choice(["LSTM", "GRU", "RNN"])
+    seq, batch, feat, hidden = g.rng.randint(1, 3), g.rng.randint(1, 2), g.rng.randint(1, 3), \
+        g.rng.randint(1, 3)
+    direction = g.rng.choice(["forward", "reverse", "bidirectional"])
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    layout = 0  # (onnxruntime runs no batch-first recurrences, so nothing to compare with)
+    x = g.fresh([batch, seq, feat] if layout else [seq, batch, feat])
+    w = g.fresh([dirs, gates * hidden, feat], const=True)
+    r = g.fresh([dirs, gates * hidden, hidden], const=True)
+    inputs = [x, w, r]
+    if g.chance(0.5):
+        inputs.append(g.fresh([dirs, 2 * gates * hidden], const=True))
+    attrs = {"hidden_size": hidden, "direction": direction, "layout": layout}
+    if op == "GRU" and g.chance(0.5):
+        attrs["linear_before_reset"] = 1
+    if op == "RNN" and g.chance(0.5):
+        attrs["activations"] = ["Relu"] * dirs
+    g.opset = max(g.opset, 14)
+    return g.node(op, inputs, 2, **attrs), False
+
+
+def gen_misc(g: Graph):
+    op = g.rng.choice(["CumProd", "ReverseSequence", "CenterCropPad", "GroupNormalization",
+                       "RMSNormalization", "Det"])
+    if op == "CumProd":
+        g.opset = max(g.opset, 26) if onnx.defs.onnx_opset_version() >= 26 else g.opset
+        if g.opset < 26:
+            op = "CumSum"
+        x, shape, _ = g.pick(lo=1, hi=3)
+        return g.node(op, [x, g.ints(g.rng.randrange(-len(shape), len(shape)))],
+                      exclusive=g.rng.choice([0, 1]), reverse=g.rng.choice([0, 1])), False
+    if op == "ReverseSequence":
+        time_axis = g.rng.choice([0, 1])
+        shape = [g.rng.randint(1, 4), g.rng.randint(1, 3), g.rng.randint(1, 2)]
+        x = g.fresh(shape)
+        lengths = g.np.integers(0 if False else 1, shape[time_axis] + 1, shape[1 - time_axis])
+        return g.node(op, [x, g.ints(lengths.tolist())], time_axis=time_axis,
+                      batch_axis=1 - time_axis), True
+    if op == "CenterCropPad":
+        x, shape, _ = g.pick(lo=1, hi=3, nonempty=True)
+        g.opset = max(g.opset, 18)
+        target = [max(1, d + g.rng.randint(-2, 2)) for d in shape]
+        return g.node(op, [x, g.ints(target)]), True
+    if op == "Det":
+        n = g.rng.randint(1, 3)
+        return g.node(op, [g.fresh(g.shape(0, 1) + (n, n))]), False
+    x, shape, _ = g.pick(lo=3, hi=4, nonempty=True)
+    c = shape[1]
+    if op == "GroupNormalization":
+        g.opset = max(g.opset, 21)
+        groups = g.rng.choice([d for d in (1, 2, c) if c % d == 0])
+        return g.node(op, [x, g.fresh([c], const=True), g.fresh([c], const=True)],
+                      num_groups=groups, epsilon=1e-5), False
+    g.opset = max(g.opset, 23)
+    axis = g.rng.randrange(-len(shape), len(shape))
+    return g.node(op, [x, g.fresh(shape[axis:], const=True)], axis=axis), False
+
+
 GENERATORS = [gen_unary, gen_unary_params, gen_positive, gen_rounding, gen_binary,
               gen_div_mod, gen_pow, gen_compare, gen_logic, gen_where, gen_cast, gen_clip,
               gen_reduce, gen_arg, gen_topk, gen_softmax, gen_transpose, gen_reshape,
@@ -847,7 +949,8 @@ GENERATORS = [gen_unary, gen_unary_params, gen_positive, gen_rounding, gen_binar
               gen_gather, gen_pad, gen_conv, gen_conv, gen_conv_transpose, gen_pool, gen_pool,
               gen_global_pool, gen_matmul, gen_gemm, gen_norm, gen_cumsum, gen_space,
               gen_trilu, gen_resize, gen_onehot_range, gen_scatter, gen_einsum,
-              gen_narrow_ints, gen_wide_floats, gen_gather_nd, gen_shape_ops, gen_control]
+              gen_narrow_ints, gen_wide_floats, gen_gather_nd, gen_shape_ops, gen_control,
+              gen_quant, gen_grid_sample, gen_recurrent, gen_misc]
 
 
 def build(seed: int):
