@@ -52,7 +52,7 @@ def floats(name, values):
 X22 = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
 
 
-# --- reported to zoowide (ONNX importer), open --------------------------------------------
+# --- reported to zoowide (ONNX importer), fixed --------------------------------------------
 
 def test_hardmax_before_opset_13_takes_one_argmax_over_the_flattened_tail():
     node = helper.make_node("Hardmax", ["x"], ["y"], axis=0)
@@ -88,7 +88,7 @@ def test_resizing_a_dim_to_zero_with_nearest_gives_an_empty_result():
     assert_like_onnxruntime(model, {"x": x})
 
 
-# --- reported to torchfix (PyTorch importer) -----------------------------------------------
+# --- reported to torchfix (PyTorch importer), fixed -----------------------------------------
 
 def test_a_module_pytorch_cannot_decompose_is_a_legato_error():
     torch = pytest.importorskip("torch")
