@@ -269,8 +269,8 @@ int lgk_clamp_threads(int nthreads)
  * condition variable takes 4-5 us to wake at the median on a 2-core VM (an idle vCPU
  * halts, and the wake-up IPI goes through the hypervisor) and, with other processes on
  * the cores, now and then milliseconds; inside a model, between convs, ~20 us. Workers
- * are therefore started once and, after each task, spin for POOL_SPIN_US watching their
- * task slot before they sleep.
+ * are therefore started once and, after each task, spin for pool_spin_us (POOL_SPIN_US
+ * unless lgk_set_pool_spin_us changes it) watching their task slot before they sleep.
  *
  * A task is a number of slices, split into one contiguous home range per thread (the
  * caller's first): each thread claims the slices of its own range one at a time, then
@@ -289,6 +289,16 @@ int lgk_clamp_threads(int nthreads)
  * still spinning). */
 #define POOL_SPIN_US 1000
 #endif
+static _Atomic int64_t pool_spin_us = POOL_SPIN_US;
+
+int lgk_set_pool_spin_us(int64_t us)
+{
+    if (us > 1000000)
+        return LGK_ERR_ARG;
+    atomic_store(&pool_spin_us, us < 0 ? (int64_t)POOL_SPIN_US : us);
+    return LGK_OK;
+}
+
 #ifndef POOL_WAIT_SPIN_US
 #define POOL_WAIT_SPIN_US 50 /* a caller waiting for a worker's last slice */
 #endif
@@ -408,7 +418,8 @@ static int slot_filled(void *w)
  * sleeping flag and the slot form a Dekker pair with the caller's store-then-check. */
 static pool_task *worker_next_task(pool_worker *w)
 {
-    if (spin_until(slot_filled, w, POOL_SPIN_US, &caller_cpu)) {
+    if (spin_until(slot_filled, w, (double)atomic_load_explicit(&pool_spin_us, memory_order_relaxed),
+                   &caller_cpu)) {
         pool_task *t = atomic_exchange(&w->task, NULL);
         if (t != NULL)
             return t;

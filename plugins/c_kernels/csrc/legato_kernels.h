@@ -142,6 +142,13 @@ int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len,
  * release memory when idle. */
 void lgk_free_scratch(void);
 
+/* How long a pool worker keeps polling for its next task after finishing one, in
+ * microseconds, before it sleeps (default 1000; 0 sleeps at once). Polling saves the
+ * ~20 us a sleeping worker takes to wake inside a model, at the cost of that much idle
+ * CPU after every parallel call. A negative value restores the default; LGK_ERR_ARG
+ * above 1000000. */
+int lgk_set_pool_spin_us(int64_t us);
+
 /* Test hook: force a micro-kernel family (LGK_ISA_AUTO restores detection).
  * Returns LGK_ERR_ARG if the CPU cannot run it. Not thread-safe. */
 int lgk_gemm_force_isa(int isa);

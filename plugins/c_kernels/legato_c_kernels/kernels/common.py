@@ -61,8 +61,28 @@ def _default_threads() -> int:
 _DEFAULT_THREADS = _default_threads()
 
 
+_applied_spin = [""]  # the LEGATO_SPIN_US text the C pool was last set from
+
+
+def _apply_spin_setting() -> None:
+    """Pass ``LEGATO_SPIN_US`` (how long idle pool workers poll before sleeping) to the
+    C pool when it changed; unset restores the C default."""
+    raw = os.environ.get("LEGATO_SPIN_US", "").strip()
+    if raw == _applied_spin[0]:
+        return
+    try:
+        value = int(raw) if raw else -1
+    except ValueError:
+        value = None
+    if value is None or (raw and value < 0) or lib.lgk_set_pool_spin_us(value) != 0:
+        raise ExecutionError("c_kernels: LEGATO_SPIN_US must be an integer number of "
+                             f"microseconds from 0 to 1000000, got {raw!r}")
+    _applied_spin[0] = raw
+
+
 def num_threads() -> int:
     """Thread count for GEMM-based kernels, from ``LEGATO_NUM_THREADS``."""
+    _apply_spin_setting()
     raw = os.environ.get("LEGATO_NUM_THREADS", "").strip()
     if not raw:
         return _DEFAULT_THREADS
