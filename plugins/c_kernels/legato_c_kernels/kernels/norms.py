@@ -173,6 +173,9 @@ def _make_reduce(op: str, code: int) -> Callable[..., Array]:
             return out, None
         if data.size == 0 and code in (lib.LGK_REDUCE_MAX, lib.LGK_REDUCE_MIN):
             raise error(op, f"cannot reduce a zero-size array {data.shape} (no identity)")
+        # size-1 axes change nothing: leaving them out keeps e.g. axes [0, 2] of a batch of
+        # one one contiguous run (one C call) instead of a permuted copy on every run
+        ax = tuple(d for d in ax if data.shape[d] != 1) or ax[-1:]
         x, outer, r, inner = _reduce_view(detach(data, out, strict=strict), ax, strict)
         return out, CCall(op, lib.lgk_reduce, (code, outer, r, inner, ptr(x), ptr(out)), (x,),
                           ((0, 4), (OUT, 5)))
