@@ -24,11 +24,12 @@ $(ZOO_STAMP): $(FRONTEND_STAMP) mk/zoo.mk
 
 # `make zoo`: every zoo model by both routes (torch.export and ONNX), with the table of
 # what passes and the first failing op of what does not. `make zoo-status` writes that
-# table to tests/zoo/STATUS.md.
+# table to tests/zoo/STATUS.md (ZOO_JOBS models at a time, default 2).
 .PHONY: zoo zoo-status
 .SECONDEXPANSION:
 zoo: $$(STAMP) $$(TEST_DEPS)
 	$(BIN)/python -m pytest -q -m zoo tests/zoo
 
+ZOO_JOBS ?= 2
 zoo-status: $$(STAMP) $$(TEST_DEPS)
-	$(BIN)/python -m tests.zoo.report tests/zoo/STATUS.md
+	$(BIN)/python -m tests.zoo.report tests/zoo/STATUS.md --jobs $(ZOO_JOBS)
