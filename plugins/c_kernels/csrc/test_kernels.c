@@ -161,6 +161,61 @@ static void test_gemm_batched(void)
     free(a), free(b), free(c);
 }
 
+/* Few columns (N <= 4, streamed as dot products) next to N = 5 (packed), with B's
+ * columns contiguous or strided, epilogues, 2 threads, M = 1, K = 1. */
+static void test_gemm_small_n(void)
+{
+    for (int isa = LGK_ISA_GENERIC; isa <= LGK_ISA_AVX512; ++isa) {
+        if (lgk_gemm_force_isa(isa) != LGK_OK)
+            continue;
+        for (int64_t n = 1; n <= 5; ++n)
+            for (int trans_b = 0; trans_b < 2; ++trans_b) {
+                check_gemm_case(257, n, 65, trans_b, LGK_BIAS_NONE, LGK_ACT_NONE, 1);
+                check_gemm_case(300, n, 130, trans_b, LGK_BIAS_COL, LGK_ACT_SILU, 2);
+                check_gemm_case(33, n, 1, trans_b, LGK_BIAS_ROW, LGK_ACT_RELU, 1);
+                check_gemm_case(1, n, 9, trans_b, LGK_BIAS_NONE, LGK_ACT_NONE, 1);
+            }
+        check_gemm_case(4000, 1, 300, 0, LGK_BIAS_ROW, LGK_ACT_GELU, 2); /* threads split M */
+    }
+    EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
+    /* A with strided rows (cs_a != 1) takes the packed path: same result. */
+    enum { M = 37, K = 19 };
+    float *a = rand_buf(2 * M * K), *b = rand_buf(K), *c = rand_buf(M);
+    double want[M];
+    gemm_ref(M, 1, K, a, 1, 2 * M, b, 1, 1, NULL, 0, 0, want);
+    EXPECT_STATUS(lgk_sgemm(M, 1, K, a, 2 * M * K, 1, 2 * M, b, K, 1, 1, c, M, 1, NULL, 0, 0, 0, 1),
+                  LGK_OK);
+    EXPECT(all_close(c, want, M, 1e-4, 1e-4));
+    free(a), free(b), free(c);
+}
+
+/* Batched mat-vecs (a mixture of experts: 32 x [256, 64] @ [64, 1]), and batch 0. */
+static void test_gemm_batched_matvec(void)
+{
+    enum { BATCH = 32, M = 256, K = 64, N = 1 };
+    float *a = rand_buf(BATCH * M * K), *b = rand_buf(BATCH * K * N), *c = rand_buf(BATCH * M * N);
+    int64_t aoff[BATCH], boff[BATCH];
+    for (int i = 0; i < BATCH; ++i)
+        aoff[i] = (int64_t)(i % 4) * M * K, boff[i] = (int64_t)i * K * N; /* experts gathered */
+    static double want[M * N];
+    for (int threads = 1; threads <= 2; ++threads) {
+        EXPECT_STATUS(lgk_sgemm_batched(BATCH, M, N, K, a, BATCH * M * K, aoff, K, 1, b,
+                                        BATCH * K * N, boff, N, 1, c, BATCH * M * N, M * N, N,
+                                        NULL, 0, 0, 0, threads),
+                      LGK_OK);
+        for (int i = 0; i < BATCH; ++i) {
+            gemm_ref(M, N, K, a + aoff[i], K, 1, b + boff[i], N, 1, NULL, 0, 0, want);
+            EXPECT(all_close(c + i * M * N, want, M * N, 1e-4, 1e-4));
+        }
+    }
+    float before = c[0];
+    EXPECT_STATUS(lgk_sgemm_batched(0, M, N, K, a, BATCH * M * K, aoff, K, 1, b, BATCH * K * N,
+                                    boff, N, 1, c, BATCH * M * N, M * N, N, NULL, 0, 0, 0, 1),
+                  LGK_OK);
+    EXPECT(c[0] == before); /* batch 0 writes nothing */
+    free(a), free(b), free(c);
+}
+
 static void test_gemm_errors(void)
 {
     float buf[16] = {0};
@@ -807,6 +862,8 @@ int main(void)
 {
     test_gemm_values();
     test_gemm_batched();
+    test_gemm_small_n();
+    test_gemm_batched_matvec();
     test_gemm_errors();
     test_gemm_prepacked_values();
     test_gemm_prepacked_errors();

@@ -178,3 +178,22 @@ def test_batched_matmul_with_empty_inner_dim_on_strided_views():
         assert np.array_equal(out, np.zeros((5, 1, 2, 3)))
         assert np.array_equal(K.matmul(b.transpose(0, 1, 3, 2), a.transpose(0, 2, 1)),
                               np.zeros((5, 1, 3, 2)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_few_column_matvecs(rng, monkeypatch, isa, threads):
+    """N <= 4 streams A with dot products (mixture-of-experts mat-vecs): every edge
+    around it, B's columns contiguous or strided, A gathered per expert, batch 0."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    experts = f32(rng, 4, 256, 64)
+    pick = np.array([3, 0, 1, 3, 2, 2, 0, 1] * 4)
+    a, b = experts[pick], f32(rng, 32, 64, 1)
+    gemm_close(K.matmul(a, b), a, b)
+    gemm_close(K.matmul(experts[None], b[:4]), experts[None], b[:4])  # a broadcast
+    for m, n, k in itertools.product((1, 9, 700), (1, 2, 3, 4, 5), (1, 32, 131)):
+        a, b = f32(rng, m, k), f32(rng, k, n)
+        gemm_close(K.matmul(a, b), a, b)
+        gemm_close(K.matmul(a, b.T.copy().T), a, b)  # columns contiguous
+        gemm_close(K.matmul(a[None].repeat(3, 0), b[None]), a[None].repeat(3, 0), b[None])
+    a, b = f32(rng, 0, 5, 8), f32(rng, 0, 8, 1)
+    assert K.matmul(a, b).shape == (0, 5, 1)
