@@ -157,3 +157,28 @@ def test_decomposition_table_is_built_once_without_the_kept_ops():
     assert torch.ops.aten.gelu.default not in table and len(KEEP) > 5
     assert all(torch_frontend._aten_overload(torch, name) not in table for name in KEEP)
     assert torch.ops.aten.addcmul.default in table  # decomposed: legato has no addcmul
+
+
+def test_a_bfloat16_buffer_imports_as_a_bfloat16_constant():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.tensor(3.0, dtype=torch.bfloat16))
+
+        def forward(self, x):
+            return x * self.scale.to(x.dtype)
+    x = torch.randn(4)
+    mod = torch_frontend.load(Scaled(), (x,))
+    np.testing.assert_allclose(legato.compile(mod, "cpu_ref")(x.numpy()), x.numpy() * 3.0)
+
+
+def test_values_only_asserts_read_are_not_imported():
+    class CheckedLengths(nn.Module):  # XLM: assert lengths.max().item() <= slen
+        def forward(self, x, lengths):
+            torch._check(lengths.max().item() <= x.shape[1])
+            return x * 2
+    x, lengths = torch.randn(2, 5), torch.tensor([3, 5])
+    mod = torch_frontend.load(CheckedLengths(), (x, lengths))
+    assert [c.op for c in mod.main.calls] == ["multiply"]
+    np.testing.assert_allclose(legato.compile(mod, "cpu_ref")(x.numpy(), lengths.numpy()),
+                               x.numpy() * 2)

@@ -49,6 +49,10 @@ def load(module, example_inputs, *, registry=None) -> Module:
     return _Importer(program, registry).run()
 
 
+# checks of what torch.export assumed about the inputs: legato's shapes are static
+ASSERTS = ("aten._assert_scalar.default", "aten._assert_async.msg",
+           "aten._assert_async.default", "aten.sym_constrain_range_for_size.default",
+           "aten._functional_assert_async.msg", "aten._assert_tensor_metadata.default")
 _TABLE: dict = {}
 
 
@@ -100,6 +104,14 @@ def live_calls(calls, results) -> list:
     return live[::-1]
 
 
+def _const(tensor) -> Const:
+    """A parameter or buffer as a constant; bfloat16 through float32 (numpy has none)."""
+    if str(tensor.dtype) == "torch.bfloat16":
+        import ml_dtypes
+        return Const.of(tensor.float().numpy().astype(ml_dtypes.bfloat16))
+    return Const.of(tensor.numpy())
+
+
 def torch_dtype(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -112,6 +124,7 @@ class _Importer:
         self.env: dict = {}
 
     def run(self) -> Module:
+        self.dropped = self.assert_only()
         self.check_supported()
         constants = self.constants()
         for node in self.graph.nodes:
@@ -120,16 +133,28 @@ class _Importer:
             elif node.op == "placeholder":
                 val = node.meta["val"]
                 self.env[node] = self.b.input(node.name, tuple(val.shape), torch_dtype(val.dtype))
-            elif node.op == "call_function":
+            elif node.op == "call_function" and node not in self.dropped:
                 self.env[node] = self.convert(node)
             elif node.op == "output":
                 results = [self.value(r) for r in self.user_outputs(node.args[0])]
         self.b.calls[:] = live_calls(self.b.calls, results)
         return self.b.build(*results)
 
+    def assert_only(self) -> set:
+        """The calls only asserts read (XLM's `lengths.max().item() <= slen`): shapes are
+        static, so neither the asserts nor the scalars they check are imported."""
+        dropped: set = set()
+        for node in reversed(list(self.graph.nodes)):
+            if node.op == "call_function" and (str(node.target) in ASSERTS or node.users and
+                                               all(u in dropped for u in node.users)):
+                dropped.add(node)
+        return dropped
+
     def check_supported(self) -> None:
         missing: dict[str, list[str]] = {}
         for node in self.graph.nodes:
+            if node in self.dropped:
+                continue
             if node.op == "call_function" and node.target is not operator.getitem \
                     and str(node.target) not in ATEN:
                 missing.setdefault(str(node.target), []).append(node.name)
@@ -154,8 +179,8 @@ class _Importer:
         stores = {**self.program.state_dict, **self.program.constants}
         for spec in sig.input_specs:
             if spec.kind != InputKind.USER_INPUT:
-                tensor = stores[spec.target]
-                out[spec.arg.name] = Const.of(tensor.detach().cpu().numpy())
+                tensor = stores[spec.target].detach().cpu()
+                out[spec.arg.name] = _const(tensor)
         return out
 
     def value(self, arg):
