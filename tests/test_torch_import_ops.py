@@ -95,6 +95,8 @@ CASES = {
     # each position shifted by its own maximum: no underflow after a large early value
     "logcumsumexp": (lambda x: torch.logcumsumexp(x, 1), lambda: [torch.tensor(
         [[1000.0, 0.0, -1000.0, 3.0], [-float("inf"), -float("inf"), 2.0, float("inf")]])]),
+    "instance_norm": (nn.InstanceNorm2d(3, affine=True), lambda: [torch.randn(2, 3, 4, 5)]),
+    "instance_norm_plain_1d": (nn.InstanceNorm1d(3), lambda: [torch.randn(2, 3, 6) * 4 + 1]),
     # reductions over a dim of size 0: sum, prod, any, all, norms are their identities,
     # mean and var NaN
     "empty_reductions": (lambda x: torch.stack([

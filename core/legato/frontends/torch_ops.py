@@ -348,6 +348,19 @@ def native_batch_norm(b, x, weight, bias, mean, var, momentum, eps):
     return b.nn_batch_norm(x, weight, bias, mean, var, epsilon=eps), empty, empty
 
 
+@aten("aten.instance_norm.default")
+def instance_norm(b, x, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                  eps, cudnn=True):
+    """Per (sample, channel) statistics; running ones (track_running_stats in eval) are a
+    batch_norm's."""
+    if not use_input_stats:
+        return b.nn_batch_norm(x, weight, bias, running_mean, running_var, epsilon=eps)
+    c = x.shape[1]
+    weight = weight if weight is not None else Const.of(np.ones(c, dtype=x.dtype))
+    bias = bias if bias is not None else Const.of(np.zeros(c, dtype=x.dtype))
+    return b.nn_instance_norm(x, weight, bias, epsilon=eps)
+
+
 @aten("aten.group_norm.default")
 def group_norm(b, x, groups, weight=None, bias=None, eps=1e-5, cudnn=True):
     return b.nn_group_norm(x, weight, bias, num_groups=groups, epsilon=eps)
