@@ -406,6 +406,8 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
 #define SMALL_M 4
 #define SMALL_N_TILE 512 /* SMALL_M accumulator rows of this width stay in L1 */
 #define DOT_LANES 64 /* 4 zmm / 8 ymm chains hide the FMA latency */
+#define DOT_ROWS 8
+#define DOT_ROW_LANES 8 /* DOT_ROWS chains of one ymm each (dot_rows) */
 
 static int small_m_fits(const gemm_problem *p, int64_t rows)
 {
@@ -456,6 +458,9 @@ LGK_CLONES static float dot(const float *x, const float *y, int64_t n)
     for (; k + DOT_LANES <= n; k += DOT_LANES)
         for (int j = 0; j < DOT_LANES; ++j)
             acc[j] += x[k + j] * y[k + j];
+    for (; k + DOT_ROW_LANES <= n; k += DOT_ROW_LANES) /* K = 32: still vectors */
+        for (int j = 0; j < DOT_ROW_LANES; ++j)
+            acc[j] += x[k + j] * y[k + j];
     for (; k < n; ++k)
         acc[0] += x[k] * y[k];
     /* Tree reduction: a serial sum of 64 lanes would cost more than the dot. */
@@ -464,35 +469,6 @@ LGK_CLONES static float dot(const float *x, const float *y, int64_t n)
             acc[j] += acc[j + half];
     return acc[0];
 }
-
-/* C[i, n] = dot(A[i, :], B[:, n]), A rows and B columns contiguous. */
-static void small_m_dot(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
-{
-    for (int64_t n = n0; n < n1; ++n)
-        for (int64_t i = m0; i < m1; ++i)
-            p->c[i * p->ldc + n] = dot(p->a + i * p->rs_a, p->b + n * p->cs_b, p->K);
-}
-
-static void gemm_small_m(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
-{
-    if (p->cs_b == 1)
-        small_m_axpy(p, m0, m1, n0, n1);
-    else
-        small_m_dot(p, m0, m1, n0, n1);
-    if (!epilogue_is_noop(&p->ep))
-        epilogue_tile(&p->ep, p->c + m0 * p->ldc + n0, p->ldc, m0, n0, m1 - m0, n1 - n0);
-}
-
-/* ---- few columns: no packing -------------------------------------------------
- * With N <= SMALL_N (batched mat-vecs: a mixture-of-experts layer's W_e @ x) the
- * packed path would pad every column to a whole NR sliver (32 for AVX-512, so 97%
- * of its FMAs wasted at N = 1) and copy all of A to read it once. With A's rows
- * contiguous each C element is instead one dot product streaming its row of A;
- * B's few columns are gathered contiguous first unless they already are. */
-#define SMALL_N 4
-
-#define DOT_ROWS 8
-#define DOT_ROW_LANES 8 /* DOT_ROWS chains of one ymm each */
 
 /* out[r * ldo] = dot(a[r * rs_a + 0:K], x[0:K]) for DOT_ROWS rows: x is loaded once
  * for all rows, and the short lanes keep K = 32 (an expert's width) in vector loops,
@@ -517,6 +493,37 @@ LGK_CLONES static void dot_rows(const float *a, int64_t rs_a, const float *x, in
         out[r * ldo] = acc[r][0];
     }
 }
+
+/* C[i, n] = dot(A[i, :], B[:, n]), A rows and B columns contiguous. */
+static void small_m_dot(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    int64_t n = n0;
+    for (; n + DOT_ROWS <= n1; n += DOT_ROWS) /* DOT_ROWS columns of B per pass over A[i] */
+        for (int64_t i = m0; i < m1; ++i)
+            dot_rows(p->b + n * p->cs_b, p->cs_b, p->a + i * p->rs_a, p->K,
+                     p->c + i * p->ldc + n, 1);
+    for (; n < n1; ++n)
+        for (int64_t i = m0; i < m1; ++i)
+            p->c[i * p->ldc + n] = dot(p->a + i * p->rs_a, p->b + n * p->cs_b, p->K);
+}
+
+static void gemm_small_m(const gemm_problem *p, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    if (p->cs_b == 1)
+        small_m_axpy(p, m0, m1, n0, n1);
+    else
+        small_m_dot(p, m0, m1, n0, n1);
+    if (!epilogue_is_noop(&p->ep))
+        epilogue_tile(&p->ep, p->c + m0 * p->ldc + n0, p->ldc, m0, n0, m1 - m0, n1 - n0);
+}
+
+/* ---- few columns: no packing -------------------------------------------------
+ * With N <= SMALL_N (batched mat-vecs: a mixture-of-experts layer's W_e @ x) the
+ * packed path would pad every column to a whole NR sliver (32 for AVX-512, so 97%
+ * of its FMAs wasted at N = 1) and copy all of A to read it once. With A's rows
+ * contiguous each C element is instead one dot product streaming its row of A;
+ * B's few columns are gathered contiguous first unless they already are. */
+#define SMALL_N 4
 
 static int small_n_fits(const gemm_problem *p, int64_t cols)
 {
