@@ -81,6 +81,27 @@ def test_take_ids_out_of_range_are_errors():
         K.KERNELS["take"](table, np.array([0.0]))
 
 
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_large_gathers_into_out_match_numpy_and_check_their_ids(axis):
+    """Gathers of 64 KiB and more check the ids once and write straight into out."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((6, 40, 70)).astype(np.float32)
+    n = table.shape[axis]
+    ids = np.array([[0, -1, n - 1, 2], [-n, 1, 1, 0]] * 12, dtype=np.int64)
+    want = np.take(table, ids, axis=axis)
+    out = np.empty(want.shape, np.float32)
+    assert out.nbytes >= movement._DIRECT_TAKE_BYTES
+    run = K.KERNELS["take"].bind(table, ids, out=out, axis=axis)
+    run()
+    np.testing.assert_array_equal(out, want)
+    for bad in (n, -n - 1):
+        ids[-1, -1] = bad
+        with pytest.raises(LegatoError, match=f"index {bad} is out of bounds"):
+            run()
+        with pytest.raises(LegatoError, match=f"index {bad}"):
+            K.KERNELS["take"](table, ids, axis=axis, out=out)
+
+
 def test_wrong_out_is_an_error():
     with pytest.raises(LegatoError, match="strided_slice"):
         K.KERNELS["strided_slice"](np.zeros((4, 4), np.float32), begin=[1], end=[3],
