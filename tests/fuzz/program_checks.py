@@ -171,3 +171,30 @@ def check_tosa(module, feeds, expected, rng, compare_results, run_share: float =
     got = run_tosa(compiled.artifact, feeds)
     if got is not None:
         compare_results(list(got))
+
+
+def compare_outputs(got, want, where: str, reference: str, rtol: float, atol: float,
+                    first: int = 0) -> None:
+    """Results against an outside reference (eager torch, onnxruntime): the same count,
+    shapes and dtypes, integers exactly, floats within rtol and atol times the largest
+    finite reference value (at least 1)."""
+    if len(got) != len(want):
+        raise Mismatch(f"{where}: {len(got)} outputs, {reference} {len(want)}")
+    for index, (mine, theirs) in enumerate(zip(got, want), first):
+        mine, theirs = np.asarray(mine), np.asarray(theirs)
+        if mine.shape != theirs.shape:
+            raise Mismatch(f"{where}: output {index} has shape {list(mine.shape)}, "
+                           f"{reference} {list(theirs.shape)}")
+        if mine.dtype != theirs.dtype:
+            raise Mismatch(f"{where}: output {index} is {mine.dtype}, {reference} {theirs.dtype}")
+        if theirs.dtype.kind in "biu":
+            if not np.array_equal(mine, theirs):
+                raise Mismatch(f"{where}: output {index} differs from {reference} "
+                               f"({int(np.sum(mine != theirs))} elements)")
+            continue
+        a, b = mine.astype(np.float64), theirs.astype(np.float64)
+        scale = max(1.0, float(np.nanmax(np.abs(b), initial=0.0, where=np.isfinite(b))))
+        if not np.allclose(a, b, rtol=rtol, atol=atol * scale, equal_nan=True):
+            worst = np.nanmax(np.abs(a - b), initial=0.0)
+            raise Mismatch(f"{where}: output {index} differs from {reference} by up to "
+                           f"{worst:.3g}")

@@ -24,7 +24,7 @@ import numpy as np
 
 import legato
 from tests.fuzz import Mismatch
-from tests.fuzz.program_checks import check_tosa
+from tests.fuzz.program_checks import check_tosa, compare_outputs
 
 QUICK_CASES = 100
 CASE_TIMEOUT = 30.0
@@ -1074,23 +1074,5 @@ def only_output(model, index: int):
 
 
 def compare(got, expected, where: str, first: int = 0) -> None:
-    if len(got) != len(expected):
-        raise Mismatch(f"{where}: {len(got)} outputs, onnxruntime {len(expected)}")
-    for index, (mine, want) in enumerate(zip(got, expected), first):
-        mine, want = np.asarray(mine), np.asarray(want)
-        if mine.shape != want.shape:
-            raise Mismatch(f"{where}: output {index} has shape {list(mine.shape)}, "
-                           f"onnxruntime {list(want.shape)}")
-        if mine.dtype != want.dtype:
-            raise Mismatch(f"{where}: output {index} is {mine.dtype}, onnxruntime {want.dtype}")
-        if want.dtype.kind in "biu":
-            if not np.array_equal(mine, want):
-                raise Mismatch(f"{where}: output {index} differs from onnxruntime "
-                               f"({int(np.sum(mine != want))} elements)")
-            continue
-        a, b = mine.astype(np.float64), want.astype(np.float64)
-        scale = max(1.0, float(np.nanmax(np.abs(b), initial=0.0, where=np.isfinite(b))))
-        if not np.allclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True):
-            worst = np.nanmax(np.abs(a - b), initial=0.0)
-            raise Mismatch(f"{where}: output {index} differs from onnxruntime by up to "
-                           f"{worst:.3g}")
+    compare_outputs(got, expected, where, "onnxruntime", rtol=1e-3, atol=1e-4, first=first)
+

@@ -22,8 +22,7 @@ import random
 import numpy as np
 
 import legato
-from tests.fuzz import Mismatch
-from tests.fuzz.program_checks import check_tosa
+from tests.fuzz.program_checks import check_tosa, compare_outputs
 
 QUICK_CASES = 10  # torch.export takes most of a second a case
 CASE_TIMEOUT = 60.0
@@ -804,22 +803,5 @@ def run(seed: int) -> str:
 
 
 def compare(got, want, where: str) -> None:
-    if len(got) != len(want):
-        raise Mismatch(f"{where}: {len(got)} outputs, eager {len(want)}")
-    for index, (mine, theirs) in enumerate(zip(got, want)):
-        mine = np.asarray(mine)
-        if mine.shape != theirs.shape:
-            raise Mismatch(f"{where}: output {index} has shape {list(mine.shape)}, eager "
-                           f"{list(theirs.shape)}")
-        if mine.dtype != theirs.dtype:
-            raise Mismatch(f"{where}: output {index} is {mine.dtype}, eager {theirs.dtype}")
-        if theirs.dtype.kind in "biu":
-            if not np.array_equal(mine, theirs):
-                raise Mismatch(f"{where}: output {index} differs from eager "
-                               f"({int(np.sum(mine != theirs))} elements)")
-            continue
-        a, b = mine.astype(np.float64), theirs.astype(np.float64)
-        scale = max(1.0, float(np.nanmax(np.abs(b), initial=0.0, where=np.isfinite(b))))
-        if not np.allclose(a, b, rtol=1e-4, atol=1e-5 * scale, equal_nan=True):
-            worst = np.nanmax(np.abs(a - b), initial=0.0)
-            raise Mismatch(f"{where}: output {index} differs from eager by up to {worst:.3g}")
+    compare_outputs(got, want, where, "eager", rtol=1e-4, atol=1e-5)
+
