@@ -154,6 +154,18 @@ static inline float lgk_u2f(uint32_t u)
     return f;
 }
 
+/* e^r for |r| <= ln2/2 (Cephes' expf polynomial), shared by the exp kernels below. */
+static inline float lgk_exp_poly(float r)
+{
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    return p * r * r + r + 1.0f;
+}
+
 /* exp: x = n ln2 + r, |r| <= ln2/2; e^r by a Cephes polynomial; 2^n applied as
  * two factors so results down to the subnormal range come out right. */
 static inline float lgk_expf(float x)
@@ -165,13 +177,7 @@ static inline float lgk_expf(float x)
     float n = t - magic;
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float p = lgk_exp_poly(r);
     /* n in [-150, 129]: both halves give normal powers of two. Unsigned
      * arithmetic keeps NaN inputs (garbage n, result NaN anyway) defined. */
     uint32_t ni = lgk_f2u(t) - lgk_f2u(magic);
@@ -241,13 +247,7 @@ static inline float lgk_exp_neg(float a)
     float n = t - magic;
     float r = n * -0.693359375f - a; /* -a - n ln2, in two parts */
     r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float p = lgk_exp_poly(r);
     uint32_t ni = lgk_f2u(t) - lgk_f2u(magic);
     return p * lgk_u2f((ni + 127u + 64u) << 23) * 5.42101086e-20f; /* 2^-64 */
 }
