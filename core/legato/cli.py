@@ -24,12 +24,13 @@ from .executor import as_tuple, describe_call
 from .frontends.onnx import coverage
 from .fuse import fuse, op_info
 from .ir import CALL_OP
+from .ops.tolerance import result_tolerance
 from .cli_recompose import add_command as add_recompose_command
 from .progress import size_text, timer
 from .show import add_command as add_show_command
 
 DEMO_CONFIG = Path("configs/demo.yaml")
-TOLERANCE = 1e-4  # largest relative error `legato run` accepts
+TOLERANCE = result_tolerance("float32")  # largest relative error `legato run` accepts in float32
 
 
 def main(argv=None) -> int:
@@ -211,10 +212,10 @@ def cmd_run(args) -> int:
     print(f"{args.backend}: {compiled.report.summary()}")
     ok = True
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        err = rel_error(got, want)
-        ok &= err <= TOLERANCE
+        err, tolerance = rel_error(got, want), result_tolerance(want.dtype)
+        ok &= err <= tolerance
         print(f"result {i}: {got.dtype}{list(got.shape)}  max rel. error vs reference "
-              f"{err:.2e}  {'ok' if err <= TOLERANCE else 'MISMATCH'}")
+              f"{err:.2e}  " + ("ok" if err <= tolerance else f"MISMATCH (tolerance {tolerance:.0e})"))
     if not ok:
         print(first_divergence(compiled, inputs))
     return 0 if ok else 1
@@ -222,7 +223,7 @@ def cmd_run(args) -> int:
 
 def first_divergence(compiled, inputs) -> str:
     """The first call of the compiled main whose output differs from the reference's by
-    more than TOLERANCE (both run every call, each on its own earlier results), with its
+    more than its dtype's result_tolerance (both run every call, each on its own earlier results), with its
     origin: where a MISMATCH comes from."""
     try:
         probe = api.with_every_result(compiled)
@@ -233,12 +234,12 @@ def first_divergence(compiled, inputs) -> str:
     index = 0
     for number, call in enumerate(probe.module.main.calls):
         for _ in call.outputs:
-            err = rel_error(got[index], want[index])
+            err, tolerance = rel_error(got[index], want[index]), result_tolerance(want[index].dtype)
             index += 1
-            if err > TOLERANCE:
+            if err > tolerance:
                 return (f"first differing call: {describe_call(call, f'main#{number}')}\n"
                         + _region_text(probe.module, call) +
-                        f"  max rel. error {err:.2e} (tolerance {TOLERANCE:.0e}); the calls "
+                        f"  max rel. error {err:.2e} (tolerance {tolerance:.0e}); the calls "
                         f"before it agree with the reference")
     return ("every call agrees with the reference within the tolerance; the differences "
             "add up along the way")

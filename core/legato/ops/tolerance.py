@@ -43,9 +43,19 @@ def error_bound(op: str, dtype: str = "float32") -> float:
     LOW_PRECISION_ULPS ulps of their own where the op is not exact)."""
     opdef = REGISTRY.find(op)  # a plugin's op may be gone; unknown ops get the default
     bound = DEFAULT_ERROR if opdef is None or opdef.tolerance is None else opdef.tolerance
-    if dtype in _EPSILON and bound > 0:
-        bound = max(bound, LOW_PRECISION_ULPS * _EPSILON[dtype])
-    return bound
+    return max(bound, _low_precision_bound(dtype)) if bound > 0 else bound
+
+
+def result_tolerance(dtype: str) -> float:
+    """The largest error relative to max |reference| a whole program's result in `dtype`
+    may have against the reference kernels (`legato run`): DEFAULT_ERROR, and for float16
+    and bfloat16 LOW_PRECISION_ULPS ulps of their own, as a backend computing in that
+    dtype rounds every intermediate result to it (one float16 ulp is already 1e-3)."""
+    return max(DEFAULT_ERROR, _low_precision_bound(dtype))
+
+
+def _low_precision_bound(dtype: str) -> float:
+    return LOW_PRECISION_ULPS * _EPSILON.get(str(dtype), 0.0)
 
 
 def input_limit(op: str, count: int = 256) -> float | None:
