@@ -30,6 +30,7 @@ def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
     if not isinstance(attrs, Attrs):
         attrs = opdef.normalize_attrs(attrs)
     types = opdef.infer_types([None if v is None else v.type for v in inputs], attrs)
+    opdef.check_consts(inputs, attrs)
     return Call(op, tuple(inputs), attrs, tuple(Value(t) for t in types), origin)
 
 

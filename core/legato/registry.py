@@ -111,7 +111,9 @@ class OpDef:
     `tolerance` (the largest error of a float32 result relative to max(|reference|, 1),
     None for the default); a `layout_rule` (legato.layout); a `samples(rng)` hook for
     ops whose inputs need values the test kit cannot guess (legato.testing); and
-    `patterns`, other forms of the op that exporters write (legato.recompose).
+    `patterns`, other forms of the op that exporters write (legato.recompose); and
+    `const_check(inputs, attrs)`, a check of the values of constant inputs that raises
+    ShapeError where a value makes the op undefined (a NaN quantization scale).
     """
 
     def __init__(self, name: str, inputs: str, attrs: dict, infer: Callable, kind: str,
@@ -119,7 +121,7 @@ class OpDef:
                  examples: Sequence = (), doc: str = "", *, onnx: Sequence[str] = (),
                  aten: Sequence[str] = (), tolerance: float | None = None,
                  layout_rule: Callable | None = None, samples: Callable | None = None,
-                 patterns: Sequence[Callable] = ()):
+                 patterns: Sequence[Callable] = (), const_check: Callable | None = None):
         if kind not in PATTERN_KINDS:
             raise RegistrationError(f"op {name}: pattern kind {kind!r} is not one of "
                                     f"{', '.join(PATTERN_KINDS)}")
@@ -134,6 +136,7 @@ class OpDef:
         self.infer = infer
         self.decompose = decompose
         self.layout_rule, self.samples = layout_rule, samples
+        self.const_check = const_check
         # other ways exporters write the op, used only to find it again (legato.recompose);
         # each has the decomposition's signature (b, *inputs, **attrs)
         self.patterns = tuple(patterns)
@@ -228,6 +231,15 @@ class OpDef:
             raise ShapeError(f"{self.name}({types}) "
                              f"{quote(attrs.to_json(), 200)}: {err}") from None
         return result if isinstance(result, tuple) else (result,)
+
+    def check_consts(self, inputs: Sequence, attrs: Attrs) -> None:
+        """Run `const_check` on a call's input values (Const where constant), naming the op."""
+        if self.const_check is None:
+            return
+        try:
+            self.const_check(inputs, attrs)
+        except ShapeError as err:
+            raise ShapeError(f"{self.name}: {err}") from None
 
 
 class Registry:

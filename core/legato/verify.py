@@ -92,7 +92,9 @@ def _expected_types(module: Module, call: Call, registry):
     opdef.check_arity(len(call.inputs))
     if opdef.normalize_attrs(call.attrs) != call.attrs:
         raise IRError(f"attributes {quote(call.attrs.to_json())} are not in normal form")
-    return opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
+    types = opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
+    opdef.check_consts(call.inputs, call.attrs)
+    return types
 
 
 def _types(types) -> str:

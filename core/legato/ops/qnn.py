@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..ir import TensorType
+from ..ir import Const, TensorType
 from ..shapes import channel_view
 from .base import T, composite, f32, fail, require_float, same_dtype
 from .conv import CONV_ATTRS, _conv2d
@@ -22,6 +22,28 @@ def _check_qparams(data: TensorType, scale: TensorType, zero_point: TensorType, 
             fail(f"per-axis scale of {scale.shape[0]} does not match axis {axis} of "
                  f"{list(data.shape)}")
     require_float(scale, "scale")
+
+
+def scale_check(*scales: tuple[int, str, bool]):
+    """A const_check for the scales given as (input index, name, divides): a constant scale
+    must be finite, and nonzero where the op divides by it. NaN and infinite scales, and
+    0/0, have no quantized value, and backends produce different integers for them. A
+    negative scale stays allowed: the arithmetic is defined and the same everywhere, and
+    exporters write them (symmetric int4 weights, onnxruntime's placeholder
+    DequantizeLinear), as they write zero scales that only multiply."""
+    def check(inputs, attrs):
+        for index, name, divides in scales:
+            scale = inputs[index]
+            if not isinstance(scale, Const):
+                continue
+            data = np.asarray(scale.data, dtype=np.float64).reshape(-1)
+            bad = ~np.isfinite(data) | ((data == 0) if divides else False)
+            if bad.any():
+                at = int(np.argmax(bad))
+                why = "divides by its scale, which must be finite and nonzero" if divides \
+                    else "needs a finite scale"
+                fail(f"input {index} ({name}) holds {float(data[at])} at index {at}: the op {why}")
+    return check
 
 
 def _quantize(types, attrs):
@@ -56,7 +78,8 @@ Q_EXAMPLES = [((f32(2, 3), f32(), T("int8")), {}),
 
 
 @composite("qnn.quantize", "data, scale, zero_point", _quantize, "elemwise", 1, Q_EXAMPLES,
-           {"axis": ("int", 1), "dtype": ("str:int8|uint8", "int8")})
+           {"axis": ("int", 1), "dtype": ("str:int8|uint8", "int8")},
+           const_check=scale_check((1, "scale", True)))
 def quantize(b, x, scale, zero_point, axis, dtype):
     """ONNX QuantizeLinear: `saturate(round_half_even(x / scale) + zero_point)`; scale and
     zero point one value or 1-D along `axis`; the result's dtype is `dtype`"""
@@ -70,7 +93,7 @@ def quantize(b, x, scale, zero_point, axis, dtype):
            [((T("int8", 2, 3), f32(), T("int8")), {}),
             ((T("uint8", 2, 3), f32(3), T("uint8", 3)), {}),
             ((T("int8", 3, 2, 2), f32(3), T("int8", 3)), {"axis": 0})],
-           {"axis": ("int", 1)}, tolerance=0.0)
+           {"axis": ("int", 1)}, tolerance=0.0, const_check=scale_check((1, "scale", False)))
 def dequantize(b, x, scale, zero_point, axis):
     """ONNX DequantizeLinear: `(float(x) - float(zero_point)) * scale`, in the dtype of
     `scale`"""
@@ -112,7 +135,9 @@ I8, U8 = T("int8"), T("uint8")
            "weight_zero_point, out_scale, out_zero_point, bias?", _qconv,
            "out_elemwise_fusable", 2,
            [((T("uint8", 1, 2, 4, 4), f32(), U8, T("int8", 3, 2, 3, 3), f32(3), T("int8", 3),
-              f32(), U8, T("int32", 3)), {"padding": [1, 1, 1, 1]})], CONV_ATTRS)
+              f32(), U8, T("int32", 3)), {"padding": [1, 1, 1, 1]})], CONV_ATTRS,
+           const_check=scale_check((1, "data_scale", False), (4, "weight_scale", False),
+                                   (6, "out_scale", True)))
 def qconv2d(b, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, **conv):
     """ONNX QLinearConv: int8/uint8 data and weight, an int32 bias at scale
     `data_scale * weight_scale`; the result's dtype is that of `out_zero_point`; the
