@@ -7,6 +7,16 @@ table minus the ops legato has whole (layer_norm, gelu, softmax, scaled_dot_prod
 linear, conv2d, ...), so those stay high-level for backends to keep; every remaining ATen op
 is mapped by a small converter. Parameters, buffers and lifted constants become constants.
 Shapes are those of `example_inputs` (legato has static shapes).
+
+The module's results are the program's outputs flattened in torch's pytree order (the
+leaves of nested tuples, lists and dicts). A legato module returns tensors only, so:
+- a Python scalar output (`True`, `3`, `2.5`; shapes are static, so `x.shape[0]` is one)
+  becomes a 0-d constant tensor in its place, of the dtype `torch.as_tensor` gives it
+  (bool, int64, the default float dtype): compare it with eager's scalar as that number;
+- a `None` output has no tensor to stand for it and is left out, and the module, a
+  `TorchModule`, lists where it was (`none_results`, positions among the flat outputs)
+  so that no result silently moves: `mod.with_nones(results)` puts each None back.
+Other outputs (strings, dtypes) are refused, naming their position.
 """
 from __future__ import annotations
 
@@ -19,6 +29,24 @@ from ..ir import Const, Module
 from . import torch_index, torch_more, torch_nn, torch_scans, torch_tensors  # noqa: F401
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
+
+
+class TorchModule(Module):
+    """A Module imported from a torch program, with the positions of the program's None
+    outputs (`none_results`), which its results leave out."""
+
+    __slots__ = ("none_results",)
+
+    def __init__(self, functions, none_results=()):
+        super().__init__(functions)
+        object.__setattr__(self, "none_results", tuple(none_results))
+
+    def with_nones(self, results) -> list:
+        """A compiled call's results (a tuple, or one array) as the program's flat outputs:
+        None back at each of `none_results`."""
+        rest = iter(results if isinstance(results, (tuple, list)) else (results,))
+        count = len(self.main.results) + len(self.none_results)
+        return [None if i in self.none_results else next(rest) for i in range(count)]
 
 
 def _torch():
@@ -136,9 +164,30 @@ class _Importer:
             elif node.op == "call_function" and node not in self.dropped:
                 self.env[node] = self.convert(node)
             elif node.op == "output":
-                results = [self.value(r) for r in self.user_outputs(node.args[0])]
+                outputs = self.user_outputs(node.args[0])
+        nones = [i for i, out in enumerate(outputs) if out is None]
+        results = [self.result(i, out) for i, out in enumerate(outputs) if out is not None]
+        if not results:
+            raise LegatoError("the program returns no tensor (only None): a legato module "
+                              "needs at least one result")
         self.b.calls[:] = live_calls(self.b.calls, results)
-        return self.b.build(*results)
+        return TorchModule(self.b.build(*results).functions, nones)
+
+    def result(self, position: int, out):
+        """An output as a module result: a Python scalar as the 0-d constant tensor torch
+        makes of it."""
+        if hasattr(out, "op") and hasattr(out, "target"):
+            return self.env[out]
+        if not isinstance(out, (bool, int, float)):
+            raise LegatoError(f"result {position} of the program is a {type(out).__name__} "
+                              f"({out!r}): a legato module returns tensors (and Python "
+                              "scalars, as 0-d tensors)")
+        try:
+            tensor = _torch().as_tensor(out)
+        except RuntimeError as err:  # an int beyond int64
+            raise LegatoError(f"result {position} of the program, {out!r}, has no torch "
+                              f"dtype: {err}") from None
+        return _const(tensor)
 
     def assert_only(self) -> set:
         """The calls only asserts read (XLM's `lengths.max().item() <= slen`): shapes are
