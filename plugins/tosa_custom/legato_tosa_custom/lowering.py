@@ -126,7 +126,7 @@ TOSA: dict[str, Lowering] = {
     "reshape": movement("tosa.reshape", "reshape"),
     "permute_dims": movement("tosa.transpose", "transpose", rules.transpose_form,
                              rules.permute_dims),
-    "concat": movement("tosa.concat", "concat", rules.concat_form),
+    "concat": movement("tosa.concat", "concat", rules.concat_form, rules.concat),
     "pad": movement("tosa.pad", "pad", rules.pad_form, rules.pad, {"mode": "constant"}),
     "broadcast_to": movement("tosa.tile", "tile", rules.full_rank_shape, rules.broadcast_to),
     "tile": movement("tosa.tile", "tile", rules.tile_form),

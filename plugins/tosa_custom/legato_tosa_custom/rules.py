@@ -499,6 +499,20 @@ def permute_dims(b, call):
     return x if x.rank == 0 else None
 
 
+@shaped_rule
+def concat(b, call):
+    """More operands than one TOSA CONCAT takes (MAX_TENSOR_LIST_SIZE, 64 at level 8K; an
+    LSTM unrolled over 75 steps has 75): a tree of concats along the same axis, each of at
+    most that many operands."""
+    if len(call.inputs) <= MAX_TENSOR_LIST:
+        return None
+    axis, level = call.attrs["axis"], list(call.inputs)
+    while len(level) > MAX_TENSOR_LIST:
+        groups = [level[i:i + MAX_TENSOR_LIST] for i in range(0, len(level), MAX_TENSOR_LIST)]
+        level = [g[0] if len(g) == 1 else b.concat(*g, axis=axis) for g in groups]
+    return b.concat(*level, axis=axis)
+
+
 def split(b, call):
     x = call.inputs[0]
     axis = norm_axis(call.attrs["axis"], x.rank)
