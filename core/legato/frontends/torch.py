@@ -245,6 +245,8 @@ class _Importer:
                                                      for k, v in node.kwargs.items()}
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if getattr(ATEN.get(str(node.target)), "reads_site", False):  # torch's strides
+            kwargs["site"] = torch_more.Site(node, self.env)
         start = len(self.b.calls)
         try:
             result = ATEN[str(node.target)](self.b, *args, **kwargs)
