@@ -753,6 +753,13 @@ case("argmin-int8-extremes", "argmin",
 case("argmin-uint8", "argmin", lambda rng: [ints(rng, np.uint8, 3, 5)], keepdims=False)
 case("argmin-bool", "argmin", lambda rng: [np.array([True, False, False])],
      select_last_index=True)
+case("dft-real", "signal.dft", unary(3, 16, 1))
+case("dft-complex-axis0-padded", "signal.dft", unary(5, 3, 2), axis=0, length=8)
+case("dft-inverse-ortho-truncated", "signal.dft", unary(2, 9, 4, 2), axis=1, inverse=True,
+     length=6, norm="ortho")
+case("dft-onesided-odd", "signal.dft", unary(2, 4, 15, 1), onesided=True)
+case("dft-onesided-inverse-to-real", "signal.dft", unary(3, 7, 2), inverse=True,
+     onesided=True, length=13)
 
 # --- edge inputs: rejected up front by the inference, or handled alike by both sides ------
 # (each was once accepted by the inference while the decomposition and kernel disagreed)

@@ -6,7 +6,7 @@ from .base import REGISTRY, composite as define_composite, primitive as define_p
 
 with REGISTRY.deferred():
     from . import (activations, composite, conv, derived, elementwise, indexing,  # noqa: F401
-                   norms, primitives, qnn)
+                   norms, primitives, qnn, spectral)
 
 CORE_OPS = frozenset(REGISTRY.names())  # what plugins and users register comes on top
 
