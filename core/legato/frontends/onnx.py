@@ -20,16 +20,17 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
-from . import onnx_attention, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn, onnx_roi
+from . import (onnx_attention, onnx_contrib, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn,
+               onnx_roi)
 from .onnx_check import check_graph, check_opset_range, check_text
-from .onnx_convert import CONVERTERS, Node, Refused, onnx_dtype
+from .onnx_convert import Node, Refused, converter_of, onnx_dtype
 from .onnx_fold import fold_calls, foldable
 from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import (check_shape, check_size, external_tensors, load_external_data, quote,
                            tensor_array)
 
 CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention, onnx_more, onnx_control,
-                     onnx_rnn, onnx_roi)
+                     onnx_rnn, onnx_roi, onnx_contrib)
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
@@ -150,7 +151,7 @@ def unsupported_ops(proto) -> dict[str, list[str]]:
     included)."""
     missing: dict[str, list[str]] = {}
     for index, node in all_nodes(proto.graph):
-        if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
+        if converter_of(node.domain, node.op_type) is None:
             label = node.op_type if node.domain in DEFAULT_DOMAINS else \
                 f"{node.domain}.{node.op_type}"
             missing.setdefault(label[:80], []).append(node.name[:80] or f"#{index}")
@@ -401,7 +402,7 @@ class _Importer:
         start = len(self.b.calls)
         try:
             node.attrs = {a.name: attribute_value(a) for a in proto.attribute}
-            result = CONVERTERS[proto.op_type].fn(node)
+            result = converter_of(proto.domain, proto.op_type).fn(node)
         except LegatoError as err:
             text = str(err)
             prefix = f"{proto.op_type} node {node.label}"

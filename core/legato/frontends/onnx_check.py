@@ -142,8 +142,11 @@ def check_bodies(node, opset: int, where: str, depth: int = 0) -> None:
 
 def check_node(node, opset: int, where: str) -> None:
     from onnx import defs
+    from .onnx_convert import converter_of
+    known = converter_of(node.domain, node.op_type)
     try:
-        schema = defs.get_schema(node.op_type, opset, "")
+        schema = known.schema if known is not None and known.schema is not None else \
+            defs.get_schema(node.op_type, opset, "")
     except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
         raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
                           f"{quote(node.op_type)}") from None

@@ -17,8 +17,8 @@ from ..ir import Const, Value
 from .onnx_tensors import onnx_dtype, quote
 
 # onnx_dtype lives with the tensors; the converters keep importing it from here
-__all__ = ["CONVERTERS", "Converter", "MAX_GENERATED", "Node", "Refused", "converter",
-           "onnx_dtype"]
+__all__ = ["CONVERTERS", "Converter", "DOMAIN_CONVERTERS", "MAX_GENERATED", "Node", "Refused",
+           "converter", "converter_of", "onnx_dtype"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Converter:
     op_type: str
     fn: Callable
     const_inputs: tuple[int, ...] = ()
+    schema: object = None   # an onnx OpSchema for ops onnx itself does not define
 
 
 class Refused(LegatoError):
@@ -34,20 +35,30 @@ class Refused(LegatoError):
     data, models onnx's version converter cannot upgrade faithfully."""
 
 
-CONVERTERS: dict[str, Converter] = {}
+CONVERTERS: dict[str, Converter] = {}   # the default domain's
+# other domains' converters (onnxruntime's com.microsoft ops), by domain and op type
+DOMAIN_CONVERTERS: dict[str, dict[str, Converter]] = {"": CONVERTERS, "ai.onnx": CONVERTERS}
 MAX_GENERATED = 1 << 24   # elements of a constant a converter derives from shapes
 
 
-def converter(*op_types: str, const_inputs: tuple[int, ...] = ()):
-    """Register the decorated function as the converter of `op_types` (default domain)."""
+def converter(*op_types: str, const_inputs: tuple[int, ...] = (), domain: str = "",
+              schema=None):
+    """Register the decorated function as the converter of `op_types` in `domain`;
+    `schema` is the op's OpSchema where onnx has none (an onnxruntime op)."""
+    table = DOMAIN_CONVERTERS.setdefault(domain, {})
+
     def register(fn):
         for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise LegatoError(f"ONNX op {op_type} already has a converter "
-                                  f"({CONVERTERS[op_type].fn.__name__})")
-            CONVERTERS[op_type] = Converter(op_type, fn, tuple(const_inputs))
+            if op_type in table:
+                raise LegatoError(f"ONNX op {domain or 'ai.onnx'}.{op_type} already has a "
+                                  f"converter ({table[op_type].fn.__name__})")
+            table[op_type] = Converter(op_type, fn, tuple(const_inputs), schema)
         return fn
     return register
+
+
+def converter_of(domain: str, op_type: str) -> Converter | None:
+    return DOMAIN_CONVERTERS.get(domain, {}).get(op_type)
 
 
 class Node:

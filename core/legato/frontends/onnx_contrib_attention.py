@@ -1,0 +1,244 @@
+"""onnxruntime's attention operators (domain `com.microsoft`): Attention (BERT, GPT-2),
+MultiHeadAttention, GroupQueryAttention and RotaryEmbedding (Llama-style models).
+
+Each becomes one `nn.attention` call on (batch, heads, seq, head_size) tensors so backends
+keep it whole. Masks follow onnxruntime's CPU kernels: Attention's and MultiHeadAttention's
+mask forms become an additive bias of 0 and `mask_filter_value` (-10000), and the causal
+mask hides later keys entirely (a row whose keys are all padding still attends to them,
+a causally hidden key never); GroupQueryAttention places the new keys after each
+batch entry's past tokens (`seqlens_k`, read at run time) and attends to the causal window
+only. Forms that need a buffer shared between past and present, beam-search indirection,
+quantized caches or other run-time-sized results are refused, naming the input and why.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import Const
+from .onnx_attention import merge_heads, repeat_heads, split_heads
+from .onnx_contrib import contrib
+
+MASK_FILTER = -10000.0   # onnxruntime's default mask_filter_value
+
+
+# --- shared pieces ----------------------------------------------------------------------------
+
+def project(node, x, weights, bias, start: int, stop: int):
+    """x @ weights[:, start:stop] + bias[start:stop], as one nn.linear."""
+    if isinstance(weights, Const):
+        w = Const.of(np.ascontiguousarray(weights.data[:, start:stop].T))
+    else:
+        w = node.call("permute_dims", node.call("strided_slice", weights, begin=[start],
+                                                end=[stop], axes=[1]), axes=[1, 0])
+    return node.call("nn.linear", x, w, None if bias is None else part(node, bias, start, stop))
+
+
+def part(node, x, start: int, stop: int, axis: int = -1):
+    if isinstance(x, Const):
+        return Const.of(np.ascontiguousarray(np.take(x.data, range(start, stop), axis=axis)))
+    return node.call("strided_slice", x, begin=[start], end=[stop], axes=[axis % x.rank])
+
+
+def key_positions(node, count: int):
+    return Const.of(np.arange(count, dtype=np.int64))
+
+
+def filled(node, blocked, value: float, dtype: str):
+    """`value` where `blocked`, else 0, in `dtype`."""
+    if isinstance(blocked, np.ndarray):
+        return Const.of(np.where(blocked, value, 0.0).astype(dtype))
+    return node.call("where", blocked, node.b.scalar(value, dtype), node.b.scalar(0.0, dtype))
+
+
+def padding_bias(node, mask, batch: int, q_len: int, total: int, dtype: str, fill: float):
+    """onnxruntime's key mask as an additive bias broadcasting to (batch, 1, q_len, total):
+    key lengths (batch,), end and start positions (2 * batch,), or a 0/1 mask of
+    (batch, total) or (batch, q_len, total)."""
+    shape = list(mask.shape)
+    if mask.rank == 1 and shape[0] in (batch, 2 * batch):
+        keys = key_positions(node, total)
+        ends = node.call("reshape", part(node, mask, 0, batch, 0), shape=[batch, 1, 1, 1])
+        blocked = node.call("greater_equal", keys, node.call("cast", ends, dtype="int64"))
+        if shape[0] == 2 * batch:   # left padding too: keys before the start position
+            starts = node.call("reshape", part(node, mask, batch, 2 * batch, 0),
+                               shape=[batch, 1, 1, 1])
+            blocked = node.call("logical_or", blocked, node.call(
+                "less", keys, node.call("cast", starts, dtype="int64")))
+        return filled(node, blocked, fill, dtype)
+    if shape in ([batch, total], [batch, q_len, total]):
+        wide = [batch, 1, 1, total] if mask.rank == 2 else [batch, 1, q_len, total]
+        return filled(node, node.call("reshape", node.call("less_equal", mask, 0), shape=wide),
+                      fill, dtype)
+    form = "(3 * batch + 2) positions of packed sequences" if shape == [3 * batch + 2] else \
+        "(batch, 1, max_seq, max_seq) of Megatron GPT-2" if mask.rank == 4 else f"{shape}"
+    node.refuse(f"a mask of shape {form} is not imported: legato takes key lengths "
+                f"({batch},), end and start positions ({2 * batch},), or 0/1 masks "
+                f"({batch}, {total}) and ({batch}, {q_len}, {total}) (onnxruntime's CPU "
+                "kernels take the same)")
+
+
+def causal_bias(node, q_len: int, total: int, past: int, dtype: str):
+    """-inf where key j lies after query i's position past + i."""
+    later = np.arange(total)[None, :] > past + np.arange(q_len)[:, None]
+    return filled(node, later, -math.inf, dtype)
+
+
+def add_all(node, terms):
+    terms = [t for t in terms if t is not None]
+    total = terms[0] if terms else None
+    for t in terms[1:]:
+        total = node.call("add", total, t)
+    return total
+
+
+def attend(node, q, k, v, bias, scale, causal: bool = False):
+    """nn.attention over (batch, heads, seq, size); fewer K/V heads are repeated."""
+    k, v = (repeat_heads(node, t, q.shape[1] // t.shape[1]) for t in (k, v))
+    return node.call("nn.attention", q, k, v, bias, scale=scale, causal=causal)
+
+
+def masked_attention(node, q, k, v, mask, extra, past: int, causal: bool, scale):
+    """Attention and MultiHeadAttention: onnxruntime adds mask_filter_value for each masked
+    key and hides the keys after each query's position entirely (-inf; nn.attention's own
+    causal flag when there is no past)."""
+    batch, _, q_len, _ = q.shape
+    total, dtype = k.shape[2], q.dtype
+    fill = node.attr("mask_filter_value", MASK_FILTER)
+    terms = [] if mask is None else [padding_bias(node, mask, batch, q_len, total, dtype, fill)]
+    if causal and past:
+        terms.append(causal_bias(node, q_len, total, past, dtype))
+    return attend(node, q, k, v, add_all(node, terms + [extra]), scale, causal and not past)
+
+
+def refuse_inputs(node, reasons: dict[int, str]) -> None:
+    for index, why in reasons.items():
+        if node.input(index) is not None:
+            node.refuse(f"input {index} ({node.proto.input[index]!r}) is not imported: {why}")
+
+
+SHARED_BUFFER = "it goes with a KV buffer shared between past and present, whose filled " \
+                "length is known only at run time"
+
+
+# --- Attention --------------------------------------------------------------------------------
+
+@contrib("Attention", "input weights bias? mask_index? past? attention_bias? past_sequence_length?",
+         "output present?", do_rotary="i", mask_filter_value="f", num_heads="i!",
+         past_present_share_buffer="i", qkv_hidden_sizes="ints", rotary_embedding_dim="i",
+         scale="f", unidirectional="i")
+def attention(node):
+    """Self-attention with the Q, K and V projections packed in one weight (Din, Dq+Dk+Dv)."""
+    x, weights = node.arg(0), node.arg(1)
+    bias, mask, past, extra = (node.input(i) for i in range(2, 6))
+    refuse_inputs(node, {6: SHARED_BUFFER})
+    node.require(not node.flag("past_present_share_buffer", 0),
+                 f"attribute 'past_present_share_buffer' = 1 is not imported: {SHARED_BUFFER}")
+    node.require(not node.flag("do_rotary", 0), "attribute 'do_rotary' = 1 is not imported "
+                 "(onnxruntime's CPU kernel refuses it too: rotary models use "
+                 "MultiHeadAttention with RotaryEmbedding)")
+    heads = node.positive("num_heads", 1)
+    node.require(x.rank == 3 and weights.rank == 2 and weights.shape[0] == x.shape[2],
+                 f"input {x.type} must be (batch, seq, hidden) and weights {weights.type} "
+                 "(hidden, q + k + v hidden sizes)")
+    sizes = node.attr("qkv_hidden_sizes") or [weights.shape[1] // 3] * 3
+    node.require(len(sizes) == 3 and sum(sizes) == weights.shape[1] and sizes[0] == sizes[1]
+                 and all(s > 0 and s % heads == 0 for s in sizes),
+                 f"qkv_hidden_sizes {sizes} must be three multiples of num_heads = {heads}, "
+                 f"q and k equal, summing to the weights' {weights.shape[1]} columns")
+    edges = np.cumsum([0] + list(sizes))
+    q, k, v = (split_heads(node, project(node, x, weights, bias, int(edges[i]),
+                                         int(edges[i + 1])), heads) for i in range(3))
+    past_len = 0
+    if past is not None:
+        node.require(past.rank == 5 and past.shape[0] == 2 and past.shape[1:3] == k.shape[:2]
+                     and past.shape[4] == k.shape[3] and sizes[1] == sizes[2],
+                     f"past {past.type} must be (2, batch, {heads}, past_seq, "
+                     f"{k.shape[3]}) with equal K and V hidden sizes")
+        past_len = past.shape[3]
+        k = node.call("concat", node.call("take", past, Const.of(np.int64(0)), axis=0), k, axis=2)
+        v = node.call("concat", node.call("take", past, Const.of(np.int64(1)), axis=0), v, axis=2)
+    y = masked_attention(node, q, k, v, mask, extra, past_len, node.flag("unidirectional", 0),
+                         node.attr("scale"))
+    present = None
+    if node.wants(1):
+        present = node.call("concat", *(node.call("expand_dims", t, axes=[0]) for t in (k, v)),
+                            axis=0)
+    return merge_heads(node, y), present
+
+
+# --- MultiHeadAttention -----------------------------------------------------------------------
+
+@contrib("MultiHeadAttention", "query key? value? bias? key_padding_mask? attention_bias? "
+         "past_key? past_value? past_sequence_length? cache_indirection?",
+         "output present_key? present_value? qk?", mask_filter_value="f", num_heads="i!",
+         scale="f", unidirectional="i")
+def multi_head_attention(node):
+    """Q, K, V given apart (batch, seq, hidden) or K and V already split into heads
+    (batch, heads, seq, size), or packed as (batch, seq, heads, 3 or 2, size)."""
+    refuse_inputs(node, {8: SHARED_BUFFER, 9: "it reorders the KV cache by beam (beam "
+                                              "search), which legato's import does not model"})
+    node.require(not node.wants(3), "output 3 (qk) is not imported")
+    heads = node.positive("num_heads", 1)
+    q, k, v = mha_heads(node, heads)
+    past_k, past_v = node.input(6), node.input(7)
+    node.require((past_k is None) == (past_v is None), "past_key and past_value come together")
+    past_len = 0
+    if past_k is not None:
+        node.require(past_k.rank == 4 and past_k.shape[:2] == k.shape[:2]
+                     and past_k.shape[3] == k.shape[3] and past_v.shape[:3] == past_k.shape[:3],
+                     f"past_key {past_k.type} and past_value {past_v.type} must be (batch, "
+                     f"{heads}, past_seq, head_size)")
+        past_len = past_k.shape[2]
+        k, v = node.call("concat", past_k, k, axis=2), node.call("concat", past_v, v, axis=2)
+    y = masked_attention(node, q, k, v, node.input(4), node.input(5), past_len,
+                         node.flag("unidirectional", 0), node.attr("scale"))
+    return merge_heads(node, y), k, v, None
+
+
+def mha_heads(node, heads: int):
+    """(q, k, v) as (batch, heads, seq, size), the bias of the input projection added."""
+    query, key, value, bias = (node.input(i) for i in range(4))
+    query = node.arg(0)
+    if query.rank == 5:   # packed QKV: (batch, seq, heads, 3, size)
+        node.require(key is None and value is None and query.shape[2:4] == (heads, 3),
+                     f"packed query {query.type} must be (batch, seq, {heads}, 3, size) "
+                     "with no key and value")
+        q, k, v = unpack(node, query, 3)
+        width = heads * q.shape[3]
+        return tuple(head_bias(node, t, bias, i * width) for i, t in enumerate((q, k, v)))
+    node.require(query.rank == 3 and key is not None,
+                 f"query {query.type} must be (batch, seq, hidden) with a key, or packed QKV")
+    q = head_bias(node, split_heads(node, query, heads), bias, 0)
+    width = heads * q.shape[3]
+    if key.rank == 5:     # packed KV: (batch, kv_seq, heads, 2, size)
+        node.require(value is None and key.shape[2:4] == (heads, 2),
+                     f"packed key {key.type} must be (batch, kv_seq, {heads}, 2, size) with "
+                     "no value")
+        k, v = unpack(node, key, 2)
+    else:
+        node.require(value is not None and key.rank == value.rank and key.rank in (3, 4),
+                     f"key {key.type} and value {None if value is None else value.type} must "
+                     "both be (batch, kv_seq, hidden) or (batch, heads, kv_seq, size)")
+        if key.rank == 4:     # already projected and split into heads (a cross-attention cache)
+            node.require(bias is None, "a bias with key and value split into heads is not "
+                                       "imported (the bias belongs to the input projection)")
+            return q, key, value
+        k, v = split_heads(node, key, heads), split_heads(node, value, heads)
+    return q, head_bias(node, k, bias, width), head_bias(node, v, bias, 2 * width)
+
+
+def unpack(node, packed, count: int):
+    """(batch, seq, heads, count, size) -> `count` tensors (batch, heads, seq, size)."""
+    return [node.call("permute_dims", node.call("take", packed, Const.of(np.int64(i)), axis=3),
+                      axes=[0, 2, 1, 3]) for i in range(count)]
+
+
+def head_bias(node, x, bias, start: int):
+    """x (batch, heads, seq, size) plus bias[start : start + heads * size], per head."""
+    if bias is None:
+        return x
+    heads, size = x.shape[1], x.shape[3]
+    slab = part(node, bias, start, start + heads * size, 0)
+    return node.call("add", x, node.call("reshape", slab, shape=[1, heads, 1, size]))

@@ -1,0 +1,259 @@
+"""onnxruntime's com.microsoft operators (what its transformer optimizer writes into BERT,
+GPT-2 and Llama-style models), each against onnxruntime's CPU kernels on cpu_ref and
+c_kernels; the fused ops stay whole; the forms legato refuses say which input and why."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import legato  # noqa: E402
+from legato.errors import LegatoError  # noqa: E402
+from legato.frontends import onnx as onnx_frontend  # noqa: E402
+
+F, I32 = TensorProto.FLOAT, TensorProto.INT32
+BACKENDS = ["cpu_ref", "c_kernels"]
+MS = "com.microsoft"
+rng = np.random.default_rng(0)
+
+
+def randn(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def ms_node(op, inputs, outputs, **attrs):
+    return helper.make_node(op, inputs, outputs, domain=MS, **attrs)
+
+
+def model_of(nodes, feeds, outputs, initializers=(), types=None):
+    """A model over graph inputs `feeds` (name -> array) whose `outputs` are float32 unless
+    `types` says otherwise (onnxruntime wants them typed)."""
+    inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                            a.shape) for name, a in feeds.items()]
+    outs = [helper.make_tensor_value_info(name, (types or {}).get(name, F), None)
+            for name in outputs]
+    inits = [numpy_helper.from_array(np.asarray(v), name) for name, v in initializers]
+    graph = helper.make_graph(nodes, "g", inputs, outs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid(MS, 1)])
+
+
+def run_ort(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def check(model, feeds, backend, atol=1e-5, rows=None):
+    """legato against onnxruntime; `rows`: per output, an index of the part onnxruntime
+    defines (the rest is left unspecified)."""
+    want = run_ort(model, feeds)
+    got = legato.compile(onnx_frontend.load(model), backend)(*feeds.values())
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape, w.dtype, w.shape)
+        pick = (rows or {}).get(i, ...)
+        np.testing.assert_allclose(g[pick], w[pick], rtol=1e-4, atol=atol, err_msg=f"output {i}")
+
+
+def kept_ops(model, backend="c_kernels", keep=()):
+    """The ops of the legalized module (what the backend runs); `keep`: ops the backend's
+    config keeps whole (c_kernels has no attention kernel; cpu_ref keeps what it is told)."""
+    config = {"backends": {backend: {"keep": list(keep)}}} if keep else None
+    low = legato.legalize(onnx_frontend.load(model), backend=backend, config=config).module
+    return {call.op for fn in low.functions.values() for call in fn.calls}
+
+
+# --- activations, bias adds ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op, inputs, attrs", [
+    ("Gelu", 1, {}), ("FastGelu", 1, {}), ("FastGelu", 2, {}), ("BiasGelu", 2, {}),
+    ("QuickGelu", 1, {}), ("QuickGelu", 1, {"alpha": 1.0}), ("QuickGelu", 1, {"alpha": -0.5})])
+def test_activation_matches_onnxruntime(op, inputs, attrs, backend):
+    feeds = {"x": randn(2, 3, 8, scale=2.0)}
+    inits = [("bias", randn(8)), ("skip", randn(2, 3, 8))][:inputs - 1]
+    node = ms_node(op, ["x"] + [name for name, _ in inits], ["y"], **attrs)
+    check(model_of([node], feeds, ["y"], inits), feeds, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bias_add_adds_bias_and_skip(backend):
+    # onnxruntime runs BiasAdd on CUDA only: the reference is its definition
+    x, bias, skip = randn(2, 4, 8), randn(8), randn(2, 4, 8)
+    model = model_of([ms_node("BiasAdd", ["x", "bias", "skip"], ["y"])], {"x": x, "skip": skip},
+                     ["y"], [("bias", bias)])
+    got = legato.compile(onnx_frontend.load(model), backend)(x, skip)
+    np.testing.assert_allclose(got, x + bias + skip, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op, approximate", [("Gelu", "none"), ("BiasGelu", "none"),
+                                             ("FastGelu", "tanh")])
+def test_gelus_stay_whole(op, approximate):
+    feeds = {"x": randn(2, 8)}
+    inputs = ["x", "bias"] if op == "BiasGelu" else ["x"]
+    model = model_of([ms_node(op, inputs, ["y"])], feeds, ["y"], [("bias", randn(8))])
+    mod = onnx_frontend.load(model)
+    gelus = [c for c in mod.main.calls if c.op == "nn.gelu"]
+    assert [c.attrs["approximate"] for c in gelus] == [approximate]
+    assert "nn.gelu" in kept_ops(model)
+
+
+# --- normalizations ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("epsilon", [None, 1e-3])
+def test_skip_norms_match_onnxruntime_with_every_output(op, bias, epsilon, backend):
+    feeds = {"x": randn(2, 3, 16), "skip": randn(2, 3, 16)}
+    simplified = op.startswith("SkipSimplified")
+    inits = [("gamma", randn(16))] + ([] if simplified else [("beta", randn(16))])
+    names = ["x", "skip"] + [n for n, _ in inits]
+    if bias:
+        inits.append(("bias", randn(16)))
+        names.append("bias")
+    attrs = {} if epsilon is None else {"epsilon": epsilon}
+    outputs = ["y", "", "inv_std", "sum"] if simplified else ["y", "mean", "inv_std", "sum"]
+    node = ms_node(op, names, outputs, **attrs)
+    check(model_of([node], feeds, [o for o in outputs if o], inits), feeds, backend, atol=1e-4)
+
+
+def test_skip_layer_norm_default_epsilon_is_onnxruntimes():
+    # 1e-12: with inputs of spread 1e-4, an epsilon of 1e-5 would change the result
+    feeds = {"x": randn(2, 3, 8, scale=1e-4), "skip": np.zeros((2, 3, 8), np.float32)}
+    node = ms_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["y"])
+    check(model_of([node], feeds, ["y"], [("gamma", np.ones(8, np.float32))]), feeds,
+          "cpu_ref", atol=1e-4)
+
+
+def test_skip_norms_stay_whole():
+    feeds = {"x": randn(2, 3, 16), "skip": randn(2, 3, 16)}
+    nodes = [ms_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta"], ["a"]),
+             ms_node("SkipSimplifiedLayerNormalization", ["a", "skip", "gamma"], ["y"])]
+    model = model_of(nodes, feeds, ["y"], [("gamma", randn(16)), ("beta", randn(16))])
+    assert {"nn.layer_norm", "nn.rms_norm"} <= kept_ops(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("axis, outputs", [(-1, ["y"]), (-1, ["y", "inv_std"]), (1, ["y"])])
+def test_simplified_layer_norm_matches_onnxruntime(axis, outputs, backend):
+    feeds = {"x": randn(2, 3, 8)}
+    scale = randn(*((8,) if axis == -1 else (3, 8)))
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], outputs, axis=axis,
+                            epsilon=1e-6)
+    check(model_of([node], feeds, outputs, [("scale", scale)]), feeds, backend, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("segments, positions, mask", [
+    (True, False, True), (False, False, False), (True, True, True), (False, True, False)])
+def test_embed_layer_norm_matches_onnxruntime(segments, positions, mask, backend):
+    ids = rng.integers(0, 20, (2, 5)).astype(np.int32)
+    feeds = {"ids": ids}
+    names = ["ids", "seg" if segments else "", "words", "pos", "segs" if segments else "",
+             "gamma", "beta"]
+    if segments:
+        feeds["seg"] = rng.integers(0, 2, (2, 5)).astype(np.int32)
+    if mask:
+        # onnxruntime counts the entries equal to 1 (not the first 0, nor the nonzero ones)
+        feeds["mask"] = np.array([[1, 1, 0, 1, 0], [1, 2, 1, -1, 1]], np.int32)
+    names.append("mask" if mask else "")
+    if positions:
+        feeds["position_ids"] = np.array([[4, 3, 2, 1, 0], [0, 0, 1, 1, 6]], np.int32)
+        names.append("position_ids")
+    inits = [("words", randn(20, 8)), ("pos", randn(8, 8)), ("segs", randn(2, 8)),
+             ("gamma", randn(8)), ("beta", randn(8))]
+    outputs = ["y", "mask_index", "sum"] if mask else ["y", "", "sum"]
+    node = ms_node("EmbedLayerNormalization", names, outputs, epsilon=1e-5)
+    model = model_of([node], feeds, [o for o in outputs if o], inits,
+                     types={"mask_index": I32})
+    check(model, feeds, backend, atol=1e-4)
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+def test_an_unknown_com_microsoft_op_is_refused_by_domain_and_name():
+    feeds = {"x": randn(2, 8)}
+    model = model_of([ms_node("FusedMatMul", ["x", "x"], ["y"], transB=1)], feeds, ["y"])
+    with pytest.raises(LegatoError, match=r"com\.microsoft\.FusedMatMul"):
+        onnx_frontend.load(model)
+
+
+def test_a_contrib_node_is_held_against_its_schema():
+    feeds = {"x": randn(2, 8)}
+    model = model_of([ms_node("QuickGelu", ["x"], ["y"], beta=1.0)], feeds, ["y"])
+    with pytest.raises(LegatoError, match="'beta' is not an attribute of QuickGelu"):
+        onnx_frontend.load(model)
+
+
+# --- Attention (BERT, GPT-2) ------------------------------------------------------------------
+
+HIDDEN, HEADS = 16, 2
+
+
+MASKS = {  # name -> mask_index of (batch 2, seq 5, total 5 + past)
+    "none": lambda t: None,
+    "lengths": lambda t: np.array([t - 2, t], np.int32),
+    "ends_and_starts": lambda t: np.array([t - 1, t, 1, 0], np.int32),
+    "raw_2d": lambda t: (rng.random((2, t)) > 0.3).astype(np.int32),
+    "raw_3d": lambda t: (rng.random((2, 5, t)) > 0.3).astype(np.int32),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("past", [0, 3])
+def test_attention_matches_onnxruntime(mask, unidirectional, past, backend):
+    x = randn(2, 5, HIDDEN)
+    feeds = {"x": x}
+    names = ["x", "w", "b", "", ""]
+    index = MASKS[mask](5 + past)
+    if index is not None:
+        feeds["mask"] = index
+        names[3] = "mask"
+    outputs = ["y"]
+    if past:
+        feeds["past"] = randn(2, 2, HEADS, past, HIDDEN // HEADS)
+        names[4] = "past"
+        outputs.append("present")
+    node = ms_node("Attention", names, outputs, num_heads=HEADS, unidirectional=unidirectional)
+    inits = [("w", randn(HIDDEN, 3 * HIDDEN, scale=0.5)), ("b", randn(3 * HIDDEN))]
+    check(model_of([node], feeds, outputs, inits), feeds, backend, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_with_qkv_hidden_sizes_scale_and_bias_input(backend):
+    feeds = {"x": randn(2, 4, HIDDEN), "bias": randn(2, 1, 4, 4)}
+    node = ms_node("Attention", ["x", "w", "", "", "", "bias"], ["y"], num_heads=HEADS,
+                   qkv_hidden_sizes=[8, 8, 12], scale=0.3)
+    inits = [("w", randn(HIDDEN, 28, scale=0.5))]
+    check(model_of([node], feeds, ["y"], inits), feeds, backend, atol=1e-4)
+
+
+def test_attention_stays_whole():
+    feeds = {"x": randn(2, 5, HIDDEN), "mask": MASKS["raw_2d"](5)}
+    node = ms_node("Attention", ["x", "w", "b", "mask"], ["y"], num_heads=HEADS)
+    model = model_of([node], feeds, ["y"], [("w", randn(HIDDEN, 3 * HIDDEN)),
+                                             ("b", randn(3 * HIDDEN))])
+    assert "nn.linear" in kept_ops(model)
+    assert "nn.attention" in kept_ops(model, "cpu_ref", keep=["nn.attention"])
+
+
+@pytest.mark.parametrize("attrs, inputs, match", [
+    ({"do_rotary": 1}, {}, "'do_rotary'"),
+    ({"past_present_share_buffer": 1}, {}, "'past_present_share_buffer'"),
+    ({}, {"mask": np.zeros((2, 1, 8, 8), np.int32)}, "Megatron"),
+    ({}, {"mask": np.zeros(8, np.int32)}, r"\(3 \* batch \+ 2\)"),
+])
+def test_attention_forms_legato_refuses_say_why(attrs, inputs, match):
+    feeds = {"x": randn(2, 4, HIDDEN), **inputs}
+    node = ms_node("Attention", ["x", "w", "", *inputs], ["y"], num_heads=HEADS, **attrs)
+    model = model_of([node], feeds, ["y"], [("w", randn(HIDDEN, 3 * HIDDEN))])
+    with pytest.raises(LegatoError, match=f"Attention node .*{match}"):
+        onnx_frontend.load(model)
