@@ -68,6 +68,7 @@ def load(module, example_inputs, *, registry=None) -> Module:
     except Exception as err:  # noqa: BLE001 - export raises many error types
         raise LegatoError(f"torch.export could not export the module: "
                           f"{' '.join(str(err).split())[:400]}") from None
+    flat_outputs(torch, program)
     try:
         program = program.run_decompositions(decomposition_table())
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
@@ -75,6 +76,16 @@ def load(module, example_inputs, *, registry=None) -> Module:
                           f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
             from None
     return _Importer(program, registry).run()
+
+
+def flat_outputs(torch, program) -> None:
+    """Make the program return its results as one flat tuple, the order legato returns them
+    in: decomposing a program whose results rebuild a container of the model's own
+    (a decoder's DynamicCache) fails in torch (SpecViolationError on lifted constants)."""
+    signature = program.module_call_graph[0].signature
+    if signature is not None:
+        count = signature.out_spec.num_leaves
+        signature.out_spec = torch.utils._pytree.tree_structure(tuple(range(count)))
 
 
 # checks of what torch.export assumed about the inputs: legato's shapes are static

@@ -427,9 +427,14 @@ def expand(b, x, size, implicit=False):
 @aten("aten.cat.default")
 def cat(b, tensors, dim=0):
     dtype = None  # torch concatenates mixed dtypes in their promoted one
-    for t in tensors:
+    for t in tensors:  # the skipped empty tensors' dtypes included
         dtype = _promote(dtype, t.dtype)
-    return b.concat(*(_in_dtype(b, t, dtype) for t in tensors), axis=dim)
+    # torch's legacy rule skips 1-D empty tensors whatever `dim` is: a decoder's cache
+    # starts as torch.tensor([]) and each step concatenates its keys onto it at dim -2
+    kept = [t for t in tensors if t.shape != (0,)]
+    if not kept:
+        return _in_dtype(b, tensors[0], dtype)
+    return b.concat(*(_in_dtype(b, t, dtype) for t in kept), axis=dim)
 
 
 @aten("aten.split_with_sizes.default")
