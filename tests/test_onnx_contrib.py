@@ -257,3 +257,138 @@ def test_attention_forms_legato_refuses_say_why(attrs, inputs, match):
     model = model_of([node], feeds, ["y"], [("w", randn(HIDDEN, 3 * HIDDEN))])
     with pytest.raises(LegatoError, match=f"Attention node .*{match}"):
         onnx_frontend.load(model)
+
+
+# --- MultiHeadAttention -----------------------------------------------------------------------
+
+SIZE = HIDDEN // HEADS
+MHA_FORMS = {  # name -> (feeds of query, key, value; how many of the three inputs)
+    "separate": lambda: {"q": randn(2, 4, HIDDEN), "k": randn(2, 6, HIDDEN),
+                         "v": randn(2, 6, HIDDEN)},
+    "self": lambda: {"q": randn(2, 4, HIDDEN), "k": randn(2, 4, HIDDEN),
+                     "v": randn(2, 4, HIDDEN)},
+    "packed_qkv": lambda: {"q": randn(2, 4, HEADS, 3, SIZE)},
+    "packed_kv": lambda: {"q": randn(2, 4, HIDDEN), "k": randn(2, 6, HEADS, 2, SIZE)},
+    "split_kv": lambda: {"q": randn(2, 4, HIDDEN), "k": randn(2, HEADS, 6, SIZE),
+                         "v": randn(2, HEADS, 6, SIZE)},
+}
+
+
+def mha_model(form, bias=False, mask=None, extra=False, past=0, attrs=None):
+    feeds = MHA_FORMS[form]()
+    names = list(feeds) + [""] * (3 - len(feeds))
+    kv_len = 4 if form in ("self", "packed_qkv") else 6
+    inits = []
+    if bias:
+        inits.append(("bias", randn(3 * HIDDEN)))
+    names.append("bias" if bias else "")
+    total = kv_len + past
+    if mask is not None:
+        feeds["mask"] = {"lengths": np.array([total - 2, total], np.int32),
+                         "raw_2d": (rng.random((2, total)) > 0.3).astype(np.int32),
+                         "raw_3d": (rng.random((2, 4, total)) > 0.3).astype(np.int32)}[mask]
+    names.append("" if mask is None else "mask")
+    if extra:
+        feeds["extra"] = randn(1, HEADS, 4, total)
+    names.append("extra" if extra else "")
+    outputs = ["y"]
+    if past:
+        feeds["past_k"], feeds["past_v"] = randn(2, HEADS, past, SIZE), randn(2, HEADS, past, SIZE)
+        names += ["past_k", "past_v"]
+        outputs += ["present_k", "present_v"]
+    node = ms_node("MultiHeadAttention", names, outputs, num_heads=HEADS, **(attrs or {}))
+    return model_of([node], feeds, outputs, inits), feeds
+
+
+def unpacked(model, feeds):
+    """The same MultiHeadAttention with packed QKV or KV given as separate (batch, seq,
+    hidden) inputs: onnxruntime's CPU kernel runs only those."""
+    node = model.graph.node[0]
+    names, separate = list(node.input), {}
+    for name, array in feeds.items():
+        if array.ndim == 5:
+            batch, seq = array.shape[:2]
+            parts = [array[:, :, :, i, :].reshape(batch, seq, -1) for i in range(array.shape[3])]
+            slots = ["q", "k", "v"][3 - len(parts):]
+            separate.update(zip(slots, parts))
+        else:
+            separate[name] = array
+    names[:3] = ["q", "k", "v"]
+    plain = ms_node("MultiHeadAttention", names, list(node.output),
+                    **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    inits = [(t.name, numpy_helper.to_array(t)) for t in model.graph.initializer]
+    return model_of([plain], separate, list(node.output), inits), separate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("form, bias", [(form, bias) for form in sorted(MHA_FORMS)
+                                        for bias in (False, True)
+                                        if not (bias and form == "split_kv")])
+def test_multi_head_attention_forms_match_onnxruntime(form, bias, backend):
+    model, feeds = mha_model(form, bias=bias)
+    if form.startswith("packed"):
+        reference, separate = unpacked(model, feeds)
+        want = run_ort(reference, separate)[0]
+        got = legato.compile(onnx_frontend.load(model), backend)(*feeds.values())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        check(model, feeds, backend, atol=1e-4)
+
+
+def test_multi_head_attention_bias_with_split_key_is_refused():
+    model, _ = mha_model("split_kv", bias=True)
+    with pytest.raises(LegatoError, match="MultiHeadAttention node .*bias with key and value "
+                                          "split into heads"):
+        onnx_frontend.load(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mask", [None, "lengths", "raw_2d", "raw_3d"])
+@pytest.mark.parametrize("extra, past, unidirectional", [
+    (False, 0, 0), (True, 0, 0), (False, 0, 1), (False, 3, 1), (True, 3, 0)])
+def test_multi_head_attention_masks_and_past_match_onnxruntime(mask, extra, past,
+                                                               unidirectional, backend):
+    model, feeds = mha_model("self", bias=True, mask=mask, extra=extra, past=past,
+                             attrs={"unidirectional": unidirectional, "scale": 0.4})
+    check(model, feeds, backend, atol=1e-4)
+
+
+@pytest.mark.parametrize("name, index, match", [
+    ("past_sequence_length", 8, "input 8 .*shared between past and present"),
+    ("cache_indirection", 9, "input 9 .*beam")])
+def test_multi_head_attention_buffer_forms_are_refused(name, index, match):
+    feeds = {"q": randn(2, 4, HIDDEN), "extra": np.zeros((2, 1, 4), np.int32)}
+    names = ["q", "q", "q"] + [""] * (index - 3) + ["extra"]
+    model = model_of([ms_node("MultiHeadAttention", names, ["y"], num_heads=HEADS)], feeds, ["y"])
+    with pytest.raises(LegatoError, match=f"MultiHeadAttention node .*{match}"):
+        onnx_frontend.load(model)
+
+
+# --- RotaryEmbedding --------------------------------------------------------------------------
+
+def rope_caches(max_seq, half):
+    angles = np.arange(max_seq)[:, None] / 10000 ** (np.arange(half)[None, :] / half)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["bsh", "bnsh"])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("positions", ["start", "per_token"])
+@pytest.mark.parametrize("rotary_dim", [0, 4])
+def test_rotary_embedding_matches_onnxruntime(layout, interleaved, positions, rotary_dim,
+                                              backend):
+    batch, seq, heads, size = 2, 3, 2, 8
+    x = randn(batch, seq, heads * size) if layout == "bsh" else randn(batch, heads, seq, size)
+    half = (rotary_dim or size) // 2
+    cos, sin = rope_caches(16, half)
+    pos = np.array([5], np.int64) if positions == "start" else \
+        rng.integers(0, 16, (batch, seq)).astype(np.int64)
+    attrs = {"interleaved": interleaved}
+    if rotary_dim or layout == "bsh":
+        attrs["num_heads"] = heads
+    if rotary_dim:
+        attrs["rotary_embedding_dim"] = rotary_dim
+    feeds = {"x": x, "pos": pos}
+    node = ms_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], **attrs)
+    check(model_of([node], feeds, ["y"], [("cos", cos), ("sin", sin)]), feeds, backend)

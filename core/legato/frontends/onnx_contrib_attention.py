@@ -242,3 +242,76 @@ def head_bias(node, x, bias, start: int):
     heads, size = x.shape[1], x.shape[3]
     slab = part(node, bias, start, start + heads * size, 0)
     return node.call("add", x, node.call("reshape", slab, shape=[1, heads, 1, size]))
+
+
+# --- rotary embeddings ------------------------------------------------------------------------
+
+def rotate(node, x, cos, sin, dim: int, interleaved: bool):
+    """x (..., head_size) with its first `dim` channels rotated by cos and sin
+    (broadcasting to (..., dim / 2)): the halves [0, dim/2) and [dim/2, dim) are the real
+    and imaginary parts, or the even and odd channels when `interleaved`."""
+    head = x.shape[-1]
+    axis = x.rank - 1
+    rotated = x if dim == head else part(node, x, 0, dim, axis)
+    if interleaved:
+        pairs = node.call("reshape", rotated, shape=list(rotated.shape[:-1]) + [dim // 2, 2])
+        x1, x2 = (node.call("take", pairs, Const.of(np.int64(i)), axis=axis + 1) for i in (0, 1))
+    else:
+        x1, x2 = node.call("split", rotated, sections=2, axis=axis)
+    real = node.call("subtract", node.call("multiply", x1, cos), node.call("multiply", x2, sin))
+    imag = node.call("add", node.call("multiply", x2, cos), node.call("multiply", x1, sin))
+    if interleaved:
+        pairs = node.call("concat", *(node.call("expand_dims", t, axes=[axis + 1])
+                                      for t in (real, imag)), axis=axis + 1)
+        rotated = node.call("reshape", pairs, shape=list(rotated.shape))
+    else:
+        rotated = node.call("concat", real, imag, axis=axis)
+    return rotated if dim == head else node.call("concat", rotated,
+                                                  part(node, x, dim, head, axis), axis=axis)
+
+
+def cache_rows(node, cache, positions):
+    """cos or sin rows at `positions` (int64, any shape): (*positions.shape, dim / 2)."""
+    return node.call("take", cache, positions, axis=0)
+
+
+@contrib("RotaryEmbedding", "input position_ids cos_cache sin_cache", "output", interleaved="i",
+         is_packed_batching="i", num_heads="i", rotary_embedding_dim="i", scale="f")
+def rotary_embedding(node):
+    """(batch, seq, heads * size) or (batch, heads, seq, size); positions (batch, seq) or
+    one start position for every batch entry."""
+    x, position_ids, cos, sin = (node.arg(i) for i in range(4))
+    node.require(not node.flag("is_packed_batching", 0),
+                 "attribute 'is_packed_batching' = 1 (ragged batches) is not imported")
+    node.require(node.attr("scale", 1.0) == 1.0, f"attribute 'scale' = {node.attr('scale')} "
+                 "is not imported (onnxruntime's CPU kernel does not apply it either)")
+    half = cos.shape[-1]
+    node.require(cos.rank == 2 and sin.shape == cos.shape, f"cos_cache {cos.type} and "
+                 f"sin_cache {sin.type} must both be (max_seq, rotary_dim / 2)")
+    dim = node.attr("rotary_embedding_dim", 0) or 2 * half
+    node.require(dim == 2 * half, f"rotary_embedding_dim {dim} is not twice the caches' "
+                                  f"{half} columns")
+    if x.rank == 4:
+        batch, _, seq, size = x.shape
+        heads_first = x
+    else:
+        node.require(x.rank == 3, f"input {x.type} must be 3-D or 4-D")
+        batch, seq, hidden = x.shape
+        heads = node.attr("num_heads", 0) or hidden // dim
+        node.require(heads >= 1 and hidden % heads == 0, f"hidden size {hidden} does not "
+                                                         f"split into {heads} heads")
+        heads_first = split_heads(node, x, heads)
+        size = hidden // heads
+    node.require(dim <= size, f"rotary dimension {dim} exceeds the head size {size}")
+    positions = node.call("cast", position_ids, dtype="int64")
+    if position_ids.rank == 1:   # one start position: start, start + 1, ...
+        node.require(position_ids.shape == (1,), f"position_ids {position_ids.type} must be "
+                                                 "(1,) or (batch, seq)")
+        positions = node.call("add", positions, key_positions(node, seq))
+        positions = node.call("reshape", positions, shape=[1, seq])
+    else:
+        node.require(position_ids.shape in ((batch, seq), (1, seq)),
+                     f"position_ids {position_ids.type} must be (batch, seq) or (1,)")
+    rows = [node.call("expand_dims", cache_rows(node, c, positions), axes=[1]) for c in (cos, sin)]
+    y = rotate(node, heads_first, *rows, dim, node.flag("interleaved", 0))
+    return y if x.rank == 4 else merge_heads(node, y)
