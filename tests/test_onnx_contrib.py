@@ -392,3 +392,94 @@ def test_rotary_embedding_matches_onnxruntime(layout, interleaved, positions, ro
     feeds = {"x": x, "pos": pos}
     node = ms_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], **attrs)
     check(model_of([node], feeds, ["y"], [("cos", cos), ("sin", sin)]), feeds, backend)
+
+
+# --- GroupQueryAttention ----------------------------------------------------------------------
+
+Q_HEADS, KV_HEADS, HEAD = 4, 2, 16  # onnxruntime rotates head sizes of multiples of 16
+
+
+def gqa_case(seq=4, past=0, seqlens=None, packed=False, rotary=False, attrs=None, extra=False,
+             batch=2):
+    """(model, feeds, rows): a GroupQueryAttention over `batch` entries that hold
+    `seqlens` + 1 tokens after the step; `rows` picks the output rows onnxruntime defines
+    (those of each entry's real tokens)."""
+    seqlens = np.array(seqlens if seqlens is not None else [past + seq - 1] * batch, np.int32)
+    total = max(int(seqlens.max()) + 1, past + seq if past else seq)
+    kv_width = KV_HEADS * HEAD
+    if packed:
+        feeds = {"qkv": randn(batch, seq, Q_HEADS * HEAD + 2 * kv_width)}
+        names = ["qkv", "", ""]
+    else:
+        feeds = {"q": randn(batch, seq, Q_HEADS * HEAD), "k": randn(batch, seq, kv_width),
+                 "v": randn(batch, seq, kv_width)}
+        names = ["q", "k", "v"]
+    if past:
+        feeds["past_k"] = randn(batch, KV_HEADS, past, HEAD)
+        feeds["past_v"] = randn(batch, KV_HEADS, past, HEAD)
+    names += ["past_k", "past_v"] if past else ["", ""]
+    feeds["seqlens"] = seqlens
+    names += ["seqlens", "total"]
+    inits = [("total", np.array(total, np.int32))]
+    if rotary:
+        cos, sin = rope_caches(32, HEAD // 2)
+        inits += [("cos", cos), ("sin", sin)]
+        names += ["cos", "sin"]
+    if extra:
+        feeds["extra"] = randn(batch, 1, seq, max(total, past))
+        names += [""] * (10 - len(names)) + ["extra"]
+    outputs = ["y", "present_k", "present_v"]
+    node = ms_node("GroupQueryAttention", names, outputs, num_heads=Q_HEADS,
+                   kv_num_heads=KV_HEADS, do_rotary=int(rotary), **(attrs or {}))
+    model = model_of([node], feeds, outputs, inits)
+    tokens = seqlens + 1
+    pasts = np.maximum(tokens - seq, 0)
+    out_rows = np.arange(seq)[None, :, None] < (tokens - pasts)[:, None, None]
+    cache_rows = np.arange(max(total, past))[None, None, :, None] < tokens[:, None, None, None]
+    rows = {0: np.broadcast_to(out_rows, (batch, seq, Q_HEADS * HEAD)),
+            1: np.broadcast_to(cache_rows, (batch, KV_HEADS, max(total, past), HEAD)),
+            2: np.broadcast_to(cache_rows, (batch, KV_HEADS, max(total, past), HEAD))}
+    return model, feeds, rows
+
+
+GQA_CASES = {
+    "prompt": {}, "prompt_packed": {"packed": True},
+    "prompt_padded": {"seqlens": [3, 1]},
+    "decode": {"seq": 1, "past": 4}, "decode_ragged": {"seq": 1, "past": 4, "seqlens": [4, 2]},
+    # onnxruntime takes several new tokens after a past for one batch entry only
+    "chunk_after_past": {"seq": 2, "past": 3, "batch": 1},
+    "prompt_rotary": {"rotary": True},
+    "decode_rotary_interleaved": {"seq": 1, "past": 4, "seqlens": [4, 3], "rotary": True,
+                                  "attrs": {"rotary_interleaved": 1}},
+    "window": {"seq": 6, "attrs": {"local_window_size": 2}},
+    "window_decode": {"seq": 1, "past": 5, "attrs": {"local_window_size": 3}},
+    "softcap": {"attrs": {"softcap": 2.0, "scale": 0.7}},
+    "attention_bias": {"seq": 2, "past": 3, "extra": True, "batch": 1},
+    "bidirectional": {"attrs": {"causal": 0}},
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_group_query_attention_matches_onnxruntime(case, backend):
+    model, feeds, rows = gqa_case(**GQA_CASES[case])
+    check(model, feeds, backend, atol=1e-4, rows=rows)
+
+
+def test_group_query_attention_stays_whole():
+    model, _, _ = gqa_case(seq=1, past=4, rotary=True)
+    assert "nn.attention" in kept_ops(model, "cpu_ref", keep=["nn.attention"])
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"attrs": {"k_quant_type": "PER_TENSOR"}}, "'k_quant_type' = 'PER_TENSOR': a quantized"),
+    ({"attrs": {"smooth_softmax": 1}}, "'smooth_softmax' = 1 is not imported"),
+    ({"total_input": True}, r"input 6 \('total'\) must be a constant"),
+])
+def test_group_query_attention_forms_legato_refuses_say_why(change, match):
+    model, _, _ = gqa_case(attrs=change.get("attrs"))
+    if change.get("total_input"):   # total_sequence_length given at run time
+        total = model.graph.initializer.pop()
+        model.graph.input.append(helper.make_tensor_value_info(total.name, I32, []))
+    with pytest.raises(LegatoError, match=f"GroupQueryAttention node .*{match}"):
+        onnx_frontend.load(model)

@@ -315,3 +315,141 @@ def rotary_embedding(node):
     rows = [node.call("expand_dims", cache_rows(node, c, positions), axes=[1]) for c in (cos, sin)]
     y = rotate(node, heads_first, *rows, dim, node.flag("interleaved", 0))
     return y if x.rank == 4 else merge_heads(node, y)
+
+
+# --- GroupQueryAttention ----------------------------------------------------------------------
+
+QUANTIZED = "a quantized KV cache is not imported"
+NORMED = "per-head Q/K RMS norms are not imported (onnxruntime's CPU kernel refuses them too)"
+
+
+@contrib("GroupQueryAttention", "query key? value? past_key? past_value? seqlens_k "
+         "total_sequence_length cos_cache? sin_cache? position_ids? attention_bias? head_sink? "
+         "k_scale? v_scale? q_norm_weight? k_norm_weight? query_seqlens?",
+         "output present_key? present_value? output_qk?", causal="i", do_rotary="i",
+         k_norm_epsilon="f", k_quant_type="s", kv_cache_bit_width="i", kv_num_heads="i!",
+         local_window_size="i", num_heads="i!", q_norm_epsilon="f", qk_norm_epsilon="f",
+         qk_output="i", rotary_interleaved="i", scale="f", sliding_window_cache="i",
+         smooth_softmax="i", softcap="f", v_quant_type="s")
+def group_query_attention(node):
+    """Batch entry b holds seqlens_k[b] + 1 tokens after this step: its new tokens follow
+    its max(seqlens_k[b] + 1 - seq, 0) past ones in the present cache, query s sits at that
+    past length + s and sees the keys up to its own position (the last local_window_size of
+    them when that is set)."""
+    refuse_inputs(node, {11: "head_sink (smooth softmax) is not imported", 12: QUANTIZED,
+                         13: QUANTIZED, 14: NORMED, 15: NORMED,
+                         16: "right-padded query chunks (query_seqlens) are not imported"})
+    for name in ("smooth_softmax", "qk_output", "sliding_window_cache"):
+        node.require(not node.attr(name, 0), f"attribute {name!r} = {node.attr(name)} is not "
+                                             "imported")
+    for name in ("k_quant_type", "v_quant_type"):
+        node.require(node.attr(name, "NONE") == "NONE", f"attribute {name!r} = "
+                     f"{node.attr(name)!r}: {QUANTIZED}")
+    q, k, v = gqa_heads(node, node.positive("num_heads", 1), node.positive("kv_num_heads", 1))
+    batch, _, seq, size = q.shape
+    past_k, past_v = node.input(3), node.input(4)
+    node.require((past_k is None) == (past_v is None), "past_key and past_value come together")
+    past_len = 0 if past_k is None else past_k.shape[2]
+    node.require(past_k is None or (past_k.shape == past_v.shape and past_k.shape[:2] ==
+                                    k.shape[:2] and past_k.shape[3] == size),
+                 f"past_key and past_value must be (batch, {k.shape[1]}, past_seq, {size})")
+    total = node.scalar(6)
+    length = max(int(total), past_len)   # the present cache's length, as onnxruntime sizes it
+    totals = node.call("add", node.call("reshape", node.call(
+        "cast", node.arg(5), dtype="int64"), shape=[batch, 1]), 1)           # (batch, 1)
+    pasts = node.call("maximum", node.call("subtract", totals, seq), 0)       # (batch, 1)
+    steps = node.call("add", pasts, key_positions(node, seq))                 # (batch, seq)
+    if node.flag("do_rotary", 0):
+        q, k = gqa_rotary(node, q, k, steps)
+    present_k, present_v = (place(node, old, new, pasts, length)
+                            for old, new in ((past_k, k), (past_v, v)))
+    bias = add_all(node, [gqa_bias(node, totals, steps, length, q.dtype), node.input(10)])
+    softcap = node.attr("softcap", 0.0)
+    y = softcapped(node, q, present_k, present_v, bias, softcap) if softcap > 0 else \
+        attend(node, q, present_k, present_v, bias, node.attr("scale", 0.0) or None)
+    return merge_heads(node, y), present_k, present_v, None
+
+
+def gqa_heads(node, heads: int, kv_heads: int):
+    query, key, value = node.arg(0), node.input(1), node.input(2)
+    node.require(heads % kv_heads == 0, f"num_heads {heads} is not a multiple of "
+                                        f"kv_num_heads {kv_heads}")
+    if key is None:   # packed (batch, seq, (heads + 2 kv_heads) * size)
+        node.require(value is None and query.rank == 3 and query.shape[2] %
+                     (heads + 2 * kv_heads) == 0, f"packed query {query.type} must be (batch, "
+                     f"seq, ({heads} + 2 * {kv_heads}) * head_size)")
+        size = query.shape[2] // (heads + 2 * kv_heads)
+        edges = [0, heads * size, (heads + kv_heads) * size, query.shape[2]]
+        query, key, value = (part(node, query, edges[i], edges[i + 1]) for i in range(3))
+    node.require(value is not None and query.rank == key.rank == value.rank == 3 and
+                 key.shape == value.shape and key.shape[:2] == query.shape[:2],
+                 "query, key and value must be (batch, seq, hidden) of one sequence length")
+    return (split_heads(node, query, heads), split_heads(node, key, kv_heads),
+            split_heads(node, value, kv_heads))
+
+
+def gqa_rotary(node, q, k, steps):
+    cos, sin = node.input(7), node.input(8)
+    node.require(cos is not None and sin is not None, "do_rotary = 1 needs cos_cache and "
+                                                      "sin_cache (inputs 7 and 8)")
+    positions = steps if node.input(9) is None else node.call("cast", node.input(9),
+                                                              dtype="int64")
+    rows = [node.call("expand_dims", cache_rows(node, c, positions), axes=[1])
+            for c in (cos, sin)]
+    interleaved = node.flag("rotary_interleaved", 0)
+    dim = 2 * cos.shape[-1]
+    node.require(dim <= q.shape[3], f"cos_cache {cos.type} rotates more than the head size "
+                                    f"{q.shape[3]}")
+    return tuple(rotate(node, t, *rows, dim, interleaved) for t in (q, k))
+
+
+def place(node, old, new, pasts, length: int):
+    """The present cache (batch, kv_heads, length, size): rows [0, past_b) from `old`, the
+    new rows from past_b on, zeros after them."""
+    batch, heads, seq, size = new.shape
+    if old is None and length == seq:
+        return new   # a first prompt: rows past a shorter entry's length are unspecified
+    keys = key_positions(node, length)
+    offset = node.call("subtract", keys, pasts)                              # (batch, length)
+    index = node.call("clip", offset, min=0, max=seq - 1)
+    index = node.call("broadcast_to", node.call("reshape", index, shape=[batch, 1, length, 1]),
+                      shape=[batch, heads, length, size])
+    fresh = node.call("gather_elements", new, index, axis=2)
+    is_new = node.call("logical_and", node.call("greater_equal", offset, 0),
+                       node.call("less", offset, seq))
+    is_new = node.call("reshape", is_new, shape=[batch, 1, length, 1])
+    kept = Const.of(np.zeros((1, 1, length, 1), new.dtype)) if old is None else old
+    if old is not None and old.shape[2] < length:
+        kept = node.call("pad", old, pads=[0, 0, 0, 0, 0, 0, length - old.shape[2], 0])
+    if old is not None:
+        is_old = node.call("reshape", node.call("less", keys, pasts), shape=[batch, 1, length, 1])
+        kept = node.call("where", is_old, kept, node.b.scalar(0.0, new.dtype))
+    return node.call("where", is_new, fresh, kept)
+
+
+def gqa_bias(node, totals, steps, length: int, dtype: str):
+    """-inf for the keys query s of entry b does not see: beyond the entry's tokens, after
+    its position (causal), or local_window_size or more before it."""
+    keys = key_positions(node, length)
+    own = node.call("reshape", steps, shape=[-1, 1, steps.shape[1], 1])      # (b, 1, s, 1)
+    blocked = node.call("greater_equal", keys, node.call("reshape", totals, shape=[-1, 1, 1, 1]))
+    if node.flag("causal", 1):
+        blocked = node.call("logical_or", blocked, node.call("greater", keys, own))
+    window = node.attr("local_window_size", -1)
+    if window > 0:
+        blocked = node.call("logical_or", blocked, node.call(
+            "less_equal", keys, node.call("subtract", own, window)))
+    return filled(node, blocked, -math.inf, dtype)
+
+
+def softcapped(node, q, k, v, bias, softcap: float):
+    """softmax(softcap * tanh(q k^T * scale / softcap) + bias) v, composed: nn.attention
+    has no softcap."""
+    k, v = (repeat_heads(node, t, q.shape[1] // t.shape[1]) for t in (k, v))
+    scale = node.attr("scale", 0.0) or 1 / math.sqrt(q.shape[3])
+    scores = node.call("multiply", node.call("matmul", q, node.call(
+        "permute_dims", k, axes=[0, 1, 3, 2])), scale)
+    scores = node.call("multiply", node.call("tanh", node.call("divide", scores, softcap)),
+                       softcap)
+    probs = node.call("nn.softmax", node.call("add", scores, bias), axis=-1)
+    return node.call("matmul", probs, v)
