@@ -68,15 +68,79 @@ def _take_flat(b, x, indices: np.ndarray):
     return b.take(flat, Const.of(indices.astype(np.int64)), axis=0)
 
 
-@aten("aten.as_strided.default", "aten.as_strided_copy.default")
-def as_strided(b, x, size, stride, storage_offset=None):
-    """The view of x's row-major elements with `size`, `stride` and `storage_offset`."""
-    grid = np.full([int(s) for s in size], int(storage_offset or 0), dtype=np.int64)
+def _strided_positions(size, stride, offset: int) -> np.ndarray:
+    """The storage position of each element of a (size, stride, offset) view, row-major."""
+    grid = np.full([int(n) for n in size], int(offset), dtype=np.int64)
     for axis, (n, step) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[axis] = int(n)
         grid = grid + np.arange(int(n), dtype=np.int64).reshape(shape) * int(step)
-    return _take_flat(b, x, grid)
+    return grid
+
+
+class Site:
+    """The FX node the importer converts and the values of the nodes before it, for the
+    converters that mark themselves `reads_site`: those whose meaning depends on how
+    torch lays tensors out in memory, which only the exported graph records."""
+
+    def __init__(self, node, env: dict):
+        self.node, self.env = node, env
+
+
+@aten("aten.as_strided.default", "aten.as_strided_copy.default")
+def as_strided(b, x, size, stride, storage_offset=None, *, site: Site | None = None):
+    """The view with `size`, `stride` and `storage_offset` of the storage x lives in.
+    From the importer (`site`) it reads that storage through the strides torch.export
+    recorded for the tensor owning it (a placeholder laid out as the example input was,
+    a channels-last copy, ...); called directly, x is taken as contiguous at offset 0."""
+    if site is None:
+        offset = 0 if storage_offset is None else storage_offset
+        return _take_flat(b, x, _strided_positions(size, stride, offset))
+    node, env = site.node, site.env
+    owner = _storage_owner(node.args[0])
+    layout, view = (n.meta.get("val") for n in (owner, node.args[0]))
+    if not all(hasattr(v, "stride") for v in (layout, view)):
+        raise LegatoError(f"as_strided on {owner.name}, whose storage layout torch.export "
+                          "did not record: legato cannot tell which elements it reads")
+    offset = view.storage_offset() if storage_offset is None else storage_offset
+    wanted = _strided_positions(size, stride, offset)
+    held = _strided_positions(layout.shape, layout.stride(), layout.storage_offset())
+    return _take_flat(b, env[owner], _storage_elements(owner.name, layout, held, wanted))
+
+
+as_strided.reads_site = True
+
+
+def _storage_owner(fx_node):
+    """The node whose tensor owns the storage fx_node's tensor views: back through the
+    view ops (their schema says the result aliases the first argument)."""
+    while fx_node.op == "call_function" and _is_view(fx_node.target):
+        fx_node = fx_node.args[0]
+    return fx_node
+
+
+def _is_view(target) -> bool:
+    if str(target) == "aten._unsafe_view.default":  # a view its schema does not declare
+        return True
+    returns = getattr(getattr(target, "_schema", None), "returns", None)
+    alias = returns[0].alias_info if returns else None
+    return alias is not None and not alias.is_write
+
+
+def _storage_elements(name: str, layout, held: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each storage position in `wanted`, the row-major index of an element of the
+    owner (laid out at positions `held`) stored there."""
+    end = int(max(held.max(initial=-1), wanted.max(initial=-1))) + 1
+    element = np.full(end, -1, dtype=np.int64)
+    element[held.ravel()] = np.arange(held.size, dtype=np.int64)
+    found = np.where(wanted >= 0, element[np.maximum(wanted, 0)], -1) if end else wanted
+    if wanted.size and found.min() < 0:
+        missing = int(wanted.ravel()[np.argmin(found.ravel())])
+        raise LegatoError(
+            f"it reads storage position {missing}, which no element of {name} "
+            f"(shape {list(layout.shape)}, strides {list(layout.stride())}, offset "
+            f"{layout.storage_offset()}) holds: legato does not track that memory")
+    return found
 
 
 def _diagonal_cells(shape, offset: int) -> np.ndarray:

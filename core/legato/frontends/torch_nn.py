@@ -44,9 +44,12 @@ def hardsigmoid(b, x):
 
 @aten("aten.elu.default")
 def elu(b, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    if input_scale != 1.0:
-        x = b.multiply(x, input_scale)
-    y = b.nn_elu(x, alpha=alpha)  # ATen's elu carries selu's scale and input_scale
+    """scale * (x if x > 0 else alpha * (exp(x * input_scale) - 1)): ATen's elu carries
+    selu's scale, and input_scale scales the negative branch's exponent only."""
+    if input_scale == 1.0:
+        y = b.nn_elu(x, alpha=alpha)
+    else:
+        y = b.where(b.greater(x, 0.0), x, b.multiply(b.expm1(b.multiply(x, input_scale)), alpha))
     return y if scale == 1.0 else b.multiply(y, scale)
 
 

@@ -1,0 +1,131 @@
+"""Programs from outside legato that the torch importer once answered wrongly: as_strided
+over views and channels-last storage, elu's scale and input_scale, attention masks with
+fully masked rows and a value head size unlike the query's, writes into views of an
+`out=` buffer, and bfloat16 special values. Each is compared with torch eager; the
+exports are shared per module (torch.export is the slow part)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import legato  # noqa: E402
+from legato.frontends import torch as torch_frontend  # noqa: E402
+
+BACKENDS = ("cpu_ref", "c_kernels")
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _numpy(t):
+    """A tensor as numpy (bfloat16 through float32, which numpy lacks)."""
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.detach().float().numpy().astype(ml_dtypes.bfloat16)
+    return t.detach().contiguous().numpy()
+
+
+class Case:
+    """A module, its inputs, eager's results and its import, made once."""
+
+    def __init__(self, module, inputs):
+        self.module, self.inputs = module.eval(), inputs
+        with torch.no_grad():
+            want = self.module(*inputs)
+        self.wants = [want] if isinstance(want, torch.Tensor) else list(want)
+        self.mod = torch_frontend.load(self.module, inputs)
+
+    def check(self, backend, rtol=1e-5, atol=1e-6):
+        got = legato.compile(self.mod, backend)(*(_numpy(t) for t in self.inputs))
+        gots = list(got) if isinstance(got, tuple) else [got]
+        assert len(gots) == len(self.wants)
+        for i, (g, w) in enumerate(zip(gots, self.wants)):
+            w = _numpy(w)
+            assert g.dtype == w.dtype and g.shape == w.shape, i
+            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                       rtol=rtol, atol=atol, err_msg=f"result {i}")
+
+
+# --- as_strided addresses the storage, through any view ---------------------------------------
+
+def _channels_last(t):
+    return t.to(memory_format=torch.channels_last)
+
+
+VIEWS = (  # as_strided over a view of x = [4, 3]: its storage is x's
+    lambda x: torch.as_strided(x.t(), (3, 2), (1, 3), 1),
+    lambda x: torch.as_strided(x.transpose(0, 1), (2, 3), (3, 1), 2),
+    lambda x: torch.as_strided(x.permute(1, 0), (3, 2), (2, 1), 0),
+    lambda x: torch.as_strided(x.movedim(0, 1), (2, 2), (4, 1), 3),
+    lambda x: torch.as_strided(x.T, (3, 2), (2, 1), 2),
+    lambda x: torch.as_strided(x.unfold(0, 2, 1), (2, 2), (1, 2), 1),
+    lambda x: torch.as_strided(x[1:], (2, 2), (1, 2), 0),  # an absolute offset
+    lambda x: torch.as_strided(x[1:], (2, 2), (1, 2)),  # the slice's own offset, 3
+    lambda x: torch.as_strided(torch.ops.aten._unsafe_view(x[1:], (9,)), (2, 2), (1, 2), 0),
+    lambda x: torch.as_strided(x.detach(), (2, 2), (1, 2), 5),
+    lambda x: torch.as_strided(torch.ops.aten.alias(x), (2, 2), (1, 2), 3),
+    lambda x: torch.as_strided(torch.as_strided(x, (3, 3), (1, 3), 1), (2, 2), (2, 1), 1),
+    lambda x: torch.as_strided(_channels_last(x.reshape(1, 2, 2, 3)), (3, 2), (1, 3), 1),
+    lambda x: torch.as_strided(x.expand(2, 4, 3), (2, 2), (1, 2), 0),
+)
+
+
+class ChannelsLast(nn.Module):
+    """as_strided on a channels-last input, a channels-last parameter and results computed
+    from them (which torch lays out channels-last too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(_channels_last(torch.randn(1, 2, 2, 3)))
+
+    def forward(self, x):
+        return (torch.as_strided(x, (2, 2), (1, 2), 0),
+                torch.as_strided(self.w, (3, 2), (1, 3), 1),
+                torch.as_strided(torch.relu(x) + 1, (2, 3), (1, 2), 1),
+                torch.as_strided(x.movedim(1, 3)[:, 1:], (2, 2), (1, 2)))
+
+
+@pytest.fixture(scope="module")
+def strided_views():
+    torch.manual_seed(0)
+    return (Case(Fn(lambda x: tuple(view(x) for view in VIEWS)), [torch.randn(4, 3)]),
+            Case(ChannelsLast(), [_channels_last(torch.randn(1, 2, 2, 3))]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_as_strided_over_views_reads_the_storage(strided_views, backend):
+    for case in strided_views:
+        case.check(backend, rtol=0, atol=0)  # gathers: exact
+
+
+def test_as_strided_reading_memory_legato_does_not_have_is_refused():
+    # x views elements 2.. of a larger storage: position 0 is not among x's values
+    x = torch.randn(10)[2:]
+    with pytest.raises(legato.LegatoError, match=r"as_strided.*storage position 0.*x"):
+        torch_frontend.load(Fn(lambda x: torch.as_strided(x[1:], (2, 2), (1, 2), 0)), (x,))
+
+
+# --- elu's scale and input_scale ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def elu_case():
+    torch.manual_seed(0)
+    return Case(Fn(lambda x: (torch.ops.aten.elu(x, 2.0, 1.5, 3.0),
+                              torch.ops.aten.elu(x, 0.5, 1.0, -2.0),
+                              torch.ops.aten.elu(x, 1.0, 2.0, 1.0), F.selu(x), F.celu(x, 0.7))),
+                [3 * torch.randn(5, 6)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_elu_scale_and_input_scale(elu_case, backend):
+    elu_case.check(backend)
