@@ -129,3 +129,72 @@ def elu_case():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_elu_scale_and_input_scale(elu_case, backend):
     elu_case.check(backend)
+
+
+# --- attention: every mask form, a value head size unlike the query's --------------------------
+
+B, H, L, S, E, EV = 2, 3, 8, 12, 16, 20
+MASK_SHAPES = ((L, S), (1, S), (L, 1), (H, L, S), (1, L, S), (B, H, L, S), (B, 1, L, S),
+               (1, H, 1, S), (B, 1, 1, S), (1, 1, 1, 1))
+
+
+def _masks(generator):
+    """A bool and a float mask of each shape; some rows of the full ones masked out
+    entirely (torch answers 0 there)."""
+    masks = []
+    for shape in MASK_SHAPES:
+        keep = torch.rand(*shape, generator=generator) > 0.3
+        if len(shape) == 4 and shape[-2] > 1:
+            keep[..., 0, :] = False
+        masks += [keep, torch.where(keep, torch.randn(*shape, generator=generator),
+                                    float("-inf"))]
+    return masks
+
+
+def _attend(q, k, v, *masks):
+    sdpa = F.scaled_dot_product_attention
+    return (*(sdpa(q, k, v, attn_mask=m) for m in masks), sdpa(q, k, v, attn_mask=masks[0],
+                                                              scale=0.3),
+            sdpa(q, k, v, is_causal=True), sdpa(q, k, v),
+            sdpa(q[0], k[0], v[0], attn_mask=masks[-4][0]))  # 3-d q, k, v and mask
+
+
+@pytest.fixture(scope="module")
+def attention_case():
+    g = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(B, H, n, d, generator=g) for n, d in ((L, E), (S, E), (S, EV))]
+    return Case(Fn(_attend), qkv + _masks(g))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_masks_and_value_head_size(attention_case, backend):
+    attention_case.check(backend, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def causal_mask_case():
+    """is_causal with a mask, where PyTorch takes both (its fused kernel): equal head sizes,
+    a 2-d or 4-d mask; the mask and the causal one together leave some rows empty."""
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(B, H, n, E, generator=g) for n in (L, S))
+    keep = torch.rand(B, 1, L, S, generator=g) > 0.3
+    keep[:, :, 0, 0] = False  # row 0: causal keeps key 0 only
+    masks = [keep, torch.where(keep, 0.5, float("-inf")), keep[0, 0]]
+    return Case(Fn(lambda q, k, *ms: tuple(F.scaled_dot_product_attention(
+        q, k, k, attn_mask=m, is_causal=True) for m in ms)), [q, k, *masks])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_mask_with_is_causal(causal_mask_case, backend):
+    causal_mask_case.check(backend, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_mask_with_is_causal_is_refused_where_torch_refuses():
+    q, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 6)  # v's head size differs
+    fn = Fn(lambda q, v, m: F.scaled_dot_product_attention(q, q, v, attn_mask=m,
+                                                           is_causal=True))
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="attn_mask"):
+        fn(q, v, mask)
+    with pytest.raises(legato.LegatoError, match="attn_mask.*is_causal"):
+        torch_frontend.load(fn, (q, v, mask))

@@ -29,8 +29,6 @@ REFUSED = (
     (("sym_", "_local_scalar_dense", "item"), "a dynamic shape or scalar query (legato "
                                               "has static shapes: export with fixed sizes)"),
     (("sparse",), "a sparse op (legato has dense tensors)"),
-    (("_fft_", "view_as_complex", "view_as_real", "complex", "polar"),
-     "a complex-valued op (legato has no complex dtypes)"),
     (("resize_",), "an in-place resize of a tensor's storage (legato's tensors keep the "
                    "sizes they were exported with)"),
 )
@@ -247,6 +245,8 @@ def attention(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
               enable_gqa=False):
     if dropout_p:
         raise LegatoError(f"dropout_p={dropout_p} (refused: {RANDOM})")
+    if attn_mask is not None and is_causal:
+        attn_mask, is_causal = _causal_mask(b, q, k, v, attn_mask, enable_gqa), False
     if enable_gqa and k.rank == 4 and k.shape[1] != q.shape[1]:  # each k/v head serves
         k, v = (_repeat_heads(b, t, q.shape[1] // t.shape[1]) for t in (k, v))  # a group
     if q.rank == k.rank == v.rank == 3:  # (batch, seq, head_dim): one head
@@ -260,7 +260,34 @@ def attention(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
         lead = list(broadcast_shapes(*(t.shape[:2] for t in (q, k, v))))
         q, k, v = (t if list(t.shape[:2]) == lead else
                    b.broadcast_to(t, shape=[*lead, *t.shape[2:]]) for t in (q, k, v))
-    return b.nn_attention(q, k, v, attn_mask, scale=scale, causal=bool(is_causal))
+    out = b.nn_attention(q, k, v, attn_mask, scale=scale, causal=bool(is_causal))
+    return out if attn_mask is None else _zero_masked_rows(b, out, attn_mask)
+
+
+def _causal_mask(b, q, k, v, mask, enable_gqa):
+    """attn_mask with the causal mask folded in. PyTorch computes both only on its fused
+    CPU kernel, which takes 4-d q, k, v of one batch and head size and a 2-d or 4-d mask;
+    elsewhere it refuses them together, and so does legato."""
+    fused = q.rank == k.rank == v.rank == 4 and mask.rank in (2, 4) and \
+        q.shape[0] == k.shape[0] == v.shape[0] and q.shape[3] == k.shape[3] == v.shape[3] \
+        and (enable_gqa or q.shape[1] == k.shape[1] == v.shape[1])
+    if not fused:
+        raise LegatoError(f"attn_mask {mask.type} with is_causal=True for q {q.type}, k "
+                          f"{k.type}, v {v.type}: PyTorch refuses an explicit mask with "
+                          "is_causal outside its fused kernel (4-d inputs of one batch, "
+                          "head count and head size; a 2-d or 4-d mask)")
+    keep = Const.of(np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool)))
+    if mask.dtype == "bool":
+        return b.logical_and(mask, keep)
+    return b.where(keep, mask, float("-inf"))
+
+
+def _zero_masked_rows(b, out, mask):
+    """PyTorch answers 0 for a query row whose every key is masked out (a bool mask all
+    False, a float mask all -inf), where the softmax alone gives NaN."""
+    kept = mask if mask.dtype == "bool" else b.not_equal(mask, float("-inf"))
+    alive = b.max(kept, axes=[-1], keepdims=True) if kept.rank else kept
+    return b.where(alive, out, 0.0)
 
 
 def _repeat_heads(b, t, times: int):
