@@ -92,3 +92,113 @@ def test_qnn_nan_scale_refused_at_onnx_import(tmp_path):
         op = "qnn.quantize" if node_type == "QuantizeLinear" else "qnn.dequantize"
         with pytest.raises(legato.LegatoError, match=rf"{op}: input 1 \(scale\) holds nan at index 0"):
             lonnx.load(str(path))
+
+
+# --- ceil-mode pooling windows larger than their input ----------------------------------
+
+# (kind, arguments): windows larger than the (padded) 7 x 7 map that ceil mode still takes
+BIG_WINDOWS = [("avg", dict(kernel_size=1280, ceil_mode=True)),  # EfficientNet's pooler
+               ("avg", dict(kernel_size=10, stride=9, padding=2, ceil_mode=True)),
+               ("avg", dict(kernel_size=10, stride=9, padding=2, ceil_mode=True,
+                            count_include_pad=False)),
+               ("avg", dict(kernel_size=(9, 3), stride=(8, 2), padding=1, ceil_mode=True)),
+               ("max", dict(kernel_size=1280, ceil_mode=True)),
+               ("max", dict(kernel_size=4, stride=9, padding=1, dilation=3, ceil_mode=True))]
+
+
+@pytest.fixture(scope="module")
+def big_window_pools():
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as ltorch
+
+    class Pools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pools = torch.nn.ModuleList(
+                (torch.nn.AvgPool2d if kind == "avg" else torch.nn.MaxPool2d)(**kw)
+                for kind, kw in BIG_WINDOWS)
+
+        def forward(self, x):
+            return tuple(pool(x) for pool in self.pools)
+
+    x = torch.randn(2, 3, 7, 7, generator=torch.Generator().manual_seed(0))
+    model = Pools()
+    with torch.no_grad():
+        want = [y.numpy() for y in model(x)]
+    return ltorch.load(model, (x,)), x.numpy(), want
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_ceil_mode_pools_larger_than_the_map_match_eager(big_window_pools, backend):
+    module, x, want = big_window_pools
+    got = legato.compile(module, backend=backend)(x)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    for (kind, kw), g, w in zip(BIG_WINDOWS, got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{kind} {kw}")
+
+
+def test_ceil_mode_pools_larger_than_the_map_match_onnxruntime(tmp_path):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+    from legato.frontends import onnx as lonnx
+    nodes = [("AveragePool", dict(kernel_shape=[1280, 1280], strides=[1280, 1280])),
+             ("AveragePool", dict(kernel_shape=[10, 10], strides=[9, 9], pads=[2, 2, 2, 2],
+                                  count_include_pad=1)),
+             ("AveragePool", dict(kernel_shape=[10, 3], strides=[9, 2], pads=[1, 1, 1, 1])),
+             ("MaxPool", dict(kernel_shape=[1280, 1280], strides=[1280, 1280])),
+             ("MaxPool", dict(kernel_shape=[4, 4], strides=[9, 9], dilations=[3, 3],
+                              pads=[1, 1, 1, 1])),
+             ("LpPool", dict(kernel_shape=[10, 3], strides=[9, 2], pads=[1, 1, 1, 1], p=3))]
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], [f"y{i}"], ceil_mode=1, **kw) for i, (op, kw) in enumerate(nodes)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 7])],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(len(nodes))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    path = str(tmp_path / "pools.onnx")
+    onnx.save(model, path)
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 7)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    module = lonnx.load(path)
+    for backend in ("cpu_ref", "c_kernels"):
+        got = legato.compile(module, backend=backend)(x)
+        for (op, kw), g, w in zip(nodes, got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{op} {kw} {backend}")
+
+
+def test_window_too_large_even_for_ceil_mode_is_refused():
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 1, 7, 7))
+    with pytest.raises(legato.LegatoError, match="does not fit input 7 .*stride above the 3 cells"):
+        b.call("nn.avg_pool2d", x, pool_size=[10, 10], strides=[2, 2], ceil_mode=True)
+
+
+def test_efficientnet_pooler_at_its_published_form():
+    """transformers' EfficientNetModel pools its last map with AvgPool2d(hidden_dim,
+    ceil_mode=True): 1280 over 7 x 7 at the published size, here 128 over 8 x 8."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from legato.frontends import torch as ltorch
+    config = transformers.EfficientNetConfig(
+        image_size=32, width_coefficient=0.1, depth_coefficient=0.1, hidden_dim=128,
+        kernel_sizes=[3, 3], in_channels=[32, 16], out_channels=[16, 24], strides=[1, 2],
+        num_block_repeats=[1, 1], expand_ratios=[1, 6], depthwise_padding=[])
+    torch.manual_seed(0)
+    model = transformers.EfficientNetModel(config).eval()
+    with torch.no_grad():  # weights with some spread: the default init shrinks to 1e-28
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if p.ndim == 1 else 0.0))
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        want = model(x)
+    assert model.pooler.kernel_size == 128 > want.last_hidden_state.shape[-1]
+    module = ltorch.load(model, (x,))
+    for backend in ("cpu_ref", "c_kernels"):
+        hidden, pooled = legato.compile(module, backend=backend)(x.numpy())
+        for got, ref in ((hidden, want.last_hidden_state), (pooled, want.pooler_output)):
+            ref = ref.numpy()
+            assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+    text = legato.compile(module, backend="tosa_custom").artifact
+    assert text.count("tosa.avg_pool2d") == 1  # the pooler, one TOSA pool over the map

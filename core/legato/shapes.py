@@ -179,15 +179,19 @@ def out_size(size: int, kernel: int, stride: int = 1, dilation: int = 1, pad_beg
 
     Floor mode counts the windows that fit the padded input. Ceil mode also counts a
     partial last window, then drops the last window if it starts in the end padding: once,
-    as ONNX and PyTorch do, even when that window would fit in floor mode."""
+    as ONNX and PyTorch do, even when that window would fit in floor mode. So in ceil mode
+    a window larger than the padded input is one window (EfficientNet's pooler: kernel 1280
+    over 7 cells), where its stride is larger than the excess."""
     span = dilation * (kernel - 1) + 1
     room = size + pad_begin + pad_end - span
-    if room < 0:
-        fail(f"window of {span} (kernel {kernel}, dilation {dilation}) does not fit input "
-             f"{size} with padding {pad_begin}+{pad_end}")
     out = (-(-room // stride) if ceil_mode else room // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_begin:
         out -= 1  # the last window must start inside the input or the begin padding
+    if room < 0 and out < 1:  # ceil mode keeps one window larger than the padded input
+        fail(f"window of {span} (kernel {kernel}, dilation {dilation}) does not fit input "
+             f"{size} with padding {pad_begin}+{pad_end}"
+             + (f" (in ceil mode only a stride above the {-room} cells it overhangs makes "
+                "it one window)" if ceil_mode and size + pad_begin else ""))
     return out
 
 
@@ -297,8 +301,24 @@ def window(spatial_in: Sequence[int], kernel: Sequence[int], strides=None, dilat
     spatial_in = tuple(int(s) for s in spatial_in)
     out = tuple(out_size(spatial_in[i], kernel[i], strides[i], dilation[i], padding[i],
                          padding[n + i], bool(ceil_mode)) for i in range(n))
+    kernel, strides = _inside_padded_input(kernel, strides, dilation, spatial_in, padding)
     return Window(spatial_in, kernel, strides, dilation, padding[:n], padding[n:],
                   bool(ceil_mode), out)
+
+
+def _inside_padded_input(kernel, strides, dilation, spatial_in, padding):
+    """The kernel cut to the taps that land inside the padded input, and the strides.
+    Only ceil mode's one window larger than the padded input loses taps: those cells are
+    never read nor counted (PyTorch and onnxruntime divide by the cells inside input +
+    padding), so no kernel, decomposition or emitter sweeps a 1280 x 1280 window over a
+    7 x 7 map. Its stride, never taken, becomes the padded size, so the cut window still
+    makes one window by the rule above, in ceil mode and floor mode alike."""
+    n, cut, steps = len(kernel), list(kernel), list(strides)
+    for i, (k, d) in enumerate(zip(kernel, dilation)):
+        padded = padding[i] + spatial_in[i] + padding[n + i]
+        if d * (k - 1) + 1 > padded:
+            cut[i], steps[i] = (padded - 1) // d + 1, padded
+    return tuple(cut), tuple(steps)
 
 
 def auto_pads(auto_pad: str, spatial_in: Sequence[int], kernel: Sequence[int],

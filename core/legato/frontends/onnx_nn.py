@@ -154,12 +154,12 @@ def max_pool_indices(node, x, y, kernel, strides, dilations, pads):
     """MaxPool's Indices: the flat input index of each window's first maximum (the
     smallest index among the window's cells equal to the pooled value)."""
     node.budget(x.type.size, "MaxPool's Indices table")
-    node.require(kernel[0] * kernel[1] <= MAX_INDEX_TAPS, f"MaxPool's Indices output for a "
-                 f"kernel of {kernel[0] * kernel[1]} taps is not supported "
-                 f"(at most {MAX_INDEX_TAPS})")
-    flat = node.b.const(np.arange(x.type.size, dtype=np.int64).reshape(x.shape))
     win = shapes.window(x.shape[2:], kernel, strides, dilations, pads,
                         node.flag("ceil_mode", 0))
+    taps = win.kernel[0] * win.kernel[1]  # ceil mode's kernel larger than the map: cut
+    node.require(taps <= MAX_INDEX_TAPS, f"MaxPool's Indices output for a kernel of {taps} "
+                 f"taps is not supported (at most {MAX_INDEX_TAPS})")
+    flat = node.b.const(np.arange(x.type.size, dtype=np.int64).reshape(x.shape))
     lowest = -np.inf if x.dtype.startswith(("float", "bfloat")) else np.iinfo(x.dtype).min
     # padded so that every window, ceil mode's last one too, is in range
     padded_x = pad_spatial(node.b, x, win.sweep_padding, (2, 3), float(lowest))
@@ -452,7 +452,7 @@ def lp_pool(node):
     n = len(kernel)
     win = shapes.window(x.shape[2:], kernel, strides, dilations, pads,
                         node.flag("ceil_mode", 0), what="LpPool")
-    sweep = win.sweep_padding
+    sweep, kernel, strides = win.sweep_padding, list(win.kernel), list(win.strides)
     padding = [0, 0, *sweep[:n], 0, 0, *sweep[n:]]
     powered = _power_sum(node, x, p)
     if any(padding):

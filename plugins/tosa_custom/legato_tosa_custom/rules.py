@@ -577,14 +577,17 @@ def conv2d(b, call):
 @shaped_rule
 def pool2d(b, call):
     a, win = dict(call.attrs), call_window(call)
-    if win.ceil_mode or win.dilation != (1, 1) or \
+    if any(win.overhang) or win.dilation != (1, 1) or \
             (a.get("count_include_pad") and any(win.padding)) or \
             _pad_problem(win) or _level_problem(win):
         return None  # no TOSA form: the generic decomposition handles it
     nchw = a["data_layout"] == "NCHW"
     x = permute(b, call.inputs[0], NCHW_TO_NHWC if nchw else None)
     x, padding = _fit_windows(b, x, win)
-    a.update(padding=padding, data_layout="NHWC", strides=list(win.strides))
+    # ceil mode without an overhanging window is floor mode (a kernel larger than the
+    # input is cut to it by the window's geometry: one TOSA pool over the whole map)
+    a.update(padding=padding, data_layout="NHWC", strides=list(win.strides),
+             pool_size=list(win.kernel), ceil_mode=False)
     if "count_include_pad" in a:
         a["count_include_pad"] = False  # no padding left to count
     y = b.call(call.op, x, **a)

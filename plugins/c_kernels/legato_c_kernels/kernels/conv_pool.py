@@ -104,6 +104,7 @@ def _geometry(op: str, fn: Any, params: Any, data_shape: tuple[int, ...], kernel
     except ShapeError as err:
         raise error(op, f"invalid geometry: {err}") from None
     params.n, params.c, params.h, params.w = data_shape
+    params.kh, params.kw = win.kernel  # ceil mode's window larger than the input is cut to it
     params.stride_h, params.stride_w = win.strides
     params.pad_top, params.pad_left = win.pads_begin
     params.pad_bottom, params.pad_right = win.pads_end
