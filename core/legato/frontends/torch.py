@@ -27,6 +27,7 @@ from ..errors import LegatoError
 from ..ir import Const, Module
 # imported for their converters, which join ATEN
 from . import torch_index, torch_more, torch_nn, torch_scans, torch_tensors  # noqa: F401
+from . import torch_fft
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
@@ -145,6 +146,8 @@ def live_calls(calls, results) -> list:
 
 def _const(tensor) -> Const:
     """A parameter or buffer as a constant; bfloat16 through float32 (numpy has none)."""
+    if tensor.is_complex():
+        tensor = torch_fft.as_pairs(tensor)
     if str(tensor.dtype) == "torch.bfloat16":
         import ml_dtypes
         return Const.of(tensor.float().numpy().astype(ml_dtypes.bfloat16))
@@ -171,7 +174,7 @@ class _Importer:
                 self.env[node] = constants[node.name]
             elif node.op == "placeholder":
                 val = node.meta["val"]
-                self.env[node] = self.b.input(node.name, tuple(val.shape), torch_dtype(val.dtype))
+                self.env[node] = self.b.input(node.name, *torch_fft.value_type(val))
             elif node.op == "call_function" and node not in self.dropped:
                 self.env[node] = self.convert(node)
             elif node.op == "output":
@@ -215,9 +218,12 @@ class _Importer:
         for node in self.graph.nodes:
             if node in self.dropped:
                 continue
-            if node.op == "call_function" and node.target is not operator.getitem \
-                    and str(node.target) not in ATEN:
-                missing.setdefault(str(node.target), []).append(node.name)
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            on_complex = torch_fft.touches_complex(node)  # complex operands: their own table
+            if str(node.target) not in (torch_fft.COMPLEX if on_complex else ATEN):
+                op = f"{node.target} on complex values" if on_complex else str(node.target)
+                missing.setdefault(op, []).append(node.name)
         if missing:
             raise LegatoError(f"the exported program uses {len(missing)} ATen op(s) legato "
                               "cannot import:\n" + "\n".join(
@@ -260,7 +266,10 @@ class _Importer:
             kwargs["site"] = torch_more.Site(node, self.env)
         start = len(self.b.calls)
         try:
-            result = ATEN[str(node.target)](self.b, *args, **kwargs)
+            if torch_fft.touches_complex(node):
+                result = torch_fft.convert(self.b, node, args, kwargs)
+            else:
+                result = ATEN[str(node.target)](self.b, *args, **kwargs)
         except LegatoError as err:
             raise type(err)(f"{node.target} ({node.name}): {err}") from None
         if _all_constant(args, kwargs):
@@ -288,7 +297,7 @@ class _Importer:
         val = node.meta.get("val")
         if val is None or not hasattr(val, "shape") or isinstance(result, (tuple, list)):
             return
-        want = (tuple(val.shape), torch_dtype(val.dtype))
+        want = torch_fft.value_type(val)
         if (tuple(result.shape), result.dtype) != want:
             raise LegatoError(f"{node.target} ({node.name}) converted to {result.type}, torch "
                               f"says {want[1]}{list(want[0])}")
