@@ -1,5 +1,5 @@
-"""ONNX converters for inference-time no-ops, small normalizations, image rearranging and
-framed Fourier transforms: Dropout, MeanVarianceNormalization, GridSample, Col2Im, STFT."""
+"""ONNX converters for inference-time no-ops, small normalizations and image rearranging:
+Dropout, MeanVarianceNormalization, GridSample, Col2Im (Fourier transforms: onnx_signal)."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,78 +92,6 @@ def col2im(node):
     columns = node.call("reshape", x, shape=[n, channels, kernel * positions])
     summed = node.call("matmul", columns, Const.of(scatter))
     return node.call("reshape", summed, shape=[n, channels] + image)
-
-
-
-# --- Fourier transforms ---------------------------------------------------------------------
-
-def fourier(node, real, imag, length: int, bins: int):
-    """(real, imag) of the DFT of `length` points along the last axis of `real` + i `imag`
-    (imag may be None), `bins` output bins: matmuls with constant cosine and sine tables.
-    Inputs longer than `length` are truncated; shorter ones count as zero-padded."""
-    size = real.shape[-1]
-    k = np.arange(min(size, length)).reshape(-1, 1)
-    angle = 2 * np.pi * ((k * np.arange(bins).reshape(1, -1)) % length) / length
-    node.budget(2 * size * bins, "the DFT tables")
-
-    def table(values):
-        full = np.zeros((size, bins))
-        full[:len(k)] = values
-        return Const.of(full.astype(real.dtype))
-    cos, sin = table(np.cos(angle)), table(-np.sin(angle))
-    # (a + ib)(cos t - i sin t) = (a cos t + b sin t) + i (b cos t - a sin t); `sin` is -sin t
-    out_real = node.call("matmul", real, cos)
-    out_imag = node.call("matmul", real, sin)
-    if imag is not None:
-        out_real = node.call("subtract", out_real, node.call("matmul", imag, sin))
-        out_imag = node.call("add", out_imag, node.call("matmul", imag, cos))
-    return out_real, out_imag
-
-
-def _complex_parts(node, x):
-    """(real, imag or None) of a tensor whose last axis holds 1 (real) or 2 components."""
-    node.require(x.rank >= 2 and x.shape[-1] in (1, 2), f"input {x.type} must end in an axis "
-                                                         "of 1 (real) or 2 (complex) values")
-    real = node.call("squeeze", node.call("strided_slice", x, begin=[0], end=[1], axes=[-1]),
-                     axes=[x.rank - 1])
-    if x.shape[-1] == 1:
-        return real, None
-    imag = node.call("squeeze", node.call("strided_slice", x, begin=[1], end=[2], axes=[-1]),
-                     axes=[x.rank - 1])
-    return real, imag
-
-
-def _as_complex(node, real, imag):
-    return node.call("concat", node.call("expand_dims", real, axes=[real.rank]),
-                     node.call("expand_dims", imag, axes=[imag.rank]), axis=real.rank)
-
-
-@converter("STFT", const_inputs=(1, 3))
-def stft(node):
-    """Frames gathered by constant indices, windowed, then a DFT of each frame."""
-    signal = node.arg(0)
-    real, imag = _complex_parts(node, signal)
-    node.require(real.rank == 2, f"signal {signal.type} must be (batch, length, 1 or 2)")
-    step, window = node.scalar(1), node.input(2)
-    length = node.scalar(3, None if window is None else window.shape[0])
-    node.require(length is not None, "neither a window nor frame_length gives the frame length")
-    node.require(step >= 1 and 1 <= length <= real.shape[1],
-                 f"frame_step {step} and frame_length {length} do not fit a signal of "
-                 f"{real.shape[1]} samples")
-    node.require(window is None or window.shape == (length,),
-                 f"window {None if window is None else window.type} must hold {length} values")
-    onesided = node.flag("onesided", 1)
-    node.require(not (onesided and imag is not None), "onesided needs a real signal")
-    frames = (real.shape[1] - length) // step + 1
-    node.budget(frames * length, "the STFT frame indices")
-    index = Const.of(np.arange(frames).reshape(-1, 1) * step + np.arange(length))
-
-    def framed(part):
-        part = node.call("take", part, index, axis=1)                # (batch, frames, length)
-        return part if window is None else node.call("multiply", part, window)
-    out_real, out_imag = fourier(node, framed(real), None if imag is None else framed(imag),
-                                 length, length // 2 + 1 if onesided else length)
-    return _as_complex(node, out_real, out_imag)
 
 
 @converter("TensorScatter")

@@ -165,7 +165,7 @@ def run_case(op: str, case, backends) -> list[Outcome]:
         failure = None
         try:
             for inputs, expected in case.data_sets:
-                failure = _run_once(case, backend, inputs, expected)
+                failure = _run_once(op, case, backend, inputs, expected)
                 if failure:
                     break
         except Refused as err:  # declined with a reason (random, dynamic control flow)
@@ -177,7 +177,20 @@ def run_case(op: str, case, backends) -> list[Outcome]:
     return outcomes
 
 
-def _run_once(case, backend, inputs, expected) -> str | None:
+# ops each of whose results is a sum over a whole axis: the expected data holds the float32
+# rounding of the largest terms (test_dft_inverse's exact zeros read 1.9e-7 beside 54), so
+# absolute errors count from a few float32 ulps of the largest result up
+SUMMING_OPS = frozenset({"DFT", "STFT"})
+
+
+def _atol(op: str, case, want) -> float:
+    want = as_array(want)
+    if op not in SUMMING_OPS or want.dtype != np.float32 or not want.size:
+        return case.atol
+    return max(case.atol, 4 * float(np.finfo(np.float32).eps) * float(np.abs(want).max()))
+
+
+def _run_once(op: str, case, backend, inputs, expected) -> str | None:
     try:
         model, feeds = bind_constants(case.model, [as_array(a) for a in inputs])
         compiled = compile_for(load(model), backend)
@@ -191,7 +204,7 @@ def _run_once(case, backend, inputs, expected) -> str | None:
     if len(outputs) != len(expected):
         return f"{len(outputs)} outputs, expected {len(expected)}"
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        problem = compare(got, want, case.rtol, case.atol)
+        problem = compare(got, want, case.rtol, _atol(op, case, want))
         if problem:
             return f"output {i}: {problem}"
     return None
