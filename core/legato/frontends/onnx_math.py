@@ -9,6 +9,7 @@ import numpy as np
 
 from ..ir import Const
 from ..shapes import norm_axes
+from . import shifts
 from .onnx_convert import converter, onnx_dtype
 from .onnx_common import _axes, _empty_identity, cast_to, one_hot_values
 
@@ -166,37 +167,11 @@ def window(node):
 
 @converter("BitShift")
 def bit_shift(node):
-    """Shifts as integer arithmetic: left is a wrapping multiply by 2^s, right a division
-    rounding down; a shift outside [0, bits) gives 0 (-1 for a negative value shifted
-    right), as onnx's reference defines it."""
-    x, shift = node.arg(0), node.arg(1)
+    """Shifts as integer arithmetic (shifts.shift); a shift outside [0, bits) gives 0 (-1
+    for a negative value shifted right), as onnx's reference defines it."""
+    x, amount = node.arg(0), node.arg(1)
     node.require(x.dtype in ("int8", "int16", "int32", "int64", "uint8"),
                  f"BitShift needs an integer tensor, got {x.dtype}")
-    info = np.iinfo(x.dtype)
-    width, signed = info.bits, info.min < 0
-
-    def const(v):
-        return Const.of(np.array(v, dtype=x.dtype))
-    if shift.dtype != x.dtype:
-        shift = node.call("cast", shift, dtype=x.dtype)
-    outside = node.call("logical_or", node.call("less", shift, const(0)),
-                        node.call("greater", shift, const(width - 1)))
-    left = node.attr("direction") == "LEFT"
-    # 2 ** (width - 1) wraps to the minimum: right for a left shift, not as a divisor
-    step = node.call("clip", shift, min=0.0,
-                     max=float(width - 2 if signed and not left else width - 1))
-    power = node.call("power", const(2), step)
-    if left:
-        return node.call("where", outside, const(0), node.call("multiply", x, power))
-    if not signed:
-        return node.call("where", outside, const(0), node.call("divide", x, power))
-    # signed: floor division; shifting by width - 1 or more (or a negative amount) keeps
-    # only the sign
-    quotient = node.call("divide", x, power)
-    rest = node.call("subtract", x, node.call("multiply", quotient, power))
-    floor = node.call("subtract", quotient,
-                      node.call("cast", node.call("less", rest, const(0)), dtype=x.dtype))
-    sign = node.call("where", node.call("less", x, const(0)), const(-1), const(0))
-    only_sign = node.call("logical_or", outside,
-                          node.call("equal", shift, const(width - 1)))
-    return node.call("where", only_sign, sign, floor)
+    if amount.dtype != x.dtype:
+        amount = node.call("cast", amount, dtype=x.dtype)
+    return shifts.shift(node.b, x, amount, node.attr("direction") == "LEFT")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Const
+from . import linalg
 from .onnx_convert import converter
 from .onnx_nn import window_ints
 
@@ -155,38 +156,8 @@ def causal_conv_with_state(node):
 
 @converter("Det")
 def det(node):
-    """Gaussian elimination with partial pivoting, unrolled over the static size: each
-    column's largest remaining entry is swapped up (gathers at run-time positions, the sign
-    flipping per swap), rows below are eliminated, and the diagonal's product is taken."""
+    """Gaussian elimination with partial pivoting (linalg.det); singular matrices give 0."""
     a = node.arg(0)
     node.require(a.rank >= 2 and a.shape[-1] == a.shape[-2] and a.dtype.startswith("float"),
                  f"input {a.type} must be a float tensor of square matrices")
-    n, last = a.shape[-1], a.rank - 1
-    rows = Const.of(np.arange(n, dtype=np.int64))
-    column_rows = Const.of(np.arange(n, dtype=np.int64).reshape(n, 1))
-    sign = Const.of(np.ones((), a.dtype))
-    for j in range(n):
-        column = node.call("squeeze", node.call("strided_slice", a, begin=[j], end=[j + 1],
-                                                axes=[last]), axes=[last])
-        candidates = node.call("where", node.call("greater_equal", rows, j),
-                               node.call("abs", column), -1.0)
-        pivot_row = node.call("argmax", candidates, axis=-1, keepdims=True)
-        order = node.call("where", node.call("equal", rows, j), pivot_row, node.call(
-            "where", node.call("equal", rows, pivot_row), j, rows))
-        order = node.call("broadcast_to", node.call("expand_dims", order, axes=[last]),
-                          shape=list(a.shape))
-        a = node.call("gather_elements", a, order, axis=last - 1)
-        swapped = node.call("squeeze", node.call("not_equal", pivot_row, j), axes=[last - 1])
-        sign = node.call("where", swapped, node.call("negative", sign), sign)
-        pivot = node.call("strided_slice", a, begin=[j, j], end=[j + 1, j + 1],
-                          axes=[last - 1, last])
-        safe = node.call("where", node.call("equal", pivot, 0.0), 1.0, pivot)
-        column = node.call("strided_slice", a, begin=[j], end=[j + 1], axes=[last])
-        factors = node.call("where", node.call("greater", column_rows, j),
-                            node.call("divide", column, safe), 0.0)
-        pivot_row_values = node.call("strided_slice", a, begin=[j], end=[j + 1], axes=[last - 1])
-        a = node.call("subtract", a, node.call("multiply", factors, pivot_row_values))
-    diagonal = node.call("sum", node.call("multiply", a, Const.of(np.eye(n, dtype=a.dtype))),
-                         axes=[last], keepdims=False)
-    return node.call("multiply", node.call("prod", diagonal, axes=[last - 1], keepdims=False),
-                     sign)
+    return linalg.det(node.b, a)

@@ -26,7 +26,8 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module
 # imported for their converters, which join ATEN
-from . import torch_index, torch_more, torch_nn, torch_scans, torch_tensors  # noqa: F401
+from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
+               torch_nn, torch_scans, torch_tensors)
 from . import torch_fft
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal

@@ -1,11 +1,53 @@
-"""ATen's index_put (x[indices] = values, or +=): index tensors on any dims with None
-between them, or one boolean mask. They register in torch_ops.ATEN."""
+"""ATen's advanced indexing: index (x[indices]) and index_put (x[indices] = values, or +=),
+index tensors on any dims with None (a whole dim) before, between and after them, or (for
+index_put) one boolean mask. They register in torch_ops.ATEN."""
 from __future__ import annotations
+
+import math
 
 from ..errors import LegatoError
 from ..shapes import broadcast_shapes
 from .onnx_index import flat_index, scatter_rows
 from .torch_ops import aten
+
+
+@aten("aten.index.Tensor")
+def index(b, x, indices):
+    """x[..., i0, i1, ...]: torch's rule puts the index tensors' broadcast dims in place of
+    a run of adjacent indexed dims, and first when a whole dim separates indexed dims (so
+    those are moved to the front of x). One take along the run's flattened dims."""
+    indices = [*indices, *[None] * (x.rank - len(indices))]
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return x
+    if any(indices[d].dtype == "bool" for d in dims):
+        raise LegatoError("boolean masks select a data-dependent number of elements")
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        x = b.permute_dims(x, axes=[*dims, *(d for d in range(x.rank) if d not in dims)])
+        indices, dims = [indices[d] for d in dims], list(range(len(dims)))
+    first, last = dims[0], dims[-1]
+    if first == last:
+        return b.take(x, indices[first], axis=first)
+    run = x.shape[first:last + 1]
+    strides = [math.prod(run[k + 1:]) for k in range(len(run))]
+    flat = None
+    for k, d in enumerate(dims):
+        i = indices[d] if indices[d].dtype == "int64" else b.cast(indices[d], dtype="int64")
+        i = b.where(b.less(i, 0), b.add(i, run[k]), i)
+        term = i if strides[k] == 1 else b.multiply(i, strides[k])
+        flat = term if flat is None else b.add(flat, term)
+    shape = broadcast_shapes(*(indices[d].shape for d in dims))
+    if flat.shape != shape:
+        flat = b.broadcast_to(flat, shape=list(shape))
+    merged = b.reshape(x, shape=list(x.shape[:first]) + [math.prod(run)] +
+                       list(x.shape[last + 1:]))
+    return b.take(merged, flat, axis=first)
+
+
+@aten("aten._index_put_impl.default")
+def index_put_impl(b, x, indices, values, accumulate=False, unsafe=False):
+    """index_put; `unsafe` only skips eager's bounds checks."""
+    return index_put(b, x, indices, values, accumulate)
 
 
 @aten("aten.index_put.default")

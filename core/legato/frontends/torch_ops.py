@@ -22,8 +22,8 @@ RANDOM = "a random op (legato's results are deterministic)"
 # ATen ops legato refuses on purpose, by a word of their packet name, and why
 REFUSED = (
     (("backward",), "a backward op (legato imports inference graphs)"),
-    (("rand", "bernoulli", "normal", "uniform", "multinomial", "exponential", "poisson",
-      "native_dropout"), RANDOM),
+    (("rand", "bernoulli", "normal", "uniform", "multinomial", "exponential", "poisson"),
+     RANDOM),
     (("nonzero", "unique", "masked_select", "argwhere"),
      "its output shape depends on the data (legato has static shapes)"),
     (("sym_", "_local_scalar_dense", "item"), "a dynamic shape or scalar query (legato "

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import Const
-from ..shapes import broadcast_shapes, norm_axis
+from ..shapes import norm_axis
 from .onnx_common import one_hot_values
 from .torch_ops import ATEN, aten, empty_reduction, wrapped
 
@@ -108,6 +108,19 @@ def scalar_tensor(b, value, dtype=None, **_):
     return _full((), value, _dtype(dtype, 0.0))
 
 
+def _triangle_indices(upper: bool):
+    """The (row, column) coordinates of a row x col matrix's lower (upper) triangle from
+    diagonal `offset`, row by row: a 2 x count constant."""
+    def convert(b, row, col, offset=0, dtype=None, **_):
+        where = np.triu_indices if upper else np.tril_indices
+        return Const.of(np.stack(where(row, offset, col)).astype(_numpy(_dtype(dtype, 0))))
+    return convert
+
+
+aten("aten.tril_indices.default")(_triangle_indices(False))
+aten("aten.triu_indices.default")(_triangle_indices(True))
+
+
 @aten("aten.lift_fresh_copy.default")
 def lift_fresh_copy(b, x):
     return x
@@ -135,36 +148,6 @@ def index_select(b, x, dim, index):
 @aten("aten.gather.default")
 def gather(b, x, dim, index, sparse_grad=False):
     return b.gather_elements(x, index, axis=dim)
-
-
-@aten("aten.index.Tensor")
-def index(b, x, indices):
-    """x[..., i0, i1, ...] with index tensors for a run of consecutive dims (None for a
-    whole dim): one take along the run's flattened dims."""
-    dims = [d for d, i in enumerate(indices) if i is not None]
-    if not dims:
-        return x
-    first, last = dims[0], dims[-1]
-    if dims != list(range(first, last + 1)):
-        raise LegatoError("index tensors on non-adjacent dims are not supported")
-    if any(i.dtype == "bool" for i in indices if i is not None):
-        raise LegatoError("boolean masks select a data-dependent number of elements")
-    if first == last:
-        return b.take(x, indices[first], axis=first)
-    run = x.shape[first:last + 1]
-    strides = [math.prod(run[k + 1:]) for k in range(len(run))]
-    flat = None
-    for k, d in enumerate(dims):
-        i = indices[d] if indices[d].dtype == "int64" else b.cast(indices[d], dtype="int64")
-        i = b.where(b.less(i, 0), b.add(i, run[k]), i)
-        term = i if strides[k] == 1 else b.multiply(i, strides[k])
-        flat = term if flat is None else b.add(flat, term)
-    shape = broadcast_shapes(*(indices[d].shape for d in dims))
-    if flat.shape != shape:
-        flat = b.broadcast_to(flat, shape=list(shape))
-    merged = b.reshape(x, shape=list(x.shape[:first]) + [math.prod(run)] +
-                       list(x.shape[last + 1:]))
-    return b.take(merged, flat, axis=first)
 
 
 @aten("aten.flip.default")
@@ -263,6 +246,20 @@ def _extreme(op: str):
 
 aten("aten.max.dim")(_extreme("max"))
 aten("aten.min.dim")(_extreme("min"))
+
+
+def _full_extreme(op: str):
+    """The max or min of every element (NaN if there is one), as a 0-d tensor."""
+    def convert(b, x):
+        if x.rank and not x.type.size:
+            raise LegatoError(f"{op} of the empty tensor {x.type} has no value (torch "
+                              "raises)")
+        return x if x.rank == 0 else b.call(op, x)
+    return convert
+
+
+aten("aten.max.default")(_full_extreme("max"))
+aten("aten.min.default")(_full_extreme("min"))
 
 
 @aten("aten.var.correction", "aten.var.dim")
