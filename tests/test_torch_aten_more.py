@@ -220,3 +220,24 @@ def test_converter_matches_the_aten_op(case):
     result = ATEN[f"aten.{packet}.default"](b, b.input("x", shape, "float32"), *args)
     got = legato.compile(b.build(result), "cpu_ref")(x.numpy())
     _check(got, getattr(A, packet).default(x, *args))
+
+
+def test_random_layers_in_training_mode_are_refused():
+    with pytest.raises(legato.LegatoError, match=r"dropout with p=0.5 in training mode "
+                                                 r"\(refused: a random op"):
+        torch_frontend.load(Fn(lambda x: A.native_dropout(x, 0.5, True)[0]), [torch.randn(3)])
+    with pytest.raises(legato.LegatoError, match=r"rrelu in training mode \(refused: a random"):
+        torch_frontend.load(Fn(lambda x: A.rrelu_with_noise(x, torch.zeros(3), 0.1, 0.3, True)),
+                            [torch.randn(3)])
+
+
+def test_shifts_of_floats_and_det_of_integers_are_refused():
+    from legato.builder import GraphBuilder
+    from legato.frontends.torch_ops import ATEN
+    b = GraphBuilder()
+    x, n = b.input("x", (3,), "float32"), b.input("n", (2, 2), "int64")
+    with pytest.raises(legato.LegatoError, match="bit shifts need integer operands, got "
+                                                 "float32"):
+        ATEN["aten.__lshift__.Scalar"](b, x, 2)
+    with pytest.raises(legato.LegatoError, match="det needs a float tensor of square"):
+        ATEN["aten._linalg_det.default"](b, n)
