@@ -196,12 +196,20 @@ def test_a_contrib_node_is_held_against_its_schema():
 HIDDEN, HEADS = 16, 2
 
 
+def raw_mask(*shape):
+    """A random 0/1 mask keeping key 0 of every row: a row whose keys are all masked
+    sums scores near mask_filter_value (-10000), where float32 rounding alone differs."""
+    mask = (rng.random(shape) > 0.3).astype(np.int32)
+    mask[..., 0] = 1
+    return mask
+
+
 MASKS = {  # name -> mask_index of (batch 2, seq 5, total 5 + past)
     "none": lambda t: None,
     "lengths": lambda t: np.array([t - 2, t], np.int32),
     "ends_and_starts": lambda t: np.array([t - 1, t, 1, 0], np.int32),
-    "raw_2d": lambda t: (rng.random((2, t)) > 0.3).astype(np.int32),
-    "raw_3d": lambda t: (rng.random((2, 5, t)) > 0.3).astype(np.int32),
+    "raw_2d": lambda t: raw_mask(2, t),
+    "raw_3d": lambda t: raw_mask(2, 5, t),
 }
 
 
@@ -285,8 +293,7 @@ def mha_model(form, bias=False, mask=None, extra=False, past=0, attrs=None):
     total = kv_len + past
     if mask is not None:
         feeds["mask"] = {"lengths": np.array([total - 2, total], np.int32),
-                         "raw_2d": (rng.random((2, total)) > 0.3).astype(np.int32),
-                         "raw_3d": (rng.random((2, 4, total)) > 0.3).astype(np.int32)}[mask]
+                         "raw_2d": raw_mask(2, total), "raw_3d": raw_mask(2, 4, total)}[mask]
     names.append("" if mask is None else "mask")
     if extra:
         feeds["extra"] = randn(1, HEADS, 4, total)
@@ -483,3 +490,89 @@ def test_group_query_attention_forms_legato_refuses_say_why(change, match):
         model.graph.input.append(helper.make_tensor_value_info(total.name, I32, []))
     with pytest.raises(LegatoError, match=f"GroupQueryAttention node .*{match}"):
         onnx_frontend.load(model)
+
+
+# --- models through onnxruntime's transformer optimizer ---------------------------------------
+
+BATCH, TOKENS, VOCAB = 2, 8, 100
+
+
+def hf_model(kind):
+    """A tiny transformers BERT or GPT-2 (random weights, nothing downloaded) returning its
+    last hidden state, and its inputs (token ids; a mask padding the second entry)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "bert":
+        config = transformers.BertConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=32, initializer_range=0.1,
+            attn_implementation="eager")
+        model = transformers.BertModel(config)
+    else:
+        config = transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4, n_positions=32, use_cache=False,
+            bos_token_id=1, eos_token_id=2, initializer_range=0.1, attn_implementation="eager")
+        model = transformers.GPT2Model(config)
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model.eval()
+
+        def forward(self, ids, mask):
+            return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    ids = torch.randint(4, VOCAB, (BATCH, TOKENS))
+    mask = torch.ones(BATCH, TOKENS, dtype=torch.int64)
+    mask[1, TOKENS - 3:] = 0
+    return Hidden(), (ids, mask)
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    """kind -> (model optimized by onnxruntime.transformers.optimizer, feeds): exported once
+    with torch's TorchScript exporter, fused by the optimizer's Python passes
+    (opt_level=0, which leaves onnxruntime's own provider rewrites out)."""
+    torch = pytest.importorskip("torch")
+    from onnxruntime.transformers.optimizer import optimize_model
+    cache = {}
+
+    def get(kind):
+        if kind not in cache:
+            module, inputs = hf_model(kind)
+            path = tmp_path_factory.mktemp(kind) / f"{kind}.onnx"
+            with torch.no_grad():
+                torch.onnx.export(module, inputs, str(path), input_names=["ids", "mask"],
+                                  output_names=["hidden"], opset_version=14, dynamo=False)
+            fused = optimize_model(str(path), model_type=kind, num_heads=4, hidden_size=32,
+                                   opt_level=0)
+            fused.save_model_to_file(str(path))   # as people ship it
+            cache[kind] = onnx.load(str(path)), {"ids": inputs[0].numpy(),
+                                                 "mask": inputs[1].numpy()}
+        return cache[kind]
+    return get
+
+
+FUSED = {"bert": {"Attention", "SkipLayerNormalization", "BiasGelu"},
+         "gpt2": {"SkipLayerNormalization", "FastGelu"}}
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_optimized_model_imports_whole_and_matches_onnxruntime(optimized, kind):
+    model, feeds = optimized(kind)
+    contrib_ops = {n.op_type for n in model.graph.node if n.domain == MS}
+    assert FUSED[kind] <= contrib_ops   # what the optimizer fused, legato must import
+    want = run_ort(model, feeds)[0]
+    module = onnx_frontend.load(model)
+    # c_kernels keeps layer norms and GELUs whole; attention, which it has no kernel for,
+    # stays whole on cpu_ref when its config keeps it
+    keep = {"backends": {"cpu_ref": {"keep": ["nn.attention"]}}}
+    whole = {"cpu_ref": {"nn.attention"} if "Attention" in FUSED[kind] else set(),
+             "c_kernels": {"nn.layer_norm", "nn.gelu"}}
+    for backend, config in (("cpu_ref", keep), ("c_kernels", None)):
+        compiled = legato.compile(module, backend, config=config)
+        np.testing.assert_allclose(compiled(*feeds.values()), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=backend)
+        ops = {call.op for fn in compiled.module.functions.values() for call in fn.calls}
+        assert whole[backend] <= ops, backend

@@ -141,15 +141,10 @@ def check_bodies(node, opset: int, where: str, depth: int = 0) -> None:
 
 
 def check_node(node, opset: int, where: str) -> None:
-    from onnx import defs
-    from .onnx_convert import converter_of
-    known = converter_of(node.domain, node.op_type)
-    try:
-        schema = known.schema if known is not None and known.schema is not None else \
-            defs.get_schema(node.op_type, opset, "")
-    except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
+    schema = node_schema(node, opset)
+    if schema is None:
         raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
-                          f"{quote(node.op_type)}") from None
+                          f"{quote(node.op_type)}")
     _check_attributes(node, schema, where)
     _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input,
                  f"{where}: input")
@@ -157,6 +152,20 @@ def check_node(node, opset: int, where: str) -> None:
                  f"{where}: output")
     if node.op_type in VALUE_CHECKS:
         VALUE_CHECKS[node.op_type](node, where)
+
+
+def node_schema(node, opset: int):
+    """onnx's schema of a default-domain op at `opset`, else the one its converter brings
+    (onnxruntime's ops, in its domain or in the default one before ONNX defined them)."""
+    from onnx import defs
+    from .onnx_convert import converter_of
+    if node.domain in ("", "ai.onnx"):
+        try:
+            return defs.get_schema(node.op_type, opset, "")
+        except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
+            pass
+    known = converter_of(node.domain, node.op_type)
+    return None if known is None or known.schema is None else known.schema()
 
 
 def _check_split(node, where: str) -> None:

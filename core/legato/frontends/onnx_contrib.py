@@ -10,10 +10,14 @@ refused by name when the model is loaded.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import cache
+
 import numpy as np
 
 from ..ir import Const
-from .onnx_convert import converter
+from . import onnx_nn  # noqa: F401  (registers LayerNormalization, whose schema is widened below)
+from .onnx_convert import CONVERTERS, converter
 
 MS = "com.microsoft"
 # the epsilon onnxruntime uses when the attribute is absent
@@ -43,9 +47,10 @@ def schema(op_type: str, inputs: str, outputs: str, domain: str = MS, **attrs: s
 
 
 def contrib(op_type: str, inputs: str, outputs: str, domain: str = MS, **attrs: str):
-    """Register the decorated converter for `op_type` of onnxruntime's `domain`."""
+    """Register the decorated converter for `op_type` of onnxruntime's `domain`; its schema
+    is built when first asked for (onnx is imported only then)."""
     return converter(op_type, domain=domain,
-                     schema=schema(op_type, inputs, outputs, domain, **attrs))
+                     schema=cache(lambda: schema(op_type, inputs, outputs, domain, **attrs)))
 
 
 def with_bias(node, x, index: int):
@@ -129,6 +134,18 @@ def skip_layer_norm(node):
          "output mean? inv_std_var? input_skip_bias_sum?", epsilon="f")
 def skip_simplified_layer_norm(node):
     return skip_norm(node, rms=True)
+
+
+# onnxruntime runs LayerNormalization in the default domain at every opset, as ONNX defines
+# it from opset 17 on: its optimizer writes it into models of older opsets
+@cache
+def _layer_norm_17():
+    from onnx import defs
+    return defs.get_schema("LayerNormalization", 17, "")
+
+
+CONVERTERS["LayerNormalization"] = replace(CONVERTERS["LayerNormalization"],
+                                           schema=_layer_norm_17)
 
 
 # onnxruntime registers this one in the default domain, where its optimizer writes it

@@ -26,7 +26,8 @@ class Converter:
     op_type: str
     fn: Callable
     const_inputs: tuple[int, ...] = ()
-    schema: object = None   # an onnx OpSchema for ops onnx itself does not define
+    # where onnx has no schema (at the model's opset): a function returning an OpSchema
+    schema: Callable | None = None
 
 
 class Refused(LegatoError):
@@ -44,7 +45,7 @@ MAX_GENERATED = 1 << 24   # elements of a constant a converter derives from shap
 def converter(*op_types: str, const_inputs: tuple[int, ...] = (), domain: str = "",
               schema=None):
     """Register the decorated function as the converter of `op_types` in `domain`;
-    `schema` is the op's OpSchema where onnx has none (an onnxruntime op)."""
+    `schema` returns the op's OpSchema where onnx has none (an onnxruntime op)."""
     table = DOMAIN_CONVERTERS.setdefault(domain, {})
 
     def register(fn):
