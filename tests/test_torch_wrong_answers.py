@@ -198,3 +198,41 @@ def test_attention_mask_with_is_causal_is_refused_where_torch_refuses():
         fn(q, v, mask)
     with pytest.raises(legato.LegatoError, match="attn_mask.*is_causal"):
         torch_frontend.load(fn, (q, v, mask))
+
+
+# --- out= into views of a buffer: functionalized into scatters ----------------------------------
+
+def _out_views(x):
+    buf = torch.zeros(6)
+    step = torch.arange(3, out=buf[1:4])  # an int64 arange into float32 cells
+    grid = torch.zeros(4, 4)
+    torch.mul(x[:4], 2, out=grid.t()[1])  # a column, through a transpose
+    rows = torch.zeros(2, 6)
+    torch.add(x.reshape(2, 3), 1, out=rows[:, 2:5])
+    every_other = torch.zeros(6)
+    torch.linspace(0, 1, 3, out=every_other[::2])
+    own = x.clone()
+    torch.sin(x[:3], out=own[3:])
+    return buf + x, step * 2, grid, rows, every_other, own
+
+
+@pytest.fixture(scope="module")
+def out_views_case():
+    torch.manual_seed(0)
+    return Case(Fn(_out_views), [torch.randn(6)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_into_views_of_a_buffer(out_views_case, backend):
+    out_views_case.check(backend)
+
+
+def test_out_view_that_torch_resizes_is_refused():
+    # arange(0, 1, 0.25) has 4 values for a view of 3: eager resizes the view in place and
+    # writes buf[1:5]; the exported graph scatters 4 values into the 3-cell slice
+    def fn(x):
+        buf = torch.zeros(6)
+        torch.arange(0, 1, 0.25, out=buf[1:4])
+        return buf + x
+    with pytest.raises(legato.LegatoError, match=r"slice_scatter.*does not fit the slice"):
+        torch_frontend.load(Fn(fn), (torch.randn(6),))

@@ -199,10 +199,20 @@ def _in_dtype(b, src, x):
     return src if src.dtype == x.dtype else b.cast(src, dtype=x.dtype)
 
 
+def _fits(src, shape, part: str) -> None:
+    """src must have the shape of the part of x it is written into, as torch checks. An
+    exported program breaks that when an `out=` view was too small and torch resized it
+    in place (writing past the view's end), which the exported graph does not say."""
+    if tuple(src.shape) != tuple(shape):
+        raise LegatoError(f"src {src.type} does not fit the {part} {list(shape)} it is "
+                          "written into (an out= view that torch resized past its end?)")
+
+
 @aten("aten.select_scatter.default")
 def select_scatter(b, x, src, dim, index):
     dim = norm_axis(dim, x.rank, "dim")
     index = norm_axis(index, x.shape[dim], "index")
+    _fits(src, x.shape[:dim] + x.shape[dim + 1:], f"index {index} of dim {dim}")
     mask = np.arange(x.shape[dim]) == index
     return b.where(_along(mask, x.rank, dim), b.expand_dims(_in_dtype(b, src, x), axes=[dim]),
                    x)
@@ -213,6 +223,8 @@ def slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
     dim = norm_axis(dim, x.rank, "dim")
     n = x.shape[dim]
     positions = range(n)[slice(start, end, step)]
+    _fits(src, x.shape[:dim] + (len(positions),) + x.shape[dim + 1:],
+          f"slice {start}:{end}:{step} of dim {dim}")
     if not len(positions):
         return x
     mask = np.zeros(n, dtype=bool)
@@ -228,6 +240,8 @@ def diagonal_scatter(b, x, src, offset=0, dim1=0, dim2=1):
     dim1, dim2 = norm_axis(dim1, x.rank, "dim1"), norm_axis(dim2, x.rank, "dim2")
     n1, n2 = x.shape[dim1], x.shape[dim2]
     cells = _diagonal_cells((n1, n2), offset)
+    _fits(src, tuple(d for a, d in enumerate(x.shape) if a not in (dim1, dim2)) +
+          (cells.size,), f"diagonal {offset} of dims {dim1}, {dim2}")
     if not cells.size:
         return x
     mask = np.zeros(n1 * n2, dtype=bool)
