@@ -236,3 +236,26 @@ def test_out_view_that_torch_resizes_is_refused():
         return buf + x
     with pytest.raises(legato.LegatoError, match=r"slice_scatter.*does not fit the slice"):
         torch_frontend.load(Fn(fn), (torch.randn(6),))
+
+
+# --- bfloat16 special values ---------------------------------------------------------------------
+
+SPECIAL = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.5, -3.0, 1e30, 1e-30]
+UNARY = (torch.atan, torch.sin, torch.exp, torch.tanh, torch.sigmoid, torch.erf, torch.sqrt,
+         torch.rsqrt, torch.abs, torch.neg, torch.reciprocal, torch.log1p, torch.expm1,
+         torch.atanh, torch.round, torch.trunc, torch.log)
+
+
+def _bf16_math(x):
+    const = torch.tensor(SPECIAL, dtype=torch.bfloat16)  # a lifted constant
+    return (*(f(x) for f in UNARY), torch.atan(const) + x, torch.atan2(x, const))
+
+
+@pytest.fixture(scope="module")
+def bf16_case():
+    return Case(Fn(_bf16_math), [torch.tensor(SPECIAL, dtype=torch.bfloat16)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_special_values(bf16_case, backend):
+    bf16_case.check(backend, rtol=1e-2, atol=1e-6)
