@@ -498,8 +498,9 @@ BATCH, TOKENS, VOCAB = 2, 8, 100
 
 
 def hf_model(kind):
-    """A tiny transformers BERT or GPT-2 (random weights, nothing downloaded) returning its
-    last hidden state, and its inputs (token ids; a mask padding the second entry)."""
+    """A tiny transformers BERT, GPT-2 or Qwen3 (random weights, nothing downloaded)
+    returning its last hidden state, and its inputs (token ids; a mask padding the second
+    entry)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -509,6 +510,13 @@ def hf_model(kind):
             intermediate_size=64, max_position_embeddings=32, initializer_range=0.1,
             attn_implementation="eager")
         model = transformers.BertModel(config)
+    elif kind == "qwen3":   # Llama-style: RMS norms, rotary embeddings, grouped KV heads
+        config = transformers.Qwen3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=32,
+            use_cache=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            initializer_range=0.1, attn_implementation="eager")
+        model = transformers.Qwen3Model(config)
     else:
         config = transformers.GPT2Config(
             vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4, n_positions=32, use_cache=False,
@@ -555,10 +563,13 @@ def optimized(tmp_path_factory):
 
 
 FUSED = {"bert": {"Attention", "SkipLayerNormalization", "BiasGelu"},
-         "gpt2": {"SkipLayerNormalization", "FastGelu"}}
+         "gpt2": {"SkipLayerNormalization", "FastGelu"},
+         "qwen3": {"SkipSimplifiedLayerNormalization"}}
+WHOLE = {"bert": {"nn.layer_norm", "nn.gelu"}, "gpt2": {"nn.layer_norm", "nn.gelu"},
+         "qwen3": {"nn.rms_norm"}}
 
 
-@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+@pytest.mark.parametrize("kind", ["bert", "gpt2", "qwen3"])
 def test_optimized_model_imports_whole_and_matches_onnxruntime(optimized, kind):
     model, feeds = optimized(kind)
     contrib_ops = {n.op_type for n in model.graph.node if n.domain == MS}
@@ -569,7 +580,7 @@ def test_optimized_model_imports_whole_and_matches_onnxruntime(optimized, kind):
     # stays whole on cpu_ref when its config keeps it
     keep = {"backends": {"cpu_ref": {"keep": ["nn.attention"]}}}
     whole = {"cpu_ref": {"nn.attention"} if "Attention" in FUSED[kind] else set(),
-             "c_kernels": {"nn.layer_norm", "nn.gelu"}}
+             "c_kernels": WHOLE[kind]}
     for backend, config in (("cpu_ref", keep), ("c_kernels", None)):
         compiled = legato.compile(module, backend, config=config)
         np.testing.assert_allclose(compiled(*feeds.values()), want, rtol=1e-4, atol=1e-4,

@@ -41,7 +41,7 @@ def part(node, x, start: int, stop: int, axis: int = -1):
     return node.call("strided_slice", x, begin=[start], end=[stop], axes=[axis % x.rank])
 
 
-def key_positions(node, count: int):
+def key_positions(count: int):
     return Const.of(np.arange(count, dtype=np.int64))
 
 
@@ -58,7 +58,7 @@ def padding_bias(node, mask, batch: int, q_len: int, total: int, dtype: str, fil
     (batch, total) or (batch, q_len, total)."""
     shape = list(mask.shape)
     if mask.rank == 1 and shape[0] in (batch, 2 * batch):
-        keys = key_positions(node, total)
+        keys = key_positions(total)
         ends = node.call("reshape", part(node, mask, 0, batch, 0), shape=[batch, 1, 1, 1])
         blocked = node.call("greater_equal", keys, node.call("cast", ends, dtype="int64"))
         if shape[0] == 2 * batch:   # left padding too: keys before the start position
@@ -307,7 +307,7 @@ def rotary_embedding(node):
     if position_ids.rank == 1:   # one start position: start, start + 1, ...
         node.require(position_ids.shape == (1,), f"position_ids {position_ids.type} must be "
                                                  "(1,) or (batch, seq)")
-        positions = node.call("add", positions, key_positions(node, seq))
+        positions = node.call("add", positions, key_positions(seq))
         positions = node.call("reshape", positions, shape=[1, seq])
     else:
         node.require(position_ids.shape in ((batch, seq), (1, seq)),
@@ -358,7 +358,7 @@ def group_query_attention(node):
     totals = node.call("add", node.call("reshape", node.call(
         "cast", node.arg(5), dtype="int64"), shape=[batch, 1]), 1)           # (batch, 1)
     pasts = node.call("maximum", node.call("subtract", totals, seq), 0)       # (batch, 1)
-    steps = node.call("add", pasts, key_positions(node, seq))                 # (batch, seq)
+    steps = node.call("add", pasts, key_positions(seq))                      # (batch, seq)
     if node.flag("do_rotary", 0):
         q, k = gqa_rotary(node, q, k, steps)
     present_k, present_v = (place(node, old, new, pasts, length)
@@ -409,7 +409,7 @@ def place(node, old, new, pasts, length: int):
     batch, heads, seq, size = new.shape
     if old is None and length == seq:
         return new   # a first prompt: rows past a shorter entry's length are unspecified
-    keys = key_positions(node, length)
+    keys = key_positions(length)
     offset = node.call("subtract", keys, pasts)                              # (batch, length)
     index = node.call("clip", offset, min=0, max=seq - 1)
     index = node.call("broadcast_to", node.call("reshape", index, shape=[batch, 1, length, 1]),
@@ -430,7 +430,7 @@ def place(node, old, new, pasts, length: int):
 def gqa_bias(node, totals, steps, length: int, dtype: str):
     """-inf for the keys query s of entry b does not see: beyond the entry's tokens, after
     its position (causal), or local_window_size or more before it."""
-    keys = key_positions(node, length)
+    keys = key_positions(length)
     own = node.call("reshape", steps, shape=[-1, 1, steps.shape[1], 1])      # (b, 1, s, 1)
     blocked = node.call("greater_equal", keys, node.call("reshape", totals, shape=[-1, 1, 1, 1]))
     if node.flag("causal", 1):
