@@ -407,12 +407,12 @@ Q_HEADS, KV_HEADS, HEAD = 4, 2, 16  # onnxruntime rotates head sizes of multiple
 
 
 def gqa_case(seq=4, past=0, seqlens=None, packed=False, rotary=False, attrs=None, extra=False,
-             batch=2):
+             batch=2, total=None):
     """(model, feeds, rows): a GroupQueryAttention over `batch` entries that hold
     `seqlens` + 1 tokens after the step; `rows` picks the output rows onnxruntime defines
     (those of each entry's real tokens)."""
     seqlens = np.array(seqlens if seqlens is not None else [past + seq - 1] * batch, np.int32)
-    total = max(int(seqlens.max()) + 1, past + seq if past else seq)
+    total = total or max(int(seqlens.max()) + 1, past + seq if past else seq)
     kv_width = KV_HEADS * HEAD
     if packed:
         feeds = {"qkv": randn(batch, seq, Q_HEADS * HEAD + 2 * kv_width)}
@@ -453,6 +453,8 @@ GQA_CASES = {
     "prompt": {}, "prompt_packed": {"packed": True},
     "prompt_padded": {"seqlens": [3, 1]},
     "decode": {"seq": 1, "past": 4}, "decode_ragged": {"seq": 1, "past": 4, "seqlens": [4, 2]},
+    # a cache buffer longer than the tokens it holds (total_sequence_length < its length)
+    "decode_in_longer_buffer": {"seq": 1, "past": 8, "seqlens": [4, 6], "total": 7},
     # onnxruntime takes several new tokens after a past for one batch entry only
     "chunk_after_past": {"seq": 2, "past": 3, "batch": 1},
     "prompt_rotary": {"rotary": True},
@@ -587,3 +589,38 @@ def test_optimized_model_imports_whole_and_matches_onnxruntime(optimized, kind):
                                    err_msg=backend)
         ops = {call.op for fn in compiled.module.functions.values() for call in fn.calls}
         assert whole[backend] <= ops, backend
+
+
+# --- float16 models (as the optimizer writes them for GPUs) -----------------------------------
+
+def to_half(model, feeds):
+    """The model with its float32 initializers, inputs and outputs in float16 (statistics
+    outputs `stats` stay float32, as onnxruntime defines them)."""
+    for tensor in model.graph.initializer:
+        array = numpy_helper.to_array(tensor)
+        if array.dtype == np.float32:
+            tensor.CopyFrom(numpy_helper.from_array(array.astype(np.float16), tensor.name))
+    for value in list(model.graph.input) + list(model.graph.output):
+        if value.type.tensor_type.elem_type == F and value.name not in ("mean", "inv_std"):
+            value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    return model, {k: a.astype(np.float16) if a.dtype == np.float32 else a
+                   for k, a in feeds.items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["skip_layer_norm", "group_query_attention"])
+def test_float16_models_match_onnxruntime(case, backend):
+    if case == "skip_layer_norm":
+        feeds = {"x": randn(2, 3, 16), "skip": randn(2, 3, 16)}
+        outputs = ["y", "mean", "inv_std", "sum"]
+        node = ms_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta"], outputs)
+        model = model_of([node], feeds, outputs, [("gamma", randn(16)), ("beta", randn(16))])
+    else:
+        model, feeds, _ = gqa_case(seq=1, past=4, rotary=True)
+    model, feeds = to_half(model, feeds)
+    want = run_ort(model, feeds)
+    got = legato.compile(onnx_frontend.load(model), backend)(*feeds.values())
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=4e-3,
+                                   atol=4e-3)
