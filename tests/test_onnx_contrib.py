@@ -225,11 +225,10 @@ def test_attention_matches_onnxruntime(mask, unidirectional, past, backend):
     if index is not None:
         feeds["mask"] = index
         names[3] = "mask"
-    outputs = ["y"]
+    outputs = ["y", "present"]
     if past:
         feeds["past"] = randn(2, 2, HEADS, past, HIDDEN // HEADS)
         names[4] = "past"
-        outputs.append("present")
     node = ms_node("Attention", names, outputs, num_heads=HEADS, unidirectional=unidirectional)
     inits = [("w", randn(HIDDEN, 3 * HIDDEN, scale=0.5)), ("b", randn(3 * HIDDEN))]
     check(model_of([node], feeds, outputs, inits), feeds, backend, atol=1e-4)
@@ -358,6 +357,13 @@ def test_multi_head_attention_masks_and_past_match_onnxruntime(mask, extra, past
     model, feeds = mha_model("self", bias=True, mask=mask, extra=extra, past=past,
                              attrs={"unidirectional": unidirectional, "scale": 0.4})
     check(model, feeds, backend, atol=1e-4)
+
+
+def test_multi_head_attention_qk_output_is_refused():
+    feeds = {"q": randn(2, 4, HIDDEN)}
+    node = ms_node("MultiHeadAttention", ["q", "q", "q"], ["y", "", "", "qk"], num_heads=HEADS)
+    with pytest.raises(LegatoError, match="MultiHeadAttention node .*output 3 \\(qk\\)"):
+        onnx_frontend.load(model_of([node], feeds, ["y", "qk"]))
 
 
 @pytest.mark.parametrize("name, index, match", [
