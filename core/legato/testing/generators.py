@@ -662,6 +662,20 @@ def gen_cumsum(ctx, op):
                     exclusive=ctx.chance(0.4), reverse=ctx.chance(0.4))
 
 
+@generator("signal.dft")
+def gen_dft(ctx, op):
+    """Real (..., 1) or complex (..., 2) data, any signal axis, a length that pads or
+    truncates (always one where the default would be 0), every direction and norm."""
+    shape = ctx.shape(min_rank=1, max_rank=3) + (ctx.choice([1, 2]),)
+    axis = ctx.int(0, len(shape) - 2) - (len(shape) if ctx.chance(0.5) else 0)
+    inverse, onesided, size = ctx.chance(0.5), ctx.chance(0.4), shape[axis]
+    needed = size == 0 or (inverse and onesided and size == 1)
+    length = ctx.int(1, 2 * size + 2) if needed or ctx.chance(0.4) else None
+    return ctx.call(op, ctx.fresh(shape, ctx.float), axis=axis, inverse=inverse,
+                    onesided=onesided, length=length,
+                    norm=ctx.choice(["backward", "ortho", "forward"]))
+
+
 @generator("trilu")
 def gen_trilu(ctx, op):
     data = ctx.value(ctx.all, min_rank=2)
