@@ -45,12 +45,21 @@ def stft_magnitude(x):
     return torch.stft(x, 16, 4, window=torch.hann_window(16), return_complex=True).abs()
 
 
+def istft_and_more(x):
+    window = torch.hann_window(16)
+    spectrum = torch.stft(x, 16, 4, window=window, return_complex=True)
+    return (torch.istft(spectrum, 16, 4, window=window, length=x.shape[-1]),
+            torch.view_as_real(spectrum * 1j).flatten(-2), torch.fft.hfft(spectrum, dim=1),
+            (x[:, :9] / spectrum[..., 0]).real)
+
+
 # name: (module, inputs, ATen ops its export must call)
 CASES = {
     "fnet_mixing": (Fn(lambda x: torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real),
                     [torch.randn(2, 8, 6)], {"aten._fft_r2c.default", "aten._fft_c2c.default",
                                              "aten.view_as_real.default"}),
     "stft_abs": (Fn(stft_magnitude), [torch.randn(2, 64)], {"aten.abs.default"}),
+    "istft": (Fn(istft_and_more), [torch.randn(2, 64)], {"aten._fft_c2r.default"}),
     "rfft_irfft": (Fn(lambda x: (torch.fft.irfft(torch.fft.rfft(x) * 2, n=x.shape[-1]),
                                  torch.fft.irfft(torch.fft.rfft(x, norm="ortho"), n=7,
                                                  norm="ortho"))),
