@@ -202,3 +202,51 @@ def test_efficientnet_pooler_at_its_published_form():
             assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
     text = legato.compile(module, backend="tosa_custom").artifact
     assert text.count("tosa.avg_pool2d") == 1  # the pooler, one TOSA pool over the map
+
+
+# --- constant subgraphs folded before emission ------------------------------------------
+
+def float64_table_module():
+    """x + cast(sin(arange / 7) in float64): the table depends on constants only."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 6), "float32")
+    ramp = b.const(np.arange(24, dtype=np.float64).reshape(4, 6))
+    table = b.sin(b.divide(ramp, b.const(np.float64(7.0))))
+    return b.build(b.add(x, b.cast(table, dtype="float32")))
+
+
+def test_constant_calls_fold_with_the_reference_kernels():
+    from legato.constfold import fold_constants
+    module = float64_table_module()
+    folded = fold_constants(module, legato.context())
+    assert [c.op for c in folded.main.calls] == ["add"]  # divide, sin and cast folded
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    want = x + np.sin(np.arange(24.0).reshape(4, 6) / 7.0).astype(np.float32)
+    np.testing.assert_array_equal(legato.reference(folded)(x), legato.reference(module)(x))
+    np.testing.assert_allclose(legato.reference(folded)(x), want, rtol=1e-6)
+    kept = fold_constants(module, legato.context(), keep={"sin"})
+    assert [c.op for c in kept.main.calls] == ["sin", "cast", "add"]  # kept whole, as asked
+
+
+def test_constant_folding_stops_at_the_size_limit_and_at_inputs():
+    from legato.constfold import fold_constants
+    b = legato.GraphBuilder()
+    x = b.input("x", (64, 64), "float32")
+    row = b.cos(b.const(np.linspace(0, 1, 64, dtype=np.float64)))  # 64 elements: folded
+    big = b.broadcast_to(row, shape=[64, 64])  # 4096 elements: over the limit given
+    y = b.add(x, b.cast(big, dtype="float32"))
+    module = b.build(b.multiply(y, b.exp(x)))
+    folded = fold_constants(module, legato.context(), max_elements=1000)
+    assert [c.op for c in folded.main.calls] == ["broadcast_to", "cast", "add", "exp", "multiply"]
+    data = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_array_equal(legato.reference(folded)(data), legato.reference(module)(data))
+
+
+def test_emitting_backends_get_folded_tables_executing_ones_run_them(backend_factory):
+    module = float64_table_module()
+    backend_factory({"backend": "emits32", "executes": False,
+                     "legal": {op: {"dtypes": ["float32"]} for op in ("add", "sin", "cast")}},
+                    emitter=lambda m: str(m))
+    emitted = legato.compile(module, backend="emits32")  # float64 sin: nothing takes it
+    assert [c.op for c in emitted.module.main.calls] == ["add"]
+    assert "sin" in legato.compile(module, backend="c_kernels").report.after

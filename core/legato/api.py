@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from .backend import Backend
 from .capability import parse_capability
 from .config import BackendConfig, load_config
+from .constfold import fold_constants
 from .context import Context, context as current_context
 from .custom_ops import decode_custom
 from .errors import ExecutionError, LegatoError, PluginError, quote
@@ -159,6 +160,8 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     module, recovered = recompose_for(source, be, cfg.recompose, cfg.keep, host.registry)
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
         module = convert_layout(module, be.layout, host.registry, cfg.keep)
+    if not be.executes:  # an emitted artifact holds what constants compute, in any dtype
+        module = fold_constants(module, host, cfg.keep)
     result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
     result.report.recovered.update(recovered.recovered)
     fallback = host.fallback_of(be) if be.executes else None

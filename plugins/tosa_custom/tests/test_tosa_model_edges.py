@@ -66,3 +66,79 @@ def test_ceil_mode_window_larger_than_the_padded_map_with_padding_and_dilation(t
     x = np.random.default_rng(1).standard_normal((1, 2, 7, 8)).astype(np.float32)
     (out,) = tools.run_reference(text, [x], validate=True)
     assert_matches(out, legato.reference(module)(x))
+
+
+# --- float64 constant subgraphs -----------------------------------------------------------
+
+def sine_table_onnx(path, channels=32, size=16):
+    """A DETR-style 2-D sine-cosine position table computed in float64 from constants
+    (Range, Div, Sin, Cos, Concat, Transpose, Cast), added to the float32 input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    half = channels // 2
+    dim_t = 10000.0 ** (2 * (np.arange(half) // 2) / half)
+
+    def const(name, array):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+
+    nodes = [const("one", np.array(1.0)), const("end", np.array(size + 1.0)),
+             const("dim_t", dim_t), const("ax", np.array([1, 2], np.int64)),
+             helper.make_node("Range", ["one", "end", "one"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "ax"], ["r3"]),  # [size, 1, 1]
+             helper.make_node("Div", ["r3", "dim_t"], ["pos"]),   # [size, 1, half]
+             helper.make_node("Sin", ["pos"], ["s"]), helper.make_node("Cos", ["pos"], ["c"]),
+             const("shape", np.array([size, size, half], np.int64)),
+             helper.make_node("Expand", ["s", "shape"], ["sy"]),
+             helper.make_node("Expand", ["c", "shape"], ["cy"]),
+             helper.make_node("Transpose", ["cy"], ["cx"], perm=[1, 0, 2]),
+             helper.make_node("Concat", ["sy", "cx"], ["table"], axis=2),
+             helper.make_node("Transpose", ["table"], ["chw"], perm=[2, 0, 1]),
+             helper.make_node("Cast", ["chw"], ["chw32"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "chw32"], ["y"])]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_float64_sine_table_from_onnx_is_folded_and_matches_onnxruntime(tools, tmp_path):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from legato.frontends import onnx as lonnx
+    path = sine_table_onnx(tmp_path / "table.onnx")
+    module = lonnx.load(path)
+    assert any(c.op == "sin" and c.outputs[0].dtype == "float64" for c in module.main.calls)
+    compiled = legato.compile(module, backend=KEEP)
+    assert "sin" not in compiled.report.after and "f64" not in compiled.artifact
+    x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (out,) = tools.run_reference(compiled.artifact, [x], validate=True)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+def test_float64_sine_table_from_torch_is_folded_and_matches_eager(tools):
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as ltorch
+
+    class SineTable(torch.nn.Module):
+        """DETR's PositionEmbeddingSine, its table computed in float64 from aranges."""
+        def forward(self, x):
+            _, c, h, w = x.shape
+            y_embed = torch.arange(1, h + 1, dtype=torch.float64)[:, None].expand(h, w)
+            x_embed = torch.arange(1, w + 1, dtype=torch.float64)[None, :].expand(h, w)
+            dim_t = torch.arange(c // 2, dtype=torch.float64)
+            dim_t = 10000 ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / (c // 2))
+            pos_x, pos_y = x_embed[:, :, None] / dim_t, y_embed[:, :, None] / dim_t
+            pos_x = torch.stack((pos_x[:, :, 0::2].sin(), pos_x[:, :, 1::2].cos()), dim=3)
+            pos_y = torch.stack((pos_y[:, :, 0::2].sin(), pos_y[:, :, 1::2].cos()), dim=3)
+            pos = torch.cat((pos_y.flatten(2), pos_x.flatten(2)), dim=2).permute(2, 0, 1)
+            return x + pos.to(x.dtype)
+
+    x = torch.randn(1, 32, 16, 12)
+    want = SineTable()(x).numpy()
+    compiled = legato.compile(ltorch.load(SineTable(), (x,)), backend=KEEP)
+    assert "f64" not in compiled.artifact
+    (out,) = tools.run_reference(compiled.artifact, [x.numpy()], validate=True)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
