@@ -241,3 +241,8 @@ def test_shifts_of_floats_and_det_of_integers_are_refused():
         ATEN["aten.__lshift__.Scalar"](b, x, 2)
     with pytest.raises(legato.LegatoError, match="det needs a float tensor of square"):
         ATEN["aten._linalg_det.default"](b, n)
+
+
+def test_determinants_of_empty_matrices():
+    run_both(lambda a, e: (torch.linalg.det(a), *torch.linalg.slogdet(a), torch.linalg.det(e)),
+             [torch.randn(3, 0, 0), torch.randn(0, 2, 2)])

@@ -38,7 +38,14 @@ def eliminated(b, a):
     return diagonal, sign
 
 
+def _empty(a, value: float) -> Const:
+    """What every 0 x 0 matrix of the batch gives: det 1 (an empty product)."""
+    return Const.of(np.full(a.shape[:-2], value, a.dtype))
+
+
 def det(b, a):
+    if a.shape[-1] == 0:
+        return _empty(a, 1.0)
     diagonal, sign = eliminated(b, a)
     return b.multiply(b.prod(diagonal, axes=[a.rank - 2], keepdims=False), sign)
 
@@ -46,6 +53,8 @@ def det(b, a):
 def slogdet(b, a):
     """(sign, log |det|): the log a sum of logs, so it does not overflow where det would;
     a singular matrix gives (0, -inf)."""
+    if a.shape[-1] == 0:
+        return _empty(a, 1.0), _empty(a, 0.0)
     diagonal, sign = eliminated(b, a)
     axis = a.rank - 2
     signs = b.multiply(b.prod(b.sign(diagonal), axes=[axis], keepdims=False), sign)

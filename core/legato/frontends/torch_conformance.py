@@ -319,11 +319,16 @@ def _name(info) -> str:
 
 
 # (OpInfo, dtype) pairs whose eager results come from an integer kernel of torch's own
-# that no float formula reproduces; the importer refuses those inputs with an error
+# that no float formula reproduces (the importer refuses linear resizes of integers; the
+# bicubic one reaches it already decomposed into integer arithmetic)
 UINT8_LINEAR = ("torch's uint8 linear resize rounds fixed-point weights to uint8 after "
                 "each axis (legato resizes floats only)")
 OUT_OF_SCOPE = {("nn.functional.interpolate.bilinear", "uint8"): UINT8_LINEAR,
-                ("nn.functional.upsample_bilinear", "uint8"): UINT8_LINEAR}
+                ("nn.functional.upsample_bilinear", "uint8"): UINT8_LINEAR,
+                ("nn.functional.interpolate.bicubic", "uint8"): (
+                    "torch's uint8 bicubic kernel rounds a few values differently from its "
+                    "own decomposition, which the exported program holds (legato computes "
+                    "that program exactly)")}
 
 
 def run_op(info, backends, dtypes, max_samples: int) -> list[Outcome]:
