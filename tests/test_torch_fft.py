@@ -25,7 +25,10 @@ class Fn(nn.Module):
 
 def spectral_ops(z):
     w = z * torch.conj(z) / (z + 1.5) - 2 * z + torch.tensor(0.5) * z / 3
-    return w, w.angle(), torch.fft.fftshift(w, dim=0).exp(), torch.cat([z, w], dim=1)
+    gated = torch.where(z.abs() > 1, z, 0.0).reciprocal() + torch.where(z.real > 0, 2.0, z)
+    return (w, w.angle(), torch.fft.fftshift(w, dim=0).exp(), torch.cat([z, w], dim=1),
+            torch.where(gated.abs() < 1e6, gated, 0),
+            z + torch.full(z.shape, 1 - 2j) + torch.ones(z.shape[-1], dtype=torch.cfloat))
 
 
 class Rotary(nn.Module):
@@ -71,7 +74,8 @@ CASES = {
                    [torch.randn(3, 4, 10)], {"aten._to_copy.default"}),
     "arithmetic": (Fn(lambda x: spectral_ops(torch.fft.rfft(x))), [torch.randn(5, 12)],
                    {"aten.mul.Tensor", "aten.div.Tensor", "aten.angle.default",
-                    "aten.exp.default", "aten.cat.default"}),
+                    "aten.exp.default", "aten.cat.default", "aten.where.self",
+                    "aten.reciprocal.default"}),
     "rotary_buffer": (Rotary(), [torch.randn(2, 6, 8)], {"aten.view_as_complex.default"}),
     "complex_in_out": (Fn(lambda z, x: (torch.fft.ifft(z, dim=0), z * x, z.abs())),
                        [torch.randn(4, 3, dtype=torch.complex64), torch.randn(3)],

@@ -228,6 +228,29 @@ def to_copy(b, x, dtype=None, **_):
     return b.cast(parts(b, x)[0], dtype=target)
 
 
+def _float_of(dtype) -> str:
+    """The float dtype of a complex torch dtype (None: torch's default, complex64)."""
+    return COMPLEX_FLOAT[str(dtype or "complex64").removeprefix("torch.")]
+
+
+@complex_op("aten.scalar_tensor.default")
+def scalar_tensor(b, value, dtype=None, **_):
+    return Complex(as_complex(b, value, _float_of(dtype)))
+
+
+def _filled(default):
+    """full(size, value), or zeros/ones(size) with `default`, in a complex dtype."""
+    def convert(b, size, fill_value=default, dtype=None, **_):
+        pair = as_complex(b, fill_value, _float_of(dtype)).data
+        return Complex(Const.of(np.broadcast_to(pair, tuple(size) + (2,))))
+    return convert
+
+
+complex_op("aten.full.default")(_filled(None))
+complex_op("aten.zeros.default")(_filled(0))
+complex_op("aten.ones.default")(_filled(1))
+
+
 @complex_op("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
             "aten.detach.default", "aten.lift_fresh_copy.default",
             "aten.resolve_conj.default", "aten.resolve_neg.default")
@@ -294,6 +317,18 @@ def div(b, x, y):
     product = _cmul(b, as_complex(b, x, dtype), conjugate).value
     return Complex(b.divide(product, b.sum(b.multiply(y, y), axes=[y.rank - 1],
                                            keepdims=True)))
+
+
+@complex_op("aten.reciprocal.default")
+def reciprocal(b, z):
+    return div(b, 1.0, z)
+
+
+@complex_op("aten.where.self")
+def where(b, condition, x, y):
+    dtype = _dtype(x, y)
+    return Complex(b.where(b.expand_dims(condition, axes=[condition.rank]),
+                           as_complex(b, x, dtype), as_complex(b, y, dtype)))
 
 
 @complex_op("aten.neg.default")
