@@ -7,7 +7,9 @@ int, float, bool and Python scalars, floor division and remainder of negative nu
 comparisons and logic, where/masked_fill with scalars, clamp, reductions with dim,
 keepdim and dtype, cumulative ops, views (reshape, permute, flip, narrow, strided slices,
 expand then contiguous), in-place ops on clones (add_, mul_, masked_fill_, slice
-assignment, index_put), gathers, cat/stack/split, softmax, pads, pools and convs. The
+assignment, index_put), gathers, cat/stack/split, softmax, pads, pools and convs, and
+(torch_layout_steps) as_strided over views and channels-last storage, activations with
+non-default optional scalars and attention with every mask form. The
 module is imported with `legato.frontends.torch.load`, compiled for cpu_ref and for
 c_kernels, and its results must have eager PyTorch's shapes, dtypes and values.
 
@@ -23,6 +25,7 @@ import numpy as np
 
 import legato
 from tests.fuzz.program_checks import check_tosa, compare_outputs
+from tests.fuzz.torch_layout_steps import s_activation, s_attention, s_strided
 
 QUICK_CASES = 10  # torch.export takes most of a second a case
 CASE_TIMEOUT = 60.0
@@ -97,7 +100,10 @@ class Builder:
         return torch.from_numpy(np.asarray(self.gen.integers(-6, 7, shape))).to(dtype)
 
     def add_input(self, shape, dtype):
-        example = self.tensor(shape, dtype)
+        return self.add_example(self.tensor(shape, dtype))
+
+    def add_example(self, example):
+        """An input with this example (its memory layout too: clones keep it)."""
         self.inputs.append(example)
         value = Value(len(self.values), example, True, is_input=True)
         self.values.append(value)
@@ -749,7 +755,7 @@ def s_module(b):
 
 STEPS = [s_promote, s_promote, s_arith, s_arith, s_division, s_unary, s_int_unary, s_rounding, s_compare, s_logic,
          s_where, s_clamp, s_cast, s_reduce, s_cumulative, s_view, s_view, s_inplace, s_join,
-         s_index, s_nn, s_nn, s_module]
+         s_index, s_nn, s_nn, s_module, s_strided, s_strided, s_activation, s_attention]
 
 
 def build(seed: int):
