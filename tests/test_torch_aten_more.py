@@ -100,6 +100,11 @@ def _shifts(x, s, small):
             small << small, small >> small)
 
 
+def _triangles(x):
+    return (x[tuple(torch.tril_indices(4, 5, -1))], torch.triu_indices(3, 6, 2),
+            torch.tril_indices(0, 3), torch.triu_indices(4, 2, -5, dtype=torch.int32))
+
+
 def _index_everywhere(x, i, j):
     return (x[:, i], x[i, :, j], x[:, i, :, j], x[i, :, :, j], x[:, :, i, j], x[..., i],
             x[i, j, ..., i], x[:, i, j], x[None, i, :, j])
@@ -149,12 +154,9 @@ CASES = {
                                      x[0, 0].max()),
                     lambda: [torch.tensor([[1.0, float("nan")], [3.0, -2.0]]) * torch.ones(
                         3, 2, 2), ints(3, 4), torch.rand(2, 3) > 0.5], "aten.max.default"),
-    "tril_triu_indices": (lambda x: (x[tuple(torch.tril_indices(4, 5, -1))],
-                                     torch.triu_indices(3, 6, 2),
-                                     torch.tril_indices(0, 3), torch.triu_indices(4, 2, -5,
-                                                                                  dtype=torch.int32)),
-                          lambda: [torch.randn(4, 5)], "aten.tril_indices.default"),
-    "shifts": (_shifts, lambda: [ints(4, 16), torch.arange(-4, 68).view(4, 18)[:, :16] % 70 - 2,
+    "tril_triu_indices": (_triangles, lambda: [torch.randn(4, 5)],
+                          "aten.tril_indices.default"),
+    "shifts": (_shifts, lambda: [ints(4, 16), torch.arange(64).view(4, 16) * 70 // 63 - 3,
                                  ints(4, 16, low=-128, high=127, dtype=torch.int8)],
                "aten.__lshift__.Tensor"),
     "shifts_wide": (lambda x, s: (x << s, x >> s, torch.bitwise_left_shift(x, 31),
