@@ -13,11 +13,22 @@ from .conv import CONV_ATTRS, _conv2d
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1)}
 
 
+def one_value(t: TensorType) -> bool:
+    """A per-tensor quantization parameter: a scalar or a 1-element vector."""
+    return t.rank == 0 or t.shape == (1,)
+
+
 def _check_qparams(data: TensorType, scale: TensorType, zero_point: TensorType, axis: int):
-    if scale.rank > 1 or (zero_point is not None and zero_point.shape != scale.shape):
-        fail(f"scale {list(scale.shape)} and zero_point {list(zero_point.shape)} must be "
-             "scalars or 1-D of one length")
-    if scale.rank == 1 and scale.shape[0] != 1:
+    """ONNX's pairings: scale and zero point each one value (a scalar or [1], in any mix,
+    as onnxruntime's quantizer writes an int32 bias's [1] scale with a scalar zero point),
+    or both 1-D of one length along `axis`."""
+    per_tensor = one_value(scale) and (zero_point is None or one_value(zero_point))
+    if not per_tensor and (scale.rank != 1 or zero_point is not None
+                           and zero_point.shape != scale.shape):
+        zero = "none" if zero_point is None else list(zero_point.shape)
+        fail(f"scale {list(scale.shape)} and zero_point {zero} must each hold one value "
+             "(a scalar or [1]) or be 1-D of one length")
+    if not per_tensor:
         if not -data.rank <= axis < data.rank or data.shape[axis] != scale.shape[0]:
             fail(f"per-axis scale of {scale.shape[0]} does not match axis {axis} of "
                  f"{list(data.shape)}")
@@ -66,8 +77,11 @@ def _dequantize(types, attrs):
 
 
 def along_axis(b, param, data, axis: int):
-    """A scalar or per-axis (C,) parameter, shaped to broadcast against `data`."""
-    if param.rank == 0 or param.shape == (1,):
+    """A scalar or per-axis (C,) parameter, shaped to broadcast against `data` (a [1]
+    parameter of a scalar `data` becomes a scalar, so the result keeps data's shape)."""
+    if param.shape == (1,) and data.rank == 0:
+        return b.reshape(param, shape=[])
+    if one_value(param):
         return param
     return b.reshape(param, shape=list(channel_view(param.shape[0], data.rank, axis)))
 
