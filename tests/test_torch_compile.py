@@ -60,6 +60,10 @@ def test_parameters_changed_in_place_are_seen():
         model[0].weight.mul_(-2.0)
         model[4].running_mean.add_(3.0)
     close(compiled(x), model(x))
+    model[3].weight.data = torch.randn(8, 32)  # new memory, same Parameter
+    close(compiled(x), model(x))
+    model[3].bias = nn.Parameter(torch.randn(8))  # a new Parameter
+    close(compiled(x), model(x))
 
 
 @torch.library.custom_op("legato_test::numpy_cumsum", mutates_args=())

@@ -12,7 +12,7 @@ that executes and is not cpu_ref (cpu_ref when there is none).
 The route from dynamo's graph to legato is the torch.export importer's, so there is one
 torch path: the graph dynamo captured (torch-level calls: `F.linear`, methods, operators)
 is exported with `torch.export` on the call's inputs, decomposed with the importer's table
-(`torch.decomposition_table`) and imported by its `_Importer`. Support is decided at that
+(`legato.frontends.torch.exported`) and imported by its `_Importer`. Support is decided at that
 ATen level, not on dynamo's torch-level calls: one torch call becomes several ATen calls,
 and only at ATen level is the question "does legato convert this call" answered by the
 importer's own table (`torch_ops.ATEN`, the complex table, custom-op converters). When
@@ -25,10 +25,10 @@ eager PyTorch, with a warning giving the error.
 
 Parameters and buffers, which dynamo passes as graph inputs (inline_inbuilt_nn_modules),
 become constants: legato folds and packs them once. Dynamo does not guard on their
-values, so every call checks that each is still the same tensor at the same version
-(`Tensor._version`, bumped by every in-place write, `load_state_dict` included); when one
-changed, the graph is imported again with the new values (logged). Assigning a new tensor
-to `module.weight.data` without an in-place op is not seen by that check.
+values, so every call checks that each is still the same tensor, at the same version
+(`Tensor._version`, bumped by every in-place write, `load_state_dict` included) and over
+the same memory (`weight.data = ...`); when one changed, the graph is imported again with
+the new values (logged).
 
 Shapes are static: legato has no symbolic sizes yet, so each input shape gets its own
 legato module (kept per shape, compiled on the first call with it). When dynamo passes
@@ -107,6 +107,7 @@ class CompiledGraph:
         self.name = f"graph {CompiledGraph._count}"
         self.gm, self.options = gm, options
         self.static = [i for i, v in enumerate(example_inputs) if _is_static(v)]
+        self.others = [i for i in range(len(example_inputs)) if i not in self.static]
         self.builds: dict = {}
         self.stayed: dict[str, tuple[int, str]] = {}  # ATen op -> (calls, why) in PyTorch
         self.said = False
@@ -126,10 +127,10 @@ class CompiledGraph:
         return build(args)
 
     def key(self, args) -> tuple:
-        import torch
-        static = set(self.static)
-        return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor)
-                     else (type(a), a) for i, a in enumerate(args) if i not in static)
+        """What a build is specific to: the shapes, dtypes and devices of the inputs that
+        are not parameters, and the values of the non-tensor ones."""
+        return tuple((a.shape, a.dtype, a.device) if hasattr(a, "shape") else (type(a), a)
+                     for a in map(args.__getitem__, self.others))
 
     def build(self, args) -> "Build":
         import torch
@@ -186,33 +187,38 @@ class Build:
 
     def __init__(self, owner: CompiledGraph, args, frozen: dict):
         import torch
-        self.frozen = {i: (t, t._version) for i, t in frozen.items()}
+        self.frozen = {i: (t, t._version, t.data_ptr()) for i, t in frozen.items()}
         fixed = set(frozen) | {i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
         self.varying = [i for i in range(len(args)) if i not in fixed]
-        self.eager_reason, self.parts, self.run = None, 0, None
+        self.eager_reason, self.parts = None, 0
         try:
-            program = torch_frontend.exported(bound(owner.gm, args, fixed), [args[i] for i in self.varying])
-            self.check_functional(program)
-        except LegatoError as err:
+            self.run = self.on_legato(owner, args, fixed)
+        except LegatoError as err:  # the whole graph in eager PyTorch
             self.eager_reason = str(err)
-            self.run = lambda tensors: owner.gm(*tensors)
-            self.varying = list(range(len(args)))
-            return
+            self.run, self.varying = (lambda tensors: owner.gm(*tensors)), list(range(len(args)))
+
+    def on_legato(self, owner: CompiledGraph, args, fixed: set):
+        import torch
+        devices = {a.device.type for a in args if isinstance(a, torch.Tensor)} - {"cpu"}
+        if devices:
+            raise LegatoError(f"legato runs on the CPU; the graph's inputs are on "
+                              f"{', '.join(sorted(devices))}")
+        program = torch_frontend.exported(bound(owner.gm, args, fixed),
+                                          [args[i] for i in self.varying])
+        self.check_functional(program)
         stays = unsupported(program.graph_module.graph)
         if not stays:
             try:
-                self.run, self.parts = Part(program, owner.options), 1
-                return
+                self.parts = 1
+                return Part(program, owner.options)
             except LegatoError as err:
-                stays = self.blame(program.graph_module.graph, err) or {}
+                stays = self.blame(program.graph_module.graph, err)
                 if not stays:
-                    self.eager_reason = str(err)
-                    self.run = lambda tensors: owner.gm(*tensors)
-                    self.varying = list(range(len(args)))
-                    return
+                    raise
         owner.stayed = stayed_ops(stays)
-        self.run = Split(program, stays, owner.options)
-        self.parts = self.run.parts
+        split = Split(program, stays, owner.options)
+        self.parts = split.parts
+        return split
 
     @staticmethod
     def check_functional(program) -> None:
@@ -234,7 +240,8 @@ class Build:
         return {}
 
     def current(self, args) -> bool:
-        return all(args[i] is t and t._version == v for i, (t, v) in self.frozen.items())
+        return all(args[i] is t and t._version == v and t.data_ptr() == p
+                   for i, (t, v, p) in self.frozen.items())
 
     def __call__(self, args):
         import torch
