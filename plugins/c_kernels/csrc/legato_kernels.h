@@ -283,6 +283,85 @@ int lgk_permute_copy(int ndim, const int64_t *shape,
                      const float *src, int64_t src_len, const int64_t *src_strides,
                      float *dst, int64_t dst_len);
 
+/* ---- int8 GEMM and convolution (qgemm.c, qconv.c) ---------------------------------
+ * Quantized operands are uint8 or int8 bytes; products accumulate in int32 on
+ * zero-point-shifted values, acc = sum_k (A[m, k] - a_zp) (B[k, n] - b_zp), in
+ * wrapping (mod 2^32) int32 arithmetic, as int32 accumulators and numpy's int32 matmul
+ * do (no wrap can occur for K <= 33025 with zero points inside the operand's type).
+ * The output is either that accumulator plus the bias (LGK_QTYPE_INT32), or
+ * requantized as onnxruntime's CPU kernels do: y = saturate(round_half_even(
+ * float32(acc + bias) * multiplier) + out_zero_point), the rounding that of the
+ * current floating-point mode (round to nearest even unless the caller changed it);
+ * relu clamps below at out_zero_point. Lengths (*_len) count elements of the
+ * operand's type (bytes for uint8/int8). */
+enum lgk_qtype { LGK_QTYPE_UINT8 = 0, LGK_QTYPE_INT8 = 1, LGK_QTYPE_INT32 = 2 };
+
+/* Micro-kernel families of the int8 GEMM; LGK_QISA_AUTO picks the best the CPU has. */
+enum lgk_qisa {
+    LGK_QISA_AUTO = 0,
+    LGK_QISA_GENERIC = 1,
+    LGK_QISA_AVX2 = 2,        /* int16 products (vpmaddwd): no saturation */
+    LGK_QISA_AVX512_VNNI = 3  /* vpdpbusd */
+};
+
+typedef struct {
+    int a_type, b_type;          /* LGK_QTYPE_UINT8 or LGK_QTYPE_INT8 */
+    const int32_t *a_zero_point; /* a_zero_point_len values: 1, or M (one per row of A) */
+    int64_t a_zero_point_len;
+    const int32_t *b_zero_point; /* 1, or N (one per column of B) */
+    int64_t b_zero_point_len;
+    int out_type;                /* an lgk_qtype */
+    int per_row;                 /* multiplier and bias run along M (rows) instead of N */
+    const float *multiplier;     /* 1 or M/N values; unused (may be NULL) for INT32 output */
+    int64_t multiplier_len;
+    int32_t out_zero_point;      /* within out_type's range; 0 for INT32 output */
+    const int32_t *bias;         /* NULL, or M/N values added to the accumulator */
+    int64_t bias_len;
+    int relu;                    /* clamp below at out_zero_point (requantized output only) */
+} lgk_qparams;
+
+/* C (M x N, row stride ldc, of q->out_type) from A[m, k] = a[m * rs_a + k * cs_a] and
+ * B[k, n] = b[k * rs_b + n * cs_b] (bytes of q->a_type, q->b_type). Zero points must lie
+ * in their operand type's range. */
+int lgk_qgemm(int64_t M, int64_t N, int64_t K,
+              const void *a, int64_t a_len, int64_t rs_a, int64_t cs_a,
+              const void *b, int64_t b_len, int64_t rs_b, int64_t cs_b,
+              void *c, int64_t c_len, int64_t ldc, const lgk_qparams *q, int nthreads);
+
+/* Prepacked operands (constant weights): bytes of the packed buffer (64-byte aligned,
+ * header included; a negated status for bad sizes), the packing, and the GEMM with B
+ * (or A) read from the packed buffer. The header records the family, the operand's
+ * type, K and N (M); a buffer packed otherwise is refused with LGK_ERR_ARG. */
+int64_t lgk_qgemm_packed_b_size(int64_t K, int64_t N);
+int lgk_qgemm_pack_b(int64_t K, int64_t N, int b_type, const void *b, int64_t b_len,
+                     int64_t rs_b, int64_t cs_b, void *packed, int64_t packed_len);
+int lgk_qgemm_prepacked(int64_t M, int64_t N, int64_t K,
+                        const void *a, int64_t a_len, int64_t rs_a, int64_t cs_a,
+                        const void *packed_b, int64_t packed_len,
+                        void *c, int64_t c_len, int64_t ldc, const lgk_qparams *q,
+                        int nthreads);
+int64_t lgk_qgemm_packed_a_size(int64_t M, int64_t K);
+int lgk_qgemm_pack_a(int64_t M, int64_t K, int a_type, const void *a, int64_t a_len,
+                     int64_t rs_a, int64_t cs_a, void *packed, int64_t packed_len);
+
+/* Test hook: force a family (LGK_QISA_AUTO restores detection); LGK_ERR_ARG if the CPU
+ * cannot run it. Not thread-safe. */
+int lgk_qgemm_force_isa(int isa);
+int lgk_qgemm_isa(void);
+
+/* Quantized NCHW conv2d (ONNX QLinearConv / ConvInteger): x (n, c, h, w) of q->b_type
+ * with its one zero point q->b_zero_point; w (o, c / groups, kh, kw) of q->a_type with
+ * 1 or o zero points; multiplier and bias 1/o values per output channel (q->per_row is
+ * ignored); y (n, o, oh, ow) of q->out_type. Padding reads as the data zero point.
+ * Depthwise convs (groups == c == o) are computed directly, others as W @ im2col. */
+int lgk_qconv2d_nchw(const lgk_conv2d_params *p, const void *x, int64_t x_len,
+                     const void *w, int64_t w_len, void *y, int64_t y_len,
+                     const lgk_qparams *q, int nthreads);
+/* The same with groups == 1 and w packed by lgk_qgemm_pack_a(o, c * kh * kw, ...). */
+int lgk_qconv2d_nchw_packed(const lgk_conv2d_params *p, const void *x, int64_t x_len,
+                            const void *packed_w, int64_t packed_len, void *y,
+                            int64_t y_len, const lgk_qparams *q, int nthreads);
+
 /* ---- programs --------------------------------------------------------------- */
 /*
  * A program is a sequence of calls of the functions above, run by one call: each

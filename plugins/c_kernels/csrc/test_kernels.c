@@ -857,6 +857,7 @@ static void test_subnormals(void) {}
 #include "test_depthwise.inc"
 #include "test_elementwise.inc"
 #include "test_threads.inc"
+#include "test_qgemm.inc"
 
 int main(void)
 {
@@ -884,6 +885,9 @@ int main(void)
     test_depthwise_more();
     test_elementwise_more();
     test_thread_pool();
+    test_qgemm_values();
+    test_qgemm_errors();
+    test_qconv();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

@@ -25,7 +25,7 @@ from cffi import FFI
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
 SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c",
-           "movement.c"]
+           "movement.c", "qgemm.c", "qconv.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno
@@ -94,7 +94,8 @@ def _make_builder(csrc: str = CSRC) -> FFI:
         sources=[f"{csrc}/{name}" for name in SOURCES],
         include_dirs=[csrc],
         depends=[f"{csrc}/{HEADER}", f"{csrc}/lgk_internal.h", f"{csrc}/lgk_transpose.h",
-                 f"{csrc}/lgk_parallel.h", f"{csrc}/depthwise_planes.inc"],
+                 f"{csrc}/lgk_parallel.h", f"{csrc}/depthwise_planes.inc",
+                 f"{csrc}/lgk_qgemm.h"],
         extra_compile_args=COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
         libraries=["m"],

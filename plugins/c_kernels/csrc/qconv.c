@@ -1,0 +1,262 @@
+/*
+ * qconv.c - quantized NCHW conv2d (ONNX QLinearConv / ConvInteger arithmetic).
+ *
+ * Grouped and dense convs are W @ im2col per image and group on the int8 GEMM
+ * (qgemm.c): the weights are A (filters as rows, so per-filter zero points,
+ * multipliers and biases are per-row parameters and the result lands in NCHW order),
+ * the unfolded input is B with padding filled with the data zero point (whose shifted
+ * value is 0, as in onnxruntime). A 1x1 conv with unit strides and no padding reads its
+ * input in place. Depthwise convs (one filter per channel: groups == c == o) have no
+ * GEMM worth the name (K = kh * kw) and run directly: each plane is shifted by its zero
+ * point into int16 once, then every tap adds a scaled run of a row into int32 sums.
+ */
+#include "lgk_qgemm.h"
+
+/* ---- checks ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const lgk_conv2d_params *p;
+    int64_t oh, ow, cg, og, kg, plane_in, plane_out; /* kg: K of one group's GEMM */
+} qconv_geom;
+
+static int qconv_check(const lgk_conv2d_params *p, const void *x, int64_t x_len, void *y,
+                       int64_t y_len, const lgk_qparams *q, qconv_geom *g)
+{
+    LGK_TRY(lgk_conv2d_out_shape(p, &g->oh, &g->ow));
+    LGK_CHECK(q != NULL, LGK_ERR_NULL);
+    lgk_qparams rows = *q;
+    rows.per_row = 1; /* filters are the GEMM's rows */
+    LGK_TRY(lgk_qparams_check(&rows, p->o, 1));
+    g->p = p;
+    g->cg = p->c / p->groups;
+    g->og = p->o / p->groups;
+    int64_t d1[3] = {g->cg, p->kh, p->kw}, d2[2] = {p->h, p->w}, d3[2] = {g->oh, g->ow};
+    LGK_TRY(lgk_checked_count(3, d1, &g->kg));
+    LGK_TRY(lgk_checked_count(2, d2, &g->plane_in));
+    LGK_TRY(lgk_checked_count(2, d3, &g->plane_out));
+    int64_t xd[4] = {p->n, p->c, p->h, p->w}, yd[4] = {p->n, p->o, g->oh, g->ow}, count;
+    LGK_TRY(lgk_checked_count(4, xd, &count));
+    LGK_TRY(lgk_check_buffer(x, x_len, count));
+    LGK_TRY(lgk_checked_count(4, yd, &count));
+    return lgk_check_buffer(y, y_len, count);
+}
+
+/* ---- im2col -------------------------------------------------------------------------------- */
+
+/* Output columns [lo, hi) whose input column ox * s - pad + off lies in [0, w). */
+static void valid_range(int64_t n_out, int64_t s, int64_t pad, int64_t off, int64_t w,
+                        int64_t *lo, int64_t *hi)
+{
+    int64_t start = pad - off; /* ox * s >= start */
+    *lo = start <= 0 ? 0 : (start + s - 1) / s;
+    int64_t end = w + pad - off; /* ox * s < end */
+    *hi = end <= 0 ? 0 : LGK_MIN(n_out, (end + s - 1) / s);
+    *lo = LGK_MIN(*lo, *hi);
+}
+
+/* col (kg x plane_out) of channels [c0, c0 + cg) of one image; padding = zp byte. */
+static void qim2col(const qconv_geom *g, const uint8_t *x, uint8_t zp, uint8_t *col)
+{
+    const lgk_conv2d_params *p = g->p;
+    for (int64_t ci = 0; ci < g->cg; ++ci)
+        for (int64_t ki = 0; ki < p->kh; ++ki)
+            for (int64_t kj = 0; kj < p->kw; ++kj) {
+                uint8_t *row = col + ((ci * p->kh + ki) * p->kw + kj) * g->plane_out;
+                int64_t lo, hi, xoff = kj * p->dilation_w;
+                valid_range(g->ow, p->stride_w, p->pad_left, xoff, p->w, &lo, &hi);
+                for (int64_t oy = 0; oy < g->oh; ++oy) {
+                    uint8_t *dst = row + oy * g->ow;
+                    int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
+                    if (iy < 0 || iy >= p->h || lo >= hi) {
+                        memset(dst, zp, (size_t)g->ow);
+                        continue;
+                    }
+                    /* input column of output column ox: ox * stride + off */
+                    const uint8_t *src = x + ci * g->plane_in + iy * p->w;
+                    int64_t off = xoff - p->pad_left;
+                    memset(dst, zp, (size_t)lo);
+                    if (p->stride_w == 1)
+                        memcpy(dst + lo, src + lo + off, (size_t)(hi - lo));
+                    else
+                        for (int64_t ox = lo; ox < hi; ++ox)
+                            dst[ox] = src[ox * p->stride_w + off];
+                    memset(dst + hi, zp, (size_t)(g->ow - hi));
+                }
+            }
+}
+
+static int is_pointwise(const lgk_conv2d_params *p)
+{
+    return p->kh == 1 && p->kw == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_top == 0
+           && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0;
+}
+
+/* W @ im2col per image and group; A from `w` (o x kg rows) or prepacked panels. */
+static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
+                      const uint8_t *panels, const int32_t *sums, void *y,
+                      const lgk_qparams *q, int nthreads)
+{
+    const lgk_conv2d_params *p = g->p;
+    lgk_qparams rows = *q;
+    rows.per_row = 1;
+    lgk_qexpanded e;
+    LGK_TRY(lgk_qparams_expand(&rows, p->o, g->plane_out, &e));
+    int pointwise = is_pointwise(p);
+    lgk_scratch col = {NULL, 0};
+    int status = LGK_OK;
+    if (!pointwise) {
+        int64_t bytes;
+        status = lgk_mul(g->kg, g->plane_out, &bytes);
+        if (status == LGK_OK)
+            status = lgk_scratch_acquire(bytes / 4 + 1, &col);
+    }
+    size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
+    uint8_t zp = (uint8_t)q->b_zero_point[0];
+    for (int64_t n = 0; n < p->n && status == LGK_OK; ++n)
+        for (int64_t gi = 0; gi < p->groups && status == LGK_OK; ++gi) {
+            const uint8_t *xg = x + (n * p->c + gi * g->cg) * g->plane_in;
+            const uint8_t *b = xg;
+            if (!pointwise) {
+                qim2col(g, xg, zp, (uint8_t *)col.data);
+                b = (const uint8_t *)col.data;
+            }
+            int64_t r0 = gi * g->og;
+            lgk_qproblem pr = {g->og, g->plane_out, g->kg, w == NULL ? NULL : w + r0 * g->kg,
+                               g->kg, 1, b, g->plane_out, 1, e.a_flip, e.b_flip, panels,
+                               sums, NULL, NULL, e.ep,
+                               (char *)y + (size_t)((n * p->o + r0) * g->plane_out) * esize,
+                               g->plane_out};
+            pr.ep.za += r0;
+            pr.ep.mult = pr.ep.mult == NULL ? NULL : pr.ep.mult + r0;
+            pr.ep.bias = pr.ep.bias == NULL ? NULL : pr.ep.bias + r0;
+            status = lgk_qgemm_run(&pr, nthreads);
+        }
+    lgk_scratch_release(&col);
+    lgk_scratch_release(&e.scratch);
+    return status;
+}
+
+/* ---- depthwise ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const qconv_geom *g;
+    const uint8_t *x, *w;
+    void *y;
+    const lgk_qparams *q;
+} qdw_ctx;
+
+static int32_t qvalue(int type, uint8_t byte)
+{
+    return type == LGK_QTYPE_INT8 ? (int32_t)(int8_t)byte : (int32_t)byte;
+}
+
+/* acc[ox] += row[ox * s + off] * wv for ox in [lo, hi) (uint32: wraps, never overflows) */
+LGK_CLONES static void qdw_tap(uint32_t *restrict acc, const int16_t *restrict row, int64_t lo,
+                               int64_t hi, int64_t s, int64_t off, int32_t wv)
+{
+    if (lo >= hi)
+        return;
+    if (s == 1) {
+        const int16_t *r = row + (lo + off); /* lo + off >= 0: a valid column */
+        for (int64_t ox = lo; ox < hi; ++ox)
+            acc[ox] += (uint32_t)(r[ox - lo] * wv);
+    } else {
+        for (int64_t ox = lo; ox < hi; ++ox)
+            acc[ox] += (uint32_t)(row[ox * s + off] * wv);
+    }
+}
+
+static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *xs, uint32_t *acc)
+{
+    const qconv_geom *g = d->g;
+    const lgk_conv2d_params *p = g->p;
+    const lgk_qparams *q = d->q;
+    int64_t c = plane % p->c;
+    int32_t xzp = q->b_zero_point[0];
+    int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
+    const uint8_t *x = d->x + plane * g->plane_in;
+    for (int64_t i = 0; i < g->plane_in; ++i)
+        xs[i] = (int16_t)(qvalue(q->b_type, x[i]) - xzp);
+    const uint8_t *w = d->w + c * p->kh * p->kw;
+    uint32_t bias = q->bias == NULL ? 0u : (uint32_t)q->bias[c];
+    lgk_qepilogue ep = {NULL, NULL, NULL, NULL, 1, q->out_type, q->relu, q->out_zero_point};
+    const float *mult = q->out_type == LGK_QTYPE_INT32 ? NULL
+                        : q->multiplier + (q->multiplier_len == 1 ? 0 : c);
+    size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
+    char *y = (char *)d->y + (size_t)(plane * g->plane_out) * esize;
+    for (int64_t oy = 0; oy < g->oh; ++oy) {
+        for (int64_t ox = 0; ox < g->ow; ++ox)
+            acc[ox] = bias;
+        for (int64_t ki = 0; ki < p->kh; ++ki) {
+            int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
+            if (iy < 0 || iy >= p->h) /* padding: shifted value 0 */
+                continue;
+            for (int64_t kj = 0; kj < p->kw; ++kj) {
+                int64_t lo, hi, xoff = kj * p->dilation_w;
+                valid_range(g->ow, p->stride_w, p->pad_left, xoff, p->w, &lo, &hi);
+                int32_t wv = qvalue(q->a_type, w[ki * p->kw + kj]) - wzp;
+                qdw_tap(acc, xs + iy * p->w, lo, hi, p->stride_w, xoff - p->pad_left, wv);
+            }
+        }
+        lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
+    }
+}
+
+static int qdw_range(void *ctx, int64_t begin, int64_t end)
+{
+    const qdw_ctx *d = ctx;
+    lgk_scratch s = {NULL, 0};
+    /* int16 plane + int32 row, in floats */
+    LGK_TRY(lgk_scratch_acquire(d->g->plane_in / 2 + 1 + d->g->ow + 16, &s));
+    int16_t *xs = (int16_t *)s.data;
+    uint32_t *acc = (uint32_t *)(s.data + d->g->plane_in / 2 + 16);
+    for (int64_t plane = begin; plane < end; ++plane)
+        qdw_plane(d, plane, xs, acc);
+    lgk_scratch_release(&s);
+    return LGK_OK;
+}
+
+static int qconv_depthwise(const qconv_geom *g, const uint8_t *x, const uint8_t *w, void *y,
+                           const lgk_qparams *q, int nthreads)
+{
+    const lgk_conv2d_params *p = g->p;
+    qdw_ctx d = {g, x, w, y, q};
+    double macs = (double)p->n * (double)p->c * (double)g->plane_out * (double)(p->kh * p->kw);
+    int threads = macs < 4.0e5 ? 1 : nthreads;
+    return lgk_parallel_for(threads, p->n * p->c, 1, qdw_range, &d);
+}
+
+/* ---- entry points --------------------------------------------------------------------------- */
+
+int lgk_qconv2d_nchw(const lgk_conv2d_params *p, const void *x, int64_t x_len,
+                     const void *w, int64_t w_len, void *y, int64_t y_len,
+                     const lgk_qparams *q, int nthreads)
+{
+    qconv_geom g;
+    LGK_TRY(qconv_check(p, x, x_len, y, y_len, q, &g));
+    int64_t count;
+    const int64_t wd[2] = {p->o, g.kg};
+    LGK_TRY(lgk_checked_count(2, wd, &count));
+    LGK_TRY(lgk_check_buffer(w, w_len, count));
+    if (p->n == 0 || p->o == 0 || g.plane_out == 0)
+        return LGK_OK;
+    if (p->groups == p->c && p->o == p->c && p->groups > 1)
+        return qconv_depthwise(&g, x, w, y, q, nthreads);
+    return qconv_gemm(&g, x, w, NULL, NULL, y, q, nthreads);
+}
+
+int lgk_qconv2d_nchw_packed(const lgk_conv2d_params *p, const void *x, int64_t x_len,
+                            const void *packed_w, int64_t packed_len, void *y,
+                            int64_t y_len, const lgk_qparams *q, int nthreads)
+{
+    qconv_geom g;
+    LGK_TRY(qconv_check(p, x, x_len, y, y_len, q, &g));
+    LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
+    const uint8_t *panels;
+    const int32_t *sums;
+    LGK_TRY(lgk_qgemm_packed_a_view(p->o, g.kg, q->a_type, packed_w, packed_len, &panels,
+                                    &sums));
+    if (p->n == 0 || p->o == 0 || g.plane_out == 0)
+        return LGK_OK;
+    return qconv_gemm(&g, x, NULL, panels, sums, y, q, nthreads);
+}
