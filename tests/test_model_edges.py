@@ -119,7 +119,11 @@ def big_window_pools():
                 for kind, kw in BIG_WINDOWS)
 
         def forward(self, x):
-            return tuple(pool(x) for pool in self.pools)
+            F = torch.nn.functional  # and the paths through 3-d pooling and torch's indices
+            return tuple(pool(x) for pool in self.pools) + (
+                F.max_pool2d(x, 1280, ceil_mode=True, return_indices=True)[1],
+                F.max_pool3d(x[:, None], (2, 1280, 9), (2, 1280, 8), ceil_mode=True),
+                F.avg_pool1d(x[0], 1280, ceil_mode=True))
 
     x = torch.randn(2, 3, 7, 7, generator=torch.Generator().manual_seed(0))
     model = Pools()
@@ -133,8 +137,9 @@ def test_ceil_mode_pools_larger_than_the_map_match_eager(big_window_pools, backe
     module, x, want = big_window_pools
     got = legato.compile(module, backend=backend)(x)
     assert [g.shape for g in got] == [w.shape for w in want]
-    for (kind, kw), g, w in zip(BIG_WINDOWS, got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{kind} {kw}")
+    names = [f"{kind} {kw}" for kind, kw in BIG_WINDOWS] + ["indices", "3-d", "1-d"]
+    for name, g, w in zip(names, got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_ceil_mode_pools_larger_than_the_map_match_onnxruntime(tmp_path):

@@ -96,6 +96,10 @@ def _cells(sizes, taps) -> np.ndarray:
 
 
 def _window_cells(sizes, out_sizes, kernel, stride, padding, dilation) -> np.ndarray:
+    # taps past (n - 1 + p) // d reach no input cell from any window (ceil mode's one
+    # window larger than the input, kernel 1280 over 7): left out, not listed as padding
+    kernel = [min(k, (n - 1 + p) // d + 1) for n, k, p, d in zip(sizes, kernel, padding,
+                                                                  dilation)]
     return _cells(sizes, [np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d
                           for o, k, s, p, d in zip(out_sizes, kernel, stride, padding,
                                                    dilation)])
