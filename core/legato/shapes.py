@@ -201,7 +201,10 @@ class Window:
 
     Per axis: input size, kernel, stride, dilation, begin and end padding, and the number
     of output positions `out`. Window o along axis i covers the padded-input cells
-    o * strides[i] + t * dilation[i] for t < kernel[i]; cell pads_begin[i] is input 0."""
+    o * strides[i] + t * dilation[i] for t < kernel[i]; cell pads_begin[i] is input 0.
+    A ceil-mode kernel larger than the padded input is cut to the taps inside it (the one
+    window it makes reads and counts nothing else), so `kernel` and `strides` may be
+    smaller than the attributes they came from."""
     spatial_in: tuple[int, ...]
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
