@@ -21,7 +21,7 @@ from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
 from . import (onnx_attention, onnx_contrib, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn,
-               onnx_roi, onnx_signal)
+               onnx_qoperator, onnx_roi, onnx_signal)
 from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import Node, Refused, converter_of, onnx_dtype
 from .onnx_fold import fold_calls, foldable

@@ -34,21 +34,24 @@ def conv_integer(node):
 
 @converter("QLinearMatMul")
 def qlinear_matmul(node):
-    """The int32 product of the zero-point-shifted operands, rescaled by
-    a_scale * b_scale / y_scale, rounded half to even, shifted and saturated."""
-    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (node.input(i) for i in range(8))
+    """qnn.matmul where `a` is quantized per tensor with float32 scales; a per-row `a` or
+    float16 scales (opset 21) as the same integer arithmetic spelled out, in the scales'
+    dtype."""
+    ins = [node.input(i) for i in range(8)]
+    if all(p.rank == 0 or p.shape == (1,) for p in ins[1:3]) and \
+            all(ins[i].dtype == "float32" for i in (1, 4, 6)):
+        return node.call("qnn.matmul", *ins)
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = ins
     product = node.call("matmul", _shifted(node, a, a_zero, -2), _shifted(node, b, b_zero, -1))
     dtype = a_scale.dtype
     scale = node.call("divide", node.call("multiply", a_scale, b_scale), y_scale)
     if a_scale.rank == 1 and a_scale.shape[0] > 1:  # per row of a
         scale = node.call("reshape", scale, shape=[a_scale.shape[0], 1])
     y = node.call("multiply", node.call("cast", product, dtype=dtype), scale)
-    out = y_zero.dtype if y_zero is not None else a.dtype
-    if y_zero is not None:
-        y = node.call("add", y, node.call("cast", y_zero, dtype=dtype))
-    info = np.iinfo(out)
-    y = node.call("clip", node.call("round", y), min=float(info.min), max=float(info.max))
-    return node.call("cast", y, dtype=out)
+    y = node.call("add", node.call("round", y), node.call("cast", y_zero, dtype=dtype))
+    info = np.iinfo(y_zero.dtype)
+    y = node.call("clip", y, min=float(info.min), max=float(info.max))
+    return node.call("cast", y, dtype=y_zero.dtype)
 
 
 @converter("DynamicQuantizeLinear")

@@ -6,7 +6,8 @@ from .base import REGISTRY, composite as define_composite, primitive as define_p
 
 with REGISTRY.deferred():
     from . import (activations, composite, conv, derived, elementwise, indexing,  # noqa: F401
-                   norms, primitives, qnn, spectral)
+                   norms, primitives, qnn, qnn_elementwise, qnn_linear,
+                   spectral)
 
 CORE_OPS = frozenset(REGISTRY.names())  # what plugins and users register comes on top
 

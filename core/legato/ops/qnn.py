@@ -1,4 +1,5 @@
-"""Quantization (level 1), quantized convolution and attention (level 2)."""
+"""Quantization (level 1) and attention (level 2); the quantized products and
+convolution are in qnn_linear."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,6 @@ import numpy as np
 from ..ir import Const, TensorType
 from ..shapes import channel_view
 from .base import T, composite, f32, fail, require_float, same_dtype
-from .conv import CONV_ATTRS, _conv2d
 
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1)}
 
@@ -114,56 +114,6 @@ def dequantize(b, x, scale, zero_point, axis):
     zero = along_axis(b, b.cast(zero_point, dtype=scale.dtype), x, axis)
     shifted = b.subtract(b.cast(x, dtype=scale.dtype), zero)
     return b.multiply(shifted, along_axis(b, scale, x, axis))
-
-
-# --- qnn.conv2d ---------------------------------------------------------------------------
-
-def _qconv(types, attrs):
-    x, xs, xz, w, ws, wz, ys, yz, bias = types
-    for t, s, z in ((x, xs, xz), (w, ws, wz)):
-        if t.dtype not in ("int8", "uint8") or z.dtype != t.dtype:
-            fail(f"quantized tensors and their zero points must be int8/uint8, "
-                 f"got {t.dtype} with zero point {z.dtype}")
-    if bias is not None and bias.dtype != "int32":
-        fail(f"bias must be int32, got {bias.dtype}")
-    if yz.dtype not in ("int8", "uint8"):
-        fail(f"out_zero_point must be int8 or uint8, got {yz.dtype}")
-    same_dtype([xs, ws, ys], "scales")
-    require_float(xs, "scales")
-    for name, scale, zero in (("data", xs, xz), ("out", ys, yz)):
-        if scale.size != 1 or zero.size != 1:
-            fail(f"{name}_scale {list(scale.shape)} and {name}_zero_point {list(zero.shape)} "
-                 "must hold one value each")
-    o_axis = attrs["kernel_layout"].index("O")
-    if w.rank == 4:
-        _check_qparams(w, ws, wz, o_axis)
-    out = _conv2d([TensorType(x.shape, xs.dtype), TensorType(w.shape, xs.dtype),
-                   None if bias is None else TensorType(bias.shape, xs.dtype)], attrs)
-    return TensorType(out.shape, yz.dtype)
-
-
-I8, U8 = T("int8"), T("uint8")
-
-
-@composite("qnn.conv2d", "data, data_scale, data_zero_point, weight, weight_scale, "
-           "weight_zero_point, out_scale, out_zero_point, bias?", _qconv,
-           "out_elemwise_fusable", 2,
-           [((T("uint8", 1, 2, 4, 4), f32(), U8, T("int8", 3, 2, 3, 3), f32(3), T("int8", 3),
-              f32(), U8, T("int32", 3)), {"padding": [1, 1, 1, 1]})], CONV_ATTRS,
-           const_check=scale_check((1, "data_scale", False), (4, "weight_scale", False),
-                                   (6, "out_scale", True)))
-def qconv2d(b, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, **conv):
-    """ONNX QLinearConv: int8/uint8 data and weight, an int32 bias at scale
-    `data_scale * weight_scale`; the result's dtype is that of `out_zero_point`; the
-    attributes of nn.conv2d"""
-    o_axis = conv["kernel_layout"].index("O")
-    xf = b.qnn_dequantize(x, x_scale, x_zp)
-    wf = b.qnn_dequantize(w, w_scale, w_zp, axis=o_axis)
-    if bias is not None:
-        bias = b.multiply(b.cast(bias, dtype=x_scale.dtype), b.multiply(x_scale, w_scale))
-    y = b.nn_conv2d(xf, wf, bias, **conv)
-    c_axis = conv["data_layout"].index("C")
-    return b.qnn_quantize(y, y_scale, y_zp, axis=c_axis, dtype=y_zp.dtype)
 
 
 # --- attention ----------------------------------------------------------------------------

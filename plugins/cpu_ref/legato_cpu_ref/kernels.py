@@ -716,8 +716,12 @@ def qnn_conv2d(data, data_scale, data_zero_point, weight, weight_scale, weight_z
     acc = _conv_nchw(x, w, strides, padding, dilation, groups)
     if bias is not None:  # int32 at scale data_scale * weight_scale: adds to the accumulator
         acc = acc + _along_axis(bias.astype(np.int64), 4, 1)
-    multiplier = _f64(data_scale) * _along_axis(_f64(weight_scale), 4, 1) / _f64(out_scale)
-    out = _saturate(np.rint(acc * multiplier) + _f64(out_zero_point), out_zero_point.dtype)
+    # onnxruntime's output stage: a float32 multiplier (data_scale * weight_scale /
+    # out_scale, in that order) times the accumulator converted to float32
+    multiplier = np.float32(data_scale) * _along_axis(np.asarray(weight_scale, np.float32),
+                                                      4, 1) / np.float32(out_scale)
+    scaled = acc.astype(np.float32) * np.asarray(multiplier, np.float32)
+    out = _saturate(np.rint(scaled) + _f64(out_zero_point), out_zero_point.dtype)
     return _fresh(out.transpose(back), out_zero_point.dtype)
 
 
