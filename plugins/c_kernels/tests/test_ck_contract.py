@@ -10,7 +10,7 @@ from ck_util import f32
 
 from legato.testing import samples
 from legato_c_kernels import kernels as K
-from legato_c_kernels.kernels import casts, elementwise, movement
+from legato_c_kernels.kernels import casts, elementwise, movement, qnn
 
 
 _rng = np.random.default_rng(7)
@@ -56,8 +56,9 @@ CALLS.update({op: _sampled(op) for op in elementwise.KERNELS if op not in CALLS}
 
 def test_every_kernel_has_a_contract_case():
     # the float32 kernels; data movement of any dtype: tests/test_ck_movement.py, casts:
-    # tests/test_ck_integer.py
-    assert set(CALLS) == set(K.KERNELS) - set(movement.KERNELS) - set(casts.KERNELS)
+    # tests/test_ck_integer.py, the int8 kernels: tests/test_ck_qnn.py
+    assert set(CALLS) == set(K.KERNELS) - set(movement.KERNELS) - set(casts.KERNELS) \
+        - set(qnn.KERNELS)
 
 
 @pytest.mark.parametrize("op", sorted(CALLS))
