@@ -255,3 +255,24 @@ def test_emitting_backends_get_folded_tables_executing_ones_run_them(backend_fac
     emitted = legato.compile(module, backend="emits32")  # float64 sin: nothing takes it
     assert [c.op for c in emitted.module.main.calls] == ["add"]
     assert "sin" in legato.compile(module, backend="c_kernels").report.after
+
+
+def test_every_qnn_op_refuses_a_nan_scale_constant():
+    """Whatever qnn ops there are: each scale input of each registered example, made a
+    NaN constant, is refused naming the op and the input."""
+    registry = legato.context().registry
+    ops = [op for op in registry.names() if op.startswith("qnn.")]
+    assert {"qnn.quantize", "qnn.dequantize", "qnn.conv2d"} <= set(ops)
+    for op in ops:
+        opdef = registry.get(op)
+        types, attrs = opdef.examples[0]
+        scales = [i for i, spec in enumerate(opdef.inputs) if spec.name.endswith("scale")]
+        assert scales, op
+        for index in scales:
+            b = legato.GraphBuilder()
+            inputs = [None if t is None else
+                      b.const(np.full(t.shape, np.nan, t.dtype)) if i == index else
+                      b.input(f"x{i}", t.shape, t.dtype) for i, t in enumerate(types)]
+            name = opdef.inputs[index].name
+            with pytest.raises(legato.LegatoError, match=rf"{op}: input {index} \({name}\) holds nan"):
+                b.call(op, *inputs, **attrs)
