@@ -14,3 +14,8 @@ def legato_register_ops(register):
 @hookspec
 def legato_register_backends(register):
     """Register backends: register(capability_path_or_dict, kernels=None, executor=None, emitter=None)."""
+
+
+@hookspec
+def legato_register_torch_ops(register):
+    """Register torch importer converters for custom ops (torch.library): register(op_name, converter), op_name "namespace::name" (every overload) or "namespace::name.overload", converter(b, *args, **kwargs) -> value or tuple, like an ATen converter."""

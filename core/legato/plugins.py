@@ -22,6 +22,7 @@ from .backend import Backend
 from .backend_checks import backend_problems, fallback_problems, hook_problems
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
+from .frontends import torch_custom
 from .ops import REGISTRY
 from .registry import OpDef, Registry
 from .yamlsource import hint
@@ -45,6 +46,7 @@ class PluginHost:
         # plugin -> the traceback of its first failure (`legato backends --verbose`)
         self.tracebacks: dict[str, str] = {}
         self._ops_added: list[str] = []
+        self._torch_ops_added: list[str] = []  # custom-op converters (torch_custom)
 
     # --- discovery ----------------------------------------------------------------------
 
@@ -87,6 +89,7 @@ class PluginHost:
         # ops first: capability files of any plugin may name ops another plugin adds
         new_backends: list[str] = []
         for hook, make in ((self.pm.hook.legato_register_ops, self._op_registrar),
+                           (self.pm.hook.legato_register_torch_ops, self._torch_registrar),
                            (self.pm.hook.legato_register_backends, self._backend_registrar)):
             for impl in hook.get_hookimpls():
                 if impl.plugin_name not in names:
@@ -111,6 +114,9 @@ class PluginHost:
             if kind == "op":
                 self.registry.unregister(name)
                 self._ops_added.remove(name)
+            elif kind == "torch op":
+                torch_custom.unregister(name)
+                self._torch_ops_added.remove(name)
             else:
                 self.backends.pop(name, None)
 
@@ -127,6 +133,13 @@ class PluginHost:
             self.registry.register(opdef)
             self._ops_added.append(name)
             added.append(("op", name))
+        return register
+
+    def _torch_registrar(self, plugin: str, added: list) -> Callable:
+        def register(op_name, converter):
+            torch_custom.register(op_name, converter, f"plugin {plugin}")
+            self._torch_ops_added.append(op_name)
+            added.append(("torch op", op_name))
         return register
 
     def _backend_registrar(self, plugin: str, added: list) -> Callable:
@@ -185,10 +198,13 @@ class PluginHost:
         return fallback
 
     def close(self) -> None:
-        """Forget the ops this host's plugins added to the registry."""
+        """Forget the ops (and torch importer converters) this host's plugins added."""
         for name in self._ops_added:
             self.registry.unregister(name)
+        for name in self._torch_ops_added:
+            torch_custom.unregister(name)
         self._ops_added.clear()
+        self._torch_ops_added.clear()
 
 
 def _entry_points() -> list:

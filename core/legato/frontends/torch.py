@@ -29,6 +29,7 @@ from ..ir import Const, Module
 from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
                torch_nn, torch_scans, torch_tensors)
 from . import torch_fft
+from . import torch_custom, torch_experts  # noqa: F401  (custom ops; their converters)
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
@@ -62,6 +63,12 @@ def _torch():
 def load(module, example_inputs, *, registry=None) -> Module:
     """A legato Module computing `module(*example_inputs)` for inputs of those shapes
     (`registry`: the context's when not given)."""
+    return _Importer(exported(module, example_inputs), registry).run()
+
+
+def exported(module, example_inputs, decompositions=None):
+    """`module` exported on `example_inputs` and decomposed for import (`decompositions`:
+    more of them, {op: function}, over the default table)."""
     torch = _torch()
     if isinstance(module, torch.nn.Module):
         module = module.eval()
@@ -72,12 +79,13 @@ def load(module, example_inputs, *, registry=None) -> Module:
                           f"{' '.join(str(err).split())[:400]}") from None
     flat_outputs(torch, program)
     try:
-        program = program.run_decompositions(decomposition_table())
+        program = program.run_decompositions({**decomposition_table(), **decompositions}
+                                             if decompositions else decomposition_table())
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
         raise LegatoError(f"PyTorch's decompositions of the exported module failed: "
                           f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
             from None
-    return _Importer(program, registry).run()
+    return program
 
 
 def flat_outputs(torch, program) -> None:
@@ -115,7 +123,7 @@ def _aten_overload(torch, name: str):
 
 
 def _why(op: str) -> str:
-    reason = refusal(op)
+    reason = refusal(op) or torch_custom.why(op)
     return f" (refused: {reason})" if reason else ""
 
 
@@ -219,6 +227,8 @@ class _Importer:
         for node in self.graph.nodes:
             if node in self.dropped:
                 continue
+            if torch_custom.is_custom(node.target) and torch_custom.converter(node):
+                continue
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
             on_complex = torch_fft.touches_complex(node)  # complex operands: their own table
@@ -270,13 +280,16 @@ class _Importer:
             if torch_fft.touches_complex(node):
                 result = torch_fft.convert(self.b, node, args, kwargs)
             else:
-                result = ATEN[str(node.target)](self.b, *args, **kwargs)
+                result = self.converter(node)(self.b, *args, **kwargs)
         except LegatoError as err:
             raise type(err)(f"{node.target} ({node.name}): {err}") from None
         if _all_constant(args, kwargs):
             result = self.fold(start, result)
         self.check_type(node, result)
         return result
+
+    def converter(self, node):
+        return ATEN.get(str(node.target)) or torch_custom.converter(node)
 
     def fold(self, start: int, result):
         """Index arithmetic on folded factories (arange, full, ...) becomes constants too,
