@@ -278,18 +278,14 @@ def unsupported(graph) -> dict:
     return out
 
 
-def _compile(module, options: dict):
-    import legato
-    return legato.compile(module, **options)
-
-
 class Part:
     """An ExportedProgram (or a part of one) imported and compiled by legato, called with
     torch tensors, returning a tuple of torch tensors."""
 
     def __init__(self, program, options: dict):
+        from ..api import compile as legato_compile
         self.module = torch_frontend._Importer(program).run()
-        self.compiled = _compile(self.module, options)
+        self.compiled = legato_compile(self.module, **options)
         outputs = program.graph_module.graph.output_node().args[0]
         self.complex = [torch_fft.is_complex(getattr(out, "meta", {}).get("val"))
                         for out in outputs]
@@ -331,7 +327,7 @@ class Split:
         for node in list(gm.graph.nodes):
             if node.op == "call_module" and node.target.startswith("fused_"):
                 sub = getattr(gm, node.target)
-                setattr(gm, node.target, _PartModule(torch, sub, node.args, constants,
+                setattr(gm, node.target, part_module(torch, sub, node.args, constants,
                                                      options))
         gm.recompile()
         self.gm = gm
@@ -345,7 +341,7 @@ def _placeholders(gm) -> list:
     return [n for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _PartModule(torch, sub, inputs, constants: dict, options: dict):
+def part_module(torch, sub, inputs, constants: dict, options: dict):
     """The fused submodule `sub` as a module running on legato: inputs that are the outer
     graph's parameters or buffers are frozen, the rest are example tensors of their
     recorded shapes. A part that fails to import or compile stays `sub` (eager)."""
@@ -369,7 +365,7 @@ def _PartModule(torch, sub, inputs, constants: dict, options: dict):
 
 
 def _example(torch, val):
-    """A real tensor of a fake tensor's shape, dtype and strides (export traces shapes)."""
+    """A real tensor of a fake tensor's shape and dtype: export traces shapes, not data."""
     return torch.zeros(tuple(val.shape), dtype=val.dtype)
 
 
