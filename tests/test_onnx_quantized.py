@@ -198,3 +198,45 @@ def test_qdq_bert_imports_and_runs_as_written(quantized, per_channel, activation
     want = run_ort(model, feeds, optimize=False)[0]
     got = legato.compile(onnx_frontend.load(model), "cpu_ref")(*feeds.values())
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+STATIC_VARIANTS = [(pc, act, qb) for pc in (True, False) for act in ("s8", "u8")
+                   for qb in (True, False)]
+
+
+def within_one_step(got, want, model):
+    """The fraction of output elements within one quantization step of onnxruntime's."""
+    return float((steps(got, want, model) <= 1.001).mean())
+
+
+@pytest.mark.parametrize("name", ["bert", "cnn"])
+@pytest.mark.parametrize("per_channel, activations, quantize_bias", STATIC_VARIANTS)
+def test_qoperator_models_match_onnxruntime(quantized, name, per_channel, activations,
+                                            quantize_bias):
+    # QLinearMatMul, QLinearConv and com.microsoft QLinearAdd/Mul/Softmax/Concat/
+    # GlobalAveragePool/AveragePool onto qnn ops: the same integers as onnxruntime's kernels
+    model, feeds = quantized(name, "QOperator", per_channel, activations, quantize_bias)
+    want = run_ort(model, feeds)[0]
+    module = onnx_frontend.load(model)
+    for backend in BACKENDS:
+        got = legato.compile(module, backend)(*feeds.values())
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=backend)
+
+
+@pytest.mark.parametrize("name", ["bert", "cnn"])
+def test_dynamically_quantized_models_match_onnxruntime(quantized, name):
+    model, feeds = quantized(name, "dynamic")
+    want = run_ort(model, feeds)[0]
+    module = onnx_frontend.load(model)
+    for backend in BACKENDS:
+        got = legato.compile(module, backend)(*feeds.values())
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=backend)
+
+
+@pytest.mark.parametrize("per_channel, activations, quantize_bias", STATIC_VARIANTS[::3])
+def test_qdq_cnn_imports_and_runs_as_written(quantized, per_channel, activations,
+                                             quantize_bias):
+    model, feeds = quantized("cnn", "QDQ", per_channel, activations, quantize_bias)
+    want = run_ort(model, feeds, optimize=False)[0]
+    got = legato.compile(onnx_frontend.load(model), "cpu_ref")(*feeds.values())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

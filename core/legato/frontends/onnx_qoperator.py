@@ -144,3 +144,21 @@ def qlinear_softmax(node):
                  "is not supported")
     y = node.call("nn.softmax", node.call("qnn.dequantize", *x), axis=axis)
     return node.call("qnn.quantize", y, y_scale, y_zero, dtype=y_zero.dtype)
+
+
+@contrib("QGemm", "A a_scale a_zero_point B b_scale b_zero_point C? y_scale? y_zero_point?",
+         "Y", alpha="f", transA="i", transB="i")
+def qgemm(node):
+    """qnn.linear with B as (N, K) weights and C as the int32 bias; a float output (no
+    y_scale) or an alpha other than 1 is refused."""
+    a, b = quantized(node, 0), quantized(node, 3)
+    node.require(node.attr("alpha", 1.0) == 1.0, "alpha other than 1 is not supported")
+    node.require(node.input(7) is not None, "a float output (no y_scale) is not supported")
+    data = a[0] if not node.flag("transA", 0) else node.call("permute_dims", a[0], axes=[1, 0])
+    weight = b[0] if node.flag("transB", 0) else node.call("permute_dims", b[0], axes=[1, 0])
+    bias = node.input(6)
+    if bias is not None and bias.shape != (weight.shape[0],):
+        bias = node.call("reshape", node.call("broadcast_to", bias, shape=[
+            1, weight.shape[0]]), shape=[weight.shape[0]])
+    return node.call("qnn.linear", data, a[1], a[2], weight, b[1], b[2],
+                     *output_params(node, 7, a[0]), bias)
