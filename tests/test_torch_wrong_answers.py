@@ -259,3 +259,40 @@ def bf16_case():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bfloat16_special_values(bf16_case, backend):
     bf16_case.check(backend, rtol=1e-2, atol=1e-6)
+
+
+# --- float functions: their ends and 16-bit floats -----------------------------------------------
+
+HALF_FUNCTIONS = (torch.exp2, torch.expm1, torch.log1p, torch.sinh, torch.cosh, torch.asinh,
+                  torch.atanh, torch.log2, torch.digamma, torch.lgamma)
+
+
+def _ends_and_halves(big, small, half, bf16):
+    # asinh and acosh of values whose square overflows; sign of NaN (torch: 0)
+    ends = (torch.asinh(big), torch.acosh(big), torch.sign(small))
+    return (*ends, *(f(h) for f in HALF_FUNCTIONS for h in (half, bf16)))
+
+
+@pytest.fixture(scope="module")
+def ends_case():
+    big = torch.tensor([1e30, -1e30, 3e38, 1e5, 3.0, 0.5, -2.0])
+    small = torch.tensor([float("nan"), -1.5, 0.0, 2.0])
+    grid = torch.cat([torch.linspace(-0.9, 0.9, 19), torch.linspace(2.0, 12.0, 11)])
+    return Case(Fn(_ends_and_halves), [big, small, grid.half(), grid.bfloat16()])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float_functions_at_their_ends_and_in_16_bits(ends_case, backend):
+    # one rounding of the float32 result, as torch computes: within an ulp of 16 bits
+    ends_case.check(backend, rtol=8e-3, atol=1e-3)
+
+
+def test_bfloat16_scalars_do_not_depend_on_import_order():
+    # a fresh process that has not imported ml_dtypes: numpy does not know 'bfloat16' yet
+    import subprocess
+    import sys
+    code = ("import sys; from legato.ir import Const; assert 'ml_dtypes' not in sys.modules; "
+            "print(Const.of(0.5, dtype='bfloat16').dtype)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "bfloat16", done.stderr[-500:]

@@ -222,6 +222,15 @@ class Value:
         return f"Value({clip(self.name or hex(id(self)), 60)}: {self.type})"
 
 
+def _learn_bfloat16() -> None:
+    """numpy knows the name 'bfloat16' once ml_dtypes is imported (when it is installed):
+    a bfloat16 model's scalars must not depend on who imported it first."""
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        pass
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Const(Value):
     """A value that carries its data (a read-only numpy array)."""
@@ -230,6 +239,8 @@ class Const(Value):
 
     @staticmethod
     def of(array, name: str | None = None, dtype: str | None = None) -> "Const":
+        if dtype == "bfloat16":
+            _learn_bfloat16()
         try:
             data = np.array(array, dtype=dtype, copy=True)
         except (TypeError, ValueError, OverflowError) as err:  # e.g. bfloat16 without ml_dtypes

@@ -78,6 +78,18 @@ def softshrink(b, x, lambd=0.5):
     return b.nn_shrink(x, lambd=lambd, bias=lambd)
 
 
+_DIRECT_SIGN = ATEN["aten.sign.default"]
+
+
+def sign(b, x):
+    """torch's sign is 0 at NaN (`(0 < x) - (x < 0)`); legato's, as ONNX's, keeps NaN."""
+    y = _DIRECT_SIGN(b, x)
+    return b.where(b.isnan(x), 0.0, y) if x.dtype.startswith(("float", "bfloat")) else y
+
+
+ATEN["aten.sign.default"] = sign  # the direct converter, wrapped
+
+
 @aten("aten.prelu.default", "aten._prelu_kernel.default")
 def prelu(b, x, weight):
     if weight.rank == 1 and weight.shape[0] > 1 and x.rank >= 2:  # one slope per channel
@@ -146,7 +158,7 @@ def _resize(b, x, output_size, scale_factors, mode, coordinates, nearest_mode="f
     return x
 
 
-@aten("aten.upsample_nearest2d.vec", "aten.upsample_nearest1d.vec")
+@aten("aten.upsample_nearest1d.vec")  # 2-d: torch_layers, as its kernel rounds
 def upsample_nearest(b, x, output_size=None, scale_factors=None):
     return _resize(b, x, output_size, scale_factors, "nearest", "asymmetric", "floor")
 

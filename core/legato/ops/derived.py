@@ -6,6 +6,7 @@ primitives it has (TOSA and the C kernels included); one with a kernel keeps the
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -25,7 +26,25 @@ def _pair(name, infer, examples, doc, **facts):
 
 
 def _single(name, infer, examples, attrs=None, **facts):
-    return composite(name, "a", infer, "elemwise", 1, examples, attrs, **facts)
+    register = composite(name, "a", infer, "elemwise", 1, examples, attrs, **facts)
+    if infer is not float_unary_infer or facts.get("tolerance") == 0.0:
+        return register
+    return lambda decompose: register(_rounded_once(decompose))
+
+
+HALF_FLOATS = ("float16", "bfloat16")
+
+
+def _rounded_once(decompose):
+    """The float function's decomposition run in float32 for 16-bit floats and rounded
+    once, as PyTorch computes them: each step rounding to bfloat16 lost up to 90 ulps
+    (exp2's a * log(2), expm1 and log1p near 0, digamma and lgamma near their roots)."""
+    @functools.wraps(decompose)
+    def definition(b, x, **attrs):
+        if x.dtype not in HALF_FLOATS:
+            return decompose(b, x, **attrs)
+        return b.cast(decompose(b, b.cast(x, dtype="float32"), **attrs), dtype=x.dtype)
+    return definition
 
 
 # --- comparisons and logic (NaN compares unequal, as in IEEE 754) ---------------------------
@@ -145,18 +164,27 @@ def cosh(b, x):
     return b.add(up, down)
 
 
+def _log_2a(b, size, near):
+    """`near` (a log of a + sqrt(a^2 +- 1)), or log(2a) = log(a) + log(2) where a^2 +- 1
+    rounds to a^2 (above 2 ** 13 in float32, 2 ** 27 in float64: 16-bit floats come in
+    float32): there a^2 would overflow long before log(2a) does."""
+    large = 2.0 ** (13 if size.dtype == "float32" else 27)
+    return b.where(b.greater(size, large), b.add(b.log(size), LN2), near)
+
+
 @_single("asinh", float_unary_infer, FLOATS, onnx="Asinh", aten="asinh", tolerance=1e-6)
 def asinh(b, x):
     """inverse hyperbolic sine, `sign(a) log(|a| + sqrt(a^2 + 1))`"""
     size = b.abs(x)
-    value = b.log(b.add(size, b.sqrt(b.add(b.multiply(size, size), 1.0))))
+    value = _log_2a(b, size, b.log(b.add(size, b.sqrt(b.add(b.multiply(size, size), 1.0)))))
     return b.where(b.less(x, 0.0), b.negative(value), value)
 
 
 @_single("acosh", float_unary_infer, FLOATS, onnx="Acosh", aten="acosh", tolerance=1e-6)
 def acosh(b, x):
     """inverse hyperbolic cosine, `log(a + sqrt(a^2 - 1))` (NaN below 1)"""
-    return b.log(b.add(x, b.sqrt(b.subtract(b.multiply(x, x), 1.0))))
+    value = _log_2a(b, x, b.log(b.add(x, b.sqrt(b.subtract(b.multiply(x, x), 1.0)))))
+    return b.where(b.less(x, 1.0), math.nan, value)
 
 
 @_single("atanh", float_unary_infer, FLOATS, onnx="Atanh", aten="atanh", tolerance=1e-6)
