@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 import legato  # noqa: E402
 from legato.frontends import torch as torch_frontend  # noqa: E402
@@ -123,6 +124,10 @@ CASES = {
                                       A.upsample_nearest2d(x, [3, 4], 0.7, 0.45),
                                       A.upsample_nearest2d(x, [5, 5], 0.5, 1.5)),
                            lambda: [torch.randn(1, 2, 5, 6)], "aten.upsample_nearest2d.default"),
+    "interpolate_nearest_2d": (lambda x: (F.interpolate(x, scale_factor=2.1),
+                                          F.interpolate(x, scale_factor=(1.3, 0.7)),
+                                          F.interpolate(x, size=(10, 3))),
+                               lambda: [torch.randn(1, 2, 5, 6)], "aten.upsample_nearest2d.vec"),
     "upsample_nearest1d_3d": (lambda x, v: (A.upsample_nearest1d(x, [9]),
                                             A.upsample_nearest3d(v, [3, 5, 2], None, 1.7, None),
                                             A._upsample_nearest_exact2d(v[0], [6, 3], 1.3, None)),

@@ -4,6 +4,8 @@ and random layers in eval mode (`rrelu_with_noise`, `native_dropout`), which are
 deterministic. They register in torch_ops.ATEN."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import LegatoError
@@ -70,7 +72,21 @@ def _interpolating(mode: str):
 
 
 aten("aten.upsample_nearest1d.default", "aten.upsample_nearest3d.default")(_nearest(False))
-aten("aten.upsample_nearest2d.default")(_nearest(False, shortcuts=True))
+_nearest_2d = _nearest(False, shortcuts=True)
+aten("aten.upsample_nearest2d.default")(_nearest_2d)
+
+
+@aten("aten.upsample_nearest2d.vec")
+def upsample_nearest2d_vec(b, x, output_size=None, scale_factors=None):
+    """The sizes, or floor(n * factor) with the factors scaling the coordinates: an
+    interpolate(scale_factor=2.1) of 5 rows gives 10, which eager's kernel takes as twice 5
+    (row i // 2), not as floor(i / 2.1)."""
+    if output_size is not None:
+        return _nearest_2d(b, x, output_size)
+    sizes = [math.floor(n * s) for n, s in zip(x.shape[-2:], scale_factors)]
+    return _nearest_2d(b, x, sizes, *scale_factors)
+
+
 aten("aten._upsample_nearest_exact1d.default", "aten._upsample_nearest_exact2d.default",
      "aten._upsample_nearest_exact3d.default")(_nearest(True))
 aten("aten.upsample_linear1d.default", "aten.upsample_bilinear2d.default",
