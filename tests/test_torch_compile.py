@@ -137,6 +137,8 @@ def test_options_are_legato_compiles():
     assert dynamo.compile_options(None)["backend"] == dynamo.default_backend() != "cpu_ref"
     with pytest.raises(LegatoError, match=r"\['threads'\] are not known"):
         dynamo.compile_options({"threads": 2})
+    with pytest.raises(LegatoError, match="tosa_custom emits code and does not execute"):
+        dynamo.compile_options({"backend": "tosa_custom"})
 
 
 def test_partitioned_backends_and_max_level():

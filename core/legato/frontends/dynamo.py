@@ -47,6 +47,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..api import compile as legato_compile, get_backend, list_backends
 from ..errors import LegatoError
 from . import torch as torch_frontend
 from . import torch_custom, torch_fft
@@ -70,14 +71,18 @@ def compile_options(options) -> dict:
         raise LegatoError(f"torch.compile(backend='legato') options {unknown} are not "
                           f"known; the options are {list(OPTIONS)}")
     options.setdefault("backend", default_backend())
+    names = options["backend"]
+    for name in [names] if isinstance(names, str) else names:
+        if isinstance(name, str) and not get_backend(name).executes:
+            raise LegatoError(f"backend {name} emits code and does not execute: "
+                              "torch.compile needs one that runs the graph")
     return options
 
 
 def default_backend() -> str:
     """The first installed backend that executes and is not cpu_ref (cpu_ref if none)."""
-    import legato
-    for name in legato.list_backends():
-        if name != "cpu_ref" and legato.get_backend(name).executes:
+    for name in list_backends():
+        if name != "cpu_ref" and get_backend(name).executes:
             return name
     return "cpu_ref"
 
@@ -283,7 +288,6 @@ class Part:
     torch tensors, returning a tuple of torch tensors."""
 
     def __init__(self, program, options: dict):
-        from ..api import compile as legato_compile
         self.module = torch_frontend._Importer(program).run()
         self.compiled = legato_compile(self.module, **options)
         outputs = program.graph_module.graph.output_node().args[0]
