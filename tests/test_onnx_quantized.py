@@ -196,7 +196,7 @@ def test_qdq_bert_imports_and_runs_as_written(quantized, per_channel, activation
     # a [1] scale and a scalar zero point (was refused as mismatched shapes)
     model, feeds = quantized("bert", "QDQ", per_channel, activations, quantize_bias)
     want = run_ort(model, feeds, optimize=False)[0]
-    got = legato.compile(onnx_frontend.load(model), "cpu_ref")(*feeds.values())
+    got = legato.reference(onnx_frontend.load(model))(*feeds.values())   # nothing folded
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -238,5 +238,33 @@ def test_qdq_cnn_imports_and_runs_as_written(quantized, per_channel, activations
                                              quantize_bias):
     model, feeds = quantized("cnn", "QDQ", per_channel, activations, quantize_bias)
     want = run_ort(model, feeds, optimize=False)[0]
-    got = legato.compile(onnx_frontend.load(model), "cpu_ref")(*feeds.values())
+    got = legato.reference(onnx_frontend.load(model))(*feeds.values())
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# --- QDQ folded into qnn ops ----------------------------------------------------------------
+
+FOLDED = {"bert": {"qnn.matmul", "qnn.add", "qnn.multiply"},
+          "cnn": {"qnn.add", "qnn.avg_pool2d"}}
+
+
+@pytest.mark.parametrize("name", ["bert", "cnn"])
+@pytest.mark.parametrize("per_channel, activations, quantize_bias", STATIC_VARIANTS)
+def test_qdq_models_fold_and_track_onnxruntimes_int8_kernels(quantized, name, per_channel,
+                                                              activations, quantize_bias):
+    model, feeds = quantized(name, "QDQ", per_channel, activations, quantize_bias)
+    want = run_ort(model, feeds)[0]
+    module = onnx_frontend.load(model)
+    report = legato.fold_qdq.explain(module)
+    assert FOLDED[name] <= set(report.folded), report.text()
+    if name == "cnn":   # a float bias keeps conv and linear float, and the report says so
+        assert {"qnn.conv2d", "qnn.linear"} <= set(report.folded) or not quantize_bias
+        assert quantize_bias or ("nn.conv2d", "its bias is float, not an int32 "
+                                 "dequantized") in report.not_folded, report.text()
+    for backend in BACKENDS:
+        compiled = legato.compile(module, backend)
+        assert dict(compiled.report.qdq.folded) == dict(report.folded)
+        share = within_one_step(compiled(*feeds.values()), want, model)
+        print(f"{name} {per_channel} {activations}s8 {quantize_bias} {backend}: "
+              f"{100 * share:.2f}% within one step")
+        assert share >= 0.97, (backend, share)

@@ -20,6 +20,7 @@ from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, Le
 from .hookspecs import hookimpl
 from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
 from .printer import parse
+from .qdq_fold import QDQFoldPass, fold_qdq  # legato.fold_qdq(module), .explain(module)
 from .recompose import RecomposePass, recompose  # the function: legato.recompose(module)
 from .verify import structural_equal, verify
 
@@ -34,7 +35,7 @@ __all__ = [
     "Origin", "ParseError", "PluginError", "RegistrationError", "ShapeError", "TensorType",
     "Value", "compile", "decode_custom", "encode_custom", "get_backend", "get_op",
     "hookimpl", "legalize", "list_backends", "list_ops", "load_model", "parse",
-    "plugin_problems", "RecomposePass", "recompose", "reference", "register_backend",
+    "plugin_problems", "QDQFoldPass", "fold_qdq", "RecomposePass", "recompose", "reference", "register_backend",
     "structural_equal",
     "unregister_backend", "verify",
 ]

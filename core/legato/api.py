@@ -24,6 +24,7 @@ from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
 from .printer import parse
+from .qdq_fold import QDQFoldPass
 from .recompose import recompose_for
 from .report import Report
 from .verify import verify
@@ -155,15 +156,19 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
         return _compile_multi(host, source, list(backend), config, max_level)
     be = _backend(host, backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
-    # composite ops the model spells out in primitives are found first, so the backend
-    # can keep them
-    module, recovered = recompose_for(source, be, cfg.recompose, cfg.keep, host.registry)
+    # dequantize -> op -> quantize regions become qnn calls on the integers (what
+    # onnxruntime's int8 kernels compute); then composite ops the model spells out in
+    # primitives are found, so the backend can keep them
+    folding = QDQFoldPass(host.registry)
+    module, _ = folding(source)
+    module, recovered = recompose_for(module, be, cfg.recompose, cfg.keep, host.registry)
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
         module = convert_layout(module, be.layout, host.registry, cfg.keep)
     if not be.executes:  # an emitted artifact holds what constants compute, in any dtype
         module = fold_constants(module, host, cfg.keep)
     result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
     result.report.recovered.update(recovered.recovered)
+    result.report.qdq = folding.report
     fallback = host.fallback_of(be) if be.executes else None
     result.report.per_backend = count_per_backend(result.module, be, fallback,
                                                   result.fallback_calls, host.registry)
