@@ -249,9 +249,7 @@ class Build:
                    for i, (t, v, p) in self.frozen.items())
 
     def __call__(self, args):
-        import torch
-        with torch.no_grad():
-            return self.run([args[i] for i in self.varying])
+        return self.run([args[i] for i in self.varying])
 
 
 def stayed_ops(stays: dict) -> dict:
@@ -337,8 +335,10 @@ class Split:
         self.gm = gm
 
     def __call__(self, tensors):
+        import torch
         given = iter(tensors)
-        return tuple(self.gm(*[next(given) if t is None else t for t in self.inputs]))
+        with torch.no_grad():  # the eager calls between legato's parts: inference only
+            return tuple(self.gm(*[next(given) if t is None else t for t in self.inputs]))
 
 
 def _placeholders(gm) -> list:
@@ -374,27 +374,29 @@ def _example(torch, val):
 
 
 def to_numpy(tensor):
-    """A torch tensor as a numpy array: the same memory for contiguous CPU tensors."""
+    """A CPU torch tensor as a numpy array: the same memory when it is contiguous."""
+    import torch
     tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()
     if tensor.is_complex():
         tensor = torch_fft.as_pairs(tensor)
-    if str(tensor.dtype) == "torch.bfloat16":
+    if tensor.dtype is torch.bfloat16:  # numpy has none: ml_dtypes' through float32
         import ml_dtypes
         return tensor.float().numpy().astype(ml_dtypes.bfloat16)
-    return tensor.contiguous().numpy()
+    return (tensor if tensor.is_contiguous() else tensor.contiguous()).numpy()
 
 
 def to_torch(array, complex_pairs: bool = False):
     """A result array as a torch tensor, sharing its memory (results are the caller's);
     `complex_pairs`: the array holds a complex tensor as (real, imag) pairs."""
     import torch
-    array = np.asarray(array)
     if complex_pairs:
         return torch.view_as_complex(to_torch(np.ascontiguousarray(array)))
-    if array.dtype.name == "bfloat16":
+    array = np.asarray(array)
+    if array.dtype.kind == "V":  # ml_dtypes' bfloat16
         return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
-    if not array.flags.writeable or any(s < 0 for s in array.strides):
+    if not array.flags.writeable:
         array = np.array(array)
-    return torch.from_numpy(array)
+    try:
+        return torch.from_numpy(array)
+    except ValueError:  # negative strides
+        return torch.from_numpy(np.ascontiguousarray(array))
