@@ -9,7 +9,8 @@ keepdim and dtype, cumulative ops, views (reshape, permute, flip, narrow, stride
 expand then contiguous), in-place ops on clones (add_, mul_, masked_fill_, slice
 assignment, index_put), gathers, cat/stack/split, softmax, pads, pools and convs, and
 (torch_layout_steps) as_strided over views and channels-last storage, activations with
-non-default optional scalars and attention with every mask form. The
+non-default optional scalars, attention with every mask form and out= into views of a
+buffer. The
 module is imported with `legato.frontends.torch.load`, compiled for cpu_ref and for
 c_kernels, and its results must have eager PyTorch's shapes, dtypes and values.
 
@@ -25,7 +26,7 @@ import numpy as np
 
 import legato
 from tests.fuzz.program_checks import check_tosa, compare_outputs
-from tests.fuzz.torch_layout_steps import s_activation, s_attention, s_strided
+from tests.fuzz.torch_layout_steps import s_activation, s_attention, s_out_view, s_strided
 
 QUICK_CASES = 10  # torch.export takes most of a second a case
 CASE_TIMEOUT = 60.0
@@ -755,7 +756,8 @@ def s_module(b):
 
 STEPS = [s_promote, s_promote, s_arith, s_arith, s_division, s_unary, s_int_unary, s_rounding, s_compare, s_logic,
          s_where, s_clamp, s_cast, s_reduce, s_cumulative, s_view, s_view, s_inplace, s_join,
-         s_index, s_nn, s_nn, s_module, s_strided, s_strided, s_activation, s_attention]
+         s_index, s_nn, s_nn, s_module, s_strided, s_strided, s_activation, s_attention,
+         s_out_view]
 
 
 def build(seed: int):

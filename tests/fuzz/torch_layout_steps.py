@@ -175,3 +175,38 @@ def s_attention(b):
                                               scale=scale, enable_gqa=gqa)
     return b.step(f"sdpa mask={form}{list(inputs[3].shape) if form != 'none' else ''} "
                   f"causal={causal} ev={ev} k_heads={k_heads}", attend, *inputs)
+
+
+# --- out= into views of a buffer ------------------------------------------------------------------
+
+def _buffer_view(name: str, buf):
+    return {"slice": lambda: buf[1:4], "column": lambda: buf.t()[1] if buf.dim() == 2 else
+            buf[::2], "every_other": lambda: buf[::2], "row": lambda: buf[0]}[name]()
+
+
+def s_out_view(b):
+    """An op writing with out= into a view of a fresh buffer, then the buffer used: the
+    exported program scatters the result back (a view too small, which torch resizes in
+    place, must be refused, never answered short)."""
+    x = b.pick("f", lo=1, hi=1, nonempty=True)
+    shape = b.rng.choice([(6,), (4, 4), (2, 6)])
+    where = b.rng.choice(["slice", "column", "every_other", "row"])
+    op = b.rng.choice(["arange", "linspace", "add", "mul", "sin"])
+    fits = _buffer_view(where, torch.zeros(shape)).numel()
+    count = fits if b.chance(0.85) else b.rng.randint(2, 4)  # else maybe a resize
+    scale = b.rng.choice([2.0, -0.5])
+
+    def write(t):
+        buf = torch.zeros(shape)
+        out = _buffer_view(where, buf)
+        if op == "arange":
+            torch.arange(count, out=out)
+        elif op == "linspace":
+            torch.linspace(0.0, 1.0, count, out=out)
+        else:
+            part = t[:out.numel()].reshape(out.shape)
+            {"add": lambda: torch.add(part, scale, out=out),
+             "mul": lambda: torch.mul(part, scale, out=out),
+             "sin": lambda: torch.sin(part, out=out)}[op]()
+        return buf * 1
+    return b.step(f"{op} out= {where} of {list(shape)}", write, x)
