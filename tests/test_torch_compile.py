@@ -118,6 +118,38 @@ def test_training_dropout_stays_in_pytorch(caplog):
     assert 0.3 < (out == 0).float().mean().item() < 0.9  # relu's zeros and dropout's
 
 
+class RefusedTwice(nn.Module):
+    """A custom op legato has no converter for, then dropout in training, which the
+    importer's converter refuses only when the part holding it is imported."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.b(torch.ops.legato_test.numpy_cumsum(torch.relu(self.a(x))))
+        return self.c(nn.functional.dropout(torch.tanh(h), 0.25, training=True))
+
+
+def test_refusing_converter_splits_its_part_again(caplog, monkeypatch):
+    torch.manual_seed(0)
+    model, x = RefusedTwice(), torch.randn(3, 8)
+    on_legato = []
+    run = dynamo.Part.__call__
+    monkeypatch.setattr(dynamo.Part, "__call__",
+                        lambda self, t: on_legato.append(1) or run(self, t))
+    compiled = torch.compile(model, backend="legato", options={"backend": "cpu_ref"})
+    with caplog.at_level(logging.WARNING, logger="legato.dynamo"):
+        torch.manual_seed(1)
+        got = compiled(x)
+    torch.manual_seed(1)
+    close(got, model(x))  # the same dropout mask: PyTorch drew it in both
+    assert len(on_legato) == 3  # a; b, tanh; c: dropout split the second part again
+    assert "legato_test.numpy_cumsum.default x1" in caplog.text
+    assert "aten.native_dropout.default x1" in caplog.text
+    assert "runs in eager" not in caplog.text
+
+
 def test_in_place_graph_runs_in_eager(caplog):
     def bump(x):
         x.add_(1.0)

@@ -142,6 +142,7 @@ class CompiledGraph:
         frozen = {i: args[i] for i in self.static}
         with torch.no_grad():
             build = Build(self, args, frozen)
+        self.stayed = stayed_ops(build.lowered.stays)
         if not self.said:
             self.said = True
             self.say(build)
@@ -152,7 +153,7 @@ class CompiledGraph:
             log.warning("%s runs in eager PyTorch: %s", self.name, build.eager_reason)
         elif self.stayed:
             log.warning("%s: %d ATen op(s) stay in PyTorch, the rest runs on legato (%d "
-                        "part(s)):\n%s", self.name, len(self.stayed), build.parts,
+                        "part(s)):\n%s", self.name, len(self.stayed), build.lowered.parts,
                         "\n".join(f"  {op} x{n}: {why}"
                                   for op, (n, why) in sorted(self.stayed.items())))
         else:
@@ -195,7 +196,7 @@ class Build:
         self.frozen = {i: (t, t._version, t.data_ptr()) for i, t in frozen.items()}
         fixed = set(frozen) | {i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
         self.varying = [i for i in range(len(args)) if i not in fixed]
-        self.eager_reason, self.parts = None, 0
+        self.eager_reason, self.lowered = None, Lowered()
         try:
             self.run = self.on_legato(owner, args, fixed)
         except LegatoError as err:  # the whole graph in eager PyTorch
@@ -211,19 +212,7 @@ class Build:
         program = torch_frontend.exported(bound(owner.gm, args, fixed),
                                           [args[i] for i in self.varying])
         self.check_functional(program)
-        stays = unsupported(program.graph_module.graph)
-        if not stays:
-            try:
-                self.parts = 1
-                return Part(program, owner.options)
-            except LegatoError as err:
-                stays = self.blame(program.graph_module.graph, err)
-                if not stays:
-                    raise
-        owner.stayed = stayed_ops(stays)
-        split = Split(program, stays, owner.options)
-        self.parts = split.parts
-        return split
+        return lower(program, owner.options, self.lowered)
 
     @staticmethod
     def check_functional(program) -> None:
@@ -234,15 +223,6 @@ class Build:
         if writes:
             raise LegatoError(f"the graph writes in place into {', '.join(writes)} (a legato "
                               "module has no side effects)")
-
-    @staticmethod
-    def blame(graph, err: LegatoError) -> dict:
-        """The node the importer's error names (it starts "target (node name): ..."), as
-        the one op to leave in PyTorch, with the error as the reason."""
-        for node in graph.nodes:
-            if str(err).startswith(f"{node.target} ({node.name}): "):
-                return {node: str(err).split(": ", 1)[1]}
-        return {}
 
     def current(self, args) -> bool:
         return all(args[i] is t and t._version == v and t.data_ptr() == p
@@ -257,6 +237,43 @@ def stayed_ops(stays: dict) -> dict:
     counts = Counter(str(n.target) for n in stays)
     reasons = {str(n.target): why for n, why in stays.items()}
     return {op: (counts[op], reasons[op]) for op in counts}
+
+
+class Lowered:
+    """What lowering a graph left in PyTorch ({node: why}, its parts' too) and how many
+    legato parts it made."""
+
+    def __init__(self):
+        self.stays: dict = {}
+        self.parts = 0
+
+
+def lower(program, options: dict, into: Lowered):
+    """A callable running the ExportedProgram `program` (torch tensors in, a tuple out):
+    one legato Part, or, where some ATen calls stay in PyTorch, a Split whose parts are
+    lowered the same way (a converter that refuses a call splits its part again)."""
+    graph = program.graph_module.graph
+    stays = unsupported(graph)
+    if not stays:
+        try:
+            part = Part(program, options)
+            into.parts += 1
+            return part
+        except LegatoError as err:
+            stays = blame(graph, err)
+            if not stays:
+                raise
+    into.stays.update(stays)
+    return Split(program, stays, options, into)
+
+
+def blame(graph, err: LegatoError) -> dict:
+    """The node the importer's error names (it starts "target (node name): ..."), as the
+    one op to leave in PyTorch, with the error as the reason."""
+    for node in graph.nodes:
+        if str(err).startswith(f"{node.target} ({node.name}): "):
+            return {node: str(err).split(": ", 1)[1]}
+    return {}
 
 
 def unsupported(graph) -> dict:
@@ -302,7 +319,7 @@ class Split:
     """The ATen graph split: each run of supported calls a legato Part, the calls legato
     cannot convert left in the graph, run by PyTorch."""
 
-    def __init__(self, program, stays: dict, options: dict):
+    def __init__(self, program, stays: dict, options: dict, into: Lowered):
         import torch
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupport
@@ -319,7 +336,6 @@ class Split:
         gm = program.graph_module
         partitions = CapabilityBasedPartitioner(
             gm, Supported(), allows_single_node_partition=True).propose_partitions()
-        self.parts = len(partitions)
         state = {**program.state_dict, **program.constants}
         # the graph's inputs in order: a stored tensor, or None for the caller's next one
         self.inputs = [None if s.kind.name == "USER_INPUT" else state[s.target]
@@ -330,7 +346,7 @@ class Split:
             if node.op == "call_module" and node.target.startswith("fused_"):
                 sub = getattr(gm, node.target)
                 setattr(gm, node.target, part_module(torch, sub, node.args, constants,
-                                                     options))
+                                                     options, into))
         gm.recompile()
         self.gm = gm
 
@@ -345,7 +361,7 @@ def _placeholders(gm) -> list:
     return [n for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def part_module(torch, sub, inputs, constants: dict, options: dict):
+def part_module(torch, sub, inputs, constants: dict, options: dict, into: Lowered):
     """The fused submodule `sub` as a module running on legato: inputs that are the outer
     graph's parameters or buffers are frozen, the rest are example tensors of their
     recorded shapes. A part that fails to import or compile stays `sub` (eager)."""
@@ -355,7 +371,7 @@ def part_module(torch, sub, inputs, constants: dict, options: dict):
     try:
         program = torch_frontend.exported(bound(sub, args, fixed),
                                           [a for i, a in enumerate(args) if i not in fixed])
-        part = Part(program, options)
+        part = lower(program, options, into)
     except LegatoError as err:
         log.warning("a part of %d ATen calls runs in eager PyTorch: %s",
                     sum(n.op == "call_function" for n in sub.graph.nodes), err)
