@@ -20,8 +20,9 @@ some ATen calls have no converter, the ATen graph is split
 (`CapabilityBasedPartitioner`): each connected run of supported calls becomes one legato
 module, the rest runs in eager PyTorch between them, and the `legato.dynamo` logger says
 once per compiled graph which ATen ops stayed in PyTorch and why (`.stayed` of the
-compiled graph holds the same). A part whose import or legalization fails also runs in
-eager PyTorch, with a warning giving the error.
+compiled graph holds the same). A converter that refuses one call (dropout in training)
+splits its part again around that call; a part whose import or legalization fails
+otherwise runs in eager PyTorch, with a warning giving the error.
 
 Parameters and buffers, which dynamo passes as graph inputs (inline_inbuilt_nn_modules),
 become constants: legato folds and packs them once. Dynamo does not guard on their
