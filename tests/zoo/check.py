@@ -92,7 +92,8 @@ def check_tosa(row: Row, module, inputs, ref_result, tools, reference: bool) -> 
         return
     try:
         if reference and ref_result is not None:
-            got = tools.run_reference(text, inputs, validate=True)[0]
+            got = tools.run_reference(text, inputs, validate=True)
+            got = list(got) if isinstance(ref_result, (list, tuple)) else got[0]
             error = export.rel_error(got, ref_result)
             row.tosa = f"valid, ref. model {error:.1e}"
             if not error <= TOLERANCE:

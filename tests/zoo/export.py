@@ -41,7 +41,8 @@ EXPORT_FORM = "dynamo, opset default, one file"  # change when onnx_file's expor
 
 def cache_key(name: str) -> str:
     here = Path(models.__file__).parent
-    source = b"".join((here / f).read_bytes() for f in ("models.py", "spec.py", "wide.py"))
+    source = b"".join((here / f).read_bytes()
+                      for f in ("models.py", "spec.py", "wide.py", "defaults.py"))
     source += EXPORT_FORM.encode()
     digest = hashlib.sha256(source + _versions().encode() + name.encode())
     return digest.hexdigest()[:12]
@@ -56,6 +57,8 @@ def onnx_file(name: str) -> Path:
     import torch
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision not installed"
     module, inputs = models.build(name, models.ZOO[name].onnx_attention or None)
+    if models.ZOO[name].defaults:
+        module = _flat(torch, module)
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / ".gitignore").write_text("# exported models, made again on demand\n*\n")
     partial = path.with_suffix(f".{os.getpid()}.part")
@@ -70,6 +73,21 @@ def onnx_file(name: str) -> Path:
         if stale != path:
             stale.unlink(missing_ok=True)
     return path
+
+
+def _flat(torch, module):
+    """`module` returning its results' tensors as one tuple: an ONNX model's outputs are
+    flat anyway, and torch.onnx.export fails on results that rebuild a DynamicCache
+    (SpecViolationError in torch's decompositions, as torch.export's run_decompositions)."""
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = module
+
+        def forward(self, x):
+            return tuple(torch.utils._pytree.tree_leaves(self.module(x)))
+
+    return Flat().eval()
 
 
 def _cause(err: Exception) -> str:
@@ -109,18 +127,27 @@ def _import(name: str, route: str):
     return result, (time.perf_counter() - start) * 1e3
 
 
-def eager(name: str) -> tuple[list[np.ndarray], np.ndarray]:
-    """(inputs as numpy arrays, the eager result) of zoo model `name`."""
+def eager(name: str) -> tuple[list[np.ndarray], np.ndarray | list[np.ndarray]]:
+    """(inputs as numpy arrays, the eager result) of zoo model `name`: one array, or for a
+    model called with its defaults the list of its results' tensors in pytree order (the
+    order torch.export returns them in)."""
     import torch
     module, inputs = models.build(name)
     with torch.no_grad():
         want = module(*inputs)
-    return [t.numpy() for t in inputs], want.numpy()
+    if isinstance(want, torch.Tensor):
+        return [t.numpy() for t in inputs], want.numpy()
+    return [t.numpy() for t in inputs], [t.numpy() for t in torch.utils._pytree.tree_leaves(want)]
 
 
 def rel_error(got, want) -> float:
     """max |got - want| / max(max |want|, 1): relative for large results, absolute for
-    small ones; inf when the shapes differ or anything is not finite."""
+    small ones; inf when the shapes differ or anything is not finite. Lists of results
+    compare pairwise (the largest error; inf when the counts differ)."""
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            return float("inf")
+        return max((rel_error(g, w) for g, w in zip(got, want)), default=0.0)
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or not np.isfinite(got).all():
         return float("inf")

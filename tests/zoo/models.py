@@ -7,7 +7,8 @@ here, with random weights (nothing is downloaded), at small sizes.
 Every model is deterministic (seeded weights and inputs). Conv weights are He-initialised and
 batch-norm statistics randomised, so feature maps keep their scale through deep CNNs and a
 comparison with eager means something; transformer weights use `initializer_range` 0.1 so
-attention is not uniform. Each model is wrapped to return one tensor.
+attention is not uniform. Each model is wrapped to return one tensor (and, called with its
+defaults, its cache: defaults.py).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 from .spec import DECODER as _DECODER, INIT, SEED, SEQ, VOCAB, ZooModel
 from .spec import text as _text, vision as _vision
 
-__all__ = ["CORE", "NAMES", "SEED", "SEQ", "VOCAB", "WIDE", "ZOO", "ZooModel", "build",
+__all__ = ["CORE", "DEFAULTS", "NAMES", "SEED", "SEQ", "VOCAB", "WIDE", "ZOO", "ZooModel", "build",
            "example_inputs"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs are built in code: never the hub
@@ -91,12 +92,17 @@ CORE = tuple(ZOO)  # the architectures issue 11 names, and a few more
 from .wide import WIDE  # noqa: E402  (more architectures, each with what it exercises)
 
 ZOO.update((m.name, m) for m in WIDE)
+from .defaults import defaults_of  # noqa: E402  (the decoders called with their defaults)
+
+DEFAULTS = defaults_of(ZOO)
+ZOO.update((m.name, m) for m in DEFAULTS)
 NAMES = tuple(ZOO)
 
 
 def _wrap(torch, model, spec: ZooModel):
     class Wrapped(torch.nn.Module):
-        """The model returning one tensor: its `spec.output` (last_hidden_state)."""
+        """The model returning one tensor: its `spec.output` (last_hidden_state); called
+        with its defaults, that and its key/value cache."""
 
         def __init__(self):
             super().__init__()
@@ -104,6 +110,8 @@ def _wrap(torch, model, spec: ZooModel):
 
         def forward(self, x):
             out = self.model(x, decoder_input_ids=x) if spec.decoder_ids else self.model(x)
+            if spec.defaults:  # the cache too, flattened as torch.export flattens it
+                return getattr(out, spec.output), out.cache
             return getattr(out, spec.output)
 
     return Wrapped()
@@ -151,6 +159,9 @@ def build(name: str, attention: str | None = None):
     if name not in ZOO:
         raise KeyError(f"no zoo model {name!r}; the zoo has {', '.join(NAMES)}")
     spec = ZOO[name]
+    if spec.defaults:  # transformers' own registration of its cache with torch's pytrees
+        from transformers.integrations.executorch import register_dynamic_cache_export_support
+        register_dynamic_cache_export_support()
     config = getattr(transformers, spec.config)(**spec.kwargs)
     if attention:
         config._attn_implementation = attention

@@ -18,7 +18,9 @@ class ZooModel:
     for the ONNX export when the default (sdpa) cannot be exported: torch.onnx's
     decomposition of sdpa gives a result the model's next `view` rejects. `output`: the
     field of the model's output that is compared; `decoder_ids`: an encoder-decoder that
-    also takes the token ids as its decoder's input."""
+    also takes the token ids as its decoder's input; `defaults`: the model is called with
+    its defaults (defaults.py), and its key/value cache is among the results; `routes`:
+    the routes it is checked by."""
     name: str
     config: str
     model: str
@@ -30,6 +32,8 @@ class ZooModel:
     onnx_attention: str = ""
     output: str = "last_hidden_state"
     decoder_ids: bool = False
+    defaults: bool = False
+    routes: tuple = ("torch", "onnx")
 
     @property
     def kind(self) -> str:

@@ -26,6 +26,13 @@ def test_rel_error_refuses_other_shapes_and_non_finite_results():
     assert export.rel_error(np.full((2, 3), np.nan, np.float32), want) == math.inf
 
 
+def test_rel_error_of_several_results_is_the_largest_and_needs_every_result():
+    want = [np.full(3, 20.0, np.float32), np.zeros((2, 2), np.float32)]
+    got = (want[0], want[1] + np.float32(0.5))  # a module's results come as a tuple
+    assert math.isclose(export.rel_error(got, want), 0.5)
+    assert export.rel_error(got[:1], want) == math.inf
+
+
 def test_describe_lists_every_unsupported_op_of_either_importer():
     torch_err = LegatoError("the exported program uses 2 ATen op(s) legato cannot import:\n"
                             "  aten.arange.start_step: arange_2, arange_3\n"
@@ -66,13 +73,29 @@ def test_the_wide_zoo_adds_architectures_with_their_own_settings():
     beyond the core (those transformers still ships: VAN and EfficientFormer are gone)."""
     wide = [m.name for m in models.WIDE]
     assert len(wide) == len(set(wide)) and not set(wide) & set(models.CORE)
-    assert set(models.NAMES) == set(models.CORE) | set(wide)
+    defaults = {m.name for m in models.DEFAULTS}
+    assert set(models.NAMES) == set(models.CORE) | set(wide) | defaults
     asked = {"bert", "bart", "bart_encoder", "electra", "mobilebert", "deberta_v2",
              "xlm_roberta", "gpt_neo", "gptj", "bloom", "falcon", "gemma", "gemma2",
              "stablelm", "starcoder2", "mpt", "codegen", "mamba", "wav2vec2", "hubert",
              "beit", "dinov2", "convnextv2", "levit", "poolformer", "mobilenet_v1", "bit",
              "cvt", "swinv2", "pvt", "focalnet", "yolos", "dpt", "glpn", "data2vec_vision"}
     assert asked <= set(wide)
+
+
+def test_decoders_are_also_called_with_their_defaults():
+    """Each *_defaults entry is a zoo decoder without the settings that turn its cache or
+    transformers' default experts path off; MoE ones go through torch.export only."""
+    for spec in models.DEFAULTS:
+        base = models.ZOO[spec.name.removesuffix("_defaults")]
+        assert spec.defaults and not base.defaults
+        assert "use_cache" not in spec.kwargs and "experts_implementation" not in spec.kwargs
+        assert {k: v for k, v in base.kwargs.items() if k not in spec.kwargs} in (
+            {"use_cache": False}, {"use_cache": False, "experts_implementation": "batched_mm"})
+        moe = "experts_implementation" in base.kwargs
+        assert spec.routes == (("torch",) if moe else export.ROUTES)
+    assert {"gpt2_defaults", "llama_defaults", "mixtral_defaults", "qwen2_moe_defaults"} <= \
+        {m.name for m in models.DEFAULTS}
 
 
 def test_composite_counts_come_from_the_torch_models():

@@ -106,7 +106,8 @@ WIDE = (
          pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=3,
          cls_token_id=0),  # sliding-window encoder, GeGLU
     # mixtures of experts, run as batched matmuls of per-token gathered expert weights
-    # (transformers' default grouped_mm path calls a custom op of its own and histc)
+    # (transformers' default grouped_mm path, histc and a custom op of its own, is checked
+    # by the *_defaults entries of defaults.py)
     text("mixtral", "MixtralConfig", "MixtralModel", num_key_value_heads=2,
          num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm",
          **DECODER),
