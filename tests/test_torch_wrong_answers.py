@@ -77,6 +77,8 @@ VIEWS = (  # as_strided over a view of x = [4, 3]: its storage is x's
     lambda x: torch.as_strided(torch.as_strided(x, (3, 3), (1, 3), 1), (2, 2), (2, 1), 1),
     lambda x: torch.as_strided(_channels_last(x.reshape(1, 2, 2, 3)), (3, 2), (1, 3), 1),
     lambda x: torch.as_strided(x.expand(2, 4, 3), (2, 2), (1, 2), 0),
+    lambda x: torch.as_strided(x.split(2)[1], (2, 2), (1, 3), 0),  # a piece of x
+    lambda x: torch.as_strided(x.chunk(2, 1)[1], (2, 2), (1, 3), 1),
 )
 
 

@@ -1,5 +1,5 @@
 """Steps of the torch fuzz target (target_torch) for what depends on memory layout and on
-optional arguments: as_strided over views, slices, copies and channels-last tensors (it
+optional arguments: as_strided over views, slices, pieces of splits, copies and channels-last tensors (it
 addresses the storage, not the logical elements), activations with non-default optional
 scalars, and scaled_dot_product_attention with every mask form, head sizes of v unlike
 q's, is_causal, scale and grouped heads. Each step takes the target's Builder `b`."""
@@ -39,6 +39,8 @@ VIEWS = {  # a view or copy of t whose storage as_strided then reads
     "channels_last": lambda t: _channels_last(t),
     "relu_channels_last": lambda t: torch.relu(_channels_last(t)),
     "expand": lambda t: t.expand(2, *t.shape),
+    "split": lambda t: t.split(1)[-1] if t.dim() else t,
+    "chunk": lambda t: t.chunk(2, -1)[-1] if t.dim() else t,
     "nested": lambda t: torch.as_strided(t, (max(_storage_size(t) - t.storage_offset()
                                                  - 1, 1),), (1,), t.storage_offset() + 1)
     if _storage_size(t) - t.storage_offset() > 1 else t,

@@ -6,6 +6,7 @@ in torch_pool). They register in torch_ops.ATEN."""
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -113,9 +114,13 @@ as_strided.reads_site = True
 
 def _storage_owner(fx_node):
     """The node whose tensor owns the storage fx_node's tensor views: back through the
-    view ops (their schema says the result aliases the first argument)."""
-    while fx_node.op == "call_function" and _is_view(fx_node.target):
-        fx_node = fx_node.args[0]
+    view ops (their schema says the result aliases the first argument), and through the
+    pieces of those returning several views (split, unbind, chunk)."""
+    while fx_node.op == "call_function":
+        op = fx_node.args[0] if fx_node.target is operator.getitem else fx_node
+        if not (hasattr(op, "target") and _is_view(op.target)):
+            break
+        fx_node = op.args[0]
     return fx_node
 
 
