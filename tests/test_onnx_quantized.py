@@ -244,13 +244,13 @@ def test_qdq_cnn_imports_and_runs_as_written(quantized, per_channel, activations
 
 # --- QDQ folded into qnn ops ----------------------------------------------------------------
 
-FOLDED = {"bert": {"qnn.matmul", "qnn.add", "qnn.multiply"},
+FOLDED = {"bert": {"qnn.matmul", "qnn.add", "qnn.multiply", "qnn.softmax"},
           "cnn": {"qnn.add", "qnn.avg_pool2d"}}
 
 
 @pytest.mark.parametrize("name", ["bert", "cnn"])
 @pytest.mark.parametrize("per_channel, activations, quantize_bias", STATIC_VARIANTS)
-def test_qdq_models_fold_and_track_onnxruntimes_int8_kernels(quantized, name, per_channel,
+def test_qdq_models_fold_and_match_onnxruntimes_int8_kernels(quantized, name, per_channel,
                                                               activations, quantize_bias):
     model, feeds = quantized(name, "QDQ", per_channel, activations, quantize_bias)
     want = run_ort(model, feeds)[0]
@@ -264,7 +264,9 @@ def test_qdq_models_fold_and_track_onnxruntimes_int8_kernels(quantized, name, pe
     for backend in BACKENDS:
         compiled = legato.compile(module, backend)
         assert dict(compiled.report.qdq.folded) == dict(report.folded)
-        share = within_one_step(compiled(*feeds.values()), want, model)
-        print(f"{name} {per_channel} {activations}s8 {quantize_bias} {backend}: "
-              f"{100 * share:.2f}% within one step")
-        assert share >= 0.97, (backend, share)
+        got = compiled(*feeds.values())
+        assert within_one_step(got, want, model) == 1.0, backend
+        if name == "bert":   # the same integers as onnxruntime's fused kernels
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=backend)
+        # the CNN: onnxruntime runs some of its convs float (on the dequantized data), where
+        # legato folds every one, so an element now and then is one step away

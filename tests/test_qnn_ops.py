@@ -156,16 +156,22 @@ def test_qlinear_activations(backend, op, attrs, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_qlinear_softmax_within_one_step(backend, dtype):
+@pytest.mark.parametrize("dtype, shape, axis, x_scale", [
+    ("uint8", (8, 64), -1, 0.1), ("int8", (8, 64), -1, 0.05), ("int8", (2, 16, 5), 1, 0.2),
+    ("uint8", (4, 3, 33), 2, 0.02),
+])
+def test_qlinear_softmax(backend, dtype, shape, axis, x_scale):
+    # onnxruntime's table of exponentials, float32 sum and floor(1 / y_scale) (a float
+    # softmax of the dequantized data rounds some elements the other way)
     rng = np.random.default_rng(6)
-    feeds = {"x": ints(rng, (4, 32), dtype)}
-    consts = {"xs": const(0.1, "float32"), "xz": const(0 if dtype == "int8" else 128, dtype),
-              "ys": const(1 / 256, "float32"),
+    feeds = {"x": ints(rng, shape, dtype)}
+    consts = {"xs": const(x_scale, "float32"),
+              "xz": const(0 if dtype == "int8" else 128, dtype),
+              "ys": const(0.0041, "float32"),   # a calibrated scale: floor(1 / 0.0041) = 243
               "yz": const(-128 if dtype == "int8" else 0, dtype)}
     model = node_model("QLinearSoftmax", feeds, consts, ["x", "xs", "xz", "ys", "yz"], dtype,
-                       domain=MS, axis=-1, opset=13)
-    against_ort(model, feeds, backend, max_off=0.05)
+                       domain=MS, axis=axis, opset=13)
+    against_ort(model, feeds, backend)
 
 
 # --- pooling and concatenation -----------------------------------------------------------------

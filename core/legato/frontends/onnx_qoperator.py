@@ -5,8 +5,7 @@ QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat and QLinearSoftmax, 
 
 QLinearConcat requantizes each input whose scale or zero point differs from the output's
 (a dequantize and a quantize, as onnxruntime's lookup table is built) and copies the others.
-QLinearSoftmax is computed as the softmax of the dequantized data, quantized: onnxruntime
-uses a table of exponentials instead, so a few elements may differ by one step.
+QLinearSoftmax follows onnxruntime's table of exponentials (qnn.softmax).
 """
 from __future__ import annotations
 
@@ -136,14 +135,17 @@ def qlinear_concat(node):
 @contrib("QLinearSoftmax", "X X_scale x_zero_point? y_scale y_zero_point", "Y", axis="i",
          opset="i")
 def qlinear_softmax(node):
+    """qnn.softmax; before opset 13 the softmax is over the dims from `axis` on, flattened
+    (the default axis is 1 there)."""
     x = quantized(node, 0)
-    y_scale, y_zero = output_params(node, 3, x[0])
-    axis = node.axis("axis", x[0].rank, -1)
-    node.require(node.attr("opset", 13) >= 13 or axis == x[0].rank - 1,
-                 f"softmax of opset {node.attr('opset', 13)} over a flattened axis {axis} "
-                 "is not supported")
-    y = node.call("nn.softmax", node.call("qnn.dequantize", *x), axis=axis)
-    return node.call("qnn.quantize", y, y_scale, y_zero, dtype=y_zero.dtype)
+    opset = node.attr("opset", 13)
+    axis = node.axis("axis", x[0].rank, -1 if opset >= 13 else 1)
+    data = x[0]
+    if opset < 13 and axis != data.rank - 1:
+        data = node.call("reshape", data, shape=list(data.shape[:axis]) + [-1])
+    y = node.call("qnn.softmax", data, x[1], x[2], *output_params(node, 3, x[0]),
+                  axis=data.rank - 1 if opset < 13 else axis)
+    return y if y.shape == x[0].shape else node.call("reshape", y, shape=list(x[0].shape))
 
 
 @contrib("QGemm", "A a_scale a_zero_point B b_scale b_zero_point C? y_scale? y_zero_point?",

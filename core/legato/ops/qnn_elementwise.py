@@ -12,6 +12,8 @@ QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid, QLinearLeakyRelu):
 Every result is rounded half to even, shifted by the output zero point and saturated."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir import TensorType
 from .base import T, broadcast_shapes, composite, f32, fail
 from .qnn_linear import (I8, U8, check_output, check_per_tensor, check_quantized,
@@ -183,3 +185,41 @@ def qleaky_relu(b, x, x_scale, x_zero, y_scale, y_zero, alpha):
     quantized to out_scale and out_zero_point"""
     y = b.nn_leaky_relu(b.qnn_dequantize(x, x_scale, x_zero), alpha=alpha)
     return _requantized(b, y, y_scale, y_zero)
+
+
+# --- softmax ------------------------------------------------------------------------------------
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _qsoftmax_infer(types, attrs):
+    out = _through_float(_same_shape)(types, attrs)
+    if not -out.rank <= attrs["axis"] < max(out.rank, 1):
+        fail(f"axis {attrs['axis']} is out of range for {list(out.shape)}")
+    return out
+
+
+@composite("qnn.softmax", QUNARY_INPUTS, _qsoftmax_infer, "opaque", 1,
+           [((T("uint8", 2, 7), f32(), U8, f32(), U8), {}),
+            ((T("int8", 3, 4, 2), f32(), I8, f32(), I8), {"axis": 1})],
+           {"axis": ("int", -1)}, tolerance=0.0, const_check=POOL_CHECK)
+def qsoftmax(b, x, x_scale, x_zero, y_scale, y_zero, axis):
+    """com.microsoft QLinearSoftmax as onnxruntime computes it: exponentials from a
+    256-entry float32 table of `exp((i - 255 + shift) * data_scale)` indexed by
+    `255 + x - max(x)` (shift keeps the sum below float32's range), their float32 sum,
+    then `round(e * floor(1 / out_scale) / sum) + out_zero_point`, saturated (onnxruntime
+    wraps an int8 128, a probability rounded to 1, to -128)"""
+    axis = axis % x.rank
+    count = x.shape[axis]
+    shift = max(0.0, np.log(FLOAT32_MAX / max(count, 1)) - 5)
+    scale64 = b.cast(x_scale, dtype="float64")
+    steps = b.const(np.arange(256, dtype=np.float64) - 255)
+    table = b.exp(b.multiply(b.add(steps, b.divide(shift, scale64)), scale64))
+    table = b.reshape(b.cast(table, dtype="float32"), shape=[256])
+    wide = b.cast(x, dtype="int32")
+    index = b.add(b.subtract(wide, b.max(wide, axes=[axis], keepdims=True)), 255)
+    e = b.take(table, index, axis=0)
+    total = b.sum(e, axes=[axis], keepdims=True)
+    factor = b.floor(b.divide(1.0, y_scale))
+    y = b.round(b.divide(b.multiply(e, factor), total))
+    return saturate(b, b.add(y, b.cast(y_zero, dtype="float32")), y_zero.dtype)

@@ -25,7 +25,8 @@ DEFAULT_ERROR = 1e-4  # reductions and contractions: the order of additions diff
 
 ROUNDING_OPS = frozenset({
     "qnn.quantize", "qnn.requantize", "qnn.conv2d", "qnn.matmul", "qnn.linear", "qnn.add",
-    "qnn.multiply", "qnn.global_avg_pool2d", "qnn.avg_pool2d", "qnn.sigmoid", "qnn.leaky_relu"})
+    "qnn.multiply", "qnn.global_avg_pool2d", "qnn.avg_pool2d", "qnn.sigmoid", "qnn.leaky_relu",
+    "qnn.softmax"})
 
 # Their decompositions sum squares of (x - mean) in the input dtype: float32 (max 3.4e38)
 # overflows once count * (2 max|x|)**2 reaches it. The reference scales before squaring.
