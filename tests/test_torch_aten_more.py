@@ -128,6 +128,13 @@ CASES = {
                                           F.interpolate(x, scale_factor=(1.3, 0.7)),
                                           F.interpolate(x, size=(10, 3))),
                                lambda: [torch.randn(1, 2, 5, 6)], "aten.upsample_nearest2d.vec"),
+    "interpolate_linear_same_size": (
+        lambda x, v, w: (F.interpolate(x, scale_factor=1.3, mode="linear"),
+                         F.interpolate(v, scale_factor=(1.3, 2.0), mode="bilinear"),
+                         F.interpolate(w, scale_factor=(1.3, 0.5, 1.7), mode="trilinear"),
+                         F.interpolate(w, size=(5, 2, 2), mode="trilinear", align_corners=True)),
+        lambda: [torch.randn(1, 2, 3), torch.randn(1, 2, 3, 4), torch.randn(1, 1, 3, 4, 5)],
+        "aten.upsample_trilinear3d.vec"),
     "upsample_nearest1d_3d": (lambda x, v: (A.upsample_nearest1d(x, [9]),
                                             A.upsample_nearest3d(v, [3, 5, 2], None, 1.7, None),
                                             A._upsample_nearest_exact2d(v[0], [6, 3], 1.3, None)),

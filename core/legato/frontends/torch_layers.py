@@ -55,7 +55,8 @@ def _nearest(exact: bool, shortcuts: bool = False):
 
 def _interpolating(mode: str):
     """Linear or cubic taps at half-pixel coordinates (align_corners: corner to corner,
-    whatever the scales say)."""
+    whatever the scales say); a cubic axis of unchanged size is still resampled when its
+    scale is not 1, as eager's bicubic kernel does."""
     def convert(b, x, output_size, align_corners, *scales):
         sizes = [int(s) for s in output_size]
         coordinates = "align_corners" if align_corners else "half_pixel"
@@ -63,34 +64,37 @@ def _interpolating(mode: str):
             scales = None
         for k, (size, factor) in enumerate(zip(sizes, _factors(x, sizes, scales))):
             axis = x.rank - len(sizes) + k
-            if size == x.shape[axis] and factor == 1:
-                continue
+            if size == x.shape[axis] and (mode == "linear" or factor == 1):
+                continue  # eager's linear kernels copy an axis that keeps its size
+            # a negative coordinate takes the edge, as eager clamps it to 0
             coords = resample.source_coordinates(coordinates, x.shape[axis], size, factor)
             x = resample.resize_axis(b, x, axis, size, coords, mode, scale=factor)
         return x
     return convert
 
 
+def _vec(convert):
+    """A `.vec` overload through its `.default` converter: the output sizes, or floor(n *
+    factor) per axis with the factors passed on as the scales (interpolate's
+    scale_factor=1.3 of 5 rows gives 6, sampled at i / 1.3 as eager does, not i * 5 / 6)."""
+    def vec(b, x, output_size, *args):
+        *flags, factors = args
+        if output_size is not None:
+            return convert(b, x, output_size, *flags)
+        sizes = [math.floor(n * s) for n, s in zip(x.shape[x.rank - len(factors):], factors)]
+        return convert(b, x, sizes, *flags, *factors)
+    return vec
+
+
 aten("aten.upsample_nearest1d.default", "aten.upsample_nearest3d.default")(_nearest(False))
-_nearest_2d = _nearest(False, shortcuts=True)
-aten("aten.upsample_nearest2d.default")(_nearest_2d)
-
-
-@aten("aten.upsample_nearest2d.vec")
-def upsample_nearest2d_vec(b, x, output_size=None, scale_factors=None):
-    """The sizes, or floor(n * factor) with the factors scaling the coordinates: an
-    interpolate(scale_factor=2.1) of 5 rows gives 10, which eager's kernel takes as twice 5
-    (row i // 2), not as floor(i / 2.1)."""
-    if output_size is not None:
-        return _nearest_2d(b, x, output_size)
-    sizes = [math.floor(n * s) for n, s in zip(x.shape[-2:], scale_factors)]
-    return _nearest_2d(b, x, sizes, *scale_factors)
-
-
+aten("aten.upsample_nearest2d.default")(_nearest(False, shortcuts=True))
+aten("aten.upsample_nearest2d.vec")(_vec(_nearest(False, shortcuts=True)))
 aten("aten._upsample_nearest_exact1d.default", "aten._upsample_nearest_exact2d.default",
      "aten._upsample_nearest_exact3d.default")(_nearest(True))
 aten("aten.upsample_linear1d.default", "aten.upsample_bilinear2d.default",
      "aten.upsample_trilinear3d.default")(_interpolating("linear"))
+aten("aten.upsample_linear1d.vec", "aten.upsample_bilinear2d.vec",
+     "aten.upsample_trilinear3d.vec")(_vec(_interpolating("linear")))
 aten("aten.upsample_bicubic2d.default")(_interpolating("cubic"))
 
 

@@ -169,13 +169,6 @@ def upsample_nearest_exact(b, x, output_size=None, scale_factors=None):
                    "round_prefer_ceil")
 
 
-@aten("aten.upsample_bilinear2d.vec", "aten.upsample_linear1d.vec")
-def upsample_linear(b, x, output_size=None, align_corners=False, scale_factors=None):
-    # PyTorch clamps a negative source coordinate to 0: the edge, as half_pixel's taps do
-    return _resize(b, x, output_size, scale_factors, "linear",
-                   "align_corners" if align_corners else "half_pixel")
-
-
 @aten("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
 def adaptive_avg_pool2d(b, x, output_size):
     """Output cell i of an axis averages input [floor(i * n / m), ceil((i + 1) * n / m)):

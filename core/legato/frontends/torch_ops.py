@@ -15,7 +15,9 @@ KEEP = ("aten.layer_norm.default", "aten.gelu.default", "aten.softmax.int",
         "aten.log_softmax.int", "aten.scaled_dot_product_attention.default",
         "aten.linear.default", "aten.conv2d.default", "aten.silu.default",
         "aten.group_norm.default", "aten.instance_norm.default", "aten.batch_norm.default",
-        "aten.max_pool2d.default", "aten.col2im.default")
+        "aten.max_pool2d.default", "aten.col2im.default",
+        # PyTorch's decompositions resample an axis that keeps its size; its kernels copy it
+        "aten.upsample_linear1d.vec", "aten.upsample_trilinear3d.vec")
 
 
 RANDOM = "a random op (legato's results are deterministic)"
