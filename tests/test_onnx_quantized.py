@@ -270,3 +270,62 @@ def test_qdq_models_fold_and_match_onnxruntimes_int8_kernels(quantized, name, pe
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=backend)
         # the CNN: onnxruntime runs some of its convs float (on the dequantized data), where
         # legato folds every one, so an element now and then is one step away
+
+
+def qdq_product_model(activation, dtype, per_channel):
+    """DequantizeLinear -> MatMul -> activation -> QuantizeLinear -> DequantizeLinear, as a
+    QDQ file spells one quantized linear layer."""
+    rng = np.random.default_rng(3)
+    zero = 3 if dtype == "int8" else 128
+    inits = {"xs": np.array(0.02, np.float32), "xz": np.array(zero, dtype),
+             "w": rng.integers(-128, 128, (24, 8)).astype(np.int8),
+             "ws": (rng.uniform(0.005, 0.02, 8) if per_channel else
+                    np.array(0.01)).astype(np.float32),
+             "wz": np.zeros(8 if per_channel else (), np.int8),
+             "ys": np.array(0.03, np.float32), "yz": np.array(zero - 10, dtype),
+             "lo": np.array(-0.5, np.float32), "hi": np.array(1.5, np.float32)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=1),
+             helper.make_node("MatMul", ["xf", "wf"], ["p"])]
+    if activation == "Relu":
+        nodes.append(helper.make_node("Relu", ["p"], ["a"]))
+    else:
+        nodes.append(helper.make_node("Clip", ["p", "lo", "hi"], ["a"]))
+    nodes += [helper.make_node("QuantizeLinear", ["a", "ys", "yz"], ["q"]),
+              helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(
+            "x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), [4, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lo, hi = (-128, 128) if dtype == "int8" else (0, 256)
+    return model, {"x": rng.integers(lo, hi, (4, 24)).astype(dtype)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+@pytest.mark.parametrize("dtype, per_channel", [("uint8", True), ("int8", False)])
+def test_relu_and_clip_fold_into_the_output_range(backend, activation, dtype, per_channel):
+    model, feeds = qdq_product_model(activation, dtype, per_channel)
+    module = onnx_frontend.load(model)
+    report = legato.fold_qdq.explain(module)
+    assert dict(report.folded) == {"qnn.matmul": 1}, report.text()
+    folded, modified = legato.fold_qdq(module)
+    ops = [c.op for c in folded.main.calls]
+    assert modified and "nn.relu" not in ops and "clip" not in ops and "matmul" not in ops
+    want = run_ort(model, feeds)[0]
+    got = legato.compile(module, backend)(*feeds.values())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_a_weight_quantized_along_the_wrong_axis_stays_float_and_says_why():
+    model, feeds = qdq_product_model("Relu", "uint8", True)
+    model.graph.node[1].attribute[0].i = 0      # per channel along the 24 rows of w
+    model.graph.initializer[3].CopyFrom(numpy_helper.from_array(
+        np.full(24, 0.01, np.float32), "ws"))
+    model.graph.initializer[4].CopyFrom(numpy_helper.from_array(np.zeros(24, np.int8), "wz"))
+    report = legato.fold_qdq.explain(onnx_frontend.load(model))
+    assert not report.folded
+    assert ("matmul", "b is quantized per channel along axis 0, which qnn.matmul does not "
+            "take") in report.not_folded, report.text()
