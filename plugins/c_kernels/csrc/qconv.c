@@ -54,33 +54,53 @@ static void valid_range(int64_t n_out, int64_t s, int64_t pad, int64_t off, int6
     *lo = LGK_MIN(*lo, *hi);
 }
 
-/* col (kg x plane_out) of channels [c0, c0 + cg) of one image; padding = zp byte. */
-static void qim2col(const qconv_geom *g, const uint8_t *x, uint8_t zp, uint8_t *col)
+/* Output columns [ox0, ox1) of one row of an unfolded input: src[ox * s + off] for ox in
+ * [lo, hi), the data zero point elsewhere (dst holds column ox0 first). Loops, not
+ * memcpy/memset: rows are short (tens of bytes) and many. */
+__attribute__((always_inline)) static inline void qim2col_row(uint8_t *restrict dst,
+                                                              const uint8_t *restrict src,
+                                                              int64_t ox0, int64_t ox1,
+                                                              int64_t lo, int64_t hi, int64_t s,
+                                                              int64_t off, uint8_t zp)
+{
+    lo = LGK_MIN(LGK_MAX(lo, ox0), ox1);
+    hi = LGK_MIN(LGK_MAX(hi, lo), ox1);
+    for (int64_t ox = ox0; ox < lo; ++ox)
+        dst[ox - ox0] = zp;
+    if (s == 1 && lo < hi) {
+        const uint8_t *from = src + (lo + off);
+        for (int64_t ox = lo; ox < hi; ++ox)
+            dst[ox - ox0] = from[ox - lo];
+    } else {
+        for (int64_t ox = lo; ox < hi; ++ox)
+            dst[ox - ox0] = src[ox * s + off];
+    }
+    for (int64_t ox = hi; ox < ox1; ++ox)
+        dst[ox - ox0] = zp;
+}
+
+/* Output pixels [p0, p1) of the unfolded input (kg rows of p1 - p0 bytes) of channels
+ * [0, cg) of x; padding = zp byte. */
+LGK_CLONES static void qim2col(const qconv_geom *g, const uint8_t *x, uint8_t zp, int64_t p0,
+                               int64_t p1, uint8_t *col)
 {
     const lgk_conv2d_params *p = g->p;
+    int64_t np = p1 - p0;
     for (int64_t ci = 0; ci < g->cg; ++ci)
         for (int64_t ki = 0; ki < p->kh; ++ki)
             for (int64_t kj = 0; kj < p->kw; ++kj) {
-                uint8_t *row = col + ((ci * p->kh + ki) * p->kw + kj) * g->plane_out;
+                uint8_t *row = col + ((ci * p->kh + ki) * p->kw + kj) * np;
                 int64_t lo, hi, xoff = kj * p->dilation_w;
                 valid_range(g->ow, p->stride_w, p->pad_left, xoff, p->w, &lo, &hi);
-                for (int64_t oy = 0; oy < g->oh; ++oy) {
-                    uint8_t *dst = row + oy * g->ow;
+                for (int64_t oy = p0 / g->ow; oy * g->ow < p1; ++oy) {
                     int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
-                    if (iy < 0 || iy >= p->h || lo >= hi) {
-                        memset(dst, zp, (size_t)g->ow);
-                        continue;
-                    }
-                    /* input column of output column ox: ox * stride + off */
-                    const uint8_t *src = x + ci * g->plane_in + iy * p->w;
-                    int64_t off = xoff - p->pad_left;
-                    memset(dst, zp, (size_t)lo);
-                    if (p->stride_w == 1)
-                        memcpy(dst + lo, src + lo + off, (size_t)(hi - lo));
-                    else
-                        for (int64_t ox = lo; ox < hi; ++ox)
-                            dst[ox] = src[ox * p->stride_w + off];
-                    memset(dst + hi, zp, (size_t)(g->ow - hi));
+                    int64_t ox0 = LGK_MAX(p0 - oy * g->ow, (int64_t)0);
+                    int64_t ox1 = LGK_MIN(p1 - oy * g->ow, g->ow);
+                    int empty = iy < 0 || iy >= p->h;
+                    qim2col_row(row + (oy * g->ow + ox0 - p0),
+                                x + ci * g->plane_in + (empty ? 0 : iy * p->w), ox0, ox1,
+                                empty ? ox1 : lo, empty ? ox1 : hi, p->stride_w,
+                                xoff - p->pad_left, zp);
                 }
             }
 }
@@ -91,7 +111,52 @@ static int is_pointwise(const lgk_conv2d_params *p)
            && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0;
 }
 
-/* W @ im2col per image and group; A from `w` (o x kg rows) or prepacked panels. */
+/* Pixels per block: its unfolded input (kg x block bytes) stays near 256 KiB, in L2
+ * from unfolding through packing to the multiply. */
+#define QCONV_BLOCK_BYTES (256 * 1024)
+
+/* One image and group: blocks of output pixels, each unfolded and multiplied on its own. */
+typedef struct {
+    const qconv_geom *g;
+    const uint8_t *x; /* the group's first channel of the image */
+    lgk_qproblem base; /* A, the epilogue, c at the group's first output pixel */
+    size_t esize;
+    int64_t block;
+    uint8_t zp;
+    int pointwise;
+} qconv_job;
+
+static int qconv_blocks(void *ctx, int64_t begin, int64_t end)
+{
+    const qconv_job *job = ctx;
+    const qconv_geom *g = job->g;
+    lgk_scratch col = {NULL, 0};
+    if (!job->pointwise)
+        LGK_TRY(lgk_scratch_acquire(g->kg * job->block / 4 + 1, &col));
+    int status = LGK_OK;
+    for (int64_t p0 = begin; p0 < end && status == LGK_OK; p0 += job->block) {
+        int64_t p1 = LGK_MIN(p0 + job->block, end);
+        lgk_qproblem pr = job->base;
+        pr.N = p1 - p0;
+        if (job->pointwise) {
+            pr.b = job->x + p0;
+            pr.rs_b = g->plane_out;
+        } else {
+            qim2col(g, job->x, job->zp, p0, p1, (uint8_t *)col.data);
+            pr.b = (const uint8_t *)col.data;
+            pr.rs_b = pr.N;
+        }
+        pr.cs_b = 1;
+        pr.ep.zb += p0;
+        pr.c = (char *)pr.c + (size_t)p0 * job->esize;
+        status = lgk_qgemm_run(&pr, 1);
+    }
+    lgk_scratch_release(&col);
+    return status;
+}
+
+/* W @ im2col per image and group; A from `w` (o x kg rows) or prepacked panels. Threads
+ * take blocks of output pixels. */
 static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
                       const uint8_t *panels, const int32_t *sums, void *y,
                       const lgk_qparams *q, int nthreads)
@@ -101,37 +166,26 @@ static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
     rows.per_row = 1;
     lgk_qexpanded e;
     LGK_TRY(lgk_qparams_expand(&rows, p->o, g->plane_out, &e));
-    int pointwise = is_pointwise(p);
-    lgk_scratch col = {NULL, 0};
-    int status = LGK_OK;
-    if (!pointwise) {
-        int64_t bytes;
-        status = lgk_mul(g->kg, g->plane_out, &bytes);
-        if (status == LGK_OK)
-            status = lgk_scratch_acquire(bytes / 4 + 1, &col);
-    }
     size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
-    uint8_t zp = (uint8_t)q->b_zero_point[0];
+    int64_t block = LGK_MAX((int64_t)64, QCONV_BLOCK_BYTES / LGK_MAX(g->kg, (int64_t)1) / 64 * 64);
+    double macs = (double)g->og * (double)g->plane_out * (double)LGK_MAX(g->kg, (int64_t)1);
+    int threads = macs < 2.0e6 ? 1 : nthreads;
+    int status = LGK_OK;
     for (int64_t n = 0; n < p->n && status == LGK_OK; ++n)
         for (int64_t gi = 0; gi < p->groups && status == LGK_OK; ++gi) {
-            const uint8_t *xg = x + (n * p->c + gi * g->cg) * g->plane_in;
-            const uint8_t *b = xg;
-            if (!pointwise) {
-                qim2col(g, xg, zp, (uint8_t *)col.data);
-                b = (const uint8_t *)col.data;
-            }
             int64_t r0 = gi * g->og;
-            lgk_qproblem pr = {g->og, g->plane_out, g->kg, w == NULL ? NULL : w + r0 * g->kg,
-                               g->kg, 1, b, g->plane_out, 1, e.a_flip, e.b_flip, panels,
-                               sums, NULL, NULL, e.ep,
-                               (char *)y + (size_t)((n * p->o + r0) * g->plane_out) * esize,
-                               g->plane_out};
-            pr.ep.za += r0;
-            pr.ep.mult = pr.ep.mult == NULL ? NULL : pr.ep.mult + r0;
-            pr.ep.bias = pr.ep.bias == NULL ? NULL : pr.ep.bias + r0;
-            status = lgk_qgemm_run(&pr, nthreads);
+            lgk_qproblem base = {g->og, g->plane_out, g->kg, w == NULL ? NULL : w + r0 * g->kg,
+                                 g->kg, 1, NULL, 0, 1, e.a_flip, e.b_flip, panels, sums, NULL,
+                                 NULL, e.ep,
+                                 (char *)y + (size_t)((n * p->o + r0) * g->plane_out) * esize,
+                                 g->plane_out};
+            base.ep.za += r0;
+            base.ep.mult = base.ep.mult == NULL ? NULL : base.ep.mult + r0;
+            base.ep.bias = base.ep.bias == NULL ? NULL : base.ep.bias + r0;
+            qconv_job job = {g, x + (n * p->c + gi * g->cg) * g->plane_in, base, esize, block,
+                             (uint8_t)q->b_zero_point[0], is_pointwise(p)};
+            status = lgk_parallel_for(threads, g->plane_out, block, qconv_blocks, &job);
         }
-    lgk_scratch_release(&col);
     lgk_scratch_release(&e.scratch);
     return status;
 }
@@ -151,7 +205,7 @@ static int32_t qvalue(int type, uint8_t byte)
 }
 
 /* acc[ox] += row[ox * s + off] * wv for ox in [lo, hi) (uint32: wraps, never overflows) */
-LGK_CLONES static void qdw_tap(uint32_t *restrict acc, const int16_t *restrict row, int64_t lo,
+__attribute__((always_inline)) static inline void qdw_tap(uint32_t *restrict acc, const int16_t *restrict row, int64_t lo,
                                int64_t hi, int64_t s, int64_t off, int32_t wv)
 {
     if (lo >= hi)
@@ -166,7 +220,10 @@ LGK_CLONES static void qdw_tap(uint32_t *restrict acc, const int16_t *restrict r
     }
 }
 
-static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *xs, uint32_t *acc)
+/* One plane, compiled per instruction set with its taps inlined: the taps are short
+ * (one output row) and many, so a call per tap cost more than its work. */
+LGK_CLONES static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *restrict xs,
+                                 uint32_t *restrict acc, const int64_t *lo, const int64_t *hi)
 {
     const qconv_geom *g = d->g;
     const lgk_conv2d_params *p = g->p;
@@ -175,8 +232,12 @@ static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *xs, uint32_t *ac
     int32_t xzp = q->b_zero_point[0];
     int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
     const uint8_t *x = d->x + plane * g->plane_in;
-    for (int64_t i = 0; i < g->plane_in; ++i)
-        xs[i] = (int16_t)(qvalue(q->b_type, x[i]) - xzp);
+    if (q->b_type == LGK_QTYPE_INT8)
+        for (int64_t i = 0; i < g->plane_in; ++i)
+            xs[i] = (int16_t)((int8_t)x[i] - xzp);
+    else
+        for (int64_t i = 0; i < g->plane_in; ++i)
+            xs[i] = (int16_t)(x[i] - xzp);
     const uint8_t *w = d->w + c * p->kh * p->kw;
     uint32_t bias = q->bias == NULL ? 0u : (uint32_t)q->bias[c];
     lgk_qepilogue ep = {NULL, NULL, NULL, NULL, 1, q->out_type, q->relu, q->out_zero_point};
@@ -192,10 +253,9 @@ static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *xs, uint32_t *ac
             if (iy < 0 || iy >= p->h) /* padding: shifted value 0 */
                 continue;
             for (int64_t kj = 0; kj < p->kw; ++kj) {
-                int64_t lo, hi, xoff = kj * p->dilation_w;
-                valid_range(g->ow, p->stride_w, p->pad_left, xoff, p->w, &lo, &hi);
                 int32_t wv = qvalue(q->a_type, w[ki * p->kw + kj]) - wzp;
-                qdw_tap(acc, xs + iy * p->w, lo, hi, p->stride_w, xoff - p->pad_left, wv);
+                qdw_tap(acc, xs + iy * p->w, lo[kj], hi[kj], p->stride_w,
+                        kj * p->dilation_w - p->pad_left, wv);
             }
         }
         lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
@@ -205,13 +265,21 @@ static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *xs, uint32_t *ac
 static int qdw_range(void *ctx, int64_t begin, int64_t end)
 {
     const qdw_ctx *d = ctx;
+    const lgk_conv2d_params *p = d->g->p;
     lgk_scratch s = {NULL, 0};
-    /* int16 plane + int32 row, in floats */
-    LGK_TRY(lgk_scratch_acquire(d->g->plane_in / 2 + 1 + d->g->ow + 16, &s));
+    /* int16 plane, int32 row, and each kernel column's valid output range (int64), in
+     * floats (the divisions of valid_range, once per conv rather than per row and tap) */
+    int64_t row_at = (d->g->plane_in / 2 + 16) / 16 * 16;        /* 64-byte aligned */
+    int64_t range_at = row_at + (d->g->ow + 16) / 16 * 16;
+    LGK_TRY(lgk_scratch_acquire(range_at + 4 * p->kw, &s));
     int16_t *xs = (int16_t *)s.data;
-    uint32_t *acc = (uint32_t *)(s.data + d->g->plane_in / 2 + 16);
+    uint32_t *acc = (uint32_t *)(s.data + row_at);
+    int64_t *lo = (int64_t *)(s.data + range_at), *hi = lo + p->kw;
+    for (int64_t kj = 0; kj < p->kw; ++kj)
+        valid_range(d->g->ow, p->stride_w, p->pad_left, kj * p->dilation_w, p->w, &lo[kj],
+                    &hi[kj]);
     for (int64_t plane = begin; plane < end; ++plane)
-        qdw_plane(d, plane, xs, acc);
+        qdw_plane(d, plane, xs, acc, lo, hi);
     lgk_scratch_release(&s);
     return LGK_OK;
 }

@@ -214,25 +214,67 @@ static int64_t groups_of_4(int64_t K) { return K / 4 + (K % 4 != 0); }
 
 static int64_t round_up(int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; }
 
+/* Sum of a row's n bytes xor flip, as uint8 (vectorizes). */
+LGK_CLONES static uint32_t qrow_sum(const uint8_t *row, int64_t n, uint8_t flip)
+{
+    uint32_t sum = 0;
+    for (int64_t k = 0; k < n; ++k)
+        sum += (uint8_t)(row[k] ^ flip);
+    return sum;
+}
+
 /* Rows [0, rows) of A (strides rs, cs) into MR-row slivers of k4 groups, each byte
  * xor flip, pad rows and pad k zero; sums[i] = the row's packed bytes as uint8. */
 static void qpack_a(int mr, int64_t rows, int64_t K, const uint8_t *a, int64_t rs, int64_t cs,
                     uint8_t flip, uint8_t *restrict dst, int32_t *restrict sums)
 {
-    int64_t k4 = groups_of_4(K);
+    int64_t k4 = groups_of_4(K), full = cs == 1 ? K / 4 : 0;
+    uint32_t flip4 = flip * 0x01010101u;
     for (int64_t i0 = 0; i0 < rows; i0 += mr, dst += 4 * mr * k4) {
         int m = (int)LGK_MIN((int64_t)mr, rows - i0);
-        memset(dst, 0, (size_t)(4 * mr * k4));
+        if (m < mr || full < k4)
+            memset(dst, 0, (size_t)(4 * mr * k4));
         for (int i = 0; i < m; ++i) {
             const uint8_t *row = a + (i0 + i) * rs;
             uint32_t sum = 0;
-            for (int64_t k = 0; k < K; ++k) {
+            for (int64_t g = 0; g < full; ++g) { /* contiguous rows: 4 bytes at a time */
+                uint32_t v;
+                memcpy(&v, row + 4 * g, 4);
+                v ^= flip4;
+                memcpy(dst + g * 4 * mr + i * 4, &v, 4);
+            }
+            if (full > 0)
+                sum = qrow_sum(row, 4 * full, flip);
+            for (int64_t k = 4 * full; k < K; ++k) {
                 uint8_t v = (uint8_t)(row[k * cs] ^ flip);
                 dst[(k / 4) * 4 * mr + i * 4 + k % 4] = v;
                 sum += v;
             }
             sums[i0 + i] = (int32_t)sum;
         }
+    }
+}
+
+/* sums[j] = sum over k of column j of B as packed (bytes xor flip, as int8): row by row
+ * where rows are contiguous, so that the loop vectorizes. */
+LGK_CLONES static void qcol_sums(int64_t cols, int64_t K, const uint8_t *b, int64_t rs,
+                                 int64_t cs, uint8_t flip, int32_t *restrict sums)
+{
+    for (int64_t j = 0; j < cols; ++j)
+        sums[j] = 0;
+    if (cs == 1) {
+        for (int64_t k = 0; k < K; ++k) {
+            const uint8_t *r = b + k * rs;
+            for (int64_t j = 0; j < cols; ++j)
+                sums[j] += (int8_t)(r[j] ^ flip);
+        }
+        return;
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; ++k)
+            s += (int8_t)(b[j * cs + k * rs] ^ flip);
+        sums[j] = s;
     }
 }
 
@@ -243,9 +285,14 @@ static void qpack_b(int nr, int64_t cols, int64_t K, const uint8_t *b, int64_t r
                     uint8_t flip, uint8_t *restrict dst, int32_t *restrict sums)
 {
     int64_t k4 = groups_of_4(K);
+    if (cs != 1) /* strided (a transposed weight, packed once): sums apart */
+        qcol_sums(cols, K, b, rs, cs, flip, sums);
+    else
+        memset(sums, 0, (size_t)cols * sizeof(int32_t));
     for (int64_t j0 = 0; j0 < cols; j0 += nr, dst += 4 * nr * k4) {
         int n = (int)LGK_MIN((int64_t)nr, cols - j0);
-        memset(dst, 0, (size_t)(4 * nr * k4));
+        if (n < nr || K % 4 != 0 || cs != 1)
+            memset(dst, 0, (size_t)(4 * nr * k4));
         for (int64_t g = 0; g < k4; ++g) {
             uint8_t *d = dst + g * 4 * nr;
             int j = 0;
@@ -254,34 +301,50 @@ static void qpack_b(int nr, int64_t cols, int64_t K, const uint8_t *b, int64_t r
                 const uint8_t *r = b + 4 * g * rs + j0;
                 __m128i x = _mm_set1_epi8((char)flip);
                 for (; j + 16 <= n; j += 16) {
-                    __m128i r0 = _mm_loadu_si128((const __m128i *)(r + j));
-                    __m128i r1 = _mm_loadu_si128((const __m128i *)(r + rs + j));
-                    __m128i r2 = _mm_loadu_si128((const __m128i *)(r + 2 * rs + j));
-                    __m128i r3 = _mm_loadu_si128((const __m128i *)(r + 3 * rs + j));
+                    __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + j)), x);
+                    __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + rs + j)), x);
+                    __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 2 * rs + j)), x);
+                    __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 3 * rs + j)), x);
                     __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
                     __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
                     __m128i *o = (__m128i *)(d + 4 * j);
-                    _mm_storeu_si128(o, _mm_xor_si128(_mm_unpacklo_epi16(lo01, lo23), x));
-                    _mm_storeu_si128(o + 1, _mm_xor_si128(_mm_unpackhi_epi16(lo01, lo23), x));
-                    _mm_storeu_si128(o + 2, _mm_xor_si128(_mm_unpacklo_epi16(hi01, hi23), x));
-                    _mm_storeu_si128(o + 3, _mm_xor_si128(_mm_unpackhi_epi16(hi01, hi23), x));
+                    _mm_storeu_si128(o, _mm_unpacklo_epi16(lo01, lo23));
+                    _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(lo01, lo23));
+                    _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(hi01, hi23));
+                    _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(hi01, hi23));
+                    /* column sums while the rows are in registers: int8 -> int16 (the
+                     * high byte of each 16-bit lane, shifted down with its sign) */
+                    __m128i s_lo = _mm_add_epi16(
+                        _mm_add_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(r0, r0), 8),
+                                      _mm_srai_epi16(_mm_unpacklo_epi8(r1, r1), 8)),
+                        _mm_add_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(r2, r2), 8),
+                                      _mm_srai_epi16(_mm_unpacklo_epi8(r3, r3), 8)));
+                    __m128i s_hi = _mm_add_epi16(
+                        _mm_add_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(r0, r0), 8),
+                                      _mm_srai_epi16(_mm_unpackhi_epi8(r1, r1), 8)),
+                        _mm_add_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(r2, r2), 8),
+                                      _mm_srai_epi16(_mm_unpackhi_epi8(r3, r3), 8)));
+                    __m128i parts[4] = {_mm_srai_epi32(_mm_unpacklo_epi16(s_lo, s_lo), 16),
+                                        _mm_srai_epi32(_mm_unpackhi_epi16(s_lo, s_lo), 16),
+                                        _mm_srai_epi32(_mm_unpacklo_epi16(s_hi, s_hi), 16),
+                                        _mm_srai_epi32(_mm_unpackhi_epi16(s_hi, s_hi), 16)};
+                    for (int q = 0; q < 4; ++q) {
+                        __m128i *sp = (__m128i *)(sums + j0 + j + 4 * q);
+                        _mm_storeu_si128(sp, _mm_add_epi32(_mm_loadu_si128(sp), parts[q]));
+                    }
                 }
             }
 #endif
             for (int t = 0; t < 4 && 4 * g + t < K; ++t) {
                 const uint8_t *r = b + (4 * g + t) * rs + j0 * cs;
-                for (int jj = j; jj < n; ++jj)
-                    d[jj * 4 + t] = (uint8_t)(r[jj * cs] ^ flip);
+                for (int jj = j; jj < n; ++jj) {
+                    uint8_t v = (uint8_t)(r[jj * cs] ^ flip);
+                    d[jj * 4 + t] = v;
+                    if (cs == 1)
+                        sums[j0 + jj] += (int8_t)v;
+                }
             }
         }
-        /* sums from the packed sliver: int8 values */
-        int32_t acc[QMAX_NR] = {0};
-        const int8_t *s = (const int8_t *)dst;
-        for (int64_t g = 0; g < k4; ++g, s += 4 * nr)
-            for (int jj = 0; jj < nr; ++jj)
-                acc[jj] += s[4 * jj] + s[4 * jj + 1] + s[4 * jj + 2] + s[4 * jj + 3];
-        for (int jj = 0; jj < n; ++jj)
-            sums[j0 + jj] = acc[jj];
     }
 }
 
@@ -421,9 +484,10 @@ static void qepilogue_tile(const lgk_qproblem *p, const int32_t *tile, int nr,
 
 /* ---- blocked driver ----------------------------------------------------------------------- */
 
-/* A block of A: mc x (4 k4) bytes kept near 256 KiB, a panel of B near 1 MiB. */
+/* A block of A: mc x (4 k4) bytes kept near 256 KiB, a panel of B as well: B packed by
+ * the call is then still in L2 when its slivers are multiplied. */
 #define QA_BLOCK_BYTES (256 * 1024)
-#define QB_BLOCK_BYTES (1024 * 1024)
+#define QB_BLOCK_BYTES (256 * 1024)
 
 static int qblock_range(const qgemm_impl *g, const lgk_qproblem *p, int64_t m0, int64_t m1,
                         int64_t n0, int64_t n1)
@@ -434,7 +498,8 @@ static int qblock_range(const qgemm_impl *g, const lgk_qproblem *p, int64_t m0, 
     int64_t mc_max = LGK_MAX((int64_t)g->mr, QA_BLOCK_BYTES / LGK_MAX(kb, (int64_t)1) / g->mr * g->mr);
     int64_t nc_max = LGK_MAX((int64_t)g->nr, QB_BLOCK_BYTES / LGK_MAX(kb, (int64_t)1) / g->nr * g->nr);
     mc_max = LGK_MIN(mc_max, round_up(m1 - m0, g->mr));
-    nc_max = LGK_MIN(nc_max, round_up(n1 - n0, g->nr));
+    /* a prepacked B needs no blocks: A is then packed once per row block */
+    nc_max = p->packed_b != NULL ? round_up(n1 - n0, g->nr) : LGK_MIN(nc_max, round_up(n1 - n0, g->nr));
     /* bytes, in floats rounded to cache lines: A panel, B panel, row sums, column sums */
     int64_t a_bytes = p->packed_a != NULL ? 0 : round_up(mc_max * kb + 4 * mc_max, 64);
     int64_t b_bytes = p->packed_b != NULL ? 0 : round_up(nc_max * kb + 4 * nc_max, 64);

@@ -205,7 +205,13 @@ def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: 
                  out: Optional[Array] = None, op: str = "matmul", strict: bool = False,
                  bias_input: Optional[int] = None) -> tuple[Array, Optional[CCall]]:
     """The C call of act(a @ b + bias); `bias_input`: the kernel input the bias is, if
-    it is one (nn.linear), for its slot."""
+    it is one (nn.linear), for its slot. int32 operands go to the int8 GEMM or numpy
+    (int_matmul.py), looking at their values on every call: never a prepared call."""
+    if op == "matmul" and _is_int32(a, b):
+        if strict:
+            raise Unbindable
+        from .int_matmul import int_matmul
+        return int_matmul(a, b, bias=bias, activation=activation, out=out, op=op), None
     a, bias = f32(op, "a", a), opt_f32(op, "bias", bias)
     act = _activation(op, activation)
     if isinstance(b, PackedWeight):
@@ -234,6 +240,22 @@ def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: 
     if b2.ndim == 2:  # fold every batch dim of a into M: one big GEMM
         return out, _gemm(op, _as_rows(a2, strict), b2, c2, bias, act, bias_input)
     return out, _gemm_batched(op, a2, b2, c2, batch)
+
+
+def _is_int32(a: Any, b: Any) -> bool:
+    from .int_matmul import PackedIntWeight
+    return (isinstance(a, np.ndarray) and a.dtype == np.int32) or isinstance(b, PackedIntWeight)
+
+
+def _pack_matmul_weight(weight: Array, **_attrs: Any) -> Any:
+    """matmul's constant 2-D right operand packed once: float32 for the float GEMM, int32
+    for the int8 GEMM where its columns fit bytes; None otherwise."""
+    if weight.ndim != 2:
+        return None
+    if weight.dtype == np.int32:
+        from .int_matmul import pack_int_weight
+        return pack_int_weight(weight)
+    return pack_weight(weight)
 
 
 def fused_matmul(a: Array, b: Any, *, bias: Optional[Array] = None,
@@ -302,3 +324,4 @@ EPILOGUE_BIAS_OP = "add"
 matmul.epilogue_bias = nn_linear.epilogue_bias = True
 # A constant right operand may be packed once: (input index, packed as transposed).
 matmul.packed_input, nn_linear.packed_input = (1, False), (1, True)
+matmul.pack = _pack_matmul_weight
