@@ -329,3 +329,32 @@ def test_a_weight_quantized_along_the_wrong_axis_stays_float_and_says_why():
     assert not report.folded
     assert ("matmul", "b is quantized per channel along axis 0, which qnn.matmul does not "
             "take") in report.not_folded, report.text()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_quantized_pad_value_is_folded_at_import(backend, fmt):
+    # onnxruntime's quantizer quantizes Pad's constant value (QuantizeLinear of a Constant,
+    # then DequantizeLinear in QDQ): it must fold to a constant (was "input 2 must be a
+    # constant"), as in MobileNetV2 and EfficientNet from transformers
+    x = np.random.default_rng(4).integers(0, 256, (1, 2, 3, 3)).astype(np.uint8)
+    inits = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+             "s": np.array(0.05, np.float32), "z": np.array(100, np.uint8)}
+    nodes = [helper.make_node("Constant", [], ["v"], value=numpy_helper.from_array(
+                 np.array(-1.0, np.float32))),
+             helper.make_node("QuantizeLinear", ["v", "s", "z"], ["vq"])]
+    if fmt == "QDQ":
+        nodes += [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+                  helper.make_node("DequantizeLinear", ["vq", "s", "z"], ["vf"]),
+                  helper.make_node("Pad", ["xf", "pads", "vf"], ["y"])]
+        out = TensorProto.FLOAT
+    else:
+        nodes.append(helper.make_node("Pad", ["x", "pads", "vq"], ["y"]))
+        out = TensorProto.UINT8
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, x.shape)], [helper.make_tensor_value_info("y", out, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want = run_ort(model, {"x": x})[0]
+    got = legato.compile(onnx_frontend.load(model), backend)(x)
+    np.testing.assert_array_equal(got, want)

@@ -17,7 +17,7 @@ from ..errors import LegatoError
 from ..ir import Call, Const, Value
 from ..shapes import norm_axes, norm_axis, slice_params, split_sizes
 
-FOLD_DTYPES = ("int64", "int32", "bool")
+FOLD_DTYPES = ("int64", "int32", "int8", "uint8", "bool")
 # float results fold only through the kernels below (each one IEEE-exact, as on any
 # backend): shape code casts sizes to float and back, e.g. to compute a Resize's sizes
 FLOAT_DTYPES = ("float32", "float64")
@@ -164,7 +164,36 @@ def _permute(data, *, axes=None):
                                                           for a in axes))
 
 
+def _along(data, axis, *params):
+    if params[0].size == 1:
+        return [p.reshape(()) for p in params]
+    shape = [1] * data.ndim
+    shape[norm_axis(axis, data.ndim)] = params[0].size
+    return [p.reshape(shape) for p in params]
+
+
+def _quantize(data, scale, zero, *, axis=1, dtype="int8"):
+    """QuantizeLinear of a constant (onnxruntime's quantizer writes Pad's constant value as
+    one): `saturate(round_half_even(x / scale) + zero_point)`, divided in x's dtype."""
+    scale, zero = _along(data, axis, scale, zero)
+    if not (np.all(np.isfinite(scale)) and np.all(scale != 0)):
+        raise _CannotFold("a zero or non-finite quantization scale")
+    info = np.iinfo(dtype)
+    q = np.rint(np.divide(data, scale)) + zero.astype(np.float64)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _dequantize(data, scale, zero, *, axis=1):
+    """DequantizeLinear of a one-value constant: `(x - zero_point) * scale` in the scale's
+    dtype. Quantized weights and biases stay dequantize calls, for legato.fold_qdq."""
+    if data.size != 1:
+        raise _CannotFold("a quantized weight stays a dequantize call")
+    scale, zero = _along(data, axis, scale, zero)
+    return (data.astype(scale.dtype) - zero.astype(scale.dtype)) * scale
+
+
 KERNELS = {
+    "qnn.quantize": _quantize, "qnn.dequantize": _dequantize,
     "add": _wrapping(np.add), "subtract": _wrapping(np.subtract),
     "multiply": _wrapping(np.multiply), "divide": _divide, "power": _wrapping(_power),
     "maximum": np.maximum, "minimum": np.minimum, "negative": _wrapping(np.negative),
