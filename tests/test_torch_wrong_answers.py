@@ -270,15 +270,16 @@ HALF_FUNCTIONS = (torch.exp2, torch.expm1, torch.log1p, torch.sinh, torch.cosh, 
 
 
 def _ends_and_halves(big, small, half, bf16):
-    # asinh and acosh of values whose square overflows; sign of NaN (torch: 0)
-    ends = (torch.asinh(big), torch.acosh(big), torch.sign(small))
+    # asinh and acosh of values whose square overflows; sign of NaN (torch: 0); digamma
+    # at +0 and -0 (-inf, +inf)
+    ends = (torch.asinh(big), torch.acosh(big), torch.sign(small), torch.digamma(small))
     return (*ends, *(f(h) for f in HALF_FUNCTIONS for h in (half, bf16)))
 
 
 @pytest.fixture(scope="module")
 def ends_case():
     big = torch.tensor([1e30, -1e30, 3e38, 1e5, 3.0, 0.5, -2.0])
-    small = torch.tensor([float("nan"), -1.5, 0.0, 2.0])
+    small = torch.tensor([float("nan"), -1.5, 0.0, -0.0, 2.0])
     grid = torch.cat([torch.linspace(-0.9, 0.9, 19), torch.linspace(2.0, 12.0, 11)])
     return Case(Fn(_ends_and_halves), [big, small, grid.half(), grid.bfloat16()])
 

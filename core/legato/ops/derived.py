@@ -356,4 +356,6 @@ def digamma(b, x):
     reflected = b.subtract(direct, b.divide(b.multiply(b.cos(angle), math.pi), b.sin(angle)))
     value = b.where(reflect, reflected, direct)
     pole = b.logical_and(b.equal(near, 0.0), b.less(x, 0.0))
+    below_zero = b.less(b.divide(1.0, x), 0.0)  # -0 too (1 / -0 is -inf): +inf there
+    value = b.where(b.logical_and(b.equal(x, 0.0), below_zero), math.inf, value)
     return b.where(pole, math.nan, value)
