@@ -1,7 +1,9 @@
 """ATen layer ops that eager-era entry points reach and the default decompositions leave:
-`_convolution`, the `.default` upsampling overloads (output sizes plus optional scales),
-and random layers in eval mode (`rrelu_with_noise`, `native_dropout`), which are then
-deterministic. They register in torch_ops.ATEN."""
+`_convolution`; upsampling (the `.default` overloads: output sizes plus optional scales,
+and the nearest and linear `.vec` ones through them), rounded as eager's CPU kernels
+round, which is not always as PyTorch's own decompositions do; and random layers in eval
+mode (`rrelu_with_noise`, `native_dropout`), which are then deterministic. They register
+in torch_ops.ATEN."""
 from __future__ import annotations
 
 import math
