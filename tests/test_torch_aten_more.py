@@ -260,3 +260,12 @@ def test_shifts_of_floats_and_det_of_integers_are_refused():
 def test_determinants_of_empty_matrices():
     run_both(lambda a, e: (torch.linalg.det(a), *torch.linalg.slogdet(a), torch.linalg.det(e)),
              [torch.randn(3, 0, 0), torch.randn(0, 2, 2)])
+
+
+def test_clamp_integer_bounds_wrap_into_the_tensor_dtype():
+    """torch stores a clamp bound in the tensor's dtype first: -3 on uint8 is 253 (fuzz seed
+    67 of the torch target found the bound passed through unwrapped)."""
+    x = torch.tensor([0, 1, 5, 200, 254, 255], dtype=torch.uint8)
+    run_both(lambda t: torch.clamp(t, min=-3), [x])
+    run_both(lambda t: torch.clamp(t, max=-3), [x])
+    run_both(lambda t: torch.clamp(t, min=-100, max=-2), [x])

@@ -185,7 +185,8 @@ for _opdef in REGISTRY.ops():
 
 @aten("aten.clamp.default")
 def clamp(b, x, min=None, max=None):  # noqa: A002 - ATen's argument names
-    return b.clip(x, min=min, max=max)
+    # torch stores integer bounds in x's dtype first: clamp(uint8, min=-3) clamps at 253
+    return b.clip(x, min=wrapped(min, x.dtype), max=wrapped(max, x.dtype))
 
 
 @aten("aten._to_copy.default")
