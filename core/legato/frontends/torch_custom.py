@@ -222,7 +222,7 @@ def _inline_class():
 
         def __init__(self, program, b=None, inputs=()):
             super().__init__(program, None if b is None else b.registry)
-            self.b, self.inputs = b or self.b, iter(inputs)
+            self.b, self.inputs = self.b if b is None else b, iter(inputs)
 
         def check(self) -> None:
             self.dropped = self.assert_only()
