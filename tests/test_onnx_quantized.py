@@ -244,8 +244,8 @@ def test_qdq_cnn_imports_and_runs_as_written(quantized, per_channel, activations
 
 # --- QDQ folded into qnn ops ----------------------------------------------------------------
 
-FOLDED = {"bert": {"qnn.matmul", "qnn.add", "qnn.multiply", "qnn.softmax"},
-          "cnn": {"qnn.add", "qnn.avg_pool2d"}}
+FOLDED = {"bert": {"qnn.matmul", "qnn.add", "qnn.multiply", "qnn.softmax", "take (int8)"},
+          "cnn": {"qnn.add", "qnn.avg_pool2d", "concat (int8)", "nn.max_pool2d (int8)"}}
 
 
 @pytest.mark.parametrize("name", ["bert", "cnn"])

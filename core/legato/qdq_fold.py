@@ -31,6 +31,11 @@ from .passes import FunctionPass
 from .recompose import recompose
 
 NOT_FOLDED = ("qnn.quantize", "qnn.dequantize", "qnn.requantize")
+# data movement (pattern kind "injective") commutes with quantization, as max pooling does
+# (quantize is monotonic); these do not: pad and trilu write a float value, split has
+# several results
+MOVES_VALUES = ("nn.max_pool2d",)
+NOT_MOVEMENT = {"trilu": "it writes float zeros", "split": "it has several results"}
 SPATIAL_MEAN = {"qnn.global_avg_pool2d": "mean"}   # no nn.global_avg_pool2d: a mean over H, W
 ACTIVATIONS = ("nn.relu", "clip")
 
@@ -135,6 +140,9 @@ class QDQFoldPass(FunctionPass):
             activations.append(op)
             value = op.inputs[0]
             op = producer.get(id(value))
+        if op is not None and op.op not in self.rules and not activations and \
+                self._movement(op):
+            return self._fold_movement(op, quantize, producer, users[id(value)])
         if op is None or op.op not in self.rules:
             return None
         rule = self.rules[op.op]
@@ -150,6 +158,58 @@ class QDQFoldPass(FunctionPass):
             return None
         self.report.folded[rule.qnn_op] += 1
         return calls
+
+    def _movement(self, op: Call) -> bool:
+        opdef = self.registry.find(op.op)
+        return op.op in MOVES_VALUES or opdef is not None and opdef.kind == "injective"
+
+    def _fold_movement(self, op: Call, quantize: Call, producer, uses: int):
+        """`quantize(move(dequantize(x)))` as `move(x)`: each dequantized operand brought
+        to the output's scale and zero point first (as onnxruntime's QLinearConcat does:
+        a dequantize and a quantize) unless it has them already."""
+        try:
+            if op.op in NOT_MOVEMENT:
+                raise Refusal(NOT_MOVEMENT[op.op])
+            if uses != 1:
+                raise Refusal("its float result has other users")
+            y_scale, y_zero = (_const(v) for v in quantize.inputs[1:])
+            if y_scale.size != 1:
+                raise Refusal("the quantize is per channel")
+            calls, inputs = [], []
+            for value in op.inputs:
+                if value is None or value.dtype not in ("float32", "float16", "bfloat16"):
+                    inputs.append(value)
+                    continue
+                dq = producer.get(id(value))
+                if dq is None or dq.op != "qnn.dequantize":
+                    raise Refusal("an operand is not dequantized")
+                scale, zero = (_const(v) for v in dq.inputs[1:])
+                if scale.size != 1:
+                    raise Refusal("an operand is dequantized per channel")
+                x = dq.inputs[0]
+                if x.dtype != quantize.output.dtype or \
+                        (scale.reshape(-1)[0], zero.reshape(-1)[0]) != \
+                        (y_scale.reshape(-1)[0], y_zero.reshape(-1)[0]):
+                    calls.append(make_call(self.registry, "qnn.dequantize", dq.inputs, {}))
+                    calls.append(make_call(self.registry, "qnn.quantize",
+                                           [calls[-1].output, *quantize.inputs[1:]],
+                                           {"dtype": quantize.output.dtype}))
+                    x = calls[-1].output
+                inputs.append(x)
+            attrs = dict(op.attrs)
+            if op.op == "pad":   # the padding value, quantized as the padded cells are
+                attrs["value"] = float(_quantized(attrs["value"], y_scale, y_zero,
+                                                  quantize.output.dtype))
+            moved = make_call(self.registry, op.op, inputs, attrs, op.origin)
+        except Refusal as why:
+            self.report.not_folded[op.op, str(why)] += 1
+            return None
+        except LegatoError as err:
+            self.report.not_folded[op.op, f"on integers: {err}"] += 1
+            return None
+        self.report.folded[f"{op.op} (int8)"] += 1
+        return calls + [Call(moved.op, moved.inputs, moved.attrs, quantize.outputs,
+                             moved.origin)]
 
     def _qnn_calls(self, rule: Rule, op: Call, quantize: Call, activations, producer):
         opdef = self.registry.get(rule.qnn_op)
@@ -227,11 +287,11 @@ class QDQFoldPass(FunctionPass):
         lo, hi = QUANT_RANGES[dtype]
         low, high = lo, hi
         if activations:
-            scale = np.asarray(quantize.inputs[1].data, np.float32).reshape(-1)[0]
-            zero = int(np.asarray(quantize.inputs[2].data).reshape(-1)[0])
+            scale, zero = (np.asarray(v.data) for v in quantize.inputs[1:])
 
             def quantized(x):
-                return int(np.clip(np.rint(np.float32(x) / scale) + zero, lo, hi))
+                return _quantized(x, scale, zero, dtype)
+            zero = int(zero.reshape(-1)[0])
             for act in activations:
                 low = max(low, zero if act.op == "nn.relu" else
                           quantized(act.attrs["min"]) if act.attrs.get("min") is not None
@@ -246,6 +306,14 @@ class QDQFoldPass(FunctionPass):
         last = calls[-1]
         calls[-1] = Call(last.op, last.inputs, last.attrs, quantize.outputs, last.origin)
         return calls
+
+
+def _quantized(x: float, scale, zero, dtype: str) -> int:
+    """One float quantized as qnn.quantize does (divided in float32, half to even)."""
+    lo, hi = QUANT_RANGES[dtype]
+    scale = np.float32(np.asarray(scale).reshape(-1)[0])
+    q = np.rint(np.float32(x) / scale) + int(np.asarray(zero).reshape(-1)[0])
+    return int(np.clip(q, lo, hi))
 
 
 def _live(calls: list[Call], results) -> list[Call]:

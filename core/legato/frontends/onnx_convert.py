@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import Const, Value
+from .onnx_fold import dequantized
 from .onnx_tensors import onnx_dtype, quote
 
 # onnx_dtype lives with the tensors; the converters keep importing it from here
@@ -119,6 +120,10 @@ class Node:
         value = self.input(index)
         if value is None:
             return default
+        made = None if isinstance(value, Const) else next(
+            (c for c in reversed(self.b.calls) if value in c.outputs), None)
+        if made is not None and (data := dequantized(made)) is not None:
+            return data
         if not isinstance(value, Const):
             self.fail(f"input {index} ({self.proto.input[index]!r}) must be a constant "
                       "(initializer, Constant node or a folded shape computation): legato "

@@ -183,17 +183,24 @@ def _quantize(data, scale, zero, *, axis=1, dtype="int8"):
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
+def dequantized(call: Call) -> np.ndarray | None:
+    """The value of a dequantize call of constants, for an input that must be known at
+    import (onnxruntime's quantizer writes Pad's constant value as one); None otherwise.
+    Import does not fold dequantize calls by themselves: legato.fold_qdq reads their
+    scales and zero points."""
+    if call.op != "qnn.dequantize" or not all(isinstance(v, Const) for v in call.inputs):
+        return None
+    return _dequantize(*(v.data for v in call.inputs), **call.attrs)
+
+
 def _dequantize(data, scale, zero, *, axis=1):
-    """DequantizeLinear of a one-value constant: `(x - zero_point) * scale` in the scale's
-    dtype. Quantized weights and biases stay dequantize calls, for legato.fold_qdq."""
-    if data.size != 1:
-        raise _CannotFold("a quantized weight stays a dequantize call")
+    """`(x - zero_point) * scale` in the scale's dtype."""
     scale, zero = _along(data, axis, scale, zero)
     return (data.astype(scale.dtype) - zero.astype(scale.dtype)) * scale
 
 
 KERNELS = {
-    "qnn.quantize": _quantize, "qnn.dequantize": _dequantize,
+    "qnn.quantize": _quantize,
     "add": _wrapping(np.add), "subtract": _wrapping(np.subtract),
     "multiply": _wrapping(np.multiply), "divide": _divide, "power": _wrapping(_power),
     "maximum": np.maximum, "minimum": np.minimum, "negative": _wrapping(np.negative),
