@@ -111,9 +111,9 @@ class QDQFoldPass(FunctionPass):
                         for c in fn.calls)
         if not quantizes:
             return module, False
-        module, recovered = recompose(module, ops=["nn.linear"], registry=self.registry)
-        module, folded = super().run(module)
-        return module, recovered or folded
+        recovered, _ = recompose(module, ops=["nn.linear"], registry=self.registry)
+        folded, modified = super().run(recovered)
+        return (folded, True) if modified else (module, False)   # nothing folded: as given
 
     def run_function(self, name, fn: Function, module: Module):
         producer = {id(out): call for call in fn.calls for out in call.outputs}
