@@ -143,7 +143,10 @@ class QDQFoldPass(FunctionPass):
         if op is not None and op.op not in self.rules and not activations and \
                 self._movement(op):
             return self._fold_movement(op, quantize, producer, users[id(value)])
-        if op is None or op.op not in self.rules:
+        if op is None or op.op == "qnn.dequantize":
+            return None
+        if op.op not in self.rules:
+            self.report.not_folded[op.op, "no qnn op computes it on integers"] += 1
             return None
         rule = self.rules[op.op]
         try:
