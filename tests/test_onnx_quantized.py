@@ -362,3 +362,11 @@ def test_a_quantized_pad_value_is_folded_at_import(backend, fmt):
     want = run_ort(model, {"x": x})[0]
     got = legato.compile(onnx_frontend.load(model), backend)(x)
     np.testing.assert_array_equal(got, want)
+
+
+def test_partitioned_compile_folds_too():
+    model, feeds = qdq_product_model("Relu", "uint8", True)
+    compiled = legato.compile(onnx_frontend.load(model), ["c_kernels", "cpu_ref"])
+    np.testing.assert_allclose(compiled(*feeds.values()), run_ort(model, feeds)[0], rtol=0,
+                               atol=1e-6)
+    assert compiled.report.per_backend["c_kernels"].get("qnn.matmul") == 1

@@ -252,7 +252,8 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
                    max_level) -> Compiled:
     """Partition, compile each external function on its backend, and run main (what no
     backend claimed, legalized for the last backend) with those as callees."""
-    parted = partition(source, backends, config, host.registry, context=host)
+    folded, _ = QDQFoldPass(host.registry)(source)   # qnn calls, so backends can claim them
+    parted = partition(folded, backends, config, host.registry, context=host)
     callees, per_backend = {}, {}
     for name, fn in parted.functions.items():
         if fn.kind != "external":
