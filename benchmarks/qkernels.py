@@ -6,7 +6,7 @@ Sizes from the published models: BERT-base's linear layers (128 tokens, 768 -> 7
 768 -> 3072), ResNet-50's 3x3 conv of 64 channels on 56x56, MobileNetV2's depthwise 3x3 on
 32 channels of 112x112. Per case, median ms of:
   c int8   c_kernels' int8 kernel (qnn.linear / qnn.conv2d, weight packed once, uint8 data,
-           int8 per-channel weight, int32 bias), called directly
+           int8 per-channel weight, int32 bias), as the prepared call a planned model makes
   c fp32   c_kernels' float32 kernel on the same shapes (weight packed once)
   ort q    onnxruntime QLinearMatMul / QLinearConv (weight an initializer, prepacked)
   ort mmi  onnxruntime MatMulInteger (uint8 x int8 -> int32; GEMMs only)
@@ -83,10 +83,10 @@ def gemm_runs(m, k, n, threads, tmp):
         tmp / "mmi.onnx"), threads)
     mm = ort_session(one_node("MatMul", {"a": xf}, {"b": wf.T.copy()}, np.float32,
                               tmp / "mm.onnx"), threads)
-    return {
-        "c int8": lambda: qnn.qnn_linear(x8, q["xs"], q["xz"], packed8, q["ws"], q["wz"],
-                                         q["ys"], q["yz"], q["bias"], out=y8),
-        "c fp32": lambda: K.nn_linear(xf, packedf, out=yf),
+    return {  # prepared calls, as a planned model makes them
+        "c int8": qnn.qnn_linear.bind(x8, q["xs"], q["xz"], packed8, q["ws"], q["wz"], q["ys"],
+                                      q["yz"], q["bias"], out=y8),
+        "c fp32": K.nn_linear.bind(xf, packedf, out=yf),
         "ort q": lambda: qlm.run(None, {"a": x8}),
         "ort mmi": lambda: mmi.run(None, {"a": x8}),
         "ort fp32": lambda: mm.run(None, {"a": xf}),
@@ -112,10 +112,12 @@ def conv_runs(x_shape, w_shape, groups, threads, tmp):
         np.uint8, tmp / "qc.onnx", **ort_attrs), threads)
     fc = ort_session(one_node("Conv", {"x": xf}, {"w": wf, "B": bias_f}, np.float32,
                               tmp / "c.onnx", **ort_attrs), threads)
-    return {
-        "c int8": lambda: qnn.qnn_conv2d(x8, q["xs"], q["xz"], packed8, q["ws"], q["wz"],
-                                         q["ys"], q["yz"], q["bias"], **attrs),
-        "c fp32": lambda: K.nn_conv2d(xf, packedf, bias_f, **attrs),
+    y8 = np.empty((x_shape[0], w_shape[0]) + x_shape[2:], np.uint8)  # stride 1, padding 1
+    yf = np.empty(y8.shape, np.float32)
+    return {  # prepared calls, as a planned model makes them
+        "c int8": qnn.qnn_conv2d.bind(x8, q["xs"], q["xz"], packed8, q["ws"], q["wz"], q["ys"],
+                                      q["yz"], q["bias"], out=y8, **attrs),
+        "c fp32": K.nn_conv2d.bind(xf, packedf, bias_f, out=yf, **attrs),
         "ort q": lambda: qc.run(None, {"x": x8}),
         "ort fp32": lambda: fc.run(None, {"x": xf}),
     }

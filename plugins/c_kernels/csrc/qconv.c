@@ -204,41 +204,58 @@ static int32_t qvalue(int type, uint8_t byte)
     return type == LGK_QTYPE_INT8 ? (int32_t)(int8_t)byte : (int32_t)byte;
 }
 
-/* acc[ox] += row[ox * s + off] * wv for ox in [lo, hi) (uint32: wraps, never overflows) */
-__attribute__((always_inline)) static inline void qdw_tap(uint32_t *restrict acc, const int16_t *restrict row, int64_t lo,
-                               int64_t hi, int64_t s, int64_t off, int32_t wv)
+#define QDW_LANES 16
+/* GCC vector types of QDW_LANES lanes: the clones compile them to zmm, ymm pairs or xmm
+ * quadruples, where plain arrays of lanes were scalarized. */
+typedef int16_t qdw_i16 __attribute__((vector_size(2 * QDW_LANES)));
+typedef int32_t qdw_i32 __attribute__((vector_size(4 * QDW_LANES)));
+typedef uint32_t qdw_u32 __attribute__((vector_size(4 * QDW_LANES)));
+
+/* Geometry of the zero-padded int16 copy of a plane: rows of `width` values (the padded
+ * row, or more: the last block of QDW_LANES outputs reads past the row's end) and `rows`
+ * rows; in the copy, output (oy, ox) and tap (ki, kj) read (oy sh + ki dh, ox sw + kj dw). */
+typedef struct {
+    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to QDW_LANES */
+} qdw_layout;
+
+static qdw_layout qdw_geometry(const qconv_geom *g)
 {
-    if (lo >= hi)
-        return;
-    if (s == 1) {
-        const int16_t *r = row + (lo + off); /* lo + off >= 0: a valid column */
-        for (int64_t ox = lo; ox < hi; ++ox)
-            acc[ox] += (uint32_t)(r[ox - lo] * wv);
-    } else {
-        for (int64_t ox = lo; ox < hi; ++ox)
-            acc[ox] += (uint32_t)(row[ox * s + off] * wv);
-    }
+    const lgk_conv2d_params *p = g->p;
+    qdw_layout l;
+    l.ow_lanes = (g->ow + QDW_LANES - 1) / QDW_LANES * QDW_LANES;
+    l.rows = p->h + p->pad_top + p->pad_bottom;
+    l.width = LGK_MAX(p->w + p->pad_left + p->pad_right,
+                      (l.ow_lanes - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1);
+    return l;
 }
 
-/* One plane, compiled per instruction set with its taps inlined: the taps are short
- * (one output row) and many, so a call per tap cost more than its work. */
-LGK_CLONES static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *restrict xs,
-                                 uint32_t *restrict acc, const int64_t *lo, const int64_t *hi)
+/* One plane, compiled per instruction set: every tap of a block of QDW_LANES outputs
+ * accumulates in registers, reading the padded copy without bounds tests (uint32 sums:
+ * they wrap, never overflow). */
+LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t plane,
+                                 int16_t *restrict xp, uint32_t *restrict acc,
+                                 int32_t *restrict wk)
 {
     const qconv_geom *g = d->g;
     const lgk_conv2d_params *p = g->p;
     const lgk_qparams *q = d->q;
-    int64_t c = plane % p->c;
+    int64_t c = plane % p->c, taps = p->kh * p->kw, sw = p->stride_w;
     int32_t xzp = q->b_zero_point[0];
     int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
+    for (int64_t t = 0; t < taps; ++t)
+        wk[t] = qvalue(q->a_type, d->w[c * taps + t]) - wzp;
     const uint8_t *x = d->x + plane * g->plane_in;
-    if (q->b_type == LGK_QTYPE_INT8)
-        for (int64_t i = 0; i < g->plane_in; ++i)
-            xs[i] = (int16_t)((int8_t)x[i] - xzp);
-    else
-        for (int64_t i = 0; i < g->plane_in; ++i)
-            xs[i] = (int16_t)(x[i] - xzp);
-    const uint8_t *w = d->w + c * p->kh * p->kw;
+    memset(xp, 0, (size_t)(l->rows * l->width) * sizeof(int16_t)); /* padding: shifted 0 */
+    for (int64_t iy = 0; iy < p->h; ++iy) {
+        int16_t *dst = xp + (iy + p->pad_top) * l->width + p->pad_left;
+        const uint8_t *src = x + iy * p->w;
+        if (q->b_type == LGK_QTYPE_INT8)
+            for (int64_t ix = 0; ix < p->w; ++ix)
+                dst[ix] = (int16_t)((int8_t)src[ix] - xzp);
+        else
+            for (int64_t ix = 0; ix < p->w; ++ix)
+                dst[ix] = (int16_t)(src[ix] - xzp);
+    }
     uint32_t bias = q->bias == NULL ? 0u : (uint32_t)q->bias[c];
     lgk_qepilogue ep = {NULL, NULL, NULL, NULL, 1, q->out_type, q->relu, q->out_zero_point};
     const float *mult = q->out_type == LGK_QTYPE_INT32 ? NULL
@@ -246,17 +263,24 @@ LGK_CLONES static void qdw_plane(const qdw_ctx *d, int64_t plane, int16_t *restr
     size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
     char *y = (char *)d->y + (size_t)(plane * g->plane_out) * esize;
     for (int64_t oy = 0; oy < g->oh; ++oy) {
-        for (int64_t ox = 0; ox < g->ow; ++ox)
-            acc[ox] = bias;
-        for (int64_t ki = 0; ki < p->kh; ++ki) {
-            int64_t iy = oy * p->stride_h - p->pad_top + ki * p->dilation_h;
-            if (iy < 0 || iy >= p->h) /* padding: shifted value 0 */
-                continue;
-            for (int64_t kj = 0; kj < p->kw; ++kj) {
-                int32_t wv = qvalue(q->a_type, w[ki * p->kw + kj]) - wzp;
-                qdw_tap(acc, xs + iy * p->w, lo[kj], hi[kj], p->stride_w,
-                        kj * p->dilation_w - p->pad_left, wv);
-            }
+        const int16_t *row = xp + oy * p->stride_h * l->width;
+        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += QDW_LANES) {
+            qdw_u32 a = (qdw_u32){0} + bias;
+            for (int64_t ki = 0; ki < p->kh; ++ki)
+                for (int64_t kj = 0; kj < p->kw; ++kj) {
+                    const int16_t *r = row + ki * p->dilation_h * l->width
+                                       + kj * p->dilation_w + ox0 * sw;
+                    qdw_i16 h;
+                    if (sw == 1) {
+                        memcpy(&h, r, sizeof h);
+                    } else {
+                        for (int j = 0; j < QDW_LANES; ++j)
+                            h[j] = r[j * sw];
+                    }
+                    /* |x - zp| * |w - zp| <= 255 * 255: the int32 product cannot overflow */
+                    a += (qdw_u32)(__builtin_convertvector(h, qdw_i32) * wk[ki * p->kw + kj]);
+                }
+            memcpy(acc + ox0, &a, sizeof a);
         }
         lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
     }
@@ -266,20 +290,18 @@ static int qdw_range(void *ctx, int64_t begin, int64_t end)
 {
     const qdw_ctx *d = ctx;
     const lgk_conv2d_params *p = d->g->p;
+    qdw_layout l = qdw_geometry(d->g);
+    int64_t plane_values, dims[2] = {l.rows, l.width};
+    LGK_TRY(lgk_checked_count(2, dims, &plane_values));
+    /* in floats, each part 64-byte aligned: the padded int16 plane, an int32 row of
+     * sums, the taps' shifted weights */
+    int64_t row_at = (plane_values / 2 + 16) / 16 * 16;
+    int64_t taps_at = row_at + (l.ow_lanes + 15) / 16 * 16;
     lgk_scratch s = {NULL, 0};
-    /* int16 plane, int32 row, and each kernel column's valid output range (int64), in
-     * floats (the divisions of valid_range, once per conv rather than per row and tap) */
-    int64_t row_at = (d->g->plane_in / 2 + 16) / 16 * 16;        /* 64-byte aligned */
-    int64_t range_at = row_at + (d->g->ow + 16) / 16 * 16;
-    LGK_TRY(lgk_scratch_acquire(range_at + 4 * p->kw, &s));
-    int16_t *xs = (int16_t *)s.data;
-    uint32_t *acc = (uint32_t *)(s.data + row_at);
-    int64_t *lo = (int64_t *)(s.data + range_at), *hi = lo + p->kw;
-    for (int64_t kj = 0; kj < p->kw; ++kj)
-        valid_range(d->g->ow, p->stride_w, p->pad_left, kj * p->dilation_w, p->w, &lo[kj],
-                    &hi[kj]);
+    LGK_TRY(lgk_scratch_acquire(taps_at + p->kh * p->kw + 16, &s));
     for (int64_t plane = begin; plane < end; ++plane)
-        qdw_plane(d, plane, xs, acc, lo, hi);
+        qdw_plane(d, &l, plane, (int16_t *)s.data, (uint32_t *)(s.data + row_at),
+                  (int32_t *)(s.data + taps_at));
     lgk_scratch_release(&s);
     return LGK_OK;
 }
