@@ -219,3 +219,18 @@ def test_out_buffer_and_its_refusals():
     np.testing.assert_array_equal(out, result)
     with pytest.raises(ExecutionError, match=r"qnn\.linear: out must be a int8 array"):
         qnn.qnn_linear(*args, out=np.zeros((6, 4), np.uint8))
+
+
+def test_extreme_bytes_do_not_saturate(family):
+    """255 x 127 and 255 x -128 products in every k group: a pair of them (64770) is past
+    int16, where vpmaddubsw would saturate; every family sums them exactly."""
+    k = 64
+    a = np.full((9, k), 255, np.uint8)
+    b = np.where(np.arange(k * 10).reshape(k, 10) % 3 == 0, -128, 127).astype(np.int8)
+    acc = a.astype(np.int64) @ b.astype(np.int64)  # zero points 0
+    mult = np.float32(1.0) * np.float32(1e-4) / np.float32(1.0)
+    want = np.clip(np.rint(acc.astype(np.float32) * mult), -128, 127).astype(np.int8)
+    got = qnn.qnn_matmul(a, np.float32(1.0), np.uint8(0), b, np.float32(1e-4), np.int8(0),
+                         np.float32(1.0), np.int8(0))
+    np.testing.assert_array_equal(got, want)
+    assert np.abs(acc).max() > 2**16  # far past any int16 pair sum
