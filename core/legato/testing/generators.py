@@ -533,10 +533,11 @@ def gen_qconv2d(ctx, op):
     data = ctx.fresh((n, c, h, w), dtype, "positive")
     weight = ctx.fresh((out, c // groups, *kernel), "int8", const=True)
     bias = ctx.fresh((out,), "int32") if ctx.chance(0.6) else None
+    # float32 scales: onnxruntime's QLinearConv arithmetic, which qnn.conv2d follows
     consts = [ctx.const(np.array(value, dt)) for value, dt in
-              ((0.5, ctx.float), (3, dtype), (0.75, ctx.float), (5, out_dtype))]
+              ((0.5, "float32"), (3, dtype), (0.75, "float32"), (5, out_dtype))]
     data_scale, data_zero, out_scale, out_zero = consts
-    weight_scale = ctx.const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype(ctx.float))
+    weight_scale = ctx.const(ctx.rng.uniform(0.1, 0.3, size=(out,)).astype("float32"))
     weight_zero = ctx.const(np.zeros(out, "int8"))
     return ctx.call(op, data, data_scale, data_zero, weight, weight_scale, weight_zero,
                     out_scale, out_zero, bias, strides=strides, padding=padding,
@@ -711,3 +712,6 @@ def gen_scatter_elements(ctx, op):
     updates = ctx.fresh(shape, data.dtype)
     return ctx.call(op, data, ctx.feed(indices.astype(ctx.choice(["int32", "int64"]))),
                     updates, axis=axis, reduction=reduction)
+
+
+from . import generators_qnn  # noqa: E402,F401  (registers the qnn products' generators)
