@@ -22,7 +22,7 @@ from .backend import Backend
 from .backend_checks import backend_problems, fallback_problems, hook_problems
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
-from .frontends import torch_custom
+from .frontends import torch_registry
 from .ops import REGISTRY
 from .registry import OpDef, Registry
 from .yamlsource import hint
@@ -46,7 +46,7 @@ class PluginHost:
         # plugin -> the traceback of its first failure (`legato backends --verbose`)
         self.tracebacks: dict[str, str] = {}
         self._ops_added: list[str] = []
-        self._torch_ops_added: list[str] = []  # custom-op converters (torch_custom)
+        self._torch_ops_added: list[str] = []  # custom-op converters (torch_registry)
 
     # --- discovery ----------------------------------------------------------------------
 
@@ -115,7 +115,7 @@ class PluginHost:
                 self.registry.unregister(name)
                 self._ops_added.remove(name)
             elif kind == "torch op":
-                torch_custom.unregister(name)
+                torch_registry.unregister(name)
                 self._torch_ops_added.remove(name)
             else:
                 self.backends.pop(name, None)
@@ -137,7 +137,7 @@ class PluginHost:
 
     def _torch_registrar(self, plugin: str, added: list) -> Callable:
         def register(op_name, converter):
-            torch_custom.register(op_name, converter, f"plugin {plugin}")
+            torch_registry.register(op_name, converter, f"plugin {plugin}")
             self._torch_ops_added.append(op_name)
             added.append(("torch op", op_name))
         return register
@@ -202,7 +202,7 @@ class PluginHost:
         for name in self._ops_added:
             self.registry.unregister(name)
         for name in self._torch_ops_added:
-            torch_custom.unregister(name)
+            torch_registry.unregister(name)
         self._ops_added.clear()
         self._torch_ops_added.clear()
 

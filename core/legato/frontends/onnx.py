@@ -20,8 +20,8 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Const, Module, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
-from . import (onnx_attention, onnx_contrib, onnx_control, onnx_more, onnx_nn, onnx_ops, onnx_rnn,
-               onnx_qoperator, onnx_roi, onnx_signal)
+from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_control, onnx_more,
+               onnx_nn, onnx_ops, onnx_qoperator, onnx_rnn, onnx_roi, onnx_signal)
 from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import Node, Refused, converter_of, onnx_dtype
 from .onnx_fold import fold_calls, foldable
@@ -30,7 +30,7 @@ from .onnx_tensors import (check_shape, check_size, external_tensors, load_exter
                            tensor_array)
 
 CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention, onnx_more, onnx_control,
-                     onnx_rnn, onnx_roi, onnx_contrib, onnx_signal)
+                     onnx_rnn, onnx_roi, onnx_contrib, onnx_contrib_attention, onnx_signal)
 MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message

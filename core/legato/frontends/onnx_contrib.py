@@ -196,5 +196,3 @@ def embed_layer_norm(node):
         mask_index = node.call("sum", kept, axes=[1])
     return y, mask_index, total
 
-
-from . import onnx_contrib_attention  # noqa: E402,F401  (its converters register)

@@ -16,40 +16,12 @@ importer. An exported program keeps such an op as one call
 from __future__ import annotations
 
 import functools
-import re
 from typing import Callable
 
-from ..errors import LegatoError, RegistrationError, quote
+from ..errors import LegatoError, quote
+from .torch_registry import CONVERTERS, register, unregister  # noqa: F401 - re-exported
 
-OP_NAME = re.compile(r"(?P<ns>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
-# "namespace::name[.overload]" -> (converter, who registered it)
-CONVERTERS: dict[str, tuple[Callable, str]] = {}
 _TRACED: dict = {}   # (op, argument kinds) -> the decomposed program, or why there is none
-
-
-def register(op_name: str, converter: Callable, source: str = "legato") -> None:
-    """Register `converter` for the custom op `op_name`, refusing malformed names, ATen
-    ops (they have legato's converters) and a second converter for the same op."""
-    match = OP_NAME.fullmatch(op_name) if isinstance(op_name, str) else None
-    if match is None:
-        raise RegistrationError(f"torch op name {quote(op_name)} is not "
-                                "'namespace::name' or 'namespace::name.overload'")
-    if match["ns"] in ("aten", "prims"):
-        raise RegistrationError(f"torch op {op_name}: ATen ops have legato's own converters; "
-                                "only custom ops (torch.library) can be registered")
-    if not callable(converter):
-        raise RegistrationError(f"torch op {op_name}: the converter must be a function "
-                                f"(b, *args, **kwargs) -> value(s), got {quote(converter)}")
-    if source != "legato":
-        from . import torch_experts  # noqa: F401  (legato's own converters come first)
-    if op_name in CONVERTERS:
-        raise RegistrationError(f"torch op {op_name} already has a converter, registered "
-                                f"by {CONVERTERS[op_name][1]}")
-    CONVERTERS[op_name] = (converter, source)
-
-
-def unregister(op_name: str) -> None:
-    CONVERTERS.pop(op_name, None)
 
 
 def is_custom(target) -> bool:
@@ -65,6 +37,7 @@ def _names(target) -> tuple[str, str]:
 
 def registered(target) -> tuple[Callable, str] | None:
     from ..plugins import get_host
+    from . import torch_experts  # noqa: F401 - legato's own converters register on import
     get_host()  # plugins register their converters when they load
     exact, every = _names(target)
     return CONVERTERS.get(exact) or CONVERTERS.get(every)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import Const
-from .torch_custom import register
+from .torch_registry import register
 from .torch_ops import aten
 
 
