@@ -370,3 +370,13 @@ def test_partitioned_compile_folds_too():
     np.testing.assert_allclose(compiled(*feeds.values()), run_ort(model, feeds)[0], rtol=0,
                                atol=1e-6)
     assert compiled.report.per_backend["c_kernels"].get("qnn.matmul") == 1
+
+
+def test_compile_report_and_show_count_what_folded(tmp_path):
+    from legato.show import graph
+    model, feeds = qdq_product_model("Clip", "int8", False)
+    module = onnx_frontend.load(model)
+    report = legato.compile(module, "cpu_ref").report
+    assert "folded QDQ into qnn.matmul x1" in report.summary()
+    assert "QDQ regions before legalization" in str(report)
+    assert "QDQ folded into qnn.matmul x1" in graph(module, "cpu_ref").after.title

@@ -34,6 +34,7 @@ class Report:
         self.per_backend: dict[str, dict[str, int]] = {}
         self.fallback: str | None = None  # the fallback backend's name, if calls run there
         self.recovered: Counter = Counter()  # op -> calls recomposed before legalization
+        self.qdq = None  # after compile: the QDQ folding's FoldReport (legato.qdq_fold)
 
     def record(self, op: str, decision: Decision, source: bool, origin: str | None = None
                ) -> None:
@@ -92,6 +93,8 @@ class Report:
             parts.append(f"on {self._label(name)}: {sum(counts.values())} calls")
         if self.recovered:
             parts.append("recovered " + _counts(self.recovered))
+        if self.qdq is not None and self.qdq.folded:
+            parts.append("folded QDQ into " + _counts(self.qdq.folded))
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -99,6 +102,9 @@ class Report:
                  f"{sum(self.before.values())} calls -> {sum(self.after.values())} calls"]
         if self.recovered:
             lines.append("  recomposed before legalization: " + _counts(self.recovered))
+        if self.qdq is not None and (self.qdq.folded or self.qdq.not_folded):
+            lines.append("  QDQ regions before legalization (legato.fold_qdq):")
+            lines += ["    " + line for line in self.qdq.text().splitlines()]
         for op, rows in self._rows().items():
             for (action, reason), (n, origins) in rows.items():
                 lines.append(f"  {op:<22} {action:<10} x{n:<5} {_one_line(reason)}"

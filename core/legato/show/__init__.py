@@ -26,6 +26,7 @@ from ..context import Context, context as current_context
 from ..errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
 from ..layout import convert_layout
+from ..qdq_fold import QDQFoldPass
 from ..recompose import recompose_for
 from ..report import sentence
 from .dot import dot_text
@@ -43,8 +44,10 @@ def graph(model, backend: str, config=None, max_level: int | None = None, *,
     source = api.load_model(model, context=host)
     be = host.backend(backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
-    # what compile does before legalizing: recompose, then the backend's layout
-    module, recovered = recompose_for(source, be, cfg.recompose, cfg.keep, host.registry)
+    # what compile does before legalizing: fold QDQ regions, recompose, then the layout
+    folding = QDQFoldPass(host.registry)
+    module, _ = folding(source)
+    module, recovered = recompose_for(module, be, cfg.recompose, cfg.keep, host.registry)
     if be.layout:
         module = convert_layout(module, be.layout, host.registry, cfg.keep)
     result = api.legalize(module, be, config=cfg, max_level=max_level, mode="partial",
@@ -58,6 +61,9 @@ def graph(model, backend: str, config=None, max_level: int | None = None, *,
     if recovered.recovered:
         title += " (recomposed first: " + ", ".join(
             f"{op} x{n}" for op, n in sorted(recovered.recovered.items())) + ")"
+    if folding.report.folded:
+        title += " (QDQ folded into " + ", ".join(
+            f"{op} x{n}" for op, n in sorted(folding.report.folded.items())) + ")"
     after = _draw(result.module, "a", title, judge, grouped=True)
     return Picture(before, after, be.name)
 
