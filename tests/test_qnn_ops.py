@@ -129,12 +129,15 @@ def test_qlinear_conv_is_integer_arithmetic():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
-@pytest.mark.parametrize("dtype, shape_b", [("uint8", (3, 17)), ("int8", (17,)),
-                                            ("int8", (1,))])
-def test_qlinear_binary(backend, op, dtype, shape_b):
+@pytest.mark.parametrize("dtype, shape_a, shape_b", [
+    ("uint8", (2, 3, 17), (3, 17)), ("int8", (2, 3, 17), (17,)),
+    # one value per innermost run: onnxruntime's MLAS adds it to the fixed part first
+    ("int8", (2, 3, 17), (1,)), ("uint8", (), (2, 3, 17)), ("uint8", (2, 3, 17), (3, 1)),
+    ("int8", (3, 1), (2, 3, 17))])
+def test_qlinear_binary(backend, op, dtype, shape_a, shape_b):
     rng = np.random.default_rng(4)
     scales = (0.0123, 0.0371, 0.05) if op == "QLinearAdd" else (0.0123, 0.0371, 0.3)
-    feeds, consts, order = binary_case(rng, dtype, (2, 3, 17), shape_b, scales)
+    feeds, consts, order = binary_case(rng, dtype, shape_a, shape_b, scales)
     model = node_model(op, feeds, consts, order, dtype, domain=MS)
     against_ort(model, feeds, backend)
 

@@ -61,9 +61,22 @@ def qadd(b, a, a_scale, a_zero, x, x_scale, x_zero, y_scale, y_zero):
     shift = b.add(b.multiply(ratio_a, b.cast(a_zero, dtype="float32")),
                   b.multiply(ratio_b, b.cast(x_zero, dtype="float32")))
     fixed = b.subtract(zero, shift)
-    partial = _fused_multiply_add(b, b.cast(x, dtype="float32"), ratio_b, fixed)
-    y = _fused_multiply_add(b, b.cast(a, dtype="float32"), ratio_a, partial)
+    af, xf = b.cast(a, dtype="float32"), b.cast(x, dtype="float32")
+    out = broadcast_shapes(a.shape, x.shape)
+    if _one_per_span(a, out):      # MLAS folds a scalar operand into the fixed part first
+        y = _fused_multiply_add(b, xf, ratio_b, b.add(fixed, b.multiply(af, ratio_a)))
+    elif _one_per_span(x, out):
+        y = _fused_multiply_add(b, af, ratio_a, b.add(fixed, b.multiply(xf, ratio_b)))
+    else:
+        y = _fused_multiply_add(b, af, ratio_a, _fused_multiply_add(b, xf, ratio_b, fixed))
     return saturate(b, b.round(y), y_zero.dtype)
+
+
+def _one_per_span(t, out) -> bool:
+    """Whether onnxruntime's broadcasting loop hands this operand to MLAS as one value per
+    run of the innermost dim (one element, or broadcast along the last dim)."""
+    return t.type.size == 1 or (len(out) > 0 and out[-1] > 1 and
+                           (t.rank == 0 or t.shape[-1] == 1))
 
 
 @composite("qnn.multiply", BINARY_INPUTS, _qbinary, "broadcast", 1, BINARY_EXAMPLES,
