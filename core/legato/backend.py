@@ -47,12 +47,25 @@ class Condition:
             bad = sorted({v.rank for v in tensors} - self.ranks)
             if bad:
                 return f"rank {', '.join(map(str, bad))} not in {sorted(self.ranks)}"
-        for key, allowed in self.attrs.items():
-            if call.attrs.get(key) not in allowed:
-                return (f"{key}={quote(thaw_attr(call.attrs.get(key)))} not in "
-                        f"{quote([thaw_attr(a) for a in allowed], 200)}")
+        miss = self.attr_miss(call)
+        if miss is not None:
+            key, value = miss
+            return (f"{key}={quote(thaw_attr(value))} not in "
+                    f"{quote([thaw_attr(a) for a in self.attrs[key]], 200)}")
         if self.check is not None:
             return self._run_check(call, backend)
+        return None
+
+    def attr_miss(self, call: Call) -> tuple[str, Any] | None:
+        """The first attribute condition `call` fails, as (key, the call's value); None when
+        it meets them all. Axis attributes compare in normalised form (axis_value)."""
+        for key, allowed in self.attrs.items():
+            value = call.attrs.get(key)
+            if value in allowed:
+                continue
+            norm = axis_value(call, key, value)
+            if norm is None or norm not in {axis_value(call, key, a) for a in allowed}:
+                return key, value
         return None
 
     def _run_check(self, call: Call, backend: str) -> str | None:
@@ -214,6 +227,30 @@ class Backend:
             kernel = self._kernels[op] = resolve(kernel, f"{self.name} kernel for {op}",
                                                      need_callable=True)
         return kernel
+
+
+# Attributes that name axes of an input: a condition `axes: [-1]` and a call's `axes: [2]`
+# on a rank-3 input are the same condition. The rank they count against is the first
+# input's, except where an op's axes index its result (expand_dims inserts them);
+# permute_dims' axes are a permutation, so their order is part of the value.
+AXIS_ATTRS = frozenset({"axis", "axes"})
+RESULT_AXES = frozenset({"expand_dims"})
+ORDERED_AXES = frozenset({"permute_dims"})
+
+
+def axis_value(call: Call, key: str, value: Any) -> Any:
+    """An axis attribute's value with negative axes counted from the end (sorted, unless
+    order matters); None when `key` is no axis attribute or the rank is unknown."""
+    if key not in AXIS_ATTRS or value is None or not call.inputs or call.inputs[0] is None:
+        return None
+    rank = call.outputs[0].rank if call.op in RESULT_AXES and call.outputs \
+        else call.inputs[0].rank
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value + rank if -rank <= value < 0 else value
+    if not isinstance(value, tuple):
+        return None
+    axes = tuple(a + rank if isinstance(a, int) and -rank <= a < 0 else a for a in value)
+    return axes if call.op in ORDERED_AXES else tuple(sorted(axes, key=repr))
 
 
 def value_key(call: Call) -> tuple:

@@ -53,6 +53,8 @@ class _Legalizer:
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
         self._decisions: dict = {}
+        # the attribute conditions of the backend's legal ops, to report those no call meets
+        self.watch = {op: c for op, c in backend.legal.items() if c.attrs} if backend else {}
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -118,6 +120,8 @@ class _Legalizer:
 
     def emit(self, call: Call, remap, out: list, source: str, from_input: bool) -> None:
         decision = self.decide(call)
+        if call.op in self.watch:
+            self.report.condition(call.op, self.watch[call.op], call)
         if decision.rule == BACKEND_RULE:
             if call.origin is not None and f"lower:{call.op}" in call.origin.rules:
                 # the rule made a call of its own op that is still not legal: it would loop

@@ -35,6 +35,26 @@ class Report:
         self.fallback: str | None = None  # the fallback backend's name, if calls run there
         self.recovered: Counter = Counter()  # op -> calls recomposed before legalization
         self.qdq = None  # after compile: the QDQ folding's FoldReport (legato.qdq_fold)
+        # op -> [condition text, calls seen, calls meeting it, Counter of the values missed]
+        self.conditions: dict[str, list] = {}
+
+    def condition(self, op: str, cond, call) -> None:
+        """Count one call of `op` against the attribute part of its legal condition."""
+        row = self.conditions.get(op)
+        if row is None:
+            row = self.conditions[op] = [condition_text(op, cond.attrs), 0, 0, Counter()]
+        row[1] += 1
+        miss = cond.attr_miss(call)
+        if miss is None:
+            row[2] += 1
+        else:
+            row[3][f"{miss[0]}: {_attr_text(miss[1])}"] += 1
+
+    def unmatched(self) -> list[str]:
+        """The attribute conditions no call met, with the values the calls had."""
+        return [f"condition {text} matched 0 of {seen} calls (their "
+                f"{', '.join(values)})" for text, seen, met, values in self.conditions.values()
+                if seen and not met]
 
     def record(self, op: str, decision: Decision, source: bool, origin: str | None = None
                ) -> None:
@@ -95,6 +115,7 @@ class Report:
             parts.append("recovered " + _counts(self.recovered))
         if self.qdq is not None and self.qdq.folded:
             parts.append("folded QDQ into " + _counts(self.qdq.folded))
+        parts.extend(self.unmatched())
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -119,6 +140,7 @@ class Report:
             if custom and name == self.fallback:
                 lines.append(f"    ({', '.join(custom)}: custom calls that run on the "
                              f"fallback {name}, as {self.backend} has no kernel for them)")
+        lines.extend(f"  {line}" for line in self.unmatched())
         lines.extend(f"  FAILED: {f}" for f in self.failures)
         return "\n".join(lines)
 
@@ -134,6 +156,23 @@ class Report:
 
     def __repr__(self):
         return f"Report({self.summary()})"
+
+
+def condition_text(op: str, attrs) -> str:
+    """'nn.layer_norm attrs {axes: [-1]}': a legal condition's attribute part as written."""
+    said = ", ".join(f"{key}: " + (_attr_text(allowed[0]) if len(allowed) == 1 else
+                                   "[" + ", ".join(map(_attr_text, allowed)) + "]")
+                     for key, allowed in attrs.items())
+    return f"{op} attrs {{{said}}}"
+
+
+def _attr_text(value) -> str:
+    """An attribute value as YAML writes it: [2], -1, NCHW, null."""
+    if value is None:
+        return "null"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(_attr_text, value)) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _counts(counts) -> str:

@@ -1,0 +1,54 @@
+"""A backend author's view (issue 25): an NPU plugin, installed as an entry point the way
+a team ships one, and what legato tells its author about the capability file."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import legato
+from legato.testing.plugins import plugin_module
+
+CPU_KERNELS = "legato_cpu_ref.kernels:KERNELS"
+
+
+def npu_capability(legal, **extra):
+    cap = {"backend": "author_npu", "executes": True, "fallback": "cpu_ref",
+           "legal": legal, "kernels": CPU_KERNELS}
+    cap.update(extra)
+    return cap
+
+
+def install_npu(install_plugins, capability):
+    def register(register):
+        register(capability)
+    return install_plugins({"author_npu": plugin_module(legato_register_backends=register)})
+
+
+def norm_softmax_module():
+    """A rank-3 layer norm over axes [2] (as the ONNX importer writes it) and a rank-2
+    softmax over axis 1."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.call("nn.layer_norm", x, axes=[2])
+    z = b.call("nn.softmax", b.input("s", (3, 5)), axis=1)
+    return b.build(y, z)
+
+
+def test_axis_conditions_match_the_call_s_axes_in_either_form(install_plugins):
+    install_npu(install_plugins, npu_capability({
+        "nn.layer_norm": {"attrs": {"axes": [-1]}}, "nn.softmax": {"attrs": {"axis": -1}}}))
+    low = legato.legalize(norm_softmax_module(), backend="author_npu")
+    assert sorted(c.op for c in low.module.main.calls) == ["nn.layer_norm", "nn.softmax"]
+    assert low.report.unmatched() == []
+
+
+def test_a_condition_no_call_meets_is_reported_with_the_calls_values(install_plugins):
+    install_npu(install_plugins, npu_capability({
+        "nn.layer_norm": {"attrs": {"axes": [0]}}, "nn.softmax": {"attrs": {"axis": [0]}}}))
+    low = legato.legalize(norm_softmax_module(), backend="author_npu", mode="partial")
+    assert "nn.layer_norm" not in {c.op for c in low.module.main.calls}
+    text = str(low.report)
+    assert "condition nn.layer_norm attrs {axes: [0]} matched 0 of 1 calls " \
+           "(their axes: [2])" in text
+    assert "condition nn.softmax attrs {axis: 0} matched 0 of 1 calls (their axis: 1)" in text
+    assert "nn.layer_norm attrs {axes: [0]} matched 0" in low.report.summary()
