@@ -8,7 +8,9 @@
  * value is 0, as in onnxruntime). A 1x1 conv with unit strides and no padding reads its
  * input in place. Depthwise convs (one filter per channel: groups == c == o) have no
  * GEMM worth the name (K = kh * kw) and run directly: each plane is shifted by its zero
- * point into int16 once, then every tap adds a scaled run of a row into int32 sums.
+ * point into a zero-padded float32 copy once (small integers, whose products and sums of
+ * up to 258 taps float32 holds exactly), then every tap adds a scaled run of a row into
+ * 64 sums held in registers.
  */
 #include "lgk_qgemm.h"
 
@@ -205,24 +207,32 @@ static int32_t qvalue(int type, uint8_t byte)
 }
 
 #define QDW_LANES 16
+#define QDW_VECTORS 4 /* vectors of outputs per pass over the taps: 4 FMAs per weight */
+#define QDW_BLOCK (QDW_LANES * QDW_VECTORS)
 /* GCC vector types of QDW_LANES lanes: the clones compile them to zmm, ymm pairs or xmm
  * quadruples, where plain arrays of lanes were scalarized. */
-typedef int16_t qdw_i16 __attribute__((vector_size(2 * QDW_LANES)));
+typedef float qdw_f32 __attribute__((vector_size(4 * QDW_LANES)));
 typedef int32_t qdw_i32 __attribute__((vector_size(4 * QDW_LANES)));
 typedef uint32_t qdw_u32 __attribute__((vector_size(4 * QDW_LANES)));
 
-/* Geometry of the zero-padded int16 copy of a plane: rows of `width` values (the padded
+/* Shifted values are integers of magnitude <= 255, their products <= 65025: sums of up
+ * to this many are below 2^24 and so exact in float32, where a multiply-add is one
+ * instruction (the int32 multiply is two and the conversions more). Kernels with more
+ * taps sum in int32. */
+#define QDW_FLOAT_TAPS 258
+
+/* Geometry of the zero-padded float32 copy of a plane: rows of `width` values (the padded
  * row, or more: the last block of QDW_LANES outputs reads past the row's end) and `rows`
  * rows; in the copy, output (oy, ox) and tap (ki, kj) read (oy sh + ki dh, ox sw + kj dw). */
 typedef struct {
-    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to QDW_LANES */
+    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to QDW_BLOCK */
 } qdw_layout;
 
 static qdw_layout qdw_geometry(const qconv_geom *g)
 {
     const lgk_conv2d_params *p = g->p;
     qdw_layout l;
-    l.ow_lanes = (g->ow + QDW_LANES - 1) / QDW_LANES * QDW_LANES;
+    l.ow_lanes = (g->ow + QDW_BLOCK - 1) / QDW_BLOCK * QDW_BLOCK;
     l.rows = p->h + p->pad_top + p->pad_bottom;
     l.width = LGK_MAX(p->w + p->pad_left + p->pad_right,
                       (l.ow_lanes - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1);
@@ -233,8 +243,8 @@ static qdw_layout qdw_geometry(const qconv_geom *g)
  * accumulates in registers, reading the padded copy without bounds tests (uint32 sums:
  * they wrap, never overflow). */
 LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t plane,
-                                 int16_t *restrict xp, uint32_t *restrict acc,
-                                 int32_t *restrict wk)
+                                 float *restrict xp, uint32_t *restrict acc,
+                                 float *restrict wk)
 {
     const qconv_geom *g = d->g;
     const lgk_conv2d_params *p = g->p;
@@ -243,18 +253,18 @@ LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t 
     int32_t xzp = q->b_zero_point[0];
     int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
     for (int64_t t = 0; t < taps; ++t)
-        wk[t] = qvalue(q->a_type, d->w[c * taps + t]) - wzp;
+        wk[t] = (float)(qvalue(q->a_type, d->w[c * taps + t]) - wzp);
     const uint8_t *x = d->x + plane * g->plane_in;
-    memset(xp, 0, (size_t)(l->rows * l->width) * sizeof(int16_t)); /* padding: shifted 0 */
+    memset(xp, 0, (size_t)(l->rows * l->width) * sizeof(float)); /* padding: shifted 0 */
     for (int64_t iy = 0; iy < p->h; ++iy) {
-        int16_t *dst = xp + (iy + p->pad_top) * l->width + p->pad_left;
+        float *dst = xp + (iy + p->pad_top) * l->width + p->pad_left;
         const uint8_t *src = x + iy * p->w;
         if (q->b_type == LGK_QTYPE_INT8)
             for (int64_t ix = 0; ix < p->w; ++ix)
-                dst[ix] = (int16_t)((int8_t)src[ix] - xzp);
+                dst[ix] = (float)((int8_t)src[ix] - xzp);
         else
             for (int64_t ix = 0; ix < p->w; ++ix)
-                dst[ix] = (int16_t)(src[ix] - xzp);
+                dst[ix] = (float)(src[ix] - xzp);
     }
     uint32_t bias = q->bias == NULL ? 0u : (uint32_t)q->bias[c];
     lgk_qepilogue ep = {NULL, NULL, NULL, NULL, 1, q->out_type, q->relu, q->out_zero_point};
@@ -263,24 +273,37 @@ LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t 
     size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
     char *y = (char *)d->y + (size_t)(plane * g->plane_out) * esize;
     for (int64_t oy = 0; oy < g->oh; ++oy) {
-        const int16_t *row = xp + oy * p->stride_h * l->width;
-        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += QDW_LANES) {
-            qdw_u32 a = (qdw_u32){0} + bias;
+        const float *row = xp + oy * p->stride_h * l->width;
+        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += QDW_BLOCK) {
+            qdw_f32 f[QDW_VECTORS]; /* exact sums (QDW_FLOAT_TAPS) */
+            qdw_u32 a[QDW_VECTORS];
+            for (int u = 0; u < QDW_VECTORS; ++u) {
+                f[u] = (qdw_f32){0};
+                a[u] = (qdw_u32){0} + bias;
+            }
             for (int64_t ki = 0; ki < p->kh; ++ki)
                 for (int64_t kj = 0; kj < p->kw; ++kj) {
-                    const int16_t *r = row + ki * p->dilation_h * l->width
-                                       + kj * p->dilation_w + ox0 * sw;
-                    qdw_i16 h;
-                    if (sw == 1) {
-                        memcpy(&h, r, sizeof h);
-                    } else {
-                        for (int j = 0; j < QDW_LANES; ++j)
-                            h[j] = r[j * sw];
+                    const float *r = row + ki * p->dilation_h * l->width
+                                     + kj * p->dilation_w + ox0 * sw;
+                    float wv = wk[ki * p->kw + kj];
+                    for (int u = 0; u < QDW_VECTORS; ++u) {
+                        qdw_f32 v;
+                        if (sw == 1) {
+                            memcpy(&v, r + u * QDW_LANES, sizeof v);
+                        } else {
+                            for (int j = 0; j < QDW_LANES; ++j)
+                                v[j] = r[(u * QDW_LANES + j) * sw];
+                        }
+                        if (taps <= QDW_FLOAT_TAPS)
+                            f[u] += v * wv;
+                        else /* int32 products (|x - zp| |w - zp| <= 65025), wrapping sums */
+                            a[u] += (qdw_u32)(__builtin_convertvector(v, qdw_i32) * (int32_t)wv);
                     }
-                    /* |x - zp| * |w - zp| <= 255 * 255: the int32 product cannot overflow */
-                    a += (qdw_u32)(__builtin_convertvector(h, qdw_i32) * wk[ki * p->kw + kj]);
                 }
-            memcpy(acc + ox0, &a, sizeof a);
+            for (int u = 0; u < QDW_VECTORS; ++u) {
+                a[u] += (qdw_u32)__builtin_convertvector(f[u], qdw_i32);
+                memcpy(acc + ox0 + u * QDW_LANES, &a[u], sizeof a[u]);
+            }
         }
         lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
     }
@@ -293,15 +316,14 @@ static int qdw_range(void *ctx, int64_t begin, int64_t end)
     qdw_layout l = qdw_geometry(d->g);
     int64_t plane_values, dims[2] = {l.rows, l.width};
     LGK_TRY(lgk_checked_count(2, dims, &plane_values));
-    /* in floats, each part 64-byte aligned: the padded int16 plane, an int32 row of
-     * sums, the taps' shifted weights */
-    int64_t row_at = (plane_values / 2 + 16) / 16 * 16;
+    /* in floats, each part 64-byte aligned: the padded plane, an int32 row of sums, the
+     * taps' shifted weights */
+    int64_t row_at = (plane_values + 16) / 16 * 16;
     int64_t taps_at = row_at + (l.ow_lanes + 15) / 16 * 16;
     lgk_scratch s = {NULL, 0};
     LGK_TRY(lgk_scratch_acquire(taps_at + p->kh * p->kw + 16, &s));
     for (int64_t plane = begin; plane < end; ++plane)
-        qdw_plane(d, &l, plane, (int16_t *)s.data, (uint32_t *)(s.data + row_at),
-                  (int32_t *)(s.data + taps_at));
+        qdw_plane(d, &l, plane, s.data, (uint32_t *)(s.data + row_at), s.data + taps_at);
     lgk_scratch_release(&s);
     return LGK_OK;
 }
