@@ -209,7 +209,7 @@ def test_hook_problems_read_specname_and_ignore_other_attributes():
     plugin = module_with(register=legato.hookimpl(specname="legato_register_ops")(anything),
                          legato_helper_class=type("X", (), {}), legato_table={})
     assert hook_problems(plugin) == []
-    assert HOOKS == {"legato_register_ops", "legato_register_backends"}
+    assert {"legato_register_ops", "legato_register_backends", "legato_register_torch_ops"} <= HOOKS
 
 
 def test_plugin_fallbacks_are_checked_after_every_plugin_has_registered(install_plugins):

@@ -713,5 +713,3 @@ def gen_scatter_elements(ctx, op):
     return ctx.call(op, data, ctx.feed(indices.astype(ctx.choice(["int32", "int64"]))),
                     updates, axis=axis, reduction=reduction)
 
-
-from . import generators_qnn  # noqa: E402,F401  (registers the qnn products' generators)

@@ -25,6 +25,7 @@ from ..errors import LegatoError, OpError, clip
 from ..ir import CUSTOM_OP, Call, TensorType, Value
 from ..legalize import encode_custom
 from .draw import Draw
+from . import generators_qnn  # noqa: F401 - registers the qnn products' generators
 from .generators import generator_for
 
 DEFAULT_COUNT = 12
