@@ -7,6 +7,11 @@ of `legato.testing.samples` and held against cpu_ref's kernels.
 
 or `legato check-backend my_backend`, which prints the same checks as one table.
 
+An op whose condition names dtypes or attribute values is sampled per declared
+combination (`legato.testing.declared`: each dtype crossed with each attribute branch),
+so a float16 the backend declares is run as often as float32; a combination no
+generator produces is named in the table rather than passed over.
+
 For each sample the backend takes (its legality says so), a kernel is called with
 read-only inputs and its result checked: a tuple of the op's results count, each a numpy
 array (not a 0-d numpy scalar) of the inferred dtype and shape, within
@@ -28,12 +33,14 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError, clip
 from ..ir import CUSTOM_OP
 from ..ops.tolerance import ROUNDING_OPS, error_bound
+from .declared import combinations, declares, draw
 from .samples import DEFAULT_COUNT, SampleError, check_draw_args, samples as draw_samples
 
 REFERENCE = "cpu_ref"
 PROBLEMS = ("signature", "exception", "wrote input", "scalar", "dtype/shape", "mismatch",
             "no kernel", "no samples", "not emitted")
 MAX_MESSAGES = 3   # per op: the first few problems, each with the sample it came from
+MAX_COVERAGE_LINES = 40   # sampled combinations listed one a line up to this many
 
 
 @dataclass
@@ -46,6 +53,12 @@ class OpResult:
     passed: int = 0
     problems: Counter = field(default_factory=Counter)
     messages: list = field(default_factory=list)
+    # per declared combination (dtype, attribute branch): (label, samples taken, why none)
+    coverage: list = field(default_factory=list)
+
+    @property
+    def unsampled(self) -> list:
+        return [(label, why) for label, taken, why in self.coverage if not taken]
 
     @property
     def ok(self) -> bool:
@@ -82,12 +95,15 @@ def check_backend(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT
 def _check_op(backend, reference, op, has_kernel, seed, count) -> OpResult:
     how = "kernel" if has_kernel else "compiled" if backend.executes else "emitted"
     result = OpResult(op, how)
-    try:
-        drawn = draw_samples(op, seed, count)
-    except SampleError as err:
-        result.add("no samples", str(err))
-        return result
-    taken = [s for s in drawn if _takes(backend, s, op in backend.legal)]
+    if declares(backend.legal.get(op)):
+        taken = _declared_samples(backend, op, seed, count, result)
+    else:
+        try:
+            drawn = draw_samples(op, seed, count)
+        except SampleError as err:
+            result.add("no samples", str(err))
+            return result
+        taken = [s for s in drawn if _takes(backend, s, op in backend.legal)]
     if how == "kernel" and not _signature_ok(backend, op, result):
         return result
     if how == "compiled" and not reference.has_kernel(op) and \
@@ -101,6 +117,20 @@ def _check_op(backend, reference, op, has_kernel, seed, count) -> OpResult:
         if check(backend, reference, sample, result, how):
             result.passed += 1
     return result
+
+
+def _declared_samples(backend, op, seed, count, result: OpResult) -> list:
+    """`count` samples of each dtype and attribute branch the op's condition declares,
+    those the backend takes; what each combination got goes to result.coverage."""
+    taken = []
+    for combo in combinations(op, backend.legal[op]):
+        drawn = draw(combo, seed, count)
+        mine = [s for s in drawn if _takes(backend, s, True)]
+        why = "" if mine else "no generator produces this combination" if not drawn else \
+            f"{len(drawn)} drawn, none taken: {backend.why_not(drawn[0].call())}"
+        result.coverage.append((combo.label(), len(mine), why))
+        taken += mine
+    return taken
 
 
 def _takes(backend, sample, legal: bool) -> bool:
@@ -243,6 +273,8 @@ def table(name: str, results: list[OpResult]) -> str:
     for r in results:
         problems = ", ".join(f"{k} x{n}" for k, n in sorted(r.problems.items())) or \
             ("ok" if r.ran else "ok (no sample taken)")
+        if r.unsampled:
+            problems += f"; {len(r.unsampled)} declared combination(s) not sampled"
         lines.append(f"{r.op:<22}{r.how:<10}{r.passed:>4}/{r.ran:<3}  {problems}")
     failed = [r for r in results if not r.ok]
     lines.append(f"total: {len(results)} ops, {len(failed)} failing, "
@@ -250,7 +282,22 @@ def table(name: str, results: list[OpResult]) -> str:
                  "passed")
     for r in failed:
         lines += [f"  {r.op}: {m}" for m in r.messages]
-    return "\n".join(lines)
+    return "\n".join(lines + coverage_lines(results))
+
+
+def coverage_lines(results: list[OpResult]) -> list[str]:
+    """The declared combinations (each dtype and attribute branch of a condition) and
+    how many samples of each the backend took; every one left unsampled is named, the
+    sampled ones only when few enough to read."""
+    rows = [(label, taken, why) for r in results for label, taken, why in r.coverage]
+    if not rows:
+        return []
+    missing = [(label, why) for label, taken, why in rows if not taken]
+    lines = [f"declared combinations: {len(rows) - len(missing)} of {len(rows)} sampled"]
+    if len(rows) <= MAX_COVERAGE_LINES:
+        lines += [f"  {label}: sampled {taken}" for label, taken, _ in rows if taken]
+    lines += [f"  {label}: NOT SAMPLED, {why}" for label, why in missing]
+    return lines
 
 
 def backend_conformance(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT):

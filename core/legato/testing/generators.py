@@ -413,8 +413,23 @@ def gen_instance_norm(ctx, op):
 
 # --- matrix products --------------------------------------------------------------------
 
+# float16 sums of this many products of 0.5-3 are 10% off when accumulated in float16,
+# past the op's float16 bound (32 ulps); a float32 accumulator stays within 1 ulp
+LONG_K = 4096
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+def _long_contraction(ctx) -> bool:
+    """Whether to draw a contraction over LONG_K: in low-precision floats only, where the
+    accumulator's precision shows."""
+    return ctx.float in LOW_PRECISION and ctx.chance(0.3)
+
+
 @generator("matmul")
 def gen_matmul(ctx, op):
+    if _long_contraction(ctx):
+        return ctx.call(op, ctx.fresh((2, LONG_K), ctx.float, "positive"),
+                        ctx.fresh((LONG_K, 2), ctx.float, "positive"))
     a = ctx.value(ctx.float if ctx.chance(0.85) else "int32", min_rank=1)
     k = a.shape[-1]
     if a.rank == 1 or ctx.chance(0.2):
@@ -433,6 +448,9 @@ def _swap_matmul(ctx, a, b):
 
 @generator("nn.linear")
 def gen_linear(ctx, op):
+    if _long_contraction(ctx):
+        return ctx.call(op, ctx.fresh((2, LONG_K), ctx.float, "positive"),
+                        ctx.fresh((2, LONG_K), ctx.float, "positive"))
     data = ctx.value(ctx.float, min_rank=1)
     out = ctx.dim()
     weight = ctx.fresh((out, data.shape[-1]), ctx.float, const=ctx.chance(0.6))

@@ -162,11 +162,14 @@ def check_draw_args(seed, count) -> None:
                           f"{clip(repr(count), 60)}")
 
 
-def samples(op: str, seed: int = 0, count: int = DEFAULT_COUNT, registry=None
-            ) -> list[Sample]:
+def samples(op: str, seed: int = 0, count: int = DEFAULT_COUNT, registry=None,
+            dtype: str | None = None) -> list[Sample]:
     """Sample calls of `op`: `count` drawn ones (most in float32, some in other dtypes,
     some with size-0 dims) plus, for elementwise ops, the edge shapes. Deterministic in
-    (op, seed). Raises SampleError for an op the kit cannot sample."""
+    (op, seed). With `dtype`, only calls with an input of that dtype, drawn with it as
+    the main dtype (what generators use for float data), so a backend's declared float16
+    or int8 is sampled as often as float32 is otherwise. Raises SampleError for an op the
+    kit cannot sample."""
     check_draw_args(seed, count)
     if not isinstance(op, str):
         raise SampleError(f"an op is named by a string, got {clip(repr(op), 60)}")
@@ -175,28 +178,44 @@ def samples(op: str, seed: int = 0, count: int = DEFAULT_COUNT, registry=None
     rng = np.random.default_rng([seed, zlib.crc32(op.encode())])
     hook = getattr(opdef, "samples", None)
     if hook is not None:
-        return _from_hook(op, hook, rng, registry)
+        return [s for s in _from_hook(op, hook, rng, registry) if has_dtype(s, dtype)]
     generator = generator_for(opdef)
     if generator is None:
         raise SampleError(f"op {op} has no samples: give it a samples(rng) hook (an "
                           f"elementwise op or one with examples gets them without one)")
+    drawn = _draw(generator, op, rng, registry, count, dtype)
+    if not drawn:
+        raise SampleError(f"op {op}: its generator made no valid call"
+                          f"{f' with {dtype} inputs' if dtype else ''} in "
+                          f"{count * ATTEMPTS} attempts")
+    if opdef.kind in ("elemwise", "broadcast") and op != CUSTOM_OP:
+        drawn += edge_shapes(drawn, opdef, rng, registry)
+    return drawn
+
+
+def _draw(generator, op, rng, registry, count, dtype) -> list[Sample]:
     drawn: list[Sample] = []
     for attempt in range(count * ATTEMPTS):
         if len(drawn) >= count:
             break
         ctx = SampleContext(rng, registry, edge=attempt % 5 == 4, edge_values=False,
-                            float_dtype="float32" if attempt % 3 else None)
+                            float_dtype=dtype or ("float32" if attempt % 3 else None))
         try:
             generator(ctx, op)
         except LegatoError:
             continue  # a call the generator could not make valid here
-        drawn.extend(ctx.made)
-    if not drawn:
-        raise SampleError(f"op {op}: its generator made no valid call in "
-                          f"{count * ATTEMPTS} attempts")
-    if opdef.kind in ("elemwise", "broadcast") and op != CUSTOM_OP:
-        drawn += edge_shapes(drawn, opdef, rng, registry)
+        except (TypeError, ValueError):
+            if dtype is None:
+                raise
+            continue  # a main dtype the generator does not draw (bool data, say)
+        drawn.extend(s for s in ctx.made if has_dtype(s, dtype))
     return drawn
+
+
+def has_dtype(sample: Sample, dtype: str | None) -> bool:
+    """Whether one of the sample's inputs is of `dtype` (None: any sample)."""
+    return dtype is None or any(a is not None and a.dtype.name == dtype
+                                for a in sample.inputs)
 
 
 def _from_hook(op, hook, rng, registry) -> list[Sample]:

@@ -1,0 +1,71 @@
+"""What a backend declares legal, as the combinations the conformance check must sample:
+each dtype of a condition's `dtypes` list crossed with each branch of its attribute
+conditions (`data_layout: [NCHW, NHWC]` is two branches).
+
+    for combo in combinations("nn.conv2d", backend.legal["nn.conv2d"]):
+        drawn = draw(combo, seed=0, count=12)   # samples of that dtype and branch
+
+A combination no generator produces is reported, not skipped silently: a backend's
+claim the kit never ran is a claim nobody tested.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..ir import thaw_attr
+from .samples import SampleError, samples
+
+MAX_COMBINATIONS = 64   # per op: dtype lists crossed with attribute branches grow fast
+ROUNDS = 6              # draws (of `count` each, new seeds) before a combination is given up
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One declared (dtype, attribute branch) of an op; dtype None: any dtype."""
+
+    op: str
+    dtype: str | None = None
+    attrs: tuple = ()   # ((key, value), ...), values as conditions hold them
+
+    def label(self) -> str:
+        branch = ", ".join(f"{k}: {thaw_attr(v)}" for k, v in self.attrs)
+        return " ".join(filter(None, (self.op, branch and f"{{{branch}}}", self.dtype)))
+
+    def matches(self, sample) -> bool:
+        dtypes = {a.dtype.name for a in sample.inputs if a is not None}
+        return (self.dtype is None or self.dtype in dtypes) and \
+            all(sample.attrs.get(k) == v for k, v in self.attrs)
+
+
+def combinations(op: str, condition) -> list[Combination]:
+    """The combinations `condition` (a backend.Condition, or None) declares for `op`; one
+    combination of any dtype when it names neither dtypes nor attribute values."""
+    dtypes = sorted(condition.dtypes) if condition is not None and condition.dtypes else [None]
+    attrs = dict(condition.attrs) if condition is not None else {}
+    keys = sorted(attrs)
+    branches = itertools.product(*(attrs[k] for k in keys))
+    out = [Combination(op, dtype, tuple(zip(keys, branch)))
+           for branch in branches for dtype in dtypes]
+    return out[:MAX_COMBINATIONS]
+
+
+def declares(condition) -> bool:
+    """Whether the condition names dtypes or attribute values (anything to cross)."""
+    return condition is not None and bool(condition.dtypes or condition.attrs)
+
+
+def draw(combo: Combination, seed: int, count: int) -> list:
+    """Samples of the combination, drawn with its dtype as the main dtype over up to
+    ROUNDS seeds until `count` (and an elementwise op's edge shapes) are found; [] when no
+    generator produces it."""
+    found: list = []
+    for round_ in range(ROUNDS):
+        try:
+            drawn = samples(combo.op, seed + 7919 * round_, count, dtype=combo.dtype)
+        except SampleError:
+            drawn = []
+        found.extend(s for s in drawn if combo.matches(s))
+        if len(found) >= count:
+            break
+    return found
