@@ -287,7 +287,7 @@ def unsupported(graph) -> dict:
         if str(node.target) in torch_frontend.ASSERTS:
             continue
         if torch_custom.is_custom(node.target):
-            if torch_custom.converter(node) is None:
+            if torch_custom.converter(node, torch_frontend._Importer) is None:
                 out[node] = torch_custom.why(str(node.target)) or \
                     "a custom op with no converter or traceable implementation"
             continue

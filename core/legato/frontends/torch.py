@@ -168,6 +168,8 @@ def torch_dtype(dtype) -> str:
 
 
 class _Importer:
+    exported = staticmethod(exported)  # custom ops' implementations are traced with it
+
     def __init__(self, program, registry=None):
         self.program = program
         self.graph = program.graph_module.graph
@@ -227,7 +229,7 @@ class _Importer:
         for node in self.graph.nodes:
             if node in self.dropped:
                 continue
-            if torch_custom.is_custom(node.target) and torch_custom.converter(node):
+            if torch_custom.is_custom(node.target) and torch_custom.converter(node, _Importer):
                 continue
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
@@ -289,7 +291,7 @@ class _Importer:
         return result
 
     def converter(self, node):
-        return ATEN.get(str(node.target)) or torch_custom.converter(node)
+        return ATEN.get(str(node.target)) or torch_custom.converter(node, _Importer)
 
     def fold(self, start: int, result):
         """Index arithmetic on folded factories (arange, full, ...) becomes constants too,

@@ -43,15 +43,17 @@ def registered(target) -> tuple[Callable, str] | None:
     return CONVERTERS.get(exact) or CONVERTERS.get(every)
 
 
-def converter(node) -> Callable | None:
+def converter(node, importer) -> Callable | None:
     """The converter of a custom op's call (`node`: an FX node), or None when it has
-    neither a registered converter nor an implementation that traces (why() says why)."""
+    neither a registered converter nor an implementation that traces (why() says why).
+    `importer` is the torch importer's class, which exports and imports a traced
+    implementation; it is passed in because the importer itself calls this module."""
     found = registered(node.target)
     if found is not None:
         return _guarded(node.target, *found)
-    if _program(node.target, _kinds(node.args), _kinds(node.kwargs)) is None:
+    if _program(node.target, _kinds(node.args), _kinds(node.kwargs), importer) is None:
         return None
-    return lambda b, *args, **kwargs: _inline(b, node.target, args, kwargs)
+    return lambda b, *args, **kwargs: _inline(b, node.target, args, kwargs, importer)
 
 
 def why(op: str) -> str | None:
@@ -113,19 +115,18 @@ def implementation(target) -> Callable | None:
     return None
 
 
-def _program(target, args, kwargs):
+def _program(target, args, kwargs, importer):
     """The decomposed program of `target`'s implementation on arguments of these kinds
     (cached), or None with the reason kept for why()."""
     key = (target, args, kwargs)
     if key not in _TRACED:
-        _TRACED[key] = _trace(target, args, kwargs)
+        _TRACED[key] = _trace(target, args, kwargs, importer)
     program = _TRACED[key]
     return None if isinstance(program, str) else program
 
 
-def _trace(target, args, kwargs):
+def _trace(target, args, kwargs, importer):
     import torch
-    from . import torch as frontend
     fn = implementation(target)
     if fn is None:
         return ("a custom op with no converter and no implementation in Python to trace "
@@ -140,8 +141,8 @@ def _trace(target, args, kwargs):
             return fn(*_filled(args, fill), **dict(_filled(kwargs, fill)))
 
     try:  # the op itself decomposes by `fn` where the export keeps it (a composite kernel)
-        program = frontend.exported(Call(), examples, {target: fn})
-        _inline_class()(program).check()
+        program = importer.exported(Call(), examples, {target: fn})
+        _inline_class(importer)(program).check()
         return program
     except LegatoError as err:
         return (f"a custom op with no converter, whose implementation did not trace to ATen "
@@ -174,23 +175,28 @@ def _filled(kinds, tensors):
     return out
 
 
-def _inline(b, target, args, kwargs):
+def _inline(b, target, args, kwargs, importer):
     """The traced implementation of `target` imported into builder `b` on the call's
     arguments (legato values)."""
-    from . import torch as frontend
-    program = _program(target, _kinds(args), _kinds(kwargs))
-    tensors = [a for a in frontend.flat_items([*args, *kwargs.values()]) if hasattr(a, "type")]
-    results = _inline_class()(program, b, tensors).results()
+    program = _program(target, _kinds(args), _kinds(kwargs), importer)
+    tensors = [a for a in _leaves([*args, *kwargs.values()]) if hasattr(a, "type")]
+    results = _inline_class(importer)(program, b, tensors).results()
     returns = target._schema.returns
     single = len(returns) == 1 and not str(returns[0].type).endswith("[]")
     return results[0] if single else tuple(results)
 
 
-@functools.cache
-def _inline_class():
-    from .torch import _Importer
+def _leaves(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _leaves(item)
+        else:
+            yield item
 
-    class Inline(_Importer):
+
+@functools.cache
+def _inline_class(importer):
+    class Inline(importer):
         """An importer that builds into an existing builder, its inputs given."""
 
         def __init__(self, program, b=None, inputs=()):
