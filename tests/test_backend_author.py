@@ -52,3 +52,46 @@ def test_a_condition_no_call_meets_is_reported_with_the_calls_values(install_plu
            "(their axes: [2])" in text
     assert "condition nn.softmax attrs {axis: 0} matched 0 of 1 calls (their axis: 1)" in text
     assert "nn.layer_norm attrs {axes: [0]} matched 0" in low.report.summary()
+
+
+def add_kernel(a, b):
+    return np.add(a, b)
+
+
+def relu_module():
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    return b.build(b.call("nn.relu", b.call("add", b.call("nn.relu", x), x)))
+
+
+def install_relu_npu(install_plugins, relu):
+    def register(register):
+        register({"backend": "author_npu", "fallback": "cpu_ref",
+                  "legal": {"add": {}, "nn.relu": relu}}, kernels={"add": add_kernel})
+    return install_plugins({"author_npu": plugin_module(legato_register_backends=register)})
+
+
+def test_a_legal_op_without_a_kernel_is_refused_naming_op_and_the_way_out(install_plugins):
+    host = install_relu_npu(install_plugins, {})
+    assert "author_npu" not in legato.list_backends()
+    [problem] = [m for p, m in host.problems if p == "author_npu"]
+    assert "legal op nn.relu without a kernel" in problem
+    assert "`kernel: fallback` under legal.nn.relu" in problem
+
+
+def test_kernel_fallback_runs_on_the_fallback_and_the_report_says_so(install_plugins):
+    install_relu_npu(install_plugins, {"kernel": "fallback"})
+    compiled = legato.compile(relu_module(), "author_npu")
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    expected = np.maximum(np.maximum(x, 0) + x, 0)
+    np.testing.assert_allclose(compiled(x), expected, rtol=1e-6)
+    per_backend = compiled.report.per_backend
+    assert per_backend["author_npu"] == {"add": 1}
+    assert per_backend["cpu_ref"] == {"nn.relu": 2}
+    assert "on cpu_ref (fallback): nn.relu x2" in str(compiled.report)
+
+
+def test_kernel_fallback_needs_a_fallback(install_plugins):
+    with pytest.raises(legato.ConfigError, match=r"legal.exp.kernel: fallback, but the "
+                                                 r"backend names no fallback"):
+        legato.register_backend({"backend": "lone", "legal": {"exp": {"kernel": "fallback"}}})

@@ -54,12 +54,15 @@ def test_an_executing_backend_needs_a_kernel_for_every_legal_op(backend_factory)
     backend_factory({"backend": "npu", "legal": {"exp": {}}}, kernels={"exp": exp})
 
 
-def test_a_fallback_with_the_kernel_covers_a_legal_op_without_one(backend_factory):
-    backend = backend_factory({"backend": "npu", "fallback": "cpu_ref",
-                               "legal": {"exp": {}, "tanh": {}}}, kernels={"exp": exp})
+def test_a_fallback_with_the_kernel_covers_a_legal_op_that_says_so(backend_factory):
+    register_error({"backend": "npu", "fallback": "cpu_ref", "legal": {"exp": {}, "tanh": {}}},
+                   r"backend npu: legal op tanh without a kernel: add a kernel, or write "
+                   r"`kernel: fallback` under legal.tanh", kernels={"exp": exp})
+    backend = backend_factory({"backend": "npu", "fallback": "cpu_ref", "legal": {
+        "exp": {}, "tanh": {"kernel": "fallback"}}}, kernels={"exp": exp})
     assert backend.supports(_call("tanh"))
     register_error({"backend": "npu2", "fallback": "cpu_ref",
-                    "legal": {"exp": {}, "tosa.pow": {}}},
+                    "legal": {"exp": {}, "tosa.pow": {"kernel": "fallback"}}},
                    r"backend npu2: legal op tosa.pow without a kernel, here or on fallback "
                    r"cpu_ref", kernels={"exp": exp})
 
@@ -176,8 +179,8 @@ def module_with(**functions) -> types.ModuleType:
 
 
 def register_exp_backend(register):
-    register({"backend": "plug_npu", "fallback": "plug_ref", "legal": {"exp": {}, "tanh": {}}},
-             kernels={"exp": exp})
+    register({"backend": "plug_npu", "fallback": "plug_ref",
+              "legal": {"exp": {}, "tanh": {"kernel": "fallback"}}}, kernels={"exp": exp})
 
 
 def register_ref_backend(register):

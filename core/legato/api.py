@@ -198,7 +198,8 @@ def count_per_backend(module: Module, backend: Backend, fallback: Backend | None
         for call in fn.calls:
             if call.op == CALL_OP:
                 continue
-            runs_on = fallback if call in fallback_calls else backend
+            runs_on = fallback if call in fallback_calls or call.op in backend.borrowed \
+                else backend
             op = call.op
             if op == CUSTOM_OP and backend.executes and not backend.has_kernel(CUSTOM_OP):
                 op = decode_custom(call, registry).op

@@ -91,11 +91,13 @@ class Backend:
                  layout: str | None = None, executor: Callable | None = None,
                  emitter: Callable | None = None, source: str = "", description: str = "",
                  rules: Mapping[str, Any] | None = None,
-                 custom_condition: Condition | None = None):
+                 custom_condition: Condition | None = None, borrowed=frozenset()):
         self.name, self.executes, self.fallback = name, executes, fallback
         self.custom_ops, self.domain, self.layout = custom_ops, domain, layout
         self.custom_condition = custom_condition  # which calls it tunnels (None: any)
         self.legal = dict(legal)
+        self.borrowed = frozenset(borrowed)  # legal ops run by the fallback's kernel
+        self.capability_file = ""  # the capability file's label, for registration problems
         # whether a decision may depend on more than op, attributes and input types
         self.reads_values = custom_condition is not None and custom_condition.check \
             is not None or any(c.check is not None for c in self.legal.values())

@@ -1,6 +1,7 @@
 """What registration can tell about a backend before anything runs on it: every legal op
-has a kernel (executing backends), an emitter entry (emitting backends whose emitter says
-which ops it prints, as an `ops` attribute) or a fallback with a kernel for it, and every
+has a kernel (executing backends; or says `kernel: fallback` and its fallback has one),
+an emitter entry (emitting backends whose emitter says which ops it prints, as an `ops`
+attribute), and every
 kernel accepts the op's inputs and attributes the way the executor passes them.
 
 A plugin module's `legato_*` functions that pluggy would silently ignore (a misspelt hook,
@@ -24,13 +25,19 @@ MAX_LISTED = 8  # ops named in one message; the rest are counted
 
 def backend_problems(backend: Backend, registry) -> list[str]:
     """Problems of `backend` visible at registration: kernel signatures, and legal ops it
-    cannot take itself when there is no fallback to run them (see fallback_problems)."""
+    has no kernel for without saying `kernel: fallback` (see fallback_problems)."""
     problems = [p for op in backend.kernel_ops() if (p := signature_problem(
         backend, op, registry.get(op))) is not None]
     missing = uncovered_ops(backend)
     if missing and backend.executes and not backend.fallback:
         problems.append(f"{_whose(backend)}: legal {_ops(missing)} without a kernel and "
                         "no fallback backend")
+    elif missing and backend.executes:
+        # the fallback's kernel would run them while the report credits this backend
+        where = f" in {backend.capability_file}" if backend.capability_file else ""
+        problems.append(f"{_whose(backend)}: legal {_ops(missing)} without a kernel: add "
+                        f"a kernel, or write `kernel: fallback` under legal.{sorted(missing)[0]}"
+                        f"{where} to run it with fallback {backend.fallback}'s kernel")
     elif missing and not backend.executes:
         problems.append(f"{_whose(backend)}: its emitter's ops lack {_ops(missing)}, which "
                         "it would have to print")
@@ -39,7 +46,8 @@ def backend_problems(backend: Backend, registry) -> list[str]:
 
 def fallback_problems(backend: Backend, backends: dict[str, Backend]) -> list[str]:
     """Problems of an executing backend's fallback, once every plugin has registered: it
-    is installed, executes, and has a kernel for each legal op the backend lacks one for."""
+    is installed, executes, and has a kernel for each op the backend runs with the
+    fallback's kernel (`kernel: fallback`)."""
     if not (backend.executes and backend.fallback):
         return []
     fallback = backends.get(backend.fallback)
@@ -48,7 +56,7 @@ def fallback_problems(backend: Backend, backends: dict[str, Backend]) -> list[st
     if not fallback.executes:
         return [f"{_whose(backend)}: fallback {fallback.name} does not execute (it emits "
                 "code)"]
-    missing = [op for op in uncovered_ops(backend) if not fallback.has_kernel(op)]
+    missing = [op for op in backend.borrowed if not fallback.has_kernel(op)]
     if missing:
         return [f"{_whose(backend)}: legal {_ops(missing)} without a kernel, here or on "
                 f"fallback {fallback.name}"]
@@ -63,7 +71,8 @@ def uncovered_ops(backend: Backend) -> list[str]:
     if backend.executes:
         if backend.executor is not None and not backend.kernel_ops():
             return []
-        return [op for op in backend.legal if not backend.has_kernel(op)]
+        return [op for op in backend.legal if not backend.has_kernel(op) and
+                op not in backend.borrowed]
     printed = getattr(backend.emitter, "ops", None)
     if printed is None:
         return []

@@ -40,17 +40,20 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
     runs = table if data.get("executes", True) and table else None
     _add_levels(legal, data.get("legal_levels"), registry, label, runs)
     _add_kernel_ops(legal, table, data, registry, label)
+    borrowed = _borrowed(data, label)
     rules = _function_table(data.get("rules"), registry, label, "rules")
     for key, fn in (("executor", executor), ("emitter", emitter)):
         expect(fn is None or callable(fn), fn, label, f"{key} argument", "a callable")
     custom_condition = _custom_condition(data.get("custom_ops"), label)
-    return Backend(name, legal, executes=data.get("executes", True),
-                   fallback=data.get("fallback"), custom_ops=bool(data.get("custom_ops")),
-                   custom_condition=custom_condition,
-                   domain=data.get("domain") or "legato", kernels=table,
-                   layout=data.get("layout"), executor=executor, emitter=emitter,
-                   source=plugin or label, description=data.get("description") or "",
-                   rules=rules)
+    backend = Backend(name, legal, executes=data.get("executes", True),
+                      fallback=data.get("fallback"), custom_ops=bool(data.get("custom_ops")),
+                      custom_condition=custom_condition,
+                      domain=data.get("domain") or "legato", kernels=table,
+                      layout=data.get("layout"), executor=executor, emitter=emitter,
+                      source=plugin or label, description=data.get("description") or "",
+                      rules=rules, borrowed=borrowed)
+    backend.capability_file = label  # where registration problems point the author
+    return backend
 
 
 def _check_settings(data: Mapping, name: str, label: str) -> None:
@@ -86,10 +89,29 @@ def _parse_legal(legal, registry, label) -> dict[str, Condition]:
     for op, cond in legal.items():
         check_op(op, registry, label, "legal")
         where = f"legal.{op}"
+        if isinstance(cond, Mapping) and "kernel" in cond:  # checked by _borrowed
+            cond = {k: v for k, v in cond.items() if k != "kernel"}
         cond = _condition_keys(cond, label, where)
         out[op] = _condition(cond, _attr_conditions(cond.get("attrs"), registry.get(op), label,
                                                     f"{where}.attrs"), label, where)
     return out
+
+
+def _borrowed(data: Mapping, label: str) -> frozenset:
+    """The legal ops an executing backend runs with its fallback's kernel: those it says
+    so for (`kernel: fallback`). Registration refuses any other legal op without a kernel
+    (backend_checks), as the fallback's kernel would run it unannounced."""
+    entries = data.get("legal") if isinstance(data.get("legal"), Mapping) else {}
+    borrowed = set()
+    for op, cond in entries.items():
+        if isinstance(cond, Mapping) and "kernel" in cond:
+            expect(cond["kernel"] == "fallback", cond["kernel"], label, f"legal.{op}.kernel",
+                   "'fallback' (run it with the fallback's kernel)")
+            if not data.get("fallback"):
+                raise ConfigError(f"{label}: legal.{op}.kernel: fallback, but the backend "
+                                  "names no fallback; add key 'fallback'")
+            borrowed.add(op)
+    return frozenset(borrowed)
 
 
 def _condition_keys(cond, label: str, where: str) -> Mapping:
