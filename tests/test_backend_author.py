@@ -95,3 +95,28 @@ def test_kernel_fallback_needs_a_fallback(install_plugins):
     with pytest.raises(legato.ConfigError, match=r"legal.exp.kernel: fallback, but the "
                                                  r"backend names no fallback"):
         legato.register_backend({"backend": "lone", "legal": {"exp": {"kernel": "fallback"}}})
+
+
+@pytest.mark.parametrize("written, meant", [("fp16", "float16"), ("half", "float16"),
+                                            ("BF16", "bfloat16"), ("u8", "uint8"),
+                                            ("flaot32", "float32")])
+def test_a_dtype_written_as_other_tools_write_it_gets_legato_s_name(written, meant):
+    with pytest.raises(legato.ConfigError, match=rf"unknown dtype '{written}' \(did you mean "
+                                                 rf"'{meant}'\?\)"):
+        legato.register_backend({"backend": "typo_npu", "executes": False,
+                                 "legal": {"exp": {"dtypes": [written]}}})
+
+
+def test_kept_ops_the_backend_cannot_run_are_listed_together_with_the_ways_out(
+        install_plugins, tmp_path):
+    install_relu_npu(install_plugins, {"kernel": "fallback"})
+    config = tmp_path / "npu.yaml"
+    config.write_text("backends:\n  author_npu:\n    keep: [nn.gelu, nn.silu]\n")
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    module = b.build(b.call("nn.silu", b.call("nn.gelu", x)), b.call("nn.gelu", x))
+    with pytest.raises(legato.LegalizationError) as err:
+        legato.legalize(module, backend="author_npu", config=str(config))
+    text = str(err.value)
+    assert "cannot take 2 op(s) the config keeps: nn.gelu x2, nn.silu x1" in text
+    assert "a kernel for it" in text and "`custom_ops: true`" in text

@@ -12,7 +12,8 @@ from .backend import Backend, Condition, resolve
 from .errors import ConfigError, LegatoError, clip, quote
 from .ir import CUSTOM_OP, DTYPES, freeze_attr
 from .ops.layout_rules import LAYOUTS
-from .yamlsource import as_list, check_keys, check_op, expect, hint, is_int, load_yaml
+from .yamlsource import (as_list, check_keys, check_op, dtype_hint, expect, hint, is_int,
+                         load_yaml)
 
 CAPABILITY_KEYS = {"backend", "description", "executes", "fallback", "custom_ops", "domain",
                    "legal", "legal_levels", "legal_from_kernels", "kernels", "layout", "rules"}
@@ -172,8 +173,8 @@ def _dtypes(cond, label, where):
     expect(isinstance(dtypes, list), dtypes, label, f"{where}.dtypes", "a list of dtypes")
     for dtype in dtypes:
         if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise ConfigError(f"{label}: {where}.dtypes: unknown dtype {quote(dtype)}"
-                              f"{hint(dtype, DTYPES)}")
+            said = dtype_hint(dtype, DTYPES) or f"; one of {', '.join(DTYPES)}"
+            raise ConfigError(f"{label}: {where}.dtypes: unknown dtype {quote(dtype)}{said}")
     return frozenset(dtypes)
 
 

@@ -55,6 +55,9 @@ class _Legalizer:
         self._decisions: dict = {}
         # the attribute conditions of the backend's legal ops, to report those no call meets
         self.watch = {op: c for op, c in backend.legal.items() if c.attrs} if backend else {}
+        # kept calls the backend can neither run nor tunnel: reason -> (op, calls), raised
+        # together so the author sees every op at once
+        self.kept_failures: dict[str, list] = {}
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -83,7 +86,7 @@ class _Legalizer:
         decision = backend.decide(call, config, level, use_rules)
         if decision.rule == KEPT:
             return Decision("failed", self._routes(call, [
-                f"kept by config {config.source}".rstrip(), decision.reason]))
+                f"kept by config {config.source}".rstrip(), decision.reason]), KEPT)
         if decision.rule != DECLINED:
             return decision
         why = decision.reason
@@ -98,6 +101,23 @@ class _Legalizer:
             f"fallback: {fallback_why}",
             "custom op: not kept by the config" if backend.custom_ops else
             f"custom op: {backend.name} does not take custom ops"]))
+
+    def kept_text(self) -> str:
+        """Every kept op the backend can neither run nor tunnel, and the ways out; '' when
+        there is none."""
+        if not self.kept_failures:
+            return ""
+        ops: dict[str, int] = {}
+        for op, n in self.kept_failures.values():
+            ops[op] = ops.get(op, 0) + n
+        name = self.backend.name
+        tunnel = "widen its custom_ops conditions" if self.backend.custom_ops else \
+            "set `custom_ops: true` in its capability file"
+        return (f"backend {name} cannot take {len(ops)} op(s) the config keeps: "
+                + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+                + f". For each, give {name} a kernel for it (its kernel table) so it runs "
+                f"natively, or {tunnel} to tunnel it as a custom op, or drop it from the "
+                "config's keep.\n" + "\n".join(self.kept_failures) + "\n")
 
     def _routes(self, call: Call, routes: list[str]) -> str:
         text = f"cannot legalize {call_text(call)} for backend {self.backend.name}"
@@ -139,9 +159,12 @@ class _Legalizer:
             self._decompose(call, decision, remap, out, source)
             return
         if action == "failed":
-            if self.mode == "full":
-                raise LegalizationError(decision.reason)
-            self.report.failures.append(decision.reason)
+            if self.mode == "full" and decision.rule == KEPT:
+                self.kept_failures.setdefault(decision.reason, [call.op, 0])[1] += 1
+            elif self.mode == "full":
+                raise LegalizationError(self.kept_text() + decision.reason)
+            else:
+                self.report.failures.append(decision.reason)
         elif action == "custom" and call.op != CUSTOM_OP:
             call = self._custom(call, remap, source)
         elif action == "fallback":
@@ -248,6 +271,8 @@ def legalize_module(module: Module, registry, backend=None, fallback=None,
         raise LegatoError("legalize needs a backend, a max_level, or both")
     worker = _Legalizer(registry, backend, fallback, config, max_level, mode)
     legalized, changed = LegalizePass(worker).run(module)
+    if worker.kept_failures:
+        raise LegalizationError(worker.kept_text().rstrip("\n"))
     worker.report.changed = changed
     return LegalizeResult(module if mode == "analysis" else legalized, worker.report,
                           worker.fallback_calls)

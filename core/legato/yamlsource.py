@@ -189,6 +189,26 @@ def hint(name: Any, known) -> str:
     return suggest(name, known)
 
 
+# names other tools use for legato's dtypes, which difflib does not find ('fp16' is far
+# from 'float16' by edit distance)
+DTYPE_ALIASES = {
+    "fp64": "float64", "f64": "float64", "double": "float64",
+    "fp32": "float32", "f32": "float32", "float": "float32", "single": "float32",
+    "fp16": "float16", "f16": "float16", "half": "float16",
+    "bf16": "bfloat16", "bfloat": "bfloat16",
+    "i64": "int64", "long": "int64", "int": "int64", "i32": "int32", "i16": "int16",
+    "short": "int16", "i8": "int8", "qint8": "int8", "u8": "uint8", "quint8": "uint8",
+    "byte": "uint8", "boolean": "bool", "bool_": "bool",
+}
+
+
+def dtype_hint(name: Any, known) -> str:
+    """' (did you mean 'float16'?)' for 'fp16', 'half', 'F16' or a misspelling."""
+    if isinstance(name, str) and DTYPE_ALIASES.get(name.lower()) in known:
+        return f" (did you mean {DTYPE_ALIASES[name.lower()]!r}?)"
+    return hint(name.lower() if isinstance(name, str) else name, known)
+
+
 def check_keys(data: Mapping, allowed: set, label: str, where: str) -> None:
     for key in data:
         if key not in allowed:
