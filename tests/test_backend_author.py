@@ -120,3 +120,27 @@ def test_kept_ops_the_backend_cannot_run_are_listed_together_with_the_ways_out(
     text = str(err.value)
     assert "cannot take 2 op(s) the config keeps: nn.gelu x2, nn.silu x1" in text
     assert "a kernel for it" in text and "`custom_ops: true`" in text
+
+
+def two_attention_layers():
+    """Two attention blocks written out in primitives, as an exporter writes them."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 2, 5, 8), "float32")
+    k_raw = b.input("k", (1, 5, 2, 8), "float32")
+    y = x
+    for _ in range(2):
+        scores = b.matmul(b.multiply(y, 0.25), b.permute_dims(k_raw, axes=[0, 2, 3, 1]))
+        y = b.matmul(b.nn_softmax(scores, axis=-1), x)
+    return b.build(y)
+
+
+def test_show_draws_each_recomposed_kept_attention_whole(install_plugins, tmp_path):
+    from legato.show import graph
+    install_npu(install_plugins, npu_capability({"nn.attention": {}}))
+    config = tmp_path / "npu.yaml"
+    config.write_text("backends:\n  author_npu:\n    keep: [nn.attention]\n")
+    picture = graph(two_attention_layers(), "author_npu", str(config))
+    attention = [n for n in picture.after.nodes if n.label == "nn.attention"]
+    assert [n.kind for n in attention] == ["kept", "kept"]
+    assert [n.cluster for n in attention] == ["", ""]  # in no box
+    assert not any("decomposed" in label for label in picture.after.clusters.values())

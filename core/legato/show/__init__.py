@@ -108,16 +108,19 @@ def _draw(module: Module, prefix: str, title: str, judge: _Judge, grouped: bool)
                     f"input {param.name or i}: {param.type}")
         g.nodes.append(node)
         producer[param] = node.id
+    last = (None, None)  # (origin key, cluster) of the previous call
     for i, call in enumerate(fn.calls):
         node = _call_node(module, call, f"{prefix}{i}", judge)
-        if grouped and call.origin is not None:
-            cluster = f"{prefix}c_{len(g.clusters)}"
-            key = (call.origin.source, call.origin.op)
-            found = next((c for c, label in g.clusters.items() if label == _cluster(key)), None)
-            if found is None:
-                g.clusters[cluster] = _cluster(key)
-                found = cluster
-            node.cluster = found
+        key = _cluster_key(call) if grouped else None
+        if key is not None:
+            # one box per run of calls from one source call: recomposed calls of several
+            # layers share a source text, and must not share a box
+            if key != last[0]:
+                last = (key, f"{prefix}c_{len(g.clusters)}")
+                g.clusters[last[1]] = _cluster(key)
+            node.cluster = last[1]
+        else:
+            last = (None, None)
         g.nodes.append(node)
         for value in call.inputs:
             if value is not None and value in producer:
@@ -132,9 +135,22 @@ def _draw(module: Module, prefix: str, title: str, judge: _Judge, grouped: bool)
     return g
 
 
-def _cluster(key: tuple[str, str]) -> str:
-    source, op = key
-    return f"{op} ({source}), decomposed"
+def _cluster_key(call: Call) -> tuple[str, str, str] | None:
+    """(source, op, what was done) of the box `call` belongs in; None for a call that is
+    whole: from the model, or recomposed and then taken as it is."""
+    origin = call.origin
+    if origin is None:
+        return None
+    done = [r for r in origin.rules if r.startswith(("decompose:", "lower:"))]
+    if not done:  # recomposed, or tunnelled as a custom op: one call, taken whole
+        return None
+    return origin.source, origin.op, "lowered" if done[0].startswith("lower:") else \
+        "decomposed"
+
+
+def _cluster(key: tuple[str, str, str]) -> str:
+    source, op, done = key
+    return f"{op} ({source}), {done}"
 
 
 def _call_node(module: Module, call: Call, node_id: str, judge: _Judge) -> Node:
@@ -159,7 +175,10 @@ def _call_node(module: Module, call: Call, node_id: str, judge: _Judge) -> Node:
     if call.attrs:
         lines.append(f"attributes: {attrs}")
     lines.append(f"{kind}: {sentence(reason)}")
-    if call.origin is not None:
+    if call.origin is not None and call.origin.rules[:1] == ("recompose",) and \
+            _cluster_key(call) is None:
+        lines.append(f"recomposed from {', '.join(call.origin.rules[1:])}")
+    elif call.origin is not None:
         lines.append(f"part of {call.origin.op} at {call.origin.source} via "
                      f"{' > '.join(call.origin.rules)}")
     return Node(node_id, label, kind, _clip("\n".join(lines)))
