@@ -26,6 +26,8 @@ from .fuse import fuse, op_info
 from .ir import CALL_OP
 from .ops.tolerance import result_tolerance
 from .cli_recompose import add_command as add_recompose_command
+from .cli_validate import add_command as add_validate_command, add_compile_options, \
+    validate_compiled
 from .progress import size_text, timer
 from .show import add_command as add_show_command
 
@@ -99,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="print the legalized module's text on stdout")
             p.add_argument("--explain", action="store_true",
                            help="print what happened to each op and why")
+            add_compile_options(p)  # --validate, --validate-run
         else:
             p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("demo", parents=[common],
@@ -108,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     add_kit_commands(sub, [common])  # init, check-backend
     add_show_command(sub, [common])
     add_recompose_command(sub, [common])
+    add_validate_command(sub, [common])
     return parser
 
 
@@ -186,6 +190,8 @@ def cmd_compile(args) -> int:
     elif not args.output and not args.explain:
         print("(-o FILE writes the result, --print-ir prints the legalized module, "
               "--explain says why)", file=sys.stderr)
+    if args.validate or args.validate_run:
+        return validate_compiled(args, compiled)
     return 0
 
 

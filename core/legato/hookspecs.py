@@ -19,3 +19,8 @@ def legato_register_backends(register):
 @hookspec
 def legato_register_torch_ops(register):
     """Register torch importer converters for custom ops (torch.library): register(op_name, converter), op_name "namespace::name" (every overload) or "namespace::name.overload", converter(b, *args, **kwargs) -> value or tuple, like an ATen converter."""
+
+
+@hookspec
+def legato_register_validators(register):
+    """Register validators of emitted artifacts (`legato validate`, `legato compile --validate`): register(name, validate, run=None, suffixes=(), backends=()), validate(text, name) -> None or raises (legato.validators), run(text, inputs) -> results."""

@@ -25,6 +25,7 @@ from .errors import LegatoError, PluginError, RegistrationError, clip, quote
 from .frontends import torch_registry
 from .ops import REGISTRY
 from .registry import OpDef, Registry
+from .validators import make_validator
 from .yamlsource import hint
 
 GROUP = "legato"
@@ -42,6 +43,7 @@ class PluginHost:
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
         self.backends: dict[str, Backend] = {}
+        self.validators: dict = {}  # name -> validators.Validator
         self.problems: list[tuple[str, str]] = []
         # plugin -> the traceback of its first failure (`legato backends --verbose`)
         self.tracebacks: dict[str, str] = {}
@@ -90,7 +92,8 @@ class PluginHost:
         new_backends: list[str] = []
         for hook, make in ((self.pm.hook.legato_register_ops, self._op_registrar),
                            (self.pm.hook.legato_register_torch_ops, self._torch_registrar),
-                           (self.pm.hook.legato_register_backends, self._backend_registrar)):
+                           (self.pm.hook.legato_register_backends, self._backend_registrar),
+                           (self.pm.hook.legato_register_validators, self._validator_registrar)):
             for impl in hook.get_hookimpls():
                 if impl.plugin_name not in names:
                     continue
@@ -117,6 +120,8 @@ class PluginHost:
             elif kind == "torch op":
                 torch_registry.unregister(name)
                 self._torch_ops_added.remove(name)
+            elif kind == "validator":
+                self.validators.pop(name, None)
             else:
                 self.backends.pop(name, None)
 
@@ -148,6 +153,16 @@ class PluginHost:
                 capability, self.registry, kernels=kernels, executor=executor,
                 emitter=emitter, plugin=plugin), check_fallback=False)
             added.append(("backend", backend.name))
+        return register
+
+    def _validator_registrar(self, plugin: str, added: list) -> Callable:
+        def register(name, validate, run=None, suffixes=(), backends=()):
+            validator = make_validator(plugin, name, validate, run, suffixes, backends)
+            if name in self.validators:
+                raise RegistrationError(f"validator {name!r} is already registered by "
+                                        f"{self.validators[name].plugin}")
+            self.validators[name] = validator
+            added.append(("validator", name))
         return register
 
     # --- backends -----------------------------------------------------------------------

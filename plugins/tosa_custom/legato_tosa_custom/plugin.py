@@ -1,4 +1,5 @@
-"""The tosa_custom plugin: TOSA-only ops, then the backend with its MLIR emitter."""
+"""The tosa_custom plugin: TOSA-only ops, then the backend with its MLIR emitter, and
+the "tosa" validator (tosa-opt and the TOSA reference model, tools.py)."""
 from importlib.resources import files
 
 import yaml
@@ -8,6 +9,7 @@ import legato
 from . import ops
 from .emitter import emit_mlir
 from .lowering import capability_tables
+from .tools import run_text, validate_text
 
 
 def capability() -> dict:
@@ -24,3 +26,8 @@ def legato_register_ops(register):
 @legato.hookimpl
 def legato_register_backends(register):
     register(capability(), emitter=emit_mlir)
+
+
+@legato.hookimpl
+def legato_register_validators(register):
+    register("tosa", validate_text, run=run_text, suffixes=[".mlir"], backends=["tosa_custom"])

@@ -3,6 +3,8 @@ the TOSA reference model.
 
 tosa-tools pins its own numpy, so it usually lives in a venv of its own (`make test`
 creates `.venv-tosa`); the reference model runs there as a subprocess on .npy files.
+`validate_text` and `run_text` are what the plugin registers as legato's "tosa"
+validator (`legato validate FILE.mlir`, `legato compile -b tosa_custom --validate`).
 """
 from __future__ import annotations
 
@@ -14,13 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from legato.errors import LegatoError
+from legato.errors import LegatoError, clip
+from legato.validators import ToolsMissing
 
 from .narrowing import narrow_inputs, widen_results
 
 TARGET = "profiles=pro_fp level=8k specification_version=1.0"
 STRICT = "--tosa-validate=strict-op-spec-alignment"
 RUNNER = Path(__file__).with_name("_refrun.py")
+ENV = "LEGATO_TOSA_VENV"
+# a source checkout's venv of the tools (mk/tosa.mk), beside the current directory's
+CHECKOUT_VENV = Path(__file__).resolve().parents[3] / ".venv-tosa"
+MAX_LINE = 300   # tosa-opt echoes the offending line: a constant's is megabytes long
 
 
 class ToolError(LegatoError):
@@ -34,8 +41,9 @@ class TosaTools:
 
     @staticmethod
     def find(*venvs) -> "TosaTools | None":
-        """From $LEGATO_TOSA_VENV, the given venv directories, or this interpreter."""
-        candidates = [os.environ.get("LEGATO_TOSA_VENV"), *venvs, sys.prefix]
+        """From $LEGATO_TOSA_VENV when set (only there: an explicit choice), else the
+        given venv directories or this interpreter."""
+        candidates = [os.environ[ENV]] if os.environ.get(ENV) else [*venvs, sys.prefix]
         for venv in filter(None, candidates):
             bin_dir = Path(venv) / "bin"
             opt, python = bin_dir / "tosa-opt", bin_dir / "python"
@@ -43,21 +51,24 @@ class TosaTools:
                 return TosaTools(opt, python)
         return None
 
-    def _opt(self, mlir_path: Path, *flags: str) -> str:
+    def _opt(self, mlir_path: Path, *flags: str, name: str | None = None) -> str:
         proc = subprocess.run([str(self.opt), str(mlir_path), *flags], capture_output=True,
                               text=True, timeout=300)
         if proc.returncode != 0:
-            raise ToolError(f"tosa-opt {' '.join(flags)} failed on {mlir_path}:\n"
-                            f"{proc.stderr.strip()}")
+            name = name or str(mlir_path)  # its messages are 'PATH:LINE:COLUMN: error: ...'
+            errors = "\n".join(clip(line, MAX_LINE) for line in
+                               proc.stderr.strip().replace(str(mlir_path), name).splitlines())
+            raise ToolError(f"tosa-opt {' '.join(flags)} failed on {name}:\n{errors}")
         return proc.stdout
 
-    def validate(self, text: str, strict: bool = True) -> None:
-        """tosa-opt --tosa-attach-target=... --tosa-validate; raises ToolError if invalid."""
+    def validate(self, text: str, strict: bool = True, name: str | None = None) -> None:
+        """tosa-opt --tosa-attach-target=... --tosa-validate; raises ToolError if invalid
+        (naming the module `name` in the error lines, rather than a temporary file)."""
         validate = STRICT if strict else "--tosa-validate"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "module.mlir"
             path.write_text(text)
-            self._opt(path, f"--tosa-attach-target={TARGET}", validate)
+            self._opt(path, f"--tosa-attach-target={TARGET}", validate, name=name)
 
     def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
         """Serialize with tosa-opt and run the TOSA reference model on `inputs`; int64
@@ -79,3 +90,29 @@ class TosaTools:
                 raise ToolError(f"TOSA reference model failed:\n{proc.stderr.strip()}")
             outputs = sorted(tmp.glob("out*.npy"), key=lambda p: int(p.stem[3:]))
             return widen_results(text, [np.load(p) for p in outputs])
+
+
+def find_tools() -> TosaTools:
+    """The tools as the tests find them: $LEGATO_TOSA_VENV when set, else .venv-tosa here
+    or in the source checkout, else this interpreter's; ToolsMissing says how to get them."""
+    found = TosaTools.find(Path.cwd() / ".venv-tosa", CHECKOUT_VENV)
+    if found is not None:
+        return found
+    where = f"{ENV}={os.environ[ENV]} has no bin/tosa-opt and bin/python" if \
+        os.environ.get(ENV) else f"no tosa-opt in ${ENV}, ./.venv-tosa or {sys.prefix}"
+    raise ToolsMissing(
+        f"the TOSA tools (tosa-opt, the TOSA reference model) are not installed ({where}). "
+        "In a legato checkout `make .venv-tosa/.installed` puts them in .venv-tosa, where "
+        "legato finds them; elsewhere make a venv of their own (tosa-tools pins numpy<2.2 "
+        "on Python 3.11, so it may not install beside legato), `pip install "
+        f"legato-tosa-custom[tools]` there, and set {ENV} to that venv")
+
+
+def validate_text(text: str, name: str = "module.mlir") -> None:
+    """The "tosa" validator: strict TOSA 1.0 validation by tosa-opt."""
+    find_tools().validate(text, name=name)
+
+
+def run_text(text: str, inputs) -> list[np.ndarray]:
+    """The "tosa" validator's runner: the TOSA reference model on `inputs`."""
+    return find_tools().run_reference(text, list(inputs))
