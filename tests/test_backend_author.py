@@ -144,3 +144,32 @@ def test_show_draws_each_recomposed_kept_attention_whole(install_plugins, tmp_pa
     assert [n.kind for n in attention] == ["kept", "kept"]
     assert [n.cluster for n in attention] == ["", ""]  # in no box
     assert not any("decomposed" in label for label in picture.after.clusters.values())
+
+
+def test_onnx_layer_norm_and_softmax_meet_negative_axis_conditions(install_plugins,
+                                                                     tmp_path):
+    """The ONNX import writes the axes it resolved (LayerNormalization axis=-1 on rank 3 as
+    [2]); a capability written with -1 still takes them, and runs them as onnxruntime does."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    gamma = helper.make_tensor("gamma", TensorProto.FLOAT, [4], [1.0, 0.5, 2.0, 1.5])
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "gamma"], ["y"], axis=-1),
+         helper.make_node("Softmax", ["s"], ["z"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 5])], [gamma])
+    path = tmp_path / "norm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    install_npu(install_plugins, npu_capability({
+        "nn.layer_norm": {"attrs": {"axes": [-1]}}, "nn.softmax": {"attrs": {"axis": -1}}}))
+    compiled = legato.compile(str(path), "author_npu")
+    assert compiled.report.per_backend["author_npu"] == {"nn.layer_norm": 1, "nn.softmax": 1}
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    s = rng.standard_normal((3, 5)).astype(np.float32)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x, "s": s})
+    for got, expected in zip(compiled(x, s), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -52,9 +52,8 @@ class Report:
 
     def unmatched(self) -> list[str]:
         """The attribute conditions no call met, with the values the calls had."""
-        return [f"condition {text} matched 0 of {seen} calls (their "
-                f"{', '.join(values)})" for text, seen, met, values in self.conditions.values()
-                if seen and not met]
+        return [f"condition {text} matched 0 of {seen} calls (their {_values(values)})"
+                for text, seen, met, values in self.conditions.values() if seen and not met]
 
     def record(self, op: str, decision: Decision, source: bool, origin: str | None = None
                ) -> None:
@@ -164,6 +163,13 @@ def condition_text(op: str, attrs) -> str:
                                    "[" + ", ".join(map(_attr_text, allowed)) + "]")
                      for key, allowed in attrs.items())
     return f"{op} attrs {{{said}}}"
+
+
+def _values(values: Counter, shown: int = 4) -> str:
+    """The commonest attribute values calls had, then how many others."""
+    common = [value for value, _ in values.most_common(shown)]
+    more = len(values) - len(common)
+    return ", ".join(common) + (f" and {more} other values" if more else "")
 
 
 def _attr_text(value) -> str:
