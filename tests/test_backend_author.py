@@ -89,6 +89,7 @@ def test_kernel_fallback_runs_on_the_fallback_and_the_report_says_so(install_plu
     assert per_backend["author_npu"] == {"add": 1}
     assert per_backend["cpu_ref"] == {"nn.relu": 2}
     assert "on cpu_ref (fallback): nn.relu x2" in str(compiled.report)
+    assert "run by its fallback cpu_ref's kernel (kernel: fallback)" in str(compiled.report)
 
 
 def test_kernel_fallback_needs_a_fallback(install_plugins):

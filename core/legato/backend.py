@@ -177,7 +177,9 @@ class Backend:
         why = self.why_not(call)
         if why is None:
             if op not in config.decompose:
-                return Decision("legal", f"{self.name} supports it")
+                return Decision("legal", f"{self.name} supports it" + (
+                    f", run by its fallback {self.fallback}'s kernel (kernel: fallback)"
+                    if op in self.borrowed else ""))
             return Decision("decomposed", f"decompose requested by config "
                                           f"{config.source or ''}".rstrip(), "unsupported")
         if use_rules and self.rule(op) is not None:
