@@ -174,3 +174,19 @@ def test_onnx_layer_norm_and_softmax_meet_negative_axis_conditions(install_plugi
     want = ort.InferenceSession(str(path)).run(None, {"x": x, "s": s})
     for got, expected in zip(compiled(x, s), want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, condition, attrs, taken", [
+    ("sum", [-1, 0], {"axes": [0, 2]}, True),          # a set of axes, in any order
+    ("sum", [-1], {"axes": [1]}, False),
+    ("expand_dims", [3], {"axes": [-1]}, True),        # counted on the result's rank
+    ("expand_dims", [2], {"axes": [-1]}, False),
+    ("permute_dims", [2, 0, 1], {"axes": [-1, 0, 1]}, True),
+    ("permute_dims", [2, 0, 1], {"axes": [0, 2, 1]}, False),  # a permutation keeps order
+])
+def test_axis_conditions_on_other_ops(backend_factory, op, condition, attrs, taken):
+    backend = backend_factory({"backend": "axes_npu", "executes": False,
+                               "legal": {op: {"attrs": {"axes": condition}}}})
+    b = legato.GraphBuilder()
+    call = b.build(b.call(op, b.input("x", (2, 3, 4)), **attrs)).main.calls[0]
+    assert backend.supports(call) is taken

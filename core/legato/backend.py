@@ -254,7 +254,7 @@ def axis_value(call: Call, key: str, value: Any) -> Any:
     if not isinstance(value, tuple):
         return None
     axes = tuple(a + rank if isinstance(a, int) and -rank <= a < 0 else a for a in value)
-    return axes if call.op in ORDERED_AXES else tuple(sorted(axes, key=repr))
+    return axes if call.op in ORDERED_AXES else tuple(sorted(axes))
 
 
 def value_key(call: Call) -> tuple:
