@@ -108,3 +108,18 @@ def test_samples_of_a_dtype_have_inputs_of_it(dtype):
     drawn = samples("matmul", seed=3, dtype=dtype)
     assert drawn and all(any(a is not None and a.dtype == dtype for a in s.inputs)
                          for s in drawn)
+
+
+def test_attribute_values_no_generator_draws_are_put_in():
+    """clip legal only as relu6 (min 0, max 6): the kit draws random bounds, so the
+    declared ones are put into drawn samples; a kernel ignoring max is caught."""
+    from legato.testing import check_backend
+    legal = {"clip": {"dtypes": ["float32"], "attrs": {"min": 0.0, "max": 6.0}}}
+    kernels = {"ok_npu": lambda a, min=None, max=None: np.asarray(np.clip(a, 0.0, 6.0)),
+               "relu_npu": lambda a, min=None, max=None: np.asarray(np.maximum(a, 0.0))}
+    plugins = {name: npu_plugin(name, legal, {"clip": fn}) for name, fn in kernels.items()}
+    with installed_plugins(plugins):
+        good, = check_backend("ok_npu")
+        bad, = check_backend("relu_npu")
+    assert good.ok and good.ran >= 12 and not good.unsampled
+    assert set(bad.problems) == {"mismatch"}

@@ -124,8 +124,7 @@ def _declared_samples(backend, op, seed, count, result: OpResult) -> list:
     those the backend takes; what each combination got goes to result.coverage."""
     taken = []
     for combo in combinations(op, backend.legal[op]):
-        drawn = draw(combo, seed, count)
-        mine = [s for s in drawn if _takes(backend, s, True)]
+        drawn, mine = draw(combo, seed, count, lambda s: _takes(backend, s, True))
         why = "" if mine else "no generator produces this combination" if not drawn else \
             f"{len(drawn)} drawn, none taken: {backend.why_not(drawn[0].call())}"
         result.coverage.append((combo.label(), len(mine), why))

@@ -3,18 +3,20 @@ each dtype of a condition's `dtypes` list crossed with each branch of its attrib
 conditions (`data_layout: [NCHW, NHWC]` is two branches).
 
     for combo in combinations("nn.conv2d", backend.legal["nn.conv2d"]):
-        drawn = draw(combo, seed=0, count=12)   # samples of that dtype and branch
+        drawn, _ = draw(combo, seed=0, count=12)   # samples of that dtype and branch
 
-A combination no generator produces is reported, not skipped silently: a backend's
-claim the kit never ran is a claim nobody tested.
+Drawn samples of the dtype whose attributes differ are also tried with the branch's
+values put in. A combination still without samples is reported, not skipped silently: a
+backend's claim the kit never ran is a claim nobody tested.
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..errors import LegatoError
 from ..ir import thaw_attr
-from .samples import SampleError, samples
+from .samples import SampleError, checked, default_registry, samples
 
 MAX_COMBINATIONS = 64   # per op: dtype lists crossed with attribute branches grow fast
 ROUNDS = 6              # draws (of `count` each, new seeds) before a combination is given up
@@ -55,17 +57,35 @@ def declares(condition) -> bool:
     return condition is not None and bool(condition.dtypes or condition.attrs)
 
 
-def draw(combo: Combination, seed: int, count: int) -> list:
-    """Samples of the combination, drawn with its dtype as the main dtype over up to
-    ROUNDS seeds until `count` (and an elementwise op's edge shapes) are found; [] when no
-    generator produces it."""
-    found: list = []
+def draw(combo: Combination, seed: int, count: int, accept=None) -> tuple[list, list]:
+    """(drawn, accepted): samples of the combination, drawn with its dtype as the main
+    dtype over up to ROUNDS seeds until `count` of them pass `accept` (a backend's
+    legality: its ranks or check may take few of them; default: all); ([], []) when no
+    generator produces the combination."""
+    drawn: list = []
+    accepted: list = []
     for round_ in range(ROUNDS):
         try:
-            drawn = samples(combo.op, seed + 7919 * round_, count, dtype=combo.dtype)
+            new = samples(combo.op, seed + 7919 * round_, count, dtype=combo.dtype)
         except SampleError:
-            drawn = []
-        found.extend(s for s in drawn if combo.matches(s))
-        if len(found) >= count:
+            new = []
+        mine = [s for s in new if combo.matches(s)]
+        if len(accepted) + len(mine) < count:  # few drawn with the branch's attributes
+            mine += filter(None, (_with_branch(combo, s) for s in new if not combo.matches(s)))
+        drawn += mine
+        accepted += [s for s in mine if accept is None or accept(s)]
+        if len(accepted) >= count:
             break
-    return found
+    return drawn, accepted
+
+
+def _with_branch(combo: Combination, sample):
+    """The sample with the branch's attribute values put in (a generator drawing a
+    float bound seldom draws clip's 0 and 6 themselves); None where the op refuses that."""
+    attrs = {**sample.attrs, **{k: thaw_attr(v) for k, v in combo.attrs}}
+    try:
+        made = checked(replace(sample, attrs=attrs, note="declared attribute values"),
+                       default_registry())
+    except LegatoError:
+        return None
+    return made if combo.matches(made) else None
