@@ -123,3 +123,18 @@ def test_attribute_values_no_generator_draws_are_put_in():
         bad, = check_backend("relu_npu")
     assert good.ok and good.ran >= 12 and not good.unsampled
     assert set(bad.problems) == {"mismatch"}
+
+
+def test_combinations_past_the_cap_are_counted_not_dropped(monkeypatch):
+    import legato
+    from legato.backend import Backend, Condition
+    from legato.testing import check_backend, conformance
+    legal = {"add": Condition(dtypes=frozenset({"float32", "float64", "int32"}))}
+    backend = Backend("capped_npu", legal, fallback="cpu_ref", kernels={"add": np.add})
+    monkeypatch.setitem(legato.context().backends, "capped_npu", backend)
+    monkeypatch.setattr(conformance, "MAX_COMBINATIONS", 2)
+    result, = check_backend("capped_npu")
+    labels = [label for label, _, _ in result.coverage]
+    assert labels == ["add: 1 more combinations", "add float32", "add float64"]
+    assert "add: 1 more combinations: NOT SAMPLED, not drawn (at most 2 per op)" in \
+        conformance.table("capped_npu", [result])

@@ -19,7 +19,8 @@ def add_commands(sub, parents=()) -> None:
     p.add_argument("--dir", default=".", help="where to create NAME/ (default: here)")
     p.set_defaults(command=cmd_init)
     p = sub.add_parser("check-backend", parents=parents, help="run every legal op and kernel of a backend on "
-                                             "sample inputs against cpu_ref")
+                                             "sample inputs against cpu_ref, each declared "
+                                             "dtype and attribute branch on its own")
     p.add_argument("name", help="an installed backend (see `legato backends`)")
     p.add_argument("--op", action="append", help="only these ops (repeatable)")
     p.add_argument("--seed", type=int, default=0)

@@ -33,7 +33,7 @@ from ..builder import GraphBuilder
 from ..errors import LegatoError, clip
 from ..ir import CUSTOM_OP
 from ..ops.tolerance import ROUNDING_OPS, error_bound
-from .declared import combinations, declares, draw
+from .declared import MAX_COMBINATIONS, combinations, declares, draw
 from .samples import DEFAULT_COUNT, SampleError, check_draw_args, samples as draw_samples
 
 REFERENCE = "cpu_ref"
@@ -123,7 +123,11 @@ def _declared_samples(backend, op, seed, count, result: OpResult) -> list:
     """`count` samples of each dtype and attribute branch the op's condition declares,
     those the backend takes; what each combination got goes to result.coverage."""
     taken = []
-    for combo in combinations(op, backend.legal[op]):
+    combos = combinations(op, backend.legal[op])
+    if len(combos) > MAX_COMBINATIONS:
+        result.coverage.append((f"{op}: {len(combos) - MAX_COMBINATIONS} more combinations",
+                                0, f"not drawn (at most {MAX_COMBINATIONS} per op)"))
+    for combo in combos[:MAX_COMBINATIONS]:
         drawn, mine = draw(combo, seed, count, lambda s: _takes(backend, s, True))
         why = "" if mine else "no generator produces this combination" if not drawn else \
             f"{len(drawn)} drawn, none taken: {backend.why_not(drawn[0].call())}"

@@ -47,9 +47,8 @@ def combinations(op: str, condition) -> list[Combination]:
     attrs = dict(condition.attrs) if condition is not None else {}
     keys = sorted(attrs)
     branches = itertools.product(*(attrs[k] for k in keys))
-    out = [Combination(op, dtype, tuple(zip(keys, branch)))
-           for branch in branches for dtype in dtypes]
-    return out[:MAX_COMBINATIONS]
+    return [Combination(op, dtype, tuple(zip(keys, branch)))
+            for branch in branches for dtype in dtypes]
 
 
 def declares(condition) -> bool:
