@@ -99,6 +99,8 @@ def test_compile_validate(tosa_tools, capsys, tmp_path):
     text = capsys.readouterr().out
     assert f"{out}: valid (tosa validator of tosa_custom)" in text
     assert "result 0: float32[8, 10]" in text and "MISMATCH" not in text
+    assert main(["compile", "example:mlp", "-b", "tosa_custom", "--validate"]) == 0
+    assert "<tosa_custom artifact>: valid" in capsys.readouterr().out
     assert main(["compile", "example:mlp", "--validate"]) == 1  # cpu_ref executes
     assert "backend cpu_ref executes" in capsys.readouterr().err
 
