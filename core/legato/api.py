@@ -19,7 +19,8 @@ from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
 from .frontends.onnx import load as load_onnx
-from .ir import CALL_OP, CUSTOM_OP, Function, Module
+from .builder import GraphBuilder
+from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
 from .layout import convert_layout
 from .partition import partition
 from .legalize import LegalizeResult, legalize_module
@@ -93,6 +94,31 @@ def load_model(model, *, context: Context | None = None) -> Module:
         raise type(err)(f"{path}: {err}") from None
 
 
+def _runs_on(be: Backend, cfg: BackendConfig, host: Context):
+    """`runnable(call)` for the QDQ folding: None when `be` legalizes the qnn call (whole,
+    by its integer decomposition or on its fallback), else why not, e.g. an emitter without
+    integer convolutions; one trial legalization per op and operand types."""
+    seen: dict = {}
+
+    def runnable(call: Call) -> str | None:
+        key = (call.op, tuple(None if v is None else (v.type, isinstance(v, Const))
+                              for v in call.inputs), repr(sorted(call.attrs.items())))
+        if key not in seen:
+            b = GraphBuilder(host.registry)
+            inputs = [v if v is None or isinstance(v, Const) else b.input(f"x{i}", v.shape,
+                                                                         v.dtype)
+                      for i, v in enumerate(call.inputs)]
+            try:
+                legalize_module(b.build(b.call(call.op, *inputs, **call.attrs)),
+                                host.registry, be, host.fallback_of(be) if be.executes
+                                else None, cfg)
+                seen[key] = None
+            except LegatoError as err:
+                seen[key] = f"{be.name} cannot run {call.op}: {str(err).splitlines()[0]}"
+        return seen[key]
+    return runnable
+
+
 def legalize(module, backend: str | Backend | None = None, config=None,
              max_level: int | None = None, mode: str = "full", *,
              context: Context | None = None) -> LegalizeResult:
@@ -159,7 +185,7 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     # dequantize -> op -> quantize regions become qnn calls on the integers (what
     # onnxruntime's int8 kernels compute); then composite ops the model spells out in
     # primitives are found, so the backend can keep them
-    folding = QDQFoldPass(host.registry)
+    folding = QDQFoldPass(host.registry, runnable=_runs_on(be, cfg, host))
     module, _ = folding(source)
     module, recovered = recompose_for(module, be, cfg.recompose, cfg.keep, host.registry)
     if be.layout:  # kept ops reach the backend exactly as the user wrote them

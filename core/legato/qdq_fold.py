@@ -99,9 +99,12 @@ def _const(value) -> np.ndarray:
 class QDQFoldPass(FunctionPass):
     name = "fold-qdq"
 
-    def __init__(self, registry=None):
+    def __init__(self, registry=None, runnable=None):
+        """`runnable(call) -> None | str`: None when the target can run the qnn call, else
+        why not (a region then stays float, which every backend runs); None: fold all."""
         self.registry = registry if registry is not None else context().registry
         self.rules = derive_rules(self.registry)
+        self.runnable = runnable
         self.report = FoldReport()
 
     def run(self, module: Module):
@@ -158,6 +161,10 @@ class QDQFoldPass(FunctionPass):
             return None
         except LegatoError as err:   # the qnn op's type rule refuses these operands
             self.report.not_folded[op.op, f"{rule.qnn_op} refuses: {err}"] += 1
+            return None
+        unable = self.runnable and self.runnable(calls[0])
+        if unable:
+            self.report.not_folded[op.op, unable] += 1
             return None
         self.report.folded[rule.qnn_op] += 1
         return calls

@@ -142,3 +142,31 @@ def test_float64_sine_table_from_torch_is_folded_and_matches_eager(tools):
     assert "f64" not in compiled.artifact
     (out,) = tools.run_reference(compiled.artifact, [x.numpy()], validate=True)
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+def qdq_conv_module():
+    """dequantize -> conv2d -> quantize, as onnxruntime's QDQ quantizer writes a conv."""
+    rng = np.random.default_rng(5)
+    b = legato.GraphBuilder()
+    x = b.call("qnn.dequantize", b.input("x", (1, 4, 8, 8), "int8"),
+               b.const(np.float32(0.05)), b.const(np.int8(3)))
+    w = b.call("qnn.dequantize", b.const(rng.integers(-9, 9, (8, 4, 3, 3)).astype(np.int8)),
+               b.const(np.full(8, 0.02, np.float32)), b.const(np.zeros(8, np.int8)), axis=0)
+    y = b.call("nn.conv2d", x, w, None, padding=[1, 1, 1, 1])
+    return b.build(b.call("qnn.quantize", y, b.const(np.float32(0.1)), b.const(np.int8(-2))))
+
+
+def test_qdq_regions_tosa_cannot_run_whole_stay_float_and_say_why(tools):
+    """The QDQ folding makes qnn.conv2d only where the backend runs it: this pro_fp emitter
+    has no integer convolution, so the region stays float (as before folding existed) and
+    the report says why; c_kernels folds the same region."""
+    module = qdq_conv_module()
+    compiled = legato.compile(module, backend=KEEP)
+    assert not compiled.report.qdq.folded
+    ((op, why),) = compiled.report.qdq.not_folded
+    assert op == "nn.conv2d" and why.startswith(f"{KEEP} cannot run qnn.conv2d: ")
+    feeds = [np.random.default_rng(1).integers(-128, 128, (1, 4, 8, 8)).astype(np.int8)]
+    (out,) = tools.run_reference(compiled.artifact, feeds, validate=True)
+    want = legato.reference(module)(*feeds)  # float sums in another order: ties may round
+    assert np.abs(out.astype(np.int32) - want).max() <= 1   # the other way, one step
+    assert legato.compile(module, backend="c_kernels").report.qdq.folded["qnn.conv2d"] == 1
