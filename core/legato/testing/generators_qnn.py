@@ -60,3 +60,30 @@ def gen_requantize(ctx, op):
                                                                                shape)
     return ctx.call(op, data, _scale(ctx, shape, 0.001, 0.1), zero,
                     _scale(ctx, (), 0.05, 1.0), _zero(ctx, out), axis=axis, dtype=out)
+
+
+def _shapes_that_broadcast(ctx) -> tuple[tuple, tuple]:
+    shape = tuple(ctx.int(1, 5) for _ in range(ctx.int(1, 3)))
+    other = shape[ctx.int(0, len(shape) - 1):] if ctx.chance(0.4) else shape
+    return (shape, other) if ctx.chance(0.5) else (other, shape)
+
+
+@generator("qnn.add", "qnn.multiply")
+def gen_qbinary(ctx, op):
+    """Per-tensor operands of one dtype broadcasting against each other (the generic
+    elementwise generator draws float data, which these ops refuse)."""
+    dtype = ctx.choice(QDTYPES)
+    a_shape, b_shape = _shapes_that_broadcast(ctx)
+    a, b = ctx.fresh(a_shape, dtype), ctx.fresh(b_shape, dtype)
+    return ctx.call(op, a, _scale(ctx), _zero(ctx, dtype), b, _scale(ctx), _zero(ctx, dtype),
+                    _scale(ctx, (), 0.01, 0.2), _zero(ctx, dtype))
+
+
+@generator("qnn.sigmoid", "qnn.leaky_relu")
+def gen_qunary(ctx, op):
+    dtype = ctx.choice(QDTYPES)
+    data = ctx.fresh(tuple(ctx.int(1, 6) for _ in range(ctx.int(1, 3))), dtype)
+    attrs = {"alpha": ctx.choice([0.01, 0.2, 1.5])} if op == "qnn.leaky_relu" else {}
+    out_scale = _scale(ctx, (), 1 / 256, 1 / 64) if op == "qnn.sigmoid" else _scale(ctx)
+    return ctx.call(op, data, _scale(ctx, (), 0.01, 0.1), _zero(ctx, dtype), out_scale,
+                    _zero(ctx, dtype), **attrs)

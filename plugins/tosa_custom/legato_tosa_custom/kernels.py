@@ -30,8 +30,8 @@ def cast(data, dtype):
     target = np.dtype(dtype)
     if np.issubdtype(data.dtype, np.floating) and np.issubdtype(target, np.integer):
         info = np.iinfo(target)
-        return np.clip(np.rint(data), info.min, info.max).astype(target)
-    return data.astype(target)
+        return np.asarray(np.clip(np.rint(data), info.min, info.max)).astype(target)  # 0-d stays
+    return data.astype(target)                                                     # an array
 
 
 KERNELS = {"tosa.reciprocal": reciprocal, "tosa.gather": gather, "tosa.cast": cast,
