@@ -13,8 +13,6 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
 from . import api
 from .cli_kit import add_commands as add_kit_commands
 from .cli_model import DEFAULT_BACKEND, add_model_arguments, backends_arg, load
@@ -24,7 +22,7 @@ from .executor import as_tuple, describe_call
 from .frontends.onnx import coverage
 from .fuse import fuse, op_info
 from .ir import CALL_OP
-from .ops.tolerance import result_tolerance
+from .ops.tolerance import rel_error, result_tolerance
 from .cli_recompose import add_command as add_recompose_command
 from .cli_validate import add_command as add_validate_command, add_compile_options, \
     validate_compiled
@@ -309,22 +307,6 @@ def artifact_text(artifact) -> str:
     if isinstance(artifact, (bytes, bytearray)):
         return f"binary, {size_text(len(artifact))}"
     return f"a {type(artifact).__name__}"
-
-
-def rel_error(got: np.ndarray, want: np.ndarray) -> float:
-    """Largest difference relative to the largest finite |want|; NaN matches NaN and an
-    infinity matches itself."""
-    if got.shape != want.shape:
-        return float("inf")
-    if not want.size:
-        return 0.0
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    finite = np.isfinite(w)
-    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1e-30)
-    with np.errstate(invalid="ignore"):
-        same = (g == w) | (np.isnan(g) & np.isnan(w))
-        diff = np.where(same, 0.0, np.abs(g - w))
-    return float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale
 
 
 _rel_error = rel_error  # the name earlier releases had

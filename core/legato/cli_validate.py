@@ -17,7 +17,7 @@ from .cli_model import load
 from .errors import LegatoError
 from .examples import random_inputs
 from .executor import as_tuple
-from .ops.tolerance import result_tolerance
+from .ops.tolerance import rel_error, result_tolerance
 from .validators import ToolsMissing, for_backend, for_file
 
 TOOLS_MISSING = 2
@@ -100,7 +100,6 @@ def _missing(name: str, err: ToolsMissing) -> int:
 
 
 def _compare(validator, text: str, source, seed: int) -> int:
-    from .cli import rel_error  # cli imports this module
     if validator.run is None:
         raise LegatoError(f"validator {validator.name} cannot run what it validates")
     inputs = random_inputs(source, seed)

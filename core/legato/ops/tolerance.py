@@ -19,6 +19,8 @@ docs/ops.md explains each limit.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .base import REGISTRY
 
 DEFAULT_ERROR = 1e-4  # reductions and contractions: the order of additions differs
@@ -67,3 +69,19 @@ def input_limit(op: str, count: int = 256) -> float | None:
     if op not in SUM_OF_SQUARES_OPS:
         return None
     return (_FLOAT32_MAX / max(count, 1)) ** 0.5 / 2 * 0.99
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest difference relative to the largest finite |want|; NaN matches NaN and an
+    infinity matches itself."""
+    if got.shape != want.shape:
+        return float("inf")
+    if not want.size:
+        return 0.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = max(float(np.max(np.abs(w[finite]))) if finite.any() else 0.0, 1e-30)
+    with np.errstate(invalid="ignore"):
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        diff = np.where(same, 0.0, np.abs(g - w))
+    return float(np.max(np.where(np.isnan(diff), np.inf, diff))) / scale
