@@ -598,6 +598,108 @@ case("qconv-uint8-weight-per-tensor-bias", "qnn.conv2d",
      qconv_inputs((2, 3, 6, 5), (4, 3, 3, 2), wdt=np.uint8, per_channel=False),
      strides=[1, 2], padding=[1, 0, 1, 1], dilation=[1, 2], **QCONV_TIES)
 
+# the quantized ops past qnn.conv2d (qnn.py, qnn_linear.py, qnn_elementwise.py): the kernels
+# and decompositions both follow onnxruntime's float32 steps, so every case is bit-exact
+
+
+def qparams(rng, dtype, *shape, scale=(0.01, 0.05)):
+    """A float32 scale and a zero point of `dtype` (per tensor, or `shape` long)."""
+    low, high = (100, 156) if dtype == np.uint8 else (-20, 20)
+    return [positive(rng, *shape, low=scale[0], high=scale[1]), ints(rng, dtype, *shape,
+                                                                     low=low, high=high)]
+
+
+def qtensor(dtype, *shape, qshape=(), scale=(0.01, 0.05)):
+    """A random int8/uint8 tensor and its quantization parameters."""
+    return lambda rng: [ints(rng, dtype, *shape), *qparams(rng, dtype, *qshape, scale=scale)]
+
+
+def qunary(dtype, shape, out_scale=(0.01, 0.05), out_dtype=None):
+    """data, data_scale, data_zero_point, out_scale, out_zero_point."""
+    return lambda rng: [*qtensor(dtype, *shape)(rng),
+                        *qparams(rng, out_dtype or dtype, scale=out_scale)]
+
+
+def qbinary(dtype, a_shape, b_shape, out_scale=(0.03, 0.08)):
+    return lambda rng: [*qtensor(dtype, *a_shape)(rng), *qtensor(dtype, *b_shape)(rng),
+                        *qparams(rng, dtype, scale=out_scale)]
+
+
+def qproduct(adt, a_shape, bdt, b_shape, qshape=(), ydt=np.uint8, bias=None):
+    """a, its qparams, b, its qparams (per tensor or qshape), out qparams sized so the
+    products span the output range and saturate at the ends; an int32 bias of `bias` long."""
+    def make(rng):
+        a, b = qtensor(adt, *a_shape)(rng), qtensor(bdt, *b_shape, qshape=qshape)(rng)
+        k = a_shape[-1]
+        out = qparams(rng, ydt, scale=(0.03 * math.sqrt(k), 0.06 * math.sqrt(k)))
+        extra = [] if bias is None else [None if bias == 0 else
+                                          ints(rng, np.int32, bias, low=-3000, high=3000)]
+        return [*a, *b, *out, *extra]
+    return make
+
+
+def requantize_ties(rng):
+    """int32 accumulators at ratio 0.5: every odd value is a .5 tie, many saturate."""
+    x = np.arange(-300, 300, 3, dtype=np.int32).reshape(4, 50)
+    return [x, scalar(0.25), scalar(4, np.int32), scalar(0.5), scalar(-7, np.int8)]
+
+
+case("requantize-int32-ties-saturate", "qnn.requantize", requantize_ties)
+case("requantize-uint8-to-int8", "qnn.requantize",
+     qunary(np.uint8, (3, 5), out_scale=(0.03, 0.06), out_dtype=np.int8))
+case("requantize-int8-per-axis0-to-uint8", "qnn.requantize",
+     lambda rng: [*qtensor(np.int8, 4, 3, qshape=(4,))(rng),
+                  *qparams(rng, np.uint8, 4, scale=(0.01, 0.04))], axis=0, dtype="uint8")
+case("requantize-int8-per-axis-neg1", "qnn.requantize",
+     lambda rng: [*qtensor(np.int8, 2, 3, 5, qshape=(5,))(rng),
+                  *qparams(rng, np.int8, 5, scale=(0.005, 0.1))], axis=-1)
+case("qmatmul-uint8-int8", "qnn.matmul", qproduct(np.uint8, (3, 6), np.int8, (6, 4)))
+case("qmatmul-int8-per-column-batched", "qnn.matmul",
+     qproduct(np.int8, (2, 3, 5), np.int8, (5, 4), qshape=(4,), ydt=np.int8))
+case("qmatmul-broadcast-batch-uint8", "qnn.matmul",
+     qproduct(np.uint8, (2, 1, 3, 4), np.uint8, (3, 4, 2)))
+case("qmatmul-vector", "qnn.matmul", qproduct(np.int8, (7,), np.int8, (7, 3), ydt=np.int8))
+case("qlinear-uint8-per-channel-bias", "qnn.linear",
+     qproduct(np.uint8, (4, 6), np.int8, (5, 6), qshape=(5,), bias=5))
+case("qlinear-int8-per-tensor-no-bias-3d", "qnn.linear",
+     qproduct(np.int8, (2, 3, 8), np.int8, (4, 8), ydt=np.int8, bias=0))
+case("qadd-uint8-same-shape", "qnn.add", qbinary(np.uint8, (3, 7), (3, 7)))
+case("qadd-int8-row-broadcast", "qnn.add", qbinary(np.int8, (4, 5), (5,), out_scale=(0.02, 0.04)))
+case("qadd-int8-column-broadcast", "qnn.add", qbinary(np.int8, (4, 1), (4, 6)))
+case("qadd-uint8-scalar-operand", "qnn.add", qbinary(np.uint8, (2, 3, 4), ()))
+case("qadd-uint8-outer", "qnn.add", qbinary(np.uint8, (3, 1), (1, 5), out_scale=(0.01, 0.03)))
+case("qmultiply-int8-same-shape", "qnn.multiply", qbinary(np.int8, (3, 7), (3, 7),
+                                                          out_scale=(0.5, 1.0)))
+case("qmultiply-uint8-broadcast", "qnn.multiply", qbinary(np.uint8, (2, 3, 4), (3, 1),
+                                                          out_scale=(0.2, 0.5)))
+case("qmultiply-int8-scalar-saturates", "qnn.multiply", qbinary(np.int8, (), (4, 5),
+                                                                out_scale=(0.001, 0.002)))
+case("qglobal-avg-pool-uint8", "qnn.global_avg_pool2d", qunary(np.uint8, (2, 3, 4, 5)))
+case("qglobal-avg-pool-int8-nhwc", "qnn.global_avg_pool2d", qunary(np.int8, (1, 3, 3, 4)),
+     data_layout="NHWC")
+case("qavg-pool-uint8", "qnn.avg_pool2d", qunary(np.uint8, (1, 2, 6, 6)), pool_size=[2, 2])
+case("qavg-pool-int8-nhwc-pad-include", "qnn.avg_pool2d", qunary(np.int8, (1, 5, 5, 3)),
+     pool_size=[3, 3], strides=[1, 1], padding=[1, 1, 1, 1], data_layout="NHWC",
+     count_include_pad=True)
+case("qavg-pool-uint8-pad-exclude-ceil", "qnn.avg_pool2d", qunary(np.uint8, (2, 3, 7, 6)),
+     pool_size=[3, 2], strides=[2, 2], padding=[1, 0, 0, 1], ceil_mode=True)
+case("qsigmoid-uint8", "qnn.sigmoid", qunary(np.uint8, (4, 9), out_scale=(1 / 256, 1 / 200)))
+case("qsigmoid-int8-wide-input", "qnn.sigmoid",
+     lambda rng: [ints(rng, np.int8, 3, 11), scalar(0.1), scalar(2, np.int8),
+                  scalar(1 / 256), scalar(-128, np.int8)])
+case("qleaky-relu-int8", "qnn.leaky_relu", qunary(np.int8, (3, 8)), alpha=0.1)
+case("qleaky-relu-uint8-default-alpha", "qnn.leaky_relu", qunary(np.uint8, (5, 4),
+                                                                  out_scale=(0.01, 0.03)))
+case("qsoftmax-uint8", "qnn.softmax",  # 1 / out_scale not integral: its floor counts
+     qunary(np.uint8, (3, 10), out_scale=(0.003, 0.005)))
+case("qsoftmax-int8-axis1", "qnn.softmax",
+     lambda rng: [*qtensor(np.int8, 2, 5, 3, scale=(0.05, 0.2))(rng), scalar(1 / 256),
+                  scalar(-128, np.int8)], axis=1)
+case("qsoftmax-int8-sharp", "qnn.softmax",  # a probability that rounds to 1 saturates
+     lambda rng: [ints(rng, np.int8, 4, 6), scalar(0.08), scalar(0, np.int8),
+                  scalar(1 / 256), scalar(-128, np.int8)], axis=-1)
+
+
 # comparisons, predicates, signs and remainders (derived.py)
 
 

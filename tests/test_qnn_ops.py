@@ -15,7 +15,9 @@ from onnx import helper, numpy_helper  # noqa: E402
 import legato  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
 
-BACKENDS = ["cpu_ref", "c_kernels"]
+# "reference": the module run whole by cpu_ref's kernels (legato.reference), which the
+# decompositions compiled for cpu_ref are checked against
+BACKENDS = ["cpu_ref", "c_kernels", "reference"]
 MS = "com.microsoft"
 RANGES = {"int8": (-128, 128), "uint8": (0, 256)}
 
@@ -43,11 +45,16 @@ def node_model(op, feeds, consts, order, out_dtype, domain="", **attrs):
                                                    helper.make_opsetid(MS, 1)])
 
 
+def compiled(module, backend):
+    return legato.reference(module) if backend == "reference" else \
+        legato.compile(module, backend)
+
+
 def against_ort(model, feeds, backend, max_off=0.0):
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     want = session.run(None, feeds)[0]
-    got = legato.compile(onnx_frontend.load(model), backend)(*feeds.values())
+    got = compiled(onnx_frontend.load(model), backend)(*feeds.values())
     assert got.dtype == want.dtype and got.shape == want.shape
     diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
     assert diff.max(initial=0) <= (1 if max_off else 0), diff.max()
@@ -260,7 +267,7 @@ def test_qnn_linear_with_bias(backend, per_channel):
     y = b.call("qnn.linear", data, b.const(np.array(xs)), b.const(np.array(120, np.uint8)),
                b.const(w), b.const(ws), b.const(np.zeros(ws.shape, np.int8)),
                b.const(np.array(ys)), b.const(np.array(100, np.uint8)), b.const(bias))
-    got = legato.compile(b.build(y), backend)(x)
+    got = compiled(b.build(y), backend)(x)
     acc = (x.astype(np.int64) - 120) @ w.T.astype(np.int64) + bias
     np.testing.assert_array_equal(got, requantized(acc, xs * ws / ys, 100, "uint8"))
 
@@ -274,6 +281,6 @@ def test_qnn_requantize_per_channel(backend):
     y = b.call("qnn.requantize", b.input("x", x.shape, "int32"), b.const(in_scale),
                b.const(np.zeros(3, np.int32)), b.const(np.array(0.9, np.float32)),
                b.const(np.array(-3, np.int8)), axis=1, dtype="int8")
-    got = legato.compile(b.build(y), backend)(x)
+    got = compiled(b.build(y), backend)(x)
     want = requantized(x, (in_scale / np.float32(0.9))[:, None], -3, "int8")
     np.testing.assert_array_equal(got, want)

@@ -20,6 +20,7 @@ from legato import shapes
 from legato.errors import LegatoError
 
 from .indexing import KERNELS as INDEXING_KERNELS, arg_extreme, wrapped_indices
+from .quantized import KERNELS as QUANTIZED_KERNELS
 from .spectral import KERNELS as SPECTRAL_KERNELS
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -767,7 +768,7 @@ KERNELS = {name: _reporting(name, kernel) for name, kernel in {
     **{name: _reduction(fn) for name, fn in _REDUCTIONS.items()},
     **{name: _along_one_axis(fn) for name, fn in _SOFTMAXES.items()},
     **{name: _activation(fn) for name, fn in _ACTIVATIONS.items()},
-    **INDEXING_KERNELS, **SPECTRAL_KERNELS,
+    **INDEXING_KERNELS, **SPECTRAL_KERNELS, **QUANTIZED_KERNELS,
     "isinf": isinf, "nn.prelu": prelu, "nn.grid_sample": grid_sample,
     "where": where, "cast": cast, "argmax": argmax, "variance": variance,
     "reshape": reshape, "permute_dims": permute_dims, "broadcast_to": broadcast_to,
