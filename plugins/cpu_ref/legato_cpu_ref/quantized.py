@@ -145,6 +145,7 @@ def avg_pool2d(data, data_scale, data_zero_point, out_scale, out_zero_point, *, 
     """Window means of the dequantized data: the taps added one after another in row-major
     order in float32 (padding adds 0.0), divided by the tap count; then
     `rint(mean / out_scale + out_zero_point)`, saturated."""
+    # kernels.py imports this module to build its table, so its window helpers come late
     from .kernels import _DATA_LAYOUTS, _canonical, _counts, _pool_window, _pool_windows
     x, back = _canonical(data, _DATA_LAYOUTS, data_layout, "data_layout")
     win = _pool_window(x, pool_size, strides, padding, dilation, ceil_mode)
