@@ -12,15 +12,7 @@ from torch import nn  # noqa: E402
 
 import legato  # noqa: E402
 from legato.frontends import torch as torch_frontend  # noqa: E402
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
+from tests.test_torch_more import Fn  # noqa: E402
 
 
 def spectral_ops(z):

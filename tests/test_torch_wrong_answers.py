@@ -14,17 +14,9 @@ from torch.nn import functional as F  # noqa: E402
 
 import legato  # noqa: E402
 from legato.frontends import torch as torch_frontend  # noqa: E402
+from tests.test_torch_more import Fn  # noqa: E402
 
 BACKENDS = ("cpu_ref", "c_kernels")
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def _numpy(t):
