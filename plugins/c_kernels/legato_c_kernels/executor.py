@@ -68,7 +68,8 @@ class _PlannedInstance:
     """One planned copy of a module: its own buffers and bound steps. Not for
     concurrent use (PlannedExecutor gives each call its own instance)."""
 
-    def __init__(self, module, backend, fallback, fallback_calls, registry, packed: dict):
+    def __init__(self, module, backend, fallback, fallback_calls, registry, packed: dict,
+                 merge_steps: bool = True):
         self.backend, self.fallback, self.fallback_calls = backend, fallback, fallback_calls
         self.registry = registry
         self._packed = packed  # (weight, transposed) -> PackedWeight, shared by instances
@@ -83,7 +84,7 @@ class _PlannedInstance:
         self.boundary = Boundary(self.steps, list(flat.params), self.params,
                                  list(flat.results), self.results, roots)
         # what a run calls: the steps, stretches of prepared C calls merged into one
-        self.runs = program.merge([step.run for step in self.steps])
+        self.runs = program.merge([step.run for step in self.steps], merge_steps)
 
     # --- buffers ----------------------------------------------------------------------
 
@@ -307,11 +308,12 @@ class PlannedExecutor(RunnerPool):
     to call from several threads at once: each call runs on a planned instance no other
     call is using (a pool of them, grown on demand)."""
 
-    def __init__(self, module, backend, fallback, fallback_calls, registry):
+    def __init__(self, module, backend, fallback, fallback_calls, registry, *,
+                 merge_steps: bool = True):
         packed: dict = {}
         calls = set(fallback_calls)
         super().__init__(lambda: _PlannedInstance(module, backend, fallback, calls, registry,
-                                                  packed))
+                                                  packed, merge_steps))
         self.module, self.backend, self.fallback, self.fn = module, backend, fallback, module.main
 
     @property

@@ -18,9 +18,6 @@ from typing import Any, Optional
 from ._lib import ffi, lib
 from .kernels.common import CCall, check_status
 
-ENABLED = True  # planned instances merge steps (tests switch it off to compare)
-
-
 def _letter(ctype) -> str:
     if ctype.kind == "pointer":
         return "p"
@@ -82,10 +79,12 @@ class Program:
             check_status(self.calls[self.failed].op, status)
 
 
-def merge(runs: Sequence[Callable[[], None]]) -> list[tuple[Callable[[], None], list[int]]]:
+def merge(runs: Sequence[Callable[[], None]], enabled: bool = True
+          ) -> list[tuple[Callable[[], None], list[int]]]:
     """The runs with every stretch of two or more mergeable ones (prepared calls with
     fixed arguments of functions a program can run) replaced by one Program: a list of
-    (callable, indices of the runs it makes)."""
+    (callable, indices of the runs it makes). With `enabled` false every run stays a
+    step of its own (to compare the two)."""
     merged: list[tuple[Callable[[], None], list[int]]] = []
     stretch: list[tuple[int, CCall, list[int]]] = []
 
@@ -100,7 +99,7 @@ def merge(runs: Sequence[Callable[[], None]]) -> list[tuple[Callable[[], None], 
 
     for index, run in enumerate(runs):
         call = getattr(run, "call", None) if getattr(run, "fixed", False) else None
-        encoded = encode(call) if ENABLED and call is not None else None
+        encoded = encode(call) if enabled and call is not None else None
         if encoded is None:
             flush()
             merged.append((run, [index]))
