@@ -170,6 +170,11 @@ def profile_lines(name: str, top: int, repeat: int) -> list[str]:
     """The model's c_kernels steps by median time: per op (total, count, share) and the
     `top` slowest steps with their types."""
     compiled, inputs, _ = compiled_c_kernels(name)
+    return compiled_profile_lines(name, compiled, inputs, top, repeat)
+
+
+def compiled_profile_lines(title: str, compiled, inputs, top: int, repeat: int) -> list[str]:
+    """`profile_lines` of a model compiled for c_kernels, run on `inputs`."""
     runner = compiled._runner  # the c_kernels PlannedExecutor: profile() and steps
     compiled(*inputs)
     timings = runner.profile(*inputs, repeat=repeat)
@@ -178,7 +183,7 @@ def profile_lines(name: str, top: int, repeat: int) -> list[str]:
     by_op: dict[str, list[float]] = {}
     for op, us in timings:
         by_op.setdefault(op, []).append(us)
-    lines = [f"{name} on c_kernels: {len(timings)} steps, {total / 1e3:.3f} ms summed "
+    lines = [f"{title} on c_kernels: {len(timings)} steps, {total / 1e3:.3f} ms summed "
              f"(median of {repeat} runs per step)", "",
              f"{'op':<28} {'us':>10} {'share':>7} {'steps':>6}"]
     for op, times in sorted(by_op.items(), key=lambda kv: -sum(kv[1])):
