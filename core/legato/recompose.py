@@ -17,7 +17,6 @@ the op's own definition. The region's interior values must not be used outside i
 """
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 from collections import Counter
@@ -136,55 +135,57 @@ class Recovery:
         return "\n".join(lines)
 
 
-_TEMPLATES: dict = {}
-_PRIMITIVES: dict = {}
+MAX_TRACES = 4096  # traced forms a registry keeps (layers repeat a few types)
+
+
+def _per_op(registry, kind: str, opdef, compute):
+    """What `compute(registry, opdef)` gives, cached on the registry per definition (an
+    entry of a definition since replaced is computed again)."""
+    cache = registry.derived(kind)
+    entry = cache.get(opdef.name)
+    if entry is None or entry[0] is not opdef:
+        entry = cache[opdef.name] = (opdef, compute(registry, opdef))
+    return entry[1]
+
+
+def _primitives(registry, opdef) -> set[str]:
+    if opdef.decompose is None or not opdef.examples:
+        return {"?"}  # no decomposition: never expanded
+    types, attrs = opdef.examples[0]
+    try:
+        return trace(registry, Form(opdef.name, opdef.decompose, "decomposition"),
+                     types, attrs).ops
+    except Exception:  # noqa: BLE001 - e.g. several results: never expanded
+        return {"?"}
 
 
 def primitives_of(registry, opdef) -> set[str]:
     """The primitive ops of an op's decomposition on its first example (cached)."""
-    key = (id(registry), opdef.name, id(opdef))
-    found = _PRIMITIVES.get(key)
-    if found is None:
-        found = {"?"}  # no decomposition, or one that cannot be traced: never expanded
-        if opdef.decompose is not None and opdef.examples:
-            types, attrs = opdef.examples[0]
-            try:
-                found = trace(registry, Form(opdef.name, opdef.decompose, "decomposition"),
-                              types, attrs).ops
-            except Exception:  # noqa: BLE001 - e.g. several results
-                pass
-        _PRIMITIVES[key] = found
-    return found
+    return _per_op(registry, "recompose.primitives", opdef, _primitives)
 
 
 def templates_of(registry, opdef) -> tuple[list[Template], list[str]]:
     """The derived templates of an op (cached per definition)."""
-    key = (id(registry), opdef.name, id(opdef))
-    found = _TEMPLATES.get(key)
-    if found is None:
-        found = _TEMPLATES[key] = derive(registry, opdef)
-    return found
-
-
-_DEFAULT_OPS: dict = {}
+    return _per_op(registry, "recompose.templates", opdef, derive)
 
 
 def default_ops(registry) -> list[str]:
     """The composite ops recomposition looks for unless told: every op with a
     decomposition, except pure reshapes (squeeze, flatten, ...) and ops whose only form
     is a single call (nothing to gain)."""
-    key = (id(registry), tuple(id(d) for d in registry.ops()))
-    if key in _DEFAULT_OPS:
-        return list(_DEFAULT_OPS[key])
+    cache = registry.derived("recompose.default_ops")
+    ops = tuple(registry.ops())
+    entry = cache.get("ops")
+    if entry is not None and entry[0] == ops:  # the same definitions (by identity)
+        return list(entry[1])
     out = []
-    for opdef in registry.ops():
+    for opdef in ops:
         if opdef.decompose is None or opdef.kind == "injective":
             continue
         templates, _ = templates_of(registry, opdef)
         if any(t.size >= 2 for t in templates):
             out.append(opdef.name)
-    _DEFAULT_OPS.clear()
-    _DEFAULT_OPS[key] = out
+    cache["ops"] = (ops, out)
     return list(out)
 
 
@@ -227,17 +228,6 @@ class Recomposer:
     def run_function(self, fn: Function) -> tuple[Function, bool]:
         if not self.templates:
             return fn, False
-        # matching makes many short-lived objects and no cycles: the cyclic collector's
-        # passes would cost a third of the time
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return self._run_function(fn)
-        finally:
-            if paused:
-                gc.enable()
-
-    def _run_function(self, fn: Function) -> tuple[Function, bool]:
         view = build_view(self.registry, list(fn.calls), fn.params, fn.results,
                           self.expandable)
         claimed: set[int] = set()
@@ -305,14 +295,14 @@ class Recomposer:
         region = sorted(env.region())
         key = region_key(view, region, values)
         if key is not None:  # a repeated layer: the same region, the same answer
-            known = self._known.get((id(template), key))
+            known = self._known.get((template, key))
             if isinstance(known, str):
                 return known
             if known is not None:
                 return self.rewrite(opdef, view, gi, claimed, values, known, env, fn)
         result = self._recover(opdef, template, view, gi, claimed, env, fn, region, values)
         if key is not None:
-            self._known[(id(template), key)] = result if isinstance(result, str) else \
+            self._known[(template, key)] = result if isinstance(result, str) else \
                 result[1][-1].attrs
         return result
 
@@ -445,26 +435,24 @@ class Recomposer:
         return owners, prelude + [new]
 
 
-_TRACES: dict = {}
-
-
 def traced(registry, form, types, attrs):
-    """`trace` cached by form, input types and attributes (repeated layers hit)."""
+    """`trace` cached on the registry by form, input types and attributes (repeated
+    layers hit)."""
     try:
-        key = (id(registry), id(form), types, tuple((k, attr_key(freeze_attr(v)))
-                                                     for k, v in attrs.items()))
+        key = (form, types, tuple((k, attr_key(freeze_attr(v))) for k, v in attrs.items()))
     except TypeError:
         key = None
-    found = _TRACES.get(key) if key is not None else None
+    cache = registry.derived("recompose.traces")
+    found = cache.get(key) if key is not None else None
     if found is None:
         try:
             found = trace(registry, form, types, attrs)
         except Exception as err:  # noqa: BLE001 - attribute values the op refuses
             found = f"attributes {attrs} do not apply: {err}"
         if key is not None:
-            if len(_TRACES) > 4096:
-                _TRACES.clear()
-            _TRACES[key] = found
+            if len(cache) >= MAX_TRACES:
+                cache.clear()
+            cache[key] = found
     return found
 
 
@@ -495,8 +483,9 @@ def region_key(view, region: list[int], values) -> tuple | None:
             elif id(v) in bound:
                 ins.append(bound[id(v)])
             elif isinstance(v, Const):
+                # a large one by itself (held by the key: compared by identity)
                 ins.append((v.dtype, v.shape, v.data.tobytes() if v.data.size <= SMALL_CONST
-                            else id(v)))
+                            else v))
             else:
                 return None
         items.append((call.op, call.attrs.key(), tuple(o.type for o in call.outputs),

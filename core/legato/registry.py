@@ -249,6 +249,17 @@ class Registry:
         self._ops: dict[str, OpDef] = {}
         self._unchecked: list[str] = []
         self._deferring = False
+        self._derived: dict[str, dict] = {}
+
+    def derived(self, kind: str) -> dict:
+        """The cache of what `kind` (a pass) computes from these definitions (recompose's
+        templates, recorded decompositions). The registry owns it and empties it whenever a
+        definition is added or removed, so no entry outlives what it was computed from;
+        each user bounds its own entries."""
+        found = self._derived.get(kind)
+        if found is None:
+            found = self._derived[kind] = {}
+        return found
 
     def __contains__(self, name: str) -> bool:
         return name in self._ops
@@ -276,6 +287,7 @@ class Registry:
         if opdef.name in self._ops:
             raise RegistrationError(f"op {opdef.name!r} is already registered")
         self._ops[opdef.name] = opdef
+        self._derived.clear()
         if opdef.decompose is not None:
             self._unchecked.append(opdef.name)
             if not self._deferring:
@@ -304,11 +316,13 @@ class Registry:
             except Exception:
                 self._unchecked.pop(0)
                 self._ops.pop(name, None)
+                self._derived.clear()
                 raise
             self._unchecked.pop(0)
 
     def unregister(self, name: str) -> None:
         self._ops.pop(name, None)
+        self._derived.clear()
         if name in self._unchecked:
             self._unchecked.remove(name)
 

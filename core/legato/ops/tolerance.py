@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import REGISTRY
-
 DEFAULT_ERROR = 1e-4  # reductions and contractions: the order of additions differs
 
 ROUNDING_OPS = frozenset({
@@ -42,11 +40,15 @@ _EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 LOW_PRECISION_ULPS = 32  # rounding at each step of a decomposition, in the result's ulps
 
 
-def error_bound(op: str, dtype: str = "float32") -> float:
+def error_bound(op: str, dtype: str = "float32", registry=None) -> float:
     """The largest error relative to max(|reference|, 1) a result of `op` in `dtype` may
     have (float32 and float64 use the float32 table; float16 and bfloat16 allow
-    LOW_PRECISION_ULPS ulps of their own where the op is not exact)."""
-    opdef = REGISTRY.find(op)  # a plugin's op may be gone; unknown ops get the default
+    LOW_PRECISION_ULPS ulps of their own where the op is not exact). The op's definition
+    comes from `registry` (default: the current context's, which holds plugin ops)."""
+    if registry is None:
+        from ..context import context
+        registry = context().registry
+    opdef = registry.find(op)  # a plugin's op may be gone; unknown ops get the default
     bound = DEFAULT_ERROR if opdef is None or opdef.tolerance is None else opdef.tolerance
     return max(bound, _low_precision_bound(dtype)) if bound > 0 else bound
 
