@@ -14,7 +14,6 @@ from .capability import parse_capability
 from .config import BackendConfig, load_config
 from .constfold import fold_constants
 from .context import Context, context as current_context
-from .custom_ops import decode_custom
 from .errors import ExecutionError, LegatoError, PluginError, quote
 from .examples import example
 from .executor import Interpreter
@@ -23,6 +22,7 @@ from .builder import GraphBuilder
 from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
 from .layout import convert_layout
 from .partition import partition
+from .placement import place, runs_on
 from .legalize import LegalizeResult, legalize_module
 from .printer import parse
 from .qdq_fold import QDQFoldPass
@@ -142,6 +142,8 @@ class Compiled:
         self.artifact, self.source = artifact, source
         self.fallback_calls = frozenset(fallback_calls)  # calls that run on the fallback
         self.callees: dict = {}  # partitioned: external function name -> its Compiled
+        self.targets = (backend.name,)  # the backends asked for, first choice first
+        self.fallback: Backend | None = None  # where fallback_calls run
         self._runner = runner
         # a plugin's executor that does not say it is thread-safe gets one call at a time
         self._lock = None if getattr(runner, "thread_safe", False) else threading.Lock()
@@ -199,6 +201,8 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     result.report.per_backend = count_per_backend(result.module, be, fallback,
                                                   result.fallback_calls, host.registry)
     result.report.fallback = fallback.name if fallback is not None else None
+    result.report.placement = place(result.module, be, fallback, result.fallback_calls,
+                                    host.registry)
     if not be.executes:
         if be.emitter is None:
             raise LegatoError(f"backend {be.name} neither executes nor emits")
@@ -207,8 +211,10 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     factory = be.executor or Interpreter
     runner = _backend_step(be, "executor", factory, result.module, be, fallback,
                            result.fallback_calls, host.registry)
-    return Compiled(result.module, result.report, be, runner, None, source,
-                    result.fallback_calls)
+    compiled = Compiled(result.module, result.report, be, runner, None, source,
+                        result.fallback_calls)
+    compiled.fallback = fallback
+    return compiled
 
 
 def count_per_backend(module: Module, backend: Backend, fallback: Backend | None,
@@ -224,15 +230,8 @@ def count_per_backend(module: Module, backend: Backend, fallback: Backend | None
         for call in fn.calls:
             if call.op == CALL_OP:
                 continue
-            runs_on = fallback if call in fallback_calls or call.op in backend.borrowed \
-                else backend
-            op = call.op
-            if op == CUSTOM_OP and backend.executes and not backend.has_kernel(CUSTOM_OP):
-                op = decode_custom(call, registry).op
-                if not backend.has_kernel(op) and fallback is not None:
-                    runs_on = fallback
-                op = f"{CUSTOM_OP} {op}"
-            counts.setdefault(runs_on.name, Counter())[op] += 1
+            where, op = runs_on(call, backend, fallback, fallback_calls, registry)
+            counts.setdefault(where.name, Counter())[op] += 1
     return {name: dict(c) for name, c in counts.items() if c}
 
 
@@ -278,8 +277,20 @@ def _backend_step(be: Backend, what: str, fn, *args):
 def _compile_multi(host: Context, source: Module, backends: list, config,
                    max_level) -> Compiled:
     """Partition, compile each external function on its backend, and run main (what no
-    backend claimed, legalized for the last backend) with those as callees."""
-    folded, _ = QDQFoldPass(host.registry)(source)   # qnn calls, so backends can claim them
+    backend claimed, legalized for the last backend) with those as callees.
+
+    The flow is the single-backend one: QDQ regions fold where some backend runs the qnn
+    call, and the first backend's recomposition (its legal composite ops and its config's
+    `keep`) runs before partitioning, so a kept attention is claimed whole; each region
+    then compiles as `compile(region, backend)` does, recomposing what that backend takes
+    within the region (a later backend never takes over calls an earlier one runs)."""
+    members = [host.backend(name) for name in backends]
+    configs = [load_config(config, be.name, host.registry, host.backends) for be in members]
+    folding = QDQFoldPass(host.registry, runnable=_runs_on_any(members, configs, host))
+    folded, _ = folding(source)   # qnn calls, so backends can claim them
+    first, first_cfg = members[0], configs[0]
+    folded, recovered = recompose_for(folded, first, first_cfg.recompose, first_cfg.keep,
+                                      host.registry)
     parted = partition(folded, backends, config, host.registry, context=host)
     callees, per_backend = {}, {}
     for name, fn in parted.functions.items():
@@ -288,11 +299,18 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
         codegen = fn.attrs["codegen"]
         region = Module({"main": Function(fn.params, fn.calls, fn.results)})
         callees[name] = compile(region, codegen, config, max_level, context=host)
-        for runs_on, counts in callees[name].report.per_backend.items():
-            per_backend.setdefault(runs_on, Counter()).update(counts)
-    main_backend = host.backend(backends[-1])
+        for where, counts in callees[name].report.per_backend.items():
+            per_backend.setdefault(where, Counter()).update(counts)
+    main_backend = members[-1]
     rest = legalize(parted, main_backend, config=config, max_level=max_level, context=host)
     report = rest.report
+    report.drop(CALL_OP)  # the region calls: their calls are counted from their reports
+    report.before = Counter(c.op for c in folded.main.calls)
+    for callee in callees.values():
+        report.merge(callee.report)
+    report.targets = tuple(backends)
+    report.recovered.update(recovered.recovered)
+    report.qdq = folding.report
     fallback = host.fallback_of(main_backend)
     rest_counts = count_per_backend(rest.module, main_backend, fallback,
                                     rest.fallback_calls, host.registry)
@@ -304,8 +322,27 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
                          rest.fallback_calls, host.registry, callees=callees)
     compiled = Compiled(rest.module, report, main_backend, runner, None, source,
                         rest.fallback_calls)
-    compiled.callees = callees
+    compiled.callees, compiled.fallback = callees, fallback
+    compiled.targets = tuple(backends)
+    report.placement = place(rest.module, main_backend, fallback, rest.fallback_calls,
+                             host.registry, callees, compiled.targets)
     return compiled
+
+
+def _runs_on_any(members: list[Backend], configs: list[BackendConfig], host: Context):
+    """`runnable(call)` for the QDQ folding of a partitioned build: None when one of the
+    backends legalizes the qnn call, else each backend's reason."""
+    trials = [_runs_on(be, cfg, host) for be, cfg in zip(members, configs)]
+
+    def runnable(call: Call) -> str | None:
+        reasons = []
+        for trial in trials:
+            reason = trial(call)
+            if reason is None:
+                return None
+            reasons.append(reason)
+        return "; ".join(reasons)
+    return runnable
 
 
 def _backend(host, backend) -> Backend:

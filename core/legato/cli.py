@@ -6,6 +6,7 @@ progress to stderr. A closed pipe (`legato ops | head`) ends the command quietly
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -98,7 +99,11 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--print-ir", action="store_true",
                            help="print the legalized module's text on stdout")
             p.add_argument("--explain", action="store_true",
-                           help="print what happened to each op and why")
+                           help="print what happened to each op and why, and the placement "
+                                "and cost report")
+            p.add_argument("--report-json", metavar="FILE",
+                           help="write the placement and cost report as JSON (for CI; "
+                                "keys in docs/plugins.md)")
             add_compile_options(p)  # --validate, --validate-run
         else:
             p.add_argument("--seed", type=int, default=0)
@@ -174,6 +179,8 @@ def cmd_compile(args) -> int:
         print(coverage(onnx_nodes, compiled.report), file=sys.stderr)
     if args.explain:
         _explain_structure(compiled.module)
+    if args.report_json:
+        write_report_json(args.report_json, compiled, args.model)
     if args.output:
         data = compiled.artifact if compiled.artifact is not None else str(compiled.module)
         data = data.encode() if isinstance(data, str) else data
@@ -191,6 +198,16 @@ def cmd_compile(args) -> int:
     if args.validate or args.validate_run:
         return validate_compiled(args, compiled)
     return 0
+
+
+def write_report_json(path: str, compiled, model) -> None:
+    """The placement and cost report (legato.placement) of `compiled` as JSON at `path`."""
+    data = {"model": str(model), **compiled.report.placement.to_json()}
+    try:
+        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise LegatoError(f"cannot write --report-json {path}: {err.strerror}") from None
+    print(f"wrote {path} (placement and cost report)", file=sys.stderr)
 
 
 def _explain_structure(module) -> None:

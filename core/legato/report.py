@@ -37,6 +37,27 @@ class Report:
         self.qdq = None  # after compile: the QDQ folding's FoldReport (legato.qdq_fold)
         # op -> [condition text, calls seen, calls meeting it, Counter of the values missed]
         self.conditions: dict[str, list] = {}
+        self.targets: tuple[str, ...] = ()  # partitioned: the backends, first choice first
+        self.placement = None  # after compile: legato.placement.Placement (calls, cost)
+
+    def drop(self, op: str) -> None:
+        """Forget the calls of `op` (a partitioned build's calls of its regions)."""
+        for event in [e for e in self._events if e[0] == op]:
+            del self._events[event]
+        self.after.pop(op, None)
+
+    def merge(self, other: "Report") -> None:
+        """Add `other`'s decisions, op counts and conditions (a partitioned build's region
+        reports into the whole build's)."""
+        self._events.update(other._events)
+        self.after.update(other.after)
+        self.failures.extend(other.failures)
+        self.recovered.update(other.recovered)
+        for op, (text, seen, met, values) in other.conditions.items():
+            row = self.conditions.setdefault(op, [text, 0, 0, Counter()])
+            row[1] += seen
+            row[2] += met
+            row[3].update(values)
 
     def condition(self, op: str, cond, call) -> None:
         """Count one call of `op` against the attribute part of its legal condition."""
@@ -110,6 +131,8 @@ class Report:
                                                        sorted(ops.items())))
         for name, counts in self._backends():
             parts.append(f"on {self._label(name)}: {sum(counts.values())} calls")
+        if self.placement is not None and len(self.per_backend) > 1:
+            parts.append(self.placement.summary())
         if self.recovered:
             parts.append("recovered " + _counts(self.recovered))
         if self.qdq is not None and self.qdq.folded:
@@ -118,7 +141,8 @@ class Report:
         return "; ".join(parts)
 
     def __str__(self) -> str:
-        lines = [f"legalization for {self.backend or '(no backend)'} ({self.mode} mode): "
+        target = " + ".join(self.targets) or self.backend or "(no backend)"
+        lines = [f"legalization for {target} ({self.mode} mode): "
                  f"{sum(self.before.values())} calls -> {sum(self.after.values())} calls"]
         if self.recovered:
             lines.append("  recomposed before legalization: " + _counts(self.recovered))
@@ -139,15 +163,20 @@ class Report:
             if custom and name == self.fallback:
                 lines.append(f"    ({', '.join(custom)}: custom calls that run on the "
                              f"fallback {name}, as {self.backend} has no kernel for them)")
+        if self.placement is not None:
+            lines += ["  " + line for line in self.placement.text().splitlines()]
         lines.extend(f"  {line}" for line in self.unmatched())
         lines.extend(f"  FAILED: {f}" for f in self.failures)
         return "\n".join(lines)
 
     def _backends(self) -> list[tuple[str, dict]]:
         """per_backend in print order: the compiled-for backend, the others, the fallback."""
+        first = self.targets or (self.backend,)
+
         def order(item):
             name = item[0]
-            return (name == self.fallback, name != self.backend, name)
+            rank = first.index(name) if name in first else len(first)
+            return (name == self.fallback and rank == len(first), rank, name)
         return sorted(((n, c) for n, c in self.per_backend.items() if c), key=order)
 
     def _label(self, name: str) -> str:

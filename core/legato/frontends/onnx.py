@@ -18,7 +18,7 @@ from typing import Mapping
 
 from ..builder import GraphBuilder
 from ..errors import LegatoError
-from ..ir import Const, Module, Value
+from ..ir import Call, Const, Module, Origin, Value
 # importing the converter modules registers their converters (CONVERTER_MODULES)
 from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_control, onnx_more,
                onnx_nn, onnx_ops, onnx_qoperator, onnx_rnn, onnx_roi, onnx_signal)
@@ -91,7 +91,7 @@ def coverage(nodes, report) -> str:
                     "native")
         counts = table.setdefault(op_type, dict.fromkeys(COVERAGE, 0))
         counts[kind] += 1
-    lines = [f"ONNX op coverage for {report.backend}:",
+    lines = [f"ONNX op coverage for {' + '.join(report.targets) or report.backend}:",
              f"  {'op':<24}" + "".join(f"{k:>11}" for k in COVERAGE)]
     lines += [f"  {op:<24}" + "".join(f"{c[k]:>11}" for k in COVERAGE)
               for op, c in sorted(table.items())]
@@ -365,6 +365,15 @@ def attribute_value(attr):
     return value
 
 
+def _from_node(call: Call, node_name: str) -> Call:
+    """`call` with the ONNX node it came from as its origin (no rules yet: the call is as
+    imported), so reports and errors can name the node; decompositions keep the name."""
+    if call.origin is not None:
+        return call
+    return Call(call.op, call.inputs, call.attrs, call.outputs,
+                Origin(call.op, call.attrs, node_name))
+
+
 class _Importer:
     """Walks the graph in order, converting each node with its converter."""
 
@@ -411,6 +420,7 @@ class _Importer:
         if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
             results = self.fold(start, results)
         self.nodes.append((proto.op_type, node.name, [c.op for c in self.b.calls[start:]]))
+        self.b.calls[start:] = [_from_node(c, node.name) for c in self.b.calls[start:]]
         for name, value in zip(proto.output, results):
             if name and value is None:
                 node.fail(f"output {name!r} is not produced by legato's converter")

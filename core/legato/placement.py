@@ -1,0 +1,335 @@
+"""Where each call of a compiled model runs, and what that costs.
+
+Per backend: the calls, their FLOPs and the bytes they read and write. Between backends:
+the transitions (a value made on one backend and read on another counts once per reading
+backend; model inputs and results are not transitions) and the bytes crossing them. And a
+ranked "implement next" list: the ops that run off the first-choice backend, with the
+transitions and fallback FLOPs that running them there would remove.
+
+FLOPs come from the calls' shapes. matmul, linear and conv2d (and their qnn forms) count 2
+per multiply-add, plus one per output element for a bias: exact. nn.attention counts its
+two matmuls exactly and 5 per score for scale, mask and softmax: an estimate. Elementwise
+and broadcast ops count one per output element; data movement (reshape, transpose, gather,
+...) counts none. Reductions count their input elements and the other composite ops a
+per-element factor (`PER_ELEMENT`): estimates, counted apart in `flops_estimated`.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .custom_ops import decode_custom
+from .ir import CALL_OP, CUSTOM_OP, Call, Const, Value
+from .progress import size_text as size
+
+SCHEMA = "legato.placement/1"
+# estimated FLOPs per output element of composite ops without an exact formula
+PER_ELEMENT = {"nn.layer_norm": 8, "nn.rms_norm": 6, "nn.softmax": 5, "nn.log_softmax": 6,
+               "nn.gelu": 8, "nn.silu": 4, "nn.group_norm": 8, "nn.batch_norm": 2}
+SHOWN = 8  # rows of the "implement next" list the text form prints
+
+
+@dataclass(slots=True)
+class Placed:
+    """One call as it runs: the backend, the op as counted, its cost, and value keys."""
+
+    call: Call
+    backend: str
+    op: str
+    flops: int
+    estimated: int  # the part of `flops` that is an estimate
+    bytes: int
+    inputs: tuple = ()
+    outputs: tuple = ()
+
+
+@dataclass
+class Placement:
+    """The placed calls of a compiled model and what they add up to (`to_json`, `text`)."""
+
+    targets: tuple[str, ...]
+    calls: list[Placed] = field(default_factory=list)
+    producer: dict = field(default_factory=dict)  # value key -> index into calls
+
+    # --- what the calls add up to ---------------------------------------------------------
+
+    def per_backend(self) -> dict[str, dict]:
+        rows: dict[str, dict] = {}
+        for p in self.calls:
+            row = rows.setdefault(p.backend, {"calls": 0, "flops": 0, "flops_estimated": 0,
+                                              "bytes": 0, "ops": Counter()})
+            row["calls"] += 1
+            row["flops"] += p.flops
+            row["flops_estimated"] += p.estimated
+            row["bytes"] += p.bytes
+            row["ops"][p.op] += 1
+        order = {name: i for i, name in enumerate(self.targets)}
+        return {name: {**row, "ops": dict(sorted(row["ops"].items()))}
+                for name, row in sorted(rows.items(),
+                                        key=lambda kv: (order.get(kv[0], len(order)), kv[0]))}
+
+    def crossings(self, moved: dict[int, str] | None = None) -> list[dict]:
+        """Each value read on a backend other than the one that made it, once per reading
+        backend; `moved` places some calls (by index) elsewhere, to ask "what if"."""
+        moved = moved or {}
+        seen, out = set(), []
+        for i, p in enumerate(self.calls):
+            where = moved.get(i, p.backend)
+            for key, value in p.inputs:
+                j = self.producer.get(key)
+                if j is None:
+                    continue
+                made = moved.get(j, self.calls[j].backend)
+                if made != where and (key, where) not in seen:
+                    seen.add((key, where))
+                    maker = self.calls[j]
+                    out.append({"from": made, "to": where, "bytes": nbytes(value),
+                                "op": maker.op, "source": source_of(maker.call)})
+        return out
+
+    def implement_next(self) -> list[dict]:
+        """The ops that run off the first backend, ranked by the transitions that running
+        all their calls there would remove, then by the FLOPs it would take off the others."""
+        if not self.targets:
+            return []
+        first = self.targets[0]
+        now = self.crossings()
+        now_bytes = sum(c["bytes"] for c in now)
+        by_op: dict[str, list[int]] = {}
+        for i, p in enumerate(self.calls):
+            if p.backend != first:
+                by_op.setdefault(p.op, []).append(i)
+        rows = []
+        for op, indices in by_op.items():
+            after = self.crossings(dict.fromkeys(indices, first))
+            calls = [self.calls[i] for i in indices]
+            rows.append({
+                "op": op, "calls": len(indices),
+                "runs_on": dict(Counter(p.backend for p in calls)),
+                "flops": sum(p.flops for p in calls),
+                "transitions_removed": len(now) - len(after),
+                "bytes_removed": now_bytes - sum(c["bytes"] for c in after),
+                "sources": _sources(calls)})
+        rows.sort(key=lambda r: (-r["transitions_removed"], -r["flops"], r["op"]))
+        return rows
+
+    # --- output -------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        """The report for dashboards; the keys are documented in docs/plugins.md."""
+        crossings = self.crossings()
+        return {
+            "schema": SCHEMA,
+            "targets": list(self.targets),
+            "backends": self.per_backend(),
+            "totals": {"calls": len(self.calls), "flops": sum(p.flops for p in self.calls),
+                       "flops_estimated": sum(p.estimated for p in self.calls),
+                       "bytes": sum(p.bytes for p in self.calls)},
+            "transitions": {"count": len(crossings),
+                            "bytes": sum(c["bytes"] for c in crossings),
+                            "edges": crossings},
+            "implement_next": self.implement_next(),
+            "calls": [{"op": p.op, "backend": p.backend, "flops": p.flops,
+                       "flops_estimated": p.estimated, "bytes": p.bytes,
+                       "source": source_of(p.call),
+                       "origin": None if p.call.origin is None else p.call.origin.to_json()}
+                      for p in self.calls]}
+
+    def summary(self) -> str:
+        crossings = self.crossings()
+        return (f"{len(crossings)} backend transitions "
+                f"({size(sum(c['bytes'] for c in crossings))} crossing)")
+
+    def text(self, shown: int = SHOWN) -> str:
+        lines = ["placement and cost (FLOPs from shapes; ~ marks what includes estimates):",
+                 f"  {'backend':<16} {'calls':>6} {'FLOPs':>12} {'share':>6} {'bytes':>10}"]
+        rows = self.per_backend()
+        total = sum(r["flops"] for r in rows.values()) or 1
+        for name, r in rows.items():
+            mark = "~" if r["flops_estimated"] else " "
+            lines.append(f"  {name:<16} {r['calls']:>6} {mark}{count(r['flops']):>11} "
+                         f"{100 * r['flops'] / total:>5.1f}% {size(r['bytes']):>10}")
+        crossings = self.crossings()
+        pairs = Counter((c["from"], c["to"]) for c in crossings)
+        lines.append(f"  transitions: {len(crossings)}, "
+                     f"{size(sum(c['bytes'] for c in crossings))} crossing"
+                     + (" (" + ", ".join(f"{a} -> {b} x{n}" for (a, b), n in
+                                         sorted(pairs.items())) + ")" if pairs else ""))
+        ranked = self.implement_next()
+        if ranked:
+            lines.append(f"  implement next on {self.targets[0]} (ranked by transitions "
+                         "removed, then FLOPs):")
+            for r in ranked[:shown]:
+                where = ", ".join(f"{n} on {b}" for b, n in r["runs_on"].items())
+                lines.append(f"    {r['op']:<20} {where:<18} {-r['transitions_removed']:>+4} "
+                             f"transitions {count(r['flops']):>8} FLOPs  e.g. "
+                             + ", ".join(r["sources"][:2]))
+            if len(ranked) > shown:
+                lines.append(f"    ... {len(ranked) - shown} more ops (--report-json FILE "
+                             "lists them all)")
+        return "\n".join(lines)
+
+
+# --- building it --------------------------------------------------------------------------
+
+def place(module, backend, fallback, fallback_calls, registry, callees=None,
+          targets: tuple[str, ...] = ()) -> Placement:
+    """The Placement of a legalized `module` compiled for `backend` (calls in
+    `fallback_calls` or borrowed run on `fallback`); `callees`: a partitioned build's
+    external functions, name -> Compiled, each placed on its own backends."""
+    placement = Placement(targets or (backend.name,))
+    _place_function(placement, module, module.main, {}, backend, fallback, fallback_calls,
+                    registry, callees or {})
+    return placement
+
+
+def _place_function(placement, module, fn, alias, backend, fallback, fallback_calls,
+                    registry, callees) -> None:
+    def key(v: Value):
+        return alias.get(v, v)
+
+    for call in fn.calls:
+        if call.op == CALL_OP:
+            name = call.attrs["callee"]
+            inner = callees.get(name)
+            if inner is not None:  # a region another backend compiled
+                sub_module, sub_fn = inner.module, inner.module.main
+                sub = (inner.backend, inner.fallback, inner.fallback_calls,
+                       getattr(inner, "callees", {}))
+            else:
+                sub_module, sub_fn = module, module.functions[name]
+                sub = (backend, fallback, fallback_calls, callees)
+            inner_alias = {p: key(v) for p, v in zip(sub_fn.params, call.inputs)}
+            _place_function(placement, sub_module, sub_fn, inner_alias, sub[0], sub[1],
+                            sub[2], registry, sub[3])
+            for out, res in zip(call.outputs, sub_fn.results):
+                alias[out] = inner_alias.get(res, res)
+            continue
+        where, op = runs_on(call, backend, fallback, fallback_calls, registry)
+        flops, estimated = call_flops(call, registry)
+        inputs = tuple((key(v), v) for v in call.inputs
+                       if v is not None and not isinstance(v, Const))
+        moved = sum(nbytes(v) for v in call.inputs if v is not None) + \
+            sum(nbytes(v) for v in call.outputs)
+        index = len(placement.calls)
+        placement.calls.append(Placed(call, where.name, op, flops, estimated, moved, inputs,
+                                      tuple(call.outputs)))
+        for out in call.outputs:
+            placement.producer[key(out)] = index
+
+
+def runs_on(call: Call, backend, fallback, fallback_calls, registry):
+    """(the backend whose kernel runs `call`, the op as reports count it). A custom call
+    counts as "custom <op>" under the backend whose kernel for <op> runs it, when the
+    backend executes custom calls by decoding them (it has no kernel for CUSTOM_OP)."""
+    where = fallback if fallback is not None and (
+        call in fallback_calls or call.op in backend.borrowed) else backend
+    op = call.op
+    if op == CUSTOM_OP and backend.executes and not backend.has_kernel(CUSTOM_OP):
+        op = decode_custom(call, registry).op
+        if not backend.has_kernel(op) and fallback is not None:
+            where = fallback
+        op = f"{CUSTOM_OP} {op}"
+    return where, op
+
+
+# --- cost of one call ---------------------------------------------------------------------
+
+ZERO = frozenset({"reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze",
+                  "flatten", "take", "concat", "split", "strided_slice", "copy", "pad",
+                  "tile", "gather", "gather_nd", "scatter", "shape_of"})
+
+
+def call_flops(call: Call, registry) -> tuple[int, int]:
+    """(FLOPs, the part of them that is an estimate) of one call, from its shapes."""
+    op = call.op.removeprefix("qnn.") if call.op.startswith("qnn.") else call.op
+    out = sum(v.type.size for v in call.outputs)
+    if op == "matmul":
+        return 2 * out * _dim(call.inputs[0], -1), 0
+    if op in ("nn.linear", "linear"):
+        data, bias = call.inputs[0], _bias(call)
+        return 2 * out * _dim(data, -1) + (out if bias is not None else 0), 0
+    if op == "nn.conv2d":
+        return _conv_flops(call, out), 0
+    if op == "nn.attention":
+        return _attention_flops(call)
+    if op in ZERO or call.op in (CUSTOM_OP, CALL_OP):
+        return 0, 0
+    if op in PER_ELEMENT:
+        n = PER_ELEMENT[op] * out
+        return n, n
+    kind = registry.get(call.op).kind if call.op in registry else "opaque"
+    if kind in ("elemwise", "broadcast"):
+        return out, 0
+    if kind == "injective":
+        return 0, 0
+    if kind == "reduce":
+        n = sum(v.type.size for v in call.inputs[:1] if v is not None)
+        return n, n
+    return out, out
+
+
+def _dim(v: Value, axis: int) -> int:
+    return int(v.type.shape[axis]) if v.type.shape else 1
+
+
+def _bias(call: Call):
+    names = {"nn.linear": 2, "qnn.linear": 8, "nn.conv2d": 2, "qnn.conv2d": 8}
+    i = names.get(call.op)
+    return call.inputs[i] if i is not None and len(call.inputs) > i else None
+
+
+def _conv_flops(call: Call, out: int) -> int:
+    weight = call.inputs[3 if call.op.startswith("qnn.") else 1]
+    layout = str(call.attrs.get("kernel_layout", "OIHW"))
+    out_channels = weight.type.shape[layout.index("O")] if "O" in layout else 1
+    per_output = weight.type.size // max(int(out_channels), 1)  # (C_in / groups) * kH * kW
+    return 2 * out * per_output + (out if _bias(call) is not None else 0)
+
+
+def _attention_flops(call: Call) -> tuple[int, int]:
+    q, k, v = call.inputs[:3]
+    *batch, lq, d = q.type.shape
+    lk, dv = k.type.shape[-2], v.type.shape[-1]
+    scores = math.prod(batch) * lq * lk
+    softmax = 5 * scores  # scale, mask, max-subtract and exp, sum, divide
+    return 2 * scores * d + 2 * scores * dv + softmax, softmax
+
+
+def nbytes(v: Value) -> int:
+    return v.type.size * itemsize(v.type.dtype)
+
+
+def itemsize(dtype: str) -> int:
+    if dtype == "bfloat16":
+        return 2
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 4
+
+
+def source_of(call: Call) -> str | None:
+    """Where a call came from in the model: the ONNX node name for imported models (kept
+    through decompositions), else the source call's position or the recomposition."""
+    return None if call.origin is None else call.origin.source
+
+
+def _sources(calls: list[Placed]) -> list[str]:
+    seen: dict[str, None] = {}
+    for p in calls:
+        src = source_of(p.call)
+        if src is not None:
+            seen.setdefault(src)
+    return list(seen)
+
+
+def count(n: int) -> str:
+    """FLOPs as people read them: 1.2 GFLOP style, without the unit."""
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
