@@ -151,3 +151,36 @@ def test_conv_flops_from_its_shapes():
     call = b.build(b.call("nn.conv2d", x, w, bias, groups=2, strides=[2, 2])).main.calls[0]
     out = 2 * 4 * 4 * 4  # (9 - 3) / 2 + 1 = 4
     assert call_flops(call, legato.context().registry) == (2 * out * 3 * 3 * 3 + out, 0)
+
+
+def test_show_draws_bert_attention_whole_and_the_placement_table_aside(
+        install_plugins, bert, npu_yaml):
+    from legato.show import graph
+    from legato.show.dot import dot_text
+    from legato.show.svg import svg_text
+    install_npu(install_plugins)
+    path, _, _, _ = bert
+    picture = graph(str(path), "author_npu", npu_yaml)
+    attention = [n for n in picture.after.nodes if n.label == "nn.attention"]
+    assert [(n.kind, n.cluster) for n in attention] == [("kept", "")] * LAYERS
+    assert not any("attention" in label for label in picture.after.clusters.values())
+    compiled = legato.compile(str(path), "author_npu", npu_yaml)
+    transitions = compiled.report.placement.to_json()["transitions"]["count"]
+    assert any(f"transitions: {transitions}," in line for line in picture.table)
+    assert "implement next on author_npu" in svg_text(picture)
+    assert "implement next on author_npu" in dot_text(picture)
+
+
+@pytest.mark.parametrize("dtype", ["UINT8", "BFLOAT16"])
+def test_tosa_dtype_errors_name_the_onnx_node(tmp_path, dtype):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    kind = getattr(TensorProto, dtype)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"], name="encoder/block_3/add")], "g",
+        [helper.make_tensor_value_info("x", kind, [2, 3])],
+        [helper.make_tensor_value_info("y", kind, [2, 3])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(legato.LegalizationError, match=r"at encoder/block_3/add\)"):
+        legato.compile(str(path), "tosa_custom")

@@ -91,29 +91,41 @@ class Placement:
         return out
 
     def implement_next(self) -> list[dict]:
-        """The ops that run off the first backend, ranked by the transitions that running
-        all their calls there would remove, then by the FLOPs it would take off the others."""
+        """The ops that run off the first backend, as a plan: each row is the op whose
+        calls, run there as well as those of the rows above, remove the most transitions
+        (then the most FLOPs from the other backends). An op alone may add transitions
+        (a reshape between two fallback adds); after the adds it removes them."""
         if not self.targets:
             return []
         first = self.targets[0]
-        now = self.crossings()
-        now_bytes = sum(c["bytes"] for c in now)
         by_op: dict[str, list[int]] = {}
         for i, p in enumerate(self.calls):
             if p.backend != first:
                 by_op.setdefault(p.op, []).append(i)
+        moved: dict[int, str] = {}
+        now = self.crossings()
         rows = []
-        for op, indices in by_op.items():
-            after = self.crossings(dict.fromkeys(indices, first))
+        while by_op:
+            best = None
+            for op, indices in by_op.items():
+                after = self.crossings({**moved, **dict.fromkeys(indices, first)})
+                flops = sum(self.calls[i].flops for i in indices)
+                key = (len(now) - len(after), flops, op)
+                if best is None or key[:2] > best[0][:2] or \
+                        (key[:2] == best[0][:2] and op < best[0][2]):
+                    best = (key, after)
+            (removed, flops, op), after = best
+            indices = by_op.pop(op)
+            moved.update(dict.fromkeys(indices, first))
             calls = [self.calls[i] for i in indices]
             rows.append({
                 "op": op, "calls": len(indices),
                 "runs_on": dict(Counter(p.backend for p in calls)),
-                "flops": sum(p.flops for p in calls),
-                "transitions_removed": len(now) - len(after),
-                "bytes_removed": now_bytes - sum(c["bytes"] for c in after),
+                "flops": flops, "transitions_removed": removed,
+                "transitions_after": len(after),
+                "bytes_removed": sum(c["bytes"] for c in now) - sum(c["bytes"] for c in after),
                 "sources": _sources(calls)})
-        rows.sort(key=lambda r: (-r["transitions_removed"], -r["flops"], r["op"]))
+            now = after
         return rows
 
     # --- output -------------------------------------------------------------------------
@@ -160,13 +172,13 @@ class Placement:
                                          sorted(pairs.items())) + ")" if pairs else ""))
         ranked = self.implement_next()
         if ranked:
-            lines.append(f"  implement next on {self.targets[0]} (ranked by transitions "
-                         "removed, then FLOPs):")
+            lines.append(f"  implement next on {self.targets[0]} (each op with those above "
+                         "it: transitions it removes, those left, its FLOPs):")
             for r in ranked[:shown]:
                 where = ", ".join(f"{n} on {b}" for b, n in r["runs_on"].items())
-                lines.append(f"    {r['op']:<20} {where:<18} {-r['transitions_removed']:>+4} "
-                             f"transitions {count(r['flops']):>8} FLOPs  e.g. "
-                             + ", ".join(r["sources"][:2]))
+                lines.append(f"    {r['op']:<18} {where:<16} {-r['transitions_removed']:>+4} "
+                             f"-> {r['transitions_after']:<4} {count(r['flops']):>7} FLOPs"
+                             "  e.g. " + ", ".join(r["sources"][:2]))
             if len(ranked) > shown:
                 lines.append(f"    ... {len(ranked) - shown} more ops (--report-json FILE "
                              "lists them all)")

@@ -4,7 +4,8 @@ The model is drawn twice, before and after legalization for the backend. Every c
 node coloured by its decision (legal, kept, decomposed, custom, fallback, failed); the
 calls a decomposition produced are grouped in a cluster labelled with the op and source
 call they came from; calls of external and primitive functions are boxes naming their
-backend or pattern. Hovering a node shows op, attributes, types and the reason.
+backend or pattern. Hovering a node shows op, attributes, types and the reason. Beside the
+drawings, a table gives the placement and cost report (legato.placement).
 
 `graph(...)` builds the picture as plain data (`Picture`); `dot_text` writes Graphviz DOT;
 legato.show.svg lays it out as SVG itself (so no Graphviz install is needed) and wraps
@@ -26,6 +27,7 @@ from ..context import Context, context as current_context
 from ..errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
 from ..layout import convert_layout
+from ..placement import place
 from ..qdq_fold import QDQFoldPass
 from ..recompose import recompose_for
 from ..report import sentence
@@ -65,7 +67,8 @@ def graph(model, backend: str, config=None, max_level: int | None = None, *,
         title += " (QDQ folded into " + ", ".join(
             f"{op} x{n}" for op, n in sorted(folding.report.folded.items())) + ")"
     after = _draw(result.module, "a", title, judge, grouped=True)
-    return Picture(before, after, be.name)
+    placement = place(result.module, be, fallback, result.fallback_calls, host.registry)
+    return Picture(before, after, be.name, placement.text().splitlines())
 
 
 def _count(module: Module) -> int:
@@ -258,4 +261,5 @@ def cmd_show(args) -> int:
     print(f"wrote {args.output} ({how}): {len(picture.before.nodes)} nodes before, "
           f"{len(picture.after.nodes)} after; after: "
           + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    print("\n".join(picture.table))
     return 0

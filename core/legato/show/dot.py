@@ -32,6 +32,11 @@ def dot_text(picture: Picture) -> str:
         lines.extend("    " + _dot_node(n) for n in g.nodes if not n.cluster)
         lines.extend(f"    {a} -> {b};" for a, b in g.edges)
         lines.append("  }")
+    if picture.table:  # left-justified lines (\l) in a plain box beside the drawings
+        text = "".join(line.replace("\\", "\\\\").replace('"', '\\"') + "\\l"
+                       for line in picture.table)
+        lines.append(f'  placement [shape=box, style=filled, fillcolor="#f7f7f7", '
+                     f'fontname="Courier", fontsize=10, label="{text}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 

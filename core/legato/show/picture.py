@@ -40,3 +40,4 @@ class Picture:
     before: Graph
     after: Graph
     backend: str
+    table: list[str] = field(default_factory=list)  # the placement and cost report, drawn aside

@@ -129,6 +129,8 @@ STYLE = """
   .node:hover rect, .node:hover ellipse { stroke: #000; stroke-width: 2.5; }
   .edge { fill: none; stroke: #777; }
   .legend text { text-anchor: start; }
+  .table rect { fill: #f7f7f7; stroke: #bbb; }
+  .table text { font: 11px Courier, monospace; text-anchor: start; white-space: pre; }
 """
 
 
@@ -143,7 +145,8 @@ def svg_text(picture: Picture) -> str:
                       f'fill="{COLOURS[kind]}" stroke="#555"/>'
                       f'<text x="{x + 20}" y="18">{kind}</text></g>')
         x += 40 + len(kind) * CHAR
-    width, height = max(w0 + 40 + w1, x), max(h0, h1) + 24
+    table, tw, th = _table(picture.table, w0 + 40 + w1 + 40)
+    width, height = max(w0 + 40 + w1 + tw, x), max(h0, h1, th) + 24
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">',
@@ -153,7 +156,25 @@ def svg_text(picture: Picture) -> str:
         '</marker></defs>',
         '<rect width="100%" height="100%" fill="white"/>',
         f'<g class="legend">{"".join(legend)}</g>',
-        '<g transform="translate(0, 24)">', *before, *after, "</g>", "</svg>", ""])
+        '<g transform="translate(0, 24)">', *before, *after, *table, "</g>", "</svg>", ""])
+
+
+MONO = 6.6  # width of a character of the 11px monospace font
+
+
+def _table(lines: list[str], x: float) -> tuple[list[str], float, float]:
+    """The placement report beside the drawings: SVG elements, width (with the gap before
+    it) and height."""
+    if not lines:
+        return [], 0.0, 0.0
+    y0 = MARGIN + TITLE
+    rows = "".join(f'<tspan x="{x + 8:.0f}" y="{y0 + 14 * (i + 1):.0f}">{escape(line)}'
+                   f'</tspan>' for i, line in enumerate(lines))
+    w = max(len(line) for line in lines) * MONO + 16
+    h = 14 * len(lines) + 12
+    return ([f'<g class="table"><rect x="{x:.0f}" y="{y0:.0f}" width="{w:.0f}" '
+             f'height="{h:.0f}" rx="6"/><text>{rows}</text></g>'], 40 + w + MARGIN,
+            y0 + h + MARGIN)
 
 
 def html_page(picture: Picture) -> str:
