@@ -220,8 +220,9 @@ def qsoftmax(b, x, x_scale, x_zero, y_scale, y_zero, axis):
     """com.microsoft QLinearSoftmax as onnxruntime computes it: exponentials from a
     256-entry float32 table of `exp((i - 255 + shift) * data_scale)` indexed by
     `255 + x - max(x)` (shift keeps the sum below float32's range), their float32 sum,
-    then `round(e * floor(1 / out_scale) / sum) + out_zero_point`, saturated (onnxruntime
-    wraps an int8 128, a probability rounded to 1, to -128)"""
+    then `round(e * ((1 / sum) * floor(1 / out_scale)) + out_zero_point)` in float32 (its
+    AVX2 kernel's order), saturated (onnxruntime wraps an int8 128, a probability rounded
+    to 1, to -128, in the elements past the last whole 16)"""
     axis = axis % x.rank
     count = x.shape[axis]
     shift = max(0.0, np.log(FLOAT32_MAX / max(count, 1)) - 5)
@@ -233,6 +234,7 @@ def qsoftmax(b, x, x_scale, x_zero, y_scale, y_zero, axis):
     index = b.add(b.subtract(wide, b.max(wide, axes=[axis], keepdims=True)), 255)
     e = b.take(table, index, axis=0)
     total = b.sum(e, axes=[axis], keepdims=True)
-    factor = b.floor(b.divide(1.0, y_scale))
-    y = b.round(b.divide(b.multiply(e, factor), total))
-    return saturate(b, b.add(y, b.cast(y_zero, dtype="float32")), y_zero.dtype)
+    # 1 / sum first: e * floor(1 / out_scale) alone passes float32's range for short rows
+    step = b.multiply(b.divide(1.0, total), b.floor(b.divide(1.0, y_scale)))
+    y = b.round(b.add(b.multiply(e, step), b.cast(y_zero, dtype="float32")))
+    return saturate(b, y, y_zero.dtype)

@@ -178,7 +178,8 @@ def softmax(data, data_scale, data_zero_point, out_scale, out_zero_point, *, axi
     """onnxruntime's QLinearSoftmax: exponentials from the float32 table
     `exp((i - 255 + shift / scale) * scale)` (float64, shift keeping the sum finite) at
     `255 + x - max(x)`, their sum (rounded to float32 once), then
-    `rint(e * floor(1 / out_scale) / sum) + out_zero_point`, saturated."""
+    `rint(e * ((1 / sum) * floor(1 / out_scale)) + out_zero_point)` in float32,
+    saturated."""
     axis = int(axis) % max(data.ndim, 1)
     count = data.shape[axis] if data.ndim else 1
     shift = max(0.0, np.log(FLOAT32_MAX / max(count, 1)) - 5)
@@ -188,8 +189,10 @@ def softmax(data, data_scale, data_zero_point, out_scale, out_zero_point, *, axi
     wide = np.asarray(data, np.int64)
     e = table[255 + wide - np.max(wide, axis=axis, keepdims=True)]
     total = np.sum(e.astype(np.float64), axis=axis, keepdims=True).astype(np.float32)
-    factor = np.floor(np.float32(1.0) / _one(out_scale))
-    y = np.rint(e * factor / total) + np.float64(_one(out_zero_point))
+    # 1 / sum first, as onnxruntime's AVX2 kernel: e * floor(1 / out_scale) alone
+    # overflows float32 for short rows (e reaches float32's max / count / e^5)
+    step = (np.float32(1.0) / total) * np.floor(np.float32(1.0) / _one(out_scale))
+    y = np.rint(e * step + np.float32(_one(out_zero_point)))
     return _clamped(y, out_zero_point.dtype)
 
 
