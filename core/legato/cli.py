@@ -219,7 +219,8 @@ def _explain_structure(module) -> None:
     fused = fuse(module)
     for name, fn in fused.functions.items():
         if fn.kind == "primitive":
-            sources = sorted({i["origin"]["op"] for i in op_info(fn) if i["origin"]})
+            sources = sorted({i["origin"]["op"] for i in op_info(fn)  # (not as imported)
+                              if i["origin"] and i["origin"]["rules"]})
             print(f"fused @{name} ({fn.attrs['pattern']}): {', '.join(fn.attrs['ops'])}"
                   + (f"  [from {', '.join(sources)}]" if sources else ""), file=sys.stderr)
 
