@@ -2,5 +2,6 @@
 from .decode import decode_tosa_custom
 from .emitter import emit_mlir
 from .narrowing import narrow_inputs
+from .plugin import backend
 
-__all__ = ["decode_tosa_custom", "emit_mlir", "narrow_inputs"]
+__all__ = ["backend", "decode_tosa_custom", "emit_mlir", "narrow_inputs"]

@@ -23,8 +23,9 @@ from legato.ir import Const, Function, Module, TensorType, Value
 from legato.shapes import norm_axes, norm_axis, slice_params
 
 from . import mlir
-from .limits import custom_problem, value_problem
-from .lowering import TOSA
+from .limits import INT_DTYPES, custom_problem, type_problem, value_problem
+from .lowering import rows
+from .profiles import DEFAULT, module_attrs
 from .narrowing import narrow_array, signature_attrs, tosa_dtype, tosa_type
 from .rules import call_window
 
@@ -245,11 +246,50 @@ def _avg_pool(body, call, tosa_op):
     return body.call_op(tosa_op, call, _inputs(body, call) + [zp, zp], props)
 
 
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _rescale(body, call, tosa_op):
+    """RESCALE: scale32, single rounding (apply_scale_32 adds 2**(shift-1)), per channel
+    when the multiplier has more than one; uint8 operands are the unsigned flags."""
+    props = (f"input_unsigned = {_flag(call.inputs[0].dtype == 'uint8')}, "
+             f"output_unsigned = {_flag(call.outputs[0].dtype == 'uint8')}, "
+             f"per_channel = {_flag(call.inputs[1].shape != (1,))}, "
+             "rounding_mode = #tosa<rounding_mode<SINGLE_ROUND>>, scale32 = true")
+    return body.call_op(tosa_op, call, _inputs(body, call), props)
+
+
+def _pads(padding) -> list:
+    """TOSA pads are (top, bottom, left, right); legato's (top, left, bottom, right)."""
+    top, left, bottom, right = padding
+    return [top, bottom, left, right]
+
+
+def _int_window(body, call, tosa_op, extent: str):
+    """CONV2D / DEPTHWISE_CONV2D (extent 'dilation') and AVG_POOL2D ('kernel') on int8:
+    int32 accumulators, the window attributes the rule computed."""
+    a = call.attrs
+    props = (f"acc_type = i32, {extent} = {mlir.i64_array(a[extent])}, "
+             f"pad = {mlir.i64_array(_pads(a['padding']))}, "
+             f"stride = {mlir.i64_array(a['strides'])}")
+    return body.call_op(tosa_op, call, _inputs(body, call), props)
+
+
+def _qconv2d(body, call, tosa_op):
+    return _int_window(body, call, tosa_op, "dilation")
+
+
+def _qavg_pool(body, call, tosa_op):
+    return _int_window(body, call, tosa_op, "kernel")
+
+
 FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
          "matmul": _with_zero_points, "clip": _clip, "relu": _relu, "reduce": _reduce,
          "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _axis,
          "slice": _slice, "pad": _pad, "conv2d": _conv2d, "max_pool2d": _max_pool,
-         "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _axis}
+         "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _axis, "rescale": _rescale,
+         "qconv2d": _qconv2d, "qavg_pool2d": _qavg_pool}
 
 
 def _custom(body, call):
@@ -266,11 +306,11 @@ def _custom(body, call):
     return body.call_op("tosa.custom", call, _inputs(body, call), props)
 
 
-def _print(body, call) -> list[str]:
+def _print(body, call, table) -> list[str]:
     """The call as its row of lowering.TOSA says (or as tosa.custom); its result names."""
     if call.op == CUSTOM_OP:
         return _custom(body, call)
-    row = TOSA[call.op]
+    row = table[call.op]
     try:
         form = FORMS[row.form]
     except KeyError:
@@ -287,14 +327,14 @@ def _refuse(where: str, why: str):
                             "form (legalize the module for tosa_custom first)")
 
 
-def _check_call(call, backend) -> None:
+def _check_call(call, backend, table) -> None:
     """A custom call carries any TOSA tensors; any other call must be legal as it stands."""
     if call.op == CUSTOM_OP:
         problem = custom_problem(call)
         if problem is not None:
             _refuse(f"custom op {call.attrs['operator_name']}", problem)
         return
-    if call.op not in TOSA:
+    if call.op not in table:
         _refuse(call.op, "no TOSA operator prints it")
     why = backend.why_not(call)
     if why is not None:
@@ -304,32 +344,35 @@ def _check_call(call, backend) -> None:
             narrow_array(value.data, f"{_const_text(value)} (an operand of {call.op})")
 
 
-def _check_signature(name: str, fn: Function) -> None:
+def _check_signature(name: str, fn: Function, profile) -> None:
+    """pro_int modules take and give uint8 (as i8, marked), the others pro_fp's types."""
     for kind, values in (("parameter", fn.params), ("result", fn.results)):
         for index, value in enumerate(values):
-            problem = value_problem(value)
+            problem = type_problem(value.type, INT_DTYPES) if "pro_int" in profile else \
+                value_problem(value)
             if problem is not None:
                 _refuse(f"function {name} {kind} {index}", problem)
 
 
-def _backend():
-    return legato.context().backend(BACKEND)  # at emission: plugins have registered
+def _backend(name: str = BACKEND):
+    return legato.context().backend(name)  # at emission: plugins have registered
 
 
 # --- functions and the module -------------------------------------------------------------
 
-def emit_function(name: str, fn: Function, backend=None) -> list[str]:
+def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT) -> list[str]:
     backend = backend or _backend()
+    table = rows(profile)
     for call in fn.calls:
-        _check_call(call, backend)
-    _check_signature(name, fn)
+        _check_call(call, backend, table)
+    _check_signature(name, fn, profile)
     body = _Body()
     args = []
     for index, param in enumerate(fn.params):
         body.bind(param, f"%arg{index}")
         args.append(f"%arg{index}: {body.types[f'%arg{index}']}")
     for call in fn.calls:
-        for value, result in zip(call.outputs, _print(body, call)):
+        for value, result in zip(call.outputs, _print(body, call, table)):
             body.names[value] = result
     results = [body.value(r) for r in fn.results]
     result_types = [_type_text(r.type) for r in fn.results]
@@ -346,20 +389,30 @@ def emit_function(name: str, fn: Function, backend=None) -> list[str]:
             "}) : () -> ()"]
 
 
-def emit_mlir(module: Module) -> str:
-    """The module as TOSA 1.0 MLIR text (generic op form); main first."""
+def emit_module(module: Module, backend, profile=DEFAULT) -> str:
+    """The module as TOSA 1.0 MLIR text (generic op form) for `profile`; main first."""
     names = ["main"] + [n for n in module.functions if n != "main"]
-    backend = _backend()
     lines = ['"builtin.module"() ({']
     for name in names:
         fn = module.functions[name]
         if fn.kind == "external":
             raise LegatoError(f"tosa_custom emitter: function {name} is external "
                               f"(codegen {fn.attrs.get('codegen')!r}); it has no TOSA form")
-        lines += ["  " + line for line in emit_function(name, fn, backend)]
-    lines.append("}) : () -> ()")
+        lines += ["  " + line for line in emit_function(name, fn, backend, profile)]
+    lines.append(f"}}){module_attrs(profile)} : () -> ()")
     return "\n".join(lines) + "\n"
 
 
-# the ops it prints: registration checks every legal op of the backend is among them
-emit_mlir.ops = frozenset(TOSA) | {CUSTOM_OP}
+def make_emitter(profile=DEFAULT, backend_name: str = BACKEND):
+    """The emitter of the backend `backend_name`, which targets `profile` (it looks the
+    backend up when it runs; `emitter.backend`, when set, is used instead)."""
+    def emit(module: Module) -> str:
+        return emit_module(module, emit.backend or _backend(backend_name), profile)
+    emit.backend = None
+    # the ops it prints: registration checks every legal op of the backend is among them
+    emit.ops = frozenset(rows(profile)) | {CUSTOM_OP}
+    emit.__name__ = emit.__qualname__ = "emit_mlir"
+    return emit
+
+
+emit_mlir = make_emitter()

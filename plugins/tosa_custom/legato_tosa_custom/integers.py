@@ -70,6 +70,7 @@ def via_float(then=None, bools: bool = True, truncate: bool = False):
         if positions:
             return via_float_call(b, call, positions, then, truncate)
         return then(b, call) if then is not None else None
+    rule.then = then  # what pro_int, which has the integer forms, runs instead
     rule.__name__ = rule.__qualname__ = "via_float" + (f"_then_{then.__name__}" if then
                                                        else "")
     return rule

@@ -21,6 +21,8 @@ MAX_TENSOR_LIST = 64          # operands of one CONCAT or CUSTOM
 # int64: printed as int32 (narrowing.py)
 TOSA_DTYPES = ("float32", "float16", "int32", "int16", "int8", "bool", "int64")
 CUSTOM_DTYPES = TOSA_DTYPES
+# pro_int: uint8 too, as the i8 bits RESCALE reads unsigned and data movement moves
+INT_DTYPES = TOSA_DTYPES + ("uint8",)
 
 
 def shape_problem(t: TensorType) -> str | None:
@@ -35,7 +37,8 @@ def shape_problem(t: TensorType) -> str | None:
 def type_problem(t: TensorType, dtypes=TOSA_DTYPES) -> str | None:
     """Why this tensor type cannot appear in a TOSA 1.0 pro_fp module, or None."""
     if t.dtype not in dtypes:
-        return f"{t} has element type {t.dtype} (not a TOSA 1.0 pro_fp type)"
+        profile = "pro_int" if "uint8" in dtypes else "pro_fp"
+        return f"{t} has element type {t.dtype} (not a TOSA 1.0 {profile} type)"
     problem = shape_problem(t)
     if problem is None and t.size * np.dtype(tosa_dtype(t.dtype)).itemsize > MAX_BYTES:
         problem = f"{t} holds more than {MAX_BYTES} bytes (TOSA 1.0 level 8K)"
@@ -74,11 +77,14 @@ def custom_problem(call) -> str | None:
     return next(filter(None, map(value_problem, inputs + list(call.outputs))), None)
 
 
-def checked(check=None, name: str | None = None):
-    """A legality check `check(call)` that first applies the limits on every tensor; it
-    goes by `name` (default: the check's) in legalization reports."""
+def checked(check=None, name: str | None = None, dtypes=TOSA_DTYPES):
+    """A legality check `check(call)` that first applies the limits on every tensor (of
+    `dtypes`); it goes by `name` (default: the check's) in legalization reports."""
+    problem_of = type_problem if dtypes is TOSA_DTYPES else \
+        functools.partial(type_problem, dtypes=dtypes)
+
     def with_limits(call):
-        return call_problem(call) or (check(call) if check is not None else None)
+        return call_problem(call, problem_of) or (check(call) if check is not None else None)
     if check is not None:
         functools.update_wrapper(with_limits, check)
     if name is not None:

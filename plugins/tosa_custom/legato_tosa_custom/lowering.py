@@ -16,10 +16,12 @@ min/max, reductions, data movement) on float32 copies.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import integers, rules, scatter, sorting, trig
+from . import integers, quantized, rules, scatter, sorting, trig
+from .limits import INT_DTYPES, checked
+from .profiles import DEFAULT
 
 FLOAT = ("float32", "float16")
 ARITH = FLOAT + ("int32", "int64")  # int64: narrowed to int32
@@ -171,22 +173,84 @@ NOT_LOWERED: dict[str, str] = {
                  "(integers: through the integer fmod)",
     **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
-    # compile() leaves the QDQ regions of these float (dequantize, op, quantize) for this
-    # backend, so only a qnn call built by hand reaches here
+    # pro_fp: compile() leaves the QDQ regions of these float (dequantize, op, quantize),
+    # so only a qnn call built by hand reaches here; pro_int lowers them (quantized.py)
     **{op: "its integer form accumulates int8 products in int32, which TOSA 1.0 has in "
-           "profile pro_int only (this backend is pro_fp)"
+           "profile pro_int only (quantized.py lowers it there)"
        for op in ("qnn.conv2d", "qnn.linear", "qnn.matmul")},
-    **{op: "it rounds as onnxruntime does through float64 steps, and TOSA 1.0 has no float64"
-       for op in ("qnn.add", "qnn.softmax")},
+    "qnn.add": "it rounds as onnxruntime does through float64 steps, and TOSA 1.0 has no "
+               "float64 (pro_int: RESCALEs to a common int32 scale, quantized.py)",
+    "qnn.softmax": "its float64 exponential table and division have no TOSA 1.0 form; a "
+                   "TABLE maps one value to one value, and a softmax needs the row's sum "
+                   "(a float one: pro_fp computes the dequantized softmax in float32)",
 }
 
 
-def capability_tables() -> dict:
-    """The `legal` and `rules` keys of the tosa_custom capability."""
-    rule_table = {op: row.rule for op, row in TOSA.items() if row.rule is not None}
+# --- profile pro_int ---------------------------------------------------------------------------
+
+int_tensors = checked(name="int_tensors", dtypes=INT_DTYPES)  # uint8 as RESCALE's i8 bits
+QINT = ("int8", "uint8", "int16", "int32")
+# the integer operators pro_int adds (ops.py; quantized.py produces them)
+INT_TOSA: dict[str, Lowering] = {
+    "tosa.rescale": Lowering("tosa.rescale", "rescale", QINT, int_tensors),
+    "tosa.qconv2d": Lowering("tosa.conv2d", "qconv2d", ("int8", "int32"), rules.tosa_tensors),
+    "tosa.qdepthwise_conv2d": Lowering("tosa.depthwise_conv2d", "qconv2d", ("int8", "int32"),
+                                       rules.tosa_tensors),
+    "tosa.qmatmul": Lowering("tosa.matmul", "operands", ("int8",)),
+    "tosa.qavg_pool2d": Lowering("tosa.avg_pool2d", "qavg_pool2d", ("int8",)),
+    "tosa.table": Lowering("tosa.table", "operands", ("int8",)),
+}
+I32 = ("int32", "int64")  # int64: narrowed to int32
+SMALL = ("int8", "int16")
+MOVED = ("int8", "uint8", "int16") + I32  # data movement moves any integer's bits
+# integer forms pro_int has of the rows above (checked against tosa-opt --tosa-validate):
+# these run natively instead of on float32 copies; their rules, if any, stay integer
+NATIVE: dict[str, tuple] = {
+    **{op: I32 for op in ("maximum", "minimum", "equal", "greater", "abs", "sum", "max",
+                          "min")},
+    "negative": SMALL + I32, "clip": SMALL, "argmax": SMALL, "where": SMALL + I32,
+    "tosa.gather": SMALL + I32,
+    **{op: MOVED for op in ("reshape", "permute_dims", "concat", "pad", "broadcast_to",
+                            "tile", "strided_slice")},
+}
+# checks that refuse integers only because pro_fp has no integer form
+PRO_FP_ONLY_CHECKS = {"where": rules.same_rank, "tosa.gather": rules.tosa_tensors}
+
+
+def _native(op: str, row: Lowering) -> Lowering:
+    """The row with pro_int's integer dtypes, limits that take uint8 where it moves, and
+    the integer rule in place of the float32 detour."""
+    ints = NATIVE[op]
+    check = PRO_FP_ONLY_CHECKS.get(op, row.check)
+    if "uint8" in ints:  # the row's own condition, under limits that take uint8
+        check = checked(getattr(check, "__wrapped__", None), check.__name__, INT_DTYPES)
+    rule = getattr(row.rule, "then", row.rule) if op not in ("clip", "argmax") else row.rule
+    return replace(row, dtypes=tuple(row.dtypes) + tuple(d for d in ints
+                                                         if d not in row.dtypes),
+                   check=check, rule=rule)
+
+
+def rows(profile=DEFAULT) -> dict[str, Lowering]:
+    """The TOSA rows of a profile (a set of 'pro_fp', 'pro_int')."""
+    if "pro_int" not in profile:
+        return TOSA
+    native = {op: _native(op, row) if op in NATIVE else row for op, row in TOSA.items()}
+    if "pro_fp" not in profile:  # integers only
+        native = {op: replace(row, dtypes=tuple(d for d in row.dtypes or QINT
+                                                if d not in FLOAT))
+                  for op, row in native.items() if set(row.dtypes or QINT) - set(FLOAT)}
+    return {**native, **INT_TOSA}
+
+
+def capability_tables(profile=DEFAULT) -> dict:
+    """The `legal` and `rules` keys of the tosa_custom capability for `profile`."""
+    table = rows(profile)
+    rule_table = {op: row.rule for op, row in table.items() if row.rule is not None}
     rule_table.update(RULES)
     rule_table.update(INTEGER_RULES)
-    return {"legal": {op: row.condition() for op, row in TOSA.items()}, "rules": rule_table}
+    if "pro_int" in profile:
+        rule_table.update(quantized.RULES)
+    return {"legal": {op: row.condition() for op, row in table.items()}, "rules": rule_table}
 
 
 def disposition(op: str) -> str | None:

@@ -12,6 +12,11 @@ int64 tensor type as i32. So
   (`narrow_inputs` converts and checks) and reads int32 results (`widen_results`);
 - an int64 <-> int32 cast is no operation at all.
 
+uint8 (profile pro_int) is printed as i8 the same way, its bits unchanged: TOSA 1.0 has no
+unsigned tensor type, RESCALE reads and writes them as input_unsigned / output_unsigned,
+and data movement moves the bits. Parameters and results are marked `"uint8"`; the caller
+passes and reads the same bytes viewed as int8.
+
 Integer ops that pro_fp has no integer form for (compares, select, data movement,
 reductions) run on float32 copies of the values (integers.py), which hold integers
 exactly up to 2**24 in magnitude: the range ids, positions, masks and shapes live in.
@@ -24,7 +29,8 @@ import numpy as np
 from legato.errors import LegalizationError, clip
 from legato.ir import TensorType
 
-NARROWED = {"int64": "int32"}
+NARROWED = {"int64": "int32", "uint8": "int8"}
+VIEWED = {"uint8": "int8"}  # the same bits as the other type (no values change)
 # the attribute the emitter puts on a narrowed parameter or result of a function
 SIGNATURE_ATTR = "legato.dtype"
 INT32 = np.iinfo(np.int32)
@@ -54,6 +60,8 @@ def narrow_array(array: np.ndarray, what: str) -> np.ndarray:
     """An int64 array as the int32 array the module holds; LegalizationError naming `what`
     and the first value outside int32. Other arrays are returned as they are."""
     array = np.asarray(array)
+    if array.dtype.name in VIEWED:
+        return array.view(VIEWED[array.dtype.name])
     if array.dtype.name not in NARROWED:
         return array
     found = _first_outside(array, INT32.min, INT32.max)
@@ -79,7 +87,8 @@ def float_exact(array: np.ndarray, what: str) -> np.ndarray:
 
 
 def narrow_inputs(arrays) -> list[np.ndarray]:
-    """The arrays a caller passes to an emitted function: int64 ones as int32 (checked)."""
+    """The arrays a caller passes to an emitted function: int64 ones as int32 (checked),
+    uint8 ones viewed as int8."""
     return [narrow_array(np.asarray(a), f"input {i} ({clip(str(np.shape(a)), 40)} int64)")
             for i, a in enumerate(arrays)]
 
@@ -107,8 +116,13 @@ def result_dtypes(text: str) -> list[str | None]:
     return [(_DTYPE.search(item) or [None, None])[1] for item in _ITEM.findall(attrs["items"])]
 
 
+def _widen(out, dtype: str) -> np.ndarray:
+    out = np.asarray(out)
+    return out.view(dtype) if dtype in VIEWED else out.astype(dtype)
+
+
 def widen_results(text: str, outputs) -> list[np.ndarray]:
     """Results of running an emitted module, the narrowed ones as the dtype they stand for."""
     dtypes = result_dtypes(text)
-    return [np.asarray(out).astype(dtype) if dtype else out
+    return [_widen(out, dtype) if dtype else out
             for out, dtype in zip(outputs, dtypes + [None] * (len(outputs) - len(dtypes)))]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from legato.ir import TensorType
 from legato.ops.base import fail, float_unary_infer, is_float
-from legato.shapes import broadcast_shapes
+from legato.shapes import broadcast_shapes, window
 
 INDEX_DTYPE = "int32"
 
@@ -33,6 +33,77 @@ def _cast(types, attrs):
     return TensorType(types[0].shape, attrs["dtype"])
 
 
+def _rescale(types, attrs):
+    """TOSA RESCALE: data, int32 multiplier and int8 shift ([1] or one per last-axis
+    channel), the input and output zero points; uint8 data or results are TOSA's
+    input_unsigned / output_unsigned."""
+    data, multiplier, shift, in_zp, out_zp = types
+    channels = {multiplier.shape, shift.shape}
+    if multiplier.dtype != "int32" or shift.dtype != "int8" or len(channels) != 1 or \
+            multiplier.shape not in ((1,), data.shape[-1:]):
+        fail(f"multiplier {multiplier} and shift {shift} must be int32 and int8, [1] or one "
+             f"per channel of {data}'s last axis")
+    if in_zp.dtype != data.dtype or out_zp.dtype != attrs["dtype"]:
+        fail(f"zero points {in_zp.dtype} and {out_zp.dtype} must be {data.dtype} and "
+             f"{attrs['dtype']}")
+    return TensorType(data.shape, attrs["dtype"])
+
+
+def _window_out(x, kernel, attrs):
+    """The NHWC result shape of a TOSA window over NHWC x (the windows divide exactly)."""
+    win = window(x.shape[1:3], kernel, attrs["strides"], attrs["dilation"],
+                 attrs["padding"], what="TOSA window")
+    return win.out
+
+
+def _qconv2d(types, attrs):
+    """TOSA CONV2D on int8: NHWC data, OHWI weight, int32 [O] bias -> int32 NHWC."""
+    x, w, bias, xz, wz = types
+    if x.dtype != "int8" or w.dtype != "int8" or x.rank != 4 or w.rank != 4:
+        fail(f"data {x} and weight {w} must be 4-D int8 (NHWC, OHWI)")
+    oh, ow = _window_out(x, w.shape[1:3], attrs)
+    return TensorType((x.shape[0], oh, ow, w.shape[0]), "int32")
+
+
+def _qdepthwise(types, attrs):
+    """TOSA DEPTHWISE_CONV2D on int8: NHWC data, [KH, KW, C, M] weight -> int32 NHWC."""
+    x, w, bias, xz, wz = types
+    if x.dtype != "int8" or w.dtype != "int8" or x.rank != 4 or w.rank != 4 or \
+            w.shape[2] != x.shape[3]:
+        fail(f"data {x} and weight {w} must be 4-D int8 (NHWC, [KH, KW, C, M])")
+    oh, ow = _window_out(x, w.shape[:2], attrs)
+    return TensorType((x.shape[0], oh, ow, w.shape[2] * w.shape[3]), "int32")
+
+
+def _qmatmul(types, attrs):
+    """TOSA MATMUL on int8: [N, H, C] x [N, C, W] -> int32 [N, H, W]."""
+    a, b, az, bz = types
+    if a.dtype != "int8" or b.dtype != "int8" or a.rank != 3 or b.rank != 3 or \
+            a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        fail(f"a {a} and b {b} must be int8 [N, H, C] and [N, C, W]")
+    return TensorType((a.shape[0], a.shape[1], b.shape[2]), "int32")
+
+
+def _qavg_pool(types, attrs):
+    """TOSA AVG_POOL2D on int8 NHWC data, with zero points."""
+    x, xz, yz = types
+    if x.dtype != "int8" or x.rank != 4:
+        fail(f"data {x} must be 4-D int8 (NHWC)")
+    oh, ow = _window_out(x, attrs["kernel"], {**attrs, "dilation": [1, 1]})
+    return TensorType((x.shape[0], oh, ow, x.shape[3]), x.dtype)
+
+
+def _table(types, attrs):
+    """TOSA TABLE: int8 data looked up in a 256-entry int8 table."""
+    x, table = types
+    if x.dtype != "int8" or table.dtype != "int8" or table.shape != (256,):
+        fail(f"data {x} and table {table} must be int8, the table [256]")
+    return x
+
+
+WINDOW = {"strides": ("ints",), "padding": ("ints",), "dilation": ("ints", [1, 1])}
+
+
 def register_all(register):
     # 1/x: TOSA has no float divide; legato's divide becomes multiply by this
     register("tosa.reciprocal", "a", float_unary_infer, "elemwise")
@@ -41,3 +112,14 @@ def register_all(register):
     register("tosa.pow", "a, b", _pow, "broadcast")
     # TOSA CAST: float to int rounds to nearest (legato's cast truncates toward zero)
     register("tosa.cast", "data", _cast, "elemwise", attrs={"dtype": ("dtype", "int32")})
+    # profile pro_int (quantized.py): the integer operators, zero points as operands
+    register("tosa.rescale", "data, multiplier, shift, input_zp, output_zp", _rescale,
+             "elemwise", attrs={"dtype": ("dtype", "int8")})
+    register("tosa.qconv2d", "data, weight, bias, input_zp, weight_zp", _qconv2d, "opaque",
+             attrs=WINDOW)
+    register("tosa.qdepthwise_conv2d", "data, weight, bias, input_zp, weight_zp",
+             _qdepthwise, "opaque", attrs=WINDOW)
+    register("tosa.qmatmul", "a, b, a_zp, b_zp", _qmatmul, "opaque")
+    register("tosa.qavg_pool2d", "data, input_zp, output_zp", _qavg_pool, "opaque",
+             attrs={"kernel": ("ints",), "strides": ("ints",), "padding": ("ints",)})
+    register("tosa.table", "data, table", _table, "elemwise")

@@ -1,21 +1,59 @@
-"""The tosa_custom plugin: TOSA-only ops, then the backend with its MLIR emitter, and
-the "tosa" validator (tosa-opt and the TOSA reference model, tools.py)."""
+"""The tosa_custom plugin: TOSA-only ops, then the backends with their MLIR emitter, and
+the "tosa" validator (tosa-opt and the TOSA reference model, tools.py).
+
+Two backends share the tables: `tosa_custom` targets the profile capability.yaml names
+(`profile`, pro_fp as shipped), `tosa_custom_int` targets pro_fp+pro_int (int8 convolutions
+and matmuls, RESCALE, native int32 arithmetic: quantized.py). `backend(profile)` builds one
+for any profile, for `legato.compile(model, backend=...)`.
+"""
 from importlib.resources import files
 
 import yaml
 
 import legato
+from legato.capability import parse_capability
 
 from . import ops
-from .emitter import emit_mlir
+from .emitter import make_emitter
 from .lowering import capability_tables
+from .profiles import parse_profile, spelled
 from .tools import run_text, validate_text
 
+INT_BACKEND = "tosa_custom_int"
+INT_PROFILE = frozenset({"pro_fp", "pro_int"})
 
-def capability() -> dict:
-    """capability.yaml's backend-wide keys plus `legal` and `rules` from lowering.py."""
+
+def _settings() -> tuple[dict, frozenset]:
+    """capability.yaml's backend-wide keys, and its profile (validated)."""
     data = yaml.safe_load((files("legato_tosa_custom") / "capability.yaml").read_text())
-    return {**data, **capability_tables()}
+    profile = parse_profile(data.pop("profile", "pro_fp"), "tosa_custom capability.yaml: "
+                                                           "profile")
+    return data, profile
+
+
+def capability(profile=None) -> dict:
+    """capability.yaml's backend-wide keys plus `legal` and `rules` from lowering.py, for
+    `profile` (a name, 'pro_fp+pro_int', a list or set; default: capability.yaml's)."""
+    data, default = _settings()
+    profile = default if profile is None else _profile(profile)
+    return {**data, **capability_tables(profile)}
+
+
+def _profile(value) -> frozenset:
+    return value if isinstance(value, frozenset) else parse_profile(value)
+
+
+def backend(profile="pro_fp+pro_int", name: str | None = None):
+    """A tosa_custom Backend for `profile` ('pro_fp', 'pro_int' or 'pro_fp+pro_int'),
+    named `name` (default tosa_custom_<profile>); ConfigError for an unknown profile."""
+    profile = _profile(profile)
+    name = name or "tosa_custom_" + spelled(profile).replace("+", "_")
+    emitter = make_emitter(profile, name)
+    be = parse_capability({**capability(profile), "backend": name},
+                          legato.context().registry, emitter=emitter,
+                          plugin="legato_tosa_custom")
+    emitter.backend = be
+    return be
 
 
 @legato.hookimpl
@@ -25,9 +63,15 @@ def legato_register_ops(register):
 
 @legato.hookimpl
 def legato_register_backends(register):
-    register(capability(), emitter=emit_mlir)
+    _, profile = _settings()
+    register(capability(profile), emitter=make_emitter(profile))
+    register({**capability(INT_PROFILE), "backend": INT_BACKEND,
+              "description": "TOSA 1.0 MLIR, profiles pro_fp and pro_int (int8 ops, "
+                             "RESCALE); kept ops become tosa.custom"},
+             emitter=make_emitter(INT_PROFILE, INT_BACKEND))
 
 
 @legato.hookimpl
 def legato_register_validators(register):
-    register("tosa", validate_text, run=run_text, suffixes=[".mlir"], backends=["tosa_custom"])
+    register("tosa", validate_text, run=run_text, suffixes=[".mlir"],
+             backends=["tosa_custom", INT_BACKEND])

@@ -20,8 +20,9 @@ from legato.errors import LegatoError, clip
 from legato.validators import ToolsMissing
 
 from .narrowing import narrow_inputs, widen_results
+from .profiles import DEFAULT, profile_of, target
 
-TARGET = "profiles=pro_fp level=8k specification_version=1.0"
+TARGET = target(DEFAULT)  # a module naming no profile (legato.tosa_profiles) is pro_fp
 STRICT = "--tosa-validate=strict-op-spec-alignment"
 RUNNER = Path(__file__).with_name("_refrun.py")
 ENV = "LEGATO_TOSA_VENV"
@@ -62,13 +63,15 @@ class TosaTools:
         return proc.stdout
 
     def validate(self, text: str, strict: bool = True, name: str | None = None) -> None:
-        """tosa-opt --tosa-attach-target=... --tosa-validate; raises ToolError if invalid
-        (naming the module `name` in the error lines, rather than a temporary file)."""
+        """tosa-opt --tosa-attach-target=... --tosa-validate for the profiles the module
+        names (legato.tosa_profiles; pro_fp if none); raises ToolError if invalid (naming
+        the module `name` in the error lines, rather than a temporary file)."""
         validate = STRICT if strict else "--tosa-validate"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "module.mlir"
             path.write_text(text)
-            self._opt(path, f"--tosa-attach-target={TARGET}", validate, name=name)
+            self._opt(path, f"--tosa-attach-target={target(profile_of(text))}", validate,
+                      name=name)
 
     def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
         """Serialize with tosa-opt and run the TOSA reference model on `inputs`; int64
@@ -79,7 +82,8 @@ class TosaTools:
             tmp = Path(tmp)
             (tmp / "module.mlir").write_text(text)
             flatbuffer = tmp / "module.tosa"
-            checks = (f"--tosa-attach-target={TARGET}", STRICT) if validate else ()
+            checks = (f"--tosa-attach-target={target(profile_of(text))}", STRICT) \
+                if validate else ()
             self._opt(tmp / "module.mlir", *checks, "--tosa-serialize",
                       f"--tosa-flatbuffer-filename={flatbuffer}")
             for i, array in enumerate(narrow_inputs(inputs)):

@@ -63,8 +63,10 @@ def test_the_backend_is_derived_from_the_table():
 
 def test_the_emitter_prints_every_row_and_says_so():
     assert emit_mlir.ops == set(lowering.TOSA) | {"custom"}
-    assert {row.form for row in lowering.TOSA.values()} <= set(FORMS)
-    assert set(lowering.TOSA) >= own_ops()  # the TOSA-only ops are printed as they are
+    int_rows = lowering.rows({"pro_fp", "pro_int"})
+    assert set(int_rows) == set(lowering.TOSA) | set(lowering.INT_TOSA)
+    assert {row.form for row in int_rows.values()} <= set(FORMS)
+    assert set(int_rows) >= own_ops()  # the TOSA-only ops are printed as they are
 
 
 def test_integer_rules_are_for_ops_whose_float_forms_are_not_lowered():
