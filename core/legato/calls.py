@@ -1,6 +1,7 @@
 """Creating calls: `make_call` validates arity and attributes and infers the result types
 at once, so a mistake is reported where it is made; `Emitter` records the calls a
-decomposition or a rewrite writes. Both take the registry explicitly: this module sits
+decomposition or a rewrite writes; `Recipes` replays a decomposition recorded on inputs
+alike (repeated layers). All take the registry explicitly: this module sits
 below the registries, the plugin host and the context, and imports none of them.
 """
 from __future__ import annotations
@@ -116,7 +117,12 @@ class Emitter(Recorder):
         return self.origin
 
 
-def run_decomposition(emitter: Emitter, opdef, inputs, attrs: Attrs) -> tuple[Value, ...]:
+def run_decomposition(emitter: Emitter, opdef, inputs, attrs: Attrs,
+                      recipes: "Recipes | None" = None) -> tuple[Value, ...]:
+    """Run `opdef`'s decomposition on `inputs`, recording into `emitter`; with `recipes`,
+    a decomposition already run on inputs alike is replayed instead (see Recipes)."""
+    if recipes is not None:
+        return recipes.run(emitter, opdef, inputs, attrs)[0]
     result = opdef.decompose(emitter, *inputs, **attrs)
     results = result if isinstance(result, tuple) else (result,)
     for r in results:
@@ -124,6 +130,120 @@ def run_decomposition(emitter: Emitter, opdef, inputs, attrs: Attrs) -> tuple[Va
             raise OpError(f"decomposition of {opdef.name} returned {type(r).__name__}, "
                           "not a Value")
     return results
+
+
+SMALL_CONST = 4096  # elements: a constant input up to this size is keyed by its contents
+
+
+class Recipe:
+    """A decomposition's calls with their inputs as references: ("in", i) an input of the
+    op, ("out", k, j) output j of recorded call k, ("const", c) a constant it made."""
+
+    __slots__ = ("calls", "results")
+
+    def __init__(self, calls: tuple, results: tuple):
+        self.calls, self.results = calls, results
+
+    @staticmethod
+    def record(inputs, calls, results) -> "Recipe | None":
+        """The recipe of `calls` on `inputs`, or None where a call reads a value that is
+        neither an input, a result of an earlier call nor a constant."""
+        where: dict = {}
+        for i, v in enumerate(inputs):
+            if v is not None and v not in where:
+                where[v] = ("in", i)
+        steps = []
+        for k, call in enumerate(calls):
+            refs = []
+            for v in call.inputs:
+                ref = None if v is None else where.get(v)
+                if ref is None and v is not None:
+                    if not isinstance(v, Const):
+                        return None
+                    ref = ("const", v)
+                refs.append(ref)
+            steps.append((call.op, tuple(refs), call.attrs,
+                          tuple(o.type for o in call.outputs)))
+            for j, out in enumerate(call.outputs):
+                where[out] = ("out", k, j)
+        refs = []
+        for r in results:
+            ref = where.get(r, ("const", r) if isinstance(r, Const) else None)
+            if ref is None:
+                return None
+            refs.append(ref)
+        return Recipe(tuple(steps), tuple(refs))
+
+    def replay(self, emitter: Emitter, inputs) -> tuple[Value, ...]:
+        """The recorded calls made again on `inputs` (fresh results, the emitter's origin)."""
+        made: list[tuple] = []
+        origin = emitter._origin()
+        out = emitter.calls
+
+        def resolve(ref):
+            if ref is None:
+                return None
+            kind = ref[0]
+            return inputs[ref[1]] if kind == "in" else ref[1] if kind == "const" else \
+                made[ref[1]][ref[2]]
+
+        for op, refs, attrs, types in self.calls:
+            outputs = tuple([Value(t) for t in types])
+            out.append(Call(op, tuple([resolve(r) for r in refs]), attrs, outputs, origin))
+            made.append(outputs)
+        return tuple([resolve(r) for r in self.results])
+
+
+class Recipes:
+    """Decompositions recorded once and replayed: the layers of a model decompose the same
+    op, attributes and input types over and over, and a decomposition is a function of
+    those (and of its constant inputs' contents, and of which inputs are one value). A
+    replay makes the recorded calls on the new inputs without running the decomposition
+    again: their arity, attributes and types were checked when recorded, on the same
+    types and attributes. Kept in `registry.derived`, so a change of the definitions
+    forgets them; a constant input larger than SMALL_CONST elements is keyed by itself,
+    and such recipes stay in this object (they would keep the constant alive)."""
+
+    LIMIT = 4096
+
+    def __init__(self, registry):
+        self.shared = registry.derived("decompositions")
+        self.local: dict = {}
+
+    @staticmethod
+    def key(opdef, inputs, attrs: Attrs):
+        """The op, the attributes, and per input: its type and the first input that is the
+        same value (constants: their contents, or themselves when large)."""
+        parts = []
+        for i, v in enumerate(inputs):
+            if v is None:
+                parts.append(None)
+            elif isinstance(v, Const):
+                parts.append((v.type, v.data.tobytes() if v.data.size <= SMALL_CONST else v))
+            else:
+                parts.append((v.type, next(j for j, w in enumerate(inputs) if w is v)))
+        return (opdef.name, attrs.key(), tuple(parts))
+
+    def run(self, emitter: Emitter, opdef, inputs, attrs: Attrs):
+        """(results, recipe) of the decomposition on `inputs`: replayed when recorded
+        before, else run and recorded (recipe None: it cannot be recorded)."""
+        key = self.key(opdef, inputs, attrs)
+        table = self._table(key)
+        entry = table.get(key)
+        if entry is not None and entry[0] is opdef:
+            return entry[1].replay(emitter, inputs), entry[1]
+        first = len(emitter.calls)
+        results = run_decomposition(emitter, opdef, inputs, attrs)
+        recipe = Recipe.record(inputs, emitter.calls[first:], results)
+        if recipe is not None:
+            if len(table) >= self.LIMIT:
+                table.clear()
+            table[key] = (opdef, recipe)
+        return results, recipe
+
+    def _table(self, key) -> dict:
+        large = any(isinstance(p, tuple) and isinstance(p[1], Const) for p in key[2])
+        return self.local if large else self.shared
 
 
 def trace_decomposition(registry, opdef, input_types, attrs: Attrs):

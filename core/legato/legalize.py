@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
-from .calls import Emitter, run_decomposition
+from .calls import Emitter, Recipes
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
 from .errors import LegalizationError, LegatoError
@@ -53,6 +53,8 @@ class _Legalizer:
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
         self._decisions: dict = {}
+        self.recipes = Recipes(registry)  # decompositions replayed on repeated layers
+        self._replayed: dict = {}  # recipe -> the decisions of its calls
         # the attribute conditions of the backend's legal ops, to report those no call meets
         self.watch = {op: c for op, c in backend.legal.items() if c.attrs} if backend else {}
         # kept calls the backend can neither run nor tunnel: reason -> (op, calls), raised
@@ -138,8 +140,10 @@ class _Legalizer:
             return fn
         return Function(fn.params, tuple(out), results, fn.kind, fn.attrs)
 
-    def emit(self, call: Call, remap, out: list, source: str, from_input: bool) -> None:
-        decision = self.decide(call)
+    def emit(self, call: Call, remap, out: list, source: str, from_input: bool,
+             decision: Decision | None = None) -> None:
+        if decision is None:
+            decision = self.decide(call)
         if call.op in self.watch:
             self.report.condition(call.op, self.watch[call.op], call)
         if decision.rule == BACKEND_RULE:
@@ -178,15 +182,24 @@ class _Legalizer:
         origin = _child_origin(call, source, rule)
         emitter = Emitter(self.registry, origin)
         try:
-            results = run_decomposition(emitter, opdef, call.inputs, call.attrs)
+            results, recipe = self.recipes.run(emitter, opdef, call.inputs, call.attrs)
         except Exception as err:
             raise _rule_failed(rule, call, err) from err
         _check_types(call, results, rule)
-        for produced in emitter.calls:
+        # a replayed recipe's calls get the decisions of its first replay here (the same
+        # ops, attributes, input types and constant inputs)
+        known = self._replayed.get(recipe) if recipe is not None else None
+        decisions = []
+        for index, produced in enumerate(emitter.calls):
             if self.registry.get(produced.op).level >= opdef.level:
                 raise LegalizationError(f"rule {rule} produced {produced.op}, which is not of "
                                         f"a lower level than {call.op}: rewrite loop")
-            self.emit(_rewire(produced, remap), remap, out, source, False)
+            produced = _rewire(produced, remap)
+            decision = self.decide(produced) if known is None else known[index]
+            decisions.append(decision)
+            self.emit(produced, remap, out, source, False, decision)
+        if recipe is not None and known is None:
+            self._replayed[recipe] = decisions
         for old, new in zip(call.outputs, results):
             remap[old] = remap.get(new, new)
 
