@@ -5,6 +5,7 @@ implement next), checked against numbers computed here from the shapes."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -74,6 +75,8 @@ def test_single_and_partitioned_builds_keep_the_same_blocks_on_the_npu(
     one, two = single.report.placement.to_json(), parted.report.placement.to_json()
     assert one["transitions"]["count"] == two["transitions"]["count"] > 0
     assert "backend transitions" in single.report.summary()
+    assert Counter(c["source"] for c in one["calls"]) == \
+        Counter(c["source"] for c in two["calls"])
     regions = [f for f in parted.module.functions.values() if f.kind == "external"]
     npu_regions = [f for f in regions if f.attrs["codegen"] == "author_npu"]
     assert sum(c.op == "nn.attention" for f in npu_regions for c in f.calls) == attention
@@ -104,6 +107,9 @@ def test_report_json_numbers_come_from_the_shapes(install_plugins, bert, npu_yam
     [att] = [c for c in calls if c["op"] == "nn.attention"][:1]
     assert att["flops"] == 4 * scores * head + 5 * scores
     assert att["flops_estimated"] == 5 * scores
+    # a recomposed call names the node whose result it computes, and what it replaced
+    assert att["source"].startswith("/model/encoder/layer.0/attention/self/")
+    assert "(recompose of " in att["source"]
     for name, row in report["backends"].items():
         mine = [c for c in calls if c["backend"] == name]
         assert row["calls"] == len(mine)

@@ -22,7 +22,7 @@ from .builder import GraphBuilder
 from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
 from .layout import convert_layout
 from .partition import partition
-from .placement import place, runs_on
+from .placement import place, recomposed_sources, runs_on
 from .legalize import LegalizeResult, legalize_module
 from .printer import parse
 from .qdq_fold import QDQFoldPass
@@ -188,8 +188,9 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     # onnxruntime's int8 kernels compute); then composite ops the model spells out in
     # primitives are found, so the backend can keep them
     folding = QDQFoldPass(host.registry, runnable=_runs_on(be, cfg, host))
-    module, _ = folding(source)
-    module, recovered = recompose_for(module, be, cfg.recompose, cfg.keep, host.registry)
+    folded, _ = folding(source)
+    module, recovered = recompose_for(folded, be, cfg.recompose, cfg.keep, host.registry)
+    sources = recomposed_sources(folded, module)  # (before layout and constant folding)
     if be.layout:  # kept ops reach the backend exactly as the user wrote them
         module = convert_layout(module, be.layout, host.registry, cfg.keep)
     if not be.executes:  # an emitted artifact holds what constants compute, in any dtype
@@ -202,7 +203,7 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
                                                   result.fallback_calls, host.registry)
     result.report.fallback = fallback.name if fallback is not None else None
     result.report.placement = place(result.module, be, fallback, result.fallback_calls,
-                                    host.registry)
+                                    host.registry, sources=sources)
     if not be.executes:
         if be.emitter is None:
             raise LegatoError(f"backend {be.name} neither executes nor emits")
@@ -289,9 +290,9 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     folding = QDQFoldPass(host.registry, runnable=_runs_on_any(members, configs, host))
     folded, _ = folding(source)   # qnn calls, so backends can claim them
     first, first_cfg = members[0], configs[0]
-    folded, recovered = recompose_for(folded, first, first_cfg.recompose, first_cfg.keep,
-                                      host.registry)
-    parted = partition(folded, backends, config, host.registry, context=host)
+    recomposed, recovered = recompose_for(folded, first, first_cfg.recompose,
+                                          first_cfg.keep, host.registry)
+    parted = partition(recomposed, backends, config, host.registry, context=host)
     callees, per_backend = {}, {}
     for name, fn in parted.functions.items():
         if fn.kind != "external":
@@ -305,7 +306,7 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     rest = legalize(parted, main_backend, config=config, max_level=max_level, context=host)
     report = rest.report
     report.drop(CALL_OP)  # the region calls: their calls are counted from their reports
-    report.before = Counter(c.op for c in folded.main.calls)
+    report.before = Counter(c.op for c in recomposed.main.calls)
     for callee in callees.values():
         report.merge(callee.report)
     report.targets = tuple(backends)
@@ -325,7 +326,8 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     compiled.callees, compiled.fallback = callees, fallback
     compiled.targets = tuple(backends)
     report.placement = place(rest.module, main_backend, fallback, rest.fallback_calls,
-                             host.registry, callees, compiled.targets)
+                             host.registry, callees, compiled.targets,
+                             recomposed_sources(folded, recomposed))
     return compiled
 
 

@@ -44,6 +44,7 @@ class Placed:
     bytes: int
     inputs: tuple = ()
     outputs: tuple = ()
+    source: str | None = None  # where in the model it came from (see source_of)
 
 
 @dataclass
@@ -87,7 +88,7 @@ class Placement:
                     seen.add((key, where))
                     maker = self.calls[j]
                     out.append({"from": made, "to": where, "bytes": nbytes(value),
-                                "op": maker.op, "source": source_of(maker.call)})
+                                "op": maker.op, "source": maker.source})
         return out
 
     def implement_next(self) -> list[dict]:
@@ -146,7 +147,7 @@ class Placement:
             "implement_next": self.implement_next(),
             "calls": [{"op": p.op, "backend": p.backend, "flops": p.flops,
                        "flops_estimated": p.estimated, "bytes": p.bytes,
-                       "source": source_of(p.call),
+                       "source": p.source,
                        "origin": None if p.call.origin is None else p.call.origin.to_json()}
                       for p in self.calls]}
 
@@ -188,18 +189,31 @@ class Placement:
 # --- building it --------------------------------------------------------------------------
 
 def place(module, backend, fallback, fallback_calls, registry, callees=None,
-          targets: tuple[str, ...] = ()) -> Placement:
+          targets: tuple[str, ...] = (), sources: dict | None = None) -> Placement:
     """The Placement of a legalized `module` compiled for `backend` (calls in
     `fallback_calls` or borrowed run on `fallback`); `callees`: a partitioned build's
-    external functions, name -> Compiled, each placed on its own backends."""
+    external functions, name -> Compiled, each placed on its own backends; `sources`:
+    `recomposed_sources` of the recomposition before legalization."""
     placement = Placement(targets or (backend.name,))
     _place_function(placement, module, module.main, {}, backend, fallback, fallback_calls,
-                    registry, callees or {})
+                    registry, callees or {}, sources or {})
     return placement
 
 
+def recomposed_sources(before, after) -> dict[int, str]:
+    """id(origin) of each recomposed call of `after` -> the source of the call in `before`
+    whose result it computes (the last ONNX node of the region it replaced), with the
+    recomposition: "/model/layer.0/attention/MatMul_1 (recompose of 9 calls)"."""
+    made = {v: c.origin.source for fn in before.functions.values() for c in fn.calls
+            if c.origin is not None for v in c.outputs}
+    return {id(c.origin): f"{made[c.outputs[0]]} ({c.origin.source})"
+            for fn in after.functions.values() for c in fn.calls
+            if c.origin is not None and c.origin.rules[:1] == ("recompose",)
+            and c.outputs and c.outputs[0] in made}
+
+
 def _place_function(placement, module, fn, alias, backend, fallback, fallback_calls,
-                    registry, callees) -> None:
+                    registry, callees, sources) -> None:
     def key(v: Value):
         return alias.get(v, v)
 
@@ -216,7 +230,7 @@ def _place_function(placement, module, fn, alias, backend, fallback, fallback_ca
                 sub = (backend, fallback, fallback_calls, callees)
             inner_alias = {p: key(v) for p, v in zip(sub_fn.params, call.inputs)}
             _place_function(placement, sub_module, sub_fn, inner_alias, sub[0], sub[1],
-                            sub[2], registry, sub[3])
+                            sub[2], registry, sub[3], sources)
             for out, res in zip(call.outputs, sub_fn.results):
                 alias[out] = inner_alias.get(res, res)
             continue
@@ -227,8 +241,9 @@ def _place_function(placement, module, fn, alias, backend, fallback, fallback_ca
         moved = sum(nbytes(v) for v in call.inputs if v is not None) + \
             sum(nbytes(v) for v in call.outputs)
         index = len(placement.calls)
+        source = sources.get(id(call.origin)) or source_of(call)
         placement.calls.append(Placed(call, where.name, op, flops, estimated, moved, inputs,
-                                      tuple(call.outputs)))
+                                      tuple(call.outputs), source))
         for out in call.outputs:
             placement.producer[key(out)] = index
 
@@ -333,9 +348,8 @@ def source_of(call: Call) -> str | None:
 def _sources(calls: list[Placed]) -> list[str]:
     seen: dict[str, None] = {}
     for p in calls:
-        src = source_of(p.call)
-        if src is not None:
-            seen.setdefault(src)
+        if p.source is not None:
+            seen.setdefault(p.source)
     return list(seen)
 
 
