@@ -317,6 +317,8 @@ def qavg_pool2d(b, call):
     xs, xz, ys, yz = params
     ratio = float(np.asarray(xs, np.float32).reshape(-1)[0] /
                   np.asarray(ys, np.float32).reshape(-1)[0])
+    if not any(win.padding):  # every window counts its taps: one rounding
+        return _window_sum(b, call, win, xs, xz, ys, yz)
     if ratio >= 2:
         return None
     out = call.outputs[0].dtype
@@ -329,6 +331,26 @@ def qavg_pool2d(b, call):
                     strides=list(win.strides), padding=padding)
     y = pooled if same else rescale(b, pooled, ratio, 0, yz, out)
     return permute(b, y, NHWC_TO_NCHW if nchw else None)
+
+
+def _window_sum(b, call, win, xs, xz, ys, yz):
+    """Average pooling whose windows all hold kh * kw taps: their int32 sums (a
+    DEPTHWISE_CONV2D of ones with the data's zero point) RESCALEd once by `data_scale /
+    (out_scale * taps)` (AVG_POOL2D would round the mean first, half up, where
+    onnxruntime rounds the requantized mean once, half to even)."""
+    x, a = call.inputs[0], call.attrs
+    nchw = a["data_layout"] == "NCHW"
+    x, xz = to_int8(b, x, xz)
+    x = permute(b, x, NCHW_TO_NHWC if nchw else None)
+    (kh, kw), channels = win.kernel, x.shape[3]
+    ones = b.const(np.ones((kh, kw, channels, 1), np.int8))
+    zps = (b.const(zero_point(xz, "int8")), b.const(zero_point(0, "int8")))
+    total = b.call("tosa.qdepthwise_conv2d", x, ones, b.const(np.zeros(channels, np.int32)),
+                   *zps, strides=list(win.strides), padding=[0, 0, 0, 0], dilation=[1, 1])
+    f32 = np.float32
+    scale = np.asarray(xs, f32) / (np.asarray(ys, f32) * f32(kh * kw)).astype(f32)
+    y = rescale(b, total, scale, 0, yz, call.outputs[0].dtype)
+    return None if y is None else permute(b, y, NHWC_TO_NCHW if nchw else None)
 
 
 # --- tables -----------------------------------------------------------------------------------
