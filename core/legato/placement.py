@@ -94,8 +94,9 @@ class Placement:
     def implement_next(self) -> list[dict]:
         """The ops that run off the first backend, as a plan: each row is the op whose
         calls, run there as well as those of the rows above, remove the most transitions
-        (then the most FLOPs from the other backends). An op alone may add transitions
-        (a reshape between two fallback adds); after the adds it removes them."""
+        (then the most FLOPs from the other backends); when no op removes any, the op with
+        the most FLOPs. An op alone may add transitions (a reshape between two fallback
+        adds); after the adds it removes them."""
         if not self.targets:
             return []
         first = self.targets[0]
@@ -107,15 +108,16 @@ class Placement:
         now = self.crossings()
         rows = []
         while by_op:
-            best = None
+            options = []
             for op, indices in by_op.items():
                 after = self.crossings({**moved, **dict.fromkeys(indices, first)})
                 flops = sum(self.calls[i].flops for i in indices)
-                key = (len(now) - len(after), flops, op)
-                if best is None or key[:2] > best[0][:2] or \
-                        (key[:2] == best[0][:2] and op < best[0][2]):
-                    best = (key, after)
-            (removed, flops, op), after = best
+                options.append((len(now) - len(after), flops, op, after))
+            # the most transitions removed; when no op alone removes any, the most FLOPs
+            if max(o[0] for o in options) > 0:
+                removed, flops, op, after = min(options, key=lambda o: (-o[0], -o[1], o[2]))
+            else:
+                removed, flops, op, after = min(options, key=lambda o: (-o[1], -o[0], o[2]))
             indices = by_op.pop(op)
             moved.update(dict.fromkeys(indices, first))
             calls = [self.calls[i] for i in indices]
