@@ -171,7 +171,8 @@ NOT_LOWERED: dict[str, str] = {
             "is not exact (integers: INTEGER_RULES)",
     "remainder": "floats: its decomposition needs fmod, which TOSA 1.0 has no exact form of "
                  "(integers: through the integer fmod)",
-    **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (this backend is pro_fp)"
+    **{op: "TOSA 1.0 has bitwise operators in profile pro_int only (tosa_custom_int: "
+           "INT_TOSA)"
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
     # pro_fp: compile() leaves the QDQ regions of these float (dequantize, op, quantize),
     # so only a qnn call built by hand reaches here; pro_int lowers them (quantized.py)
@@ -199,6 +200,11 @@ INT_TOSA: dict[str, Lowering] = {
     "tosa.qmatmul": Lowering("tosa.matmul", "operands", ("int8",)),
     "tosa.qavg_pool2d": Lowering("tosa.avg_pool2d", "qavg_pool2d", ("int8",)),
     "tosa.table": Lowering("tosa.table", "operands", ("int8",)),
+    **{op: Lowering(f"tosa.{op}", "operands", ("int8", "int16", "int32", "int64"),
+                    rules.same_rank, rules.broadcast_ranks)
+       for op in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    "bitwise_not": Lowering("tosa.bitwise_not", "operands", ("int8", "int16", "int32",
+                                                              "int64")),
 }
 I32 = ("int32", "int64")  # int64: narrowed to int32
 SMALL = ("int8", "int16")

@@ -90,6 +90,20 @@ def rescale(b, x, scale, in_zp: int, out_zp: int, dtype: str):
                   dtype=dtype)
 
 
+def rescale_half_even(b, acc, scale, out_zp: int, dtype: str):
+    """RESCALE of int32 `acc` whose exact ties round to even, as onnxruntime's rint does
+    (RESCALE rounds them up). Where sums are divided by a count, a tie is common (a sum of
+    4 over 4, 14% of a 2x2 pool's outputs at one scale). `up = floor(v + 1/2)` and
+    `-RESCALE(-acc) = ceil(v - 1/2)` differ exactly at a tie, and there the even one of
+    the two is taken; then the zero point and saturation (a RESCALE by 1)."""
+    up = rescale(b, acc, scale, 0, 0, "int32")
+    if up is None:
+        return None
+    down = rescale(b, b.negative(acc), scale, 0, 0, "int32")  # -ceil(v - 1/2)
+    odd_tie = b.bitwise_and(b.bitwise_and(b.add(up, down), up), b.const(np.ones(1, np.int32)))
+    return rescale(b, b.subtract(up, odd_tie), 1.0, 0, out_zp, dtype)
+
+
 def to_int8(b, x, zp: int):
     """(x, zero point) as int8: uint8 moves down by 128 (a constant in numpy)."""
     if x.dtype != "uint8":
@@ -298,7 +312,7 @@ def qglobal_avg_pool2d(b, call):
     total = b.sum(widen(b, x, xz), axes=axes, keepdims=True)
     f32 = np.float32
     scale = np.asarray(xs, f32) / (np.asarray(ys, f32) * f32(count)).astype(f32)
-    return rescale(b, total, scale, 0, yz, call.outputs[0].dtype)
+    return rescale_half_even(b, total, scale, yz, call.outputs[0].dtype)
 
 
 def qavg_pool2d(b, call):
@@ -337,7 +351,8 @@ def _window_sum(b, call, win, xs, xz, ys, yz):
     """Average pooling whose windows all hold kh * kw taps: their int32 sums (a
     DEPTHWISE_CONV2D of ones with the data's zero point) RESCALEd once by `data_scale /
     (out_scale * taps)` (AVG_POOL2D would round the mean first, half up, where
-    onnxruntime rounds the requantized mean once, half to even)."""
+    onnxruntime rounds the requantized mean once, half to even, as rescale_half_even
+    does)."""
     x, a = call.inputs[0], call.attrs
     nchw = a["data_layout"] == "NCHW"
     x, xz = to_int8(b, x, xz)
@@ -349,7 +364,7 @@ def _window_sum(b, call, win, xs, xz, ys, yz):
                    *zps, strides=list(win.strides), padding=[0, 0, 0, 0], dilation=[1, 1])
     f32 = np.float32
     scale = np.asarray(xs, f32) / (np.asarray(ys, f32) * f32(kh * kw)).astype(f32)
-    y = rescale(b, total, scale, 0, yz, call.outputs[0].dtype)
+    y = rescale_half_even(b, total, scale, yz, call.outputs[0].dtype)
     return None if y is None else permute(b, y, NHWC_TO_NCHW if nchw else None)
 
 

@@ -233,8 +233,9 @@ def test_large_products_differ_from_cpu_ref_in_under_a_thousandth_of_elements(to
 # --- integer programs: native int32, bit-exact ---------------------------------------------------
 
 def test_integer_programs_are_bit_exact_above_2_to_the_24(tools):
-    """pro_int computes int32 compares, selects, min/max, reductions and data movement
-    natively; pro_fp's float32 copies round values beyond 2**24 (16777217 -> 16777216)."""
+    """pro_int computes int32 compares, selects, min/max, reductions, bitwise ops and data
+    movement natively; pro_fp's float32 copies round values beyond 2**24 (16777217 ->
+    16777216), and it has no bitwise ops."""
     g = GraphBuilder()
     a, c = g.input("a", (3, 4), "int32"), g.input("c", (4,), "int32")
     big = g.maximum(a, c)
@@ -243,7 +244,8 @@ def test_integer_programs_are_bit_exact_above_2_to_the_24(tools):
                      axis=0)
     total = g.sum(moved, axes=[0], keepdims=False)
     low = g.minimum(g.max(picked, axes=[1], keepdims=True), g.abs(g.negative(a)))
-    module = g.build(moved, total, low)
+    bits = g.bitwise_xor(g.bitwise_and(a, c), g.bitwise_not(a))
+    module = g.build(moved, total, low, bits)
     rng = np.random.default_rng(3)
     inputs = [(rng.integers(-2 ** 26, 2 ** 26, (3, 4)) | 1).astype(np.int32),
               np.array([16777217, -16777219, 33554433, 5], np.int32)]

@@ -81,10 +81,12 @@ def int8_operators(text: str, op: str) -> tuple[int, int]:
 def test_a_qdq_cnn_runs_in_int8_on_the_reference_model(tools, qdq_cnn):
     """onnxruntime's quantize_static (QDQ, per-channel weights, s8s8): every conv and
     matmul is an int8 TOSA operator, the module validates for pro_fp+pro_int and runs on
-    the reference model. Not within one step of cpu_ref at the output: the 2x2 average
-    pool's sums of 4 have exact ties (scale ratio 1), which RESCALE rounds half up and
-    onnxruntime half to even (14% of the pooled elements, one step each), and the linear
-    layer after it adds those up (measured: up to 4 steps)."""
+    the reference model. Each op is within one step of cpu_ref, but the output is not:
+    the 2x2 average pool (scale ratio 1) has exact ties in a quarter of its means; TOSA
+    rounds the exact value half to even (rescale_half_even), onnxruntime and cpu_ref a
+    float32 value whose rounding error decides the tie, so 5.7% of the pooled elements
+    are one step apart (14% with RESCALE's own half-up), and the linear layer sums those
+    (measured: 2 steps at most, 29 of 40 outputs differ)."""
     module, step = qdq_cnn
     compiled = legato.compile(module, INT)
     text = compiled.artifact
@@ -100,6 +102,6 @@ def test_a_qdq_cnn_runs_in_int8_on_the_reference_model(tools, qdq_cnn):
         (got,) = tools.run_reference(text, list(feeds.values()), validate=True)
         want = reference(*feeds.values())
         off = np.abs(got - want) / step
-        assert off.max() <= 5 + 1e-4, off.max()
+        assert off.max() <= 2 + 1e-4, off.max()
         differ, total = differ + int((off > 0.5).sum()), total + off.size
-    assert total == 40 and differ <= 30, differ  # measured: 27 of 40
+    assert total == 40 and differ <= 32, differ
