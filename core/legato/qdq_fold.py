@@ -241,6 +241,8 @@ class QDQFoldPass(FunctionPass):
         y_scale, y_zero = quantize.inputs[1], quantize.inputs[2]
         _const(y_scale)
         _const(y_zero)
+        if rule.qnn_op == "qnn.softmax":
+            _whole_reciprocal(y_scale)
         inputs[rule.out:rule.out + 2] = [y_scale, y_zero]
         attrs = {k: v for k, v in op.attrs.items() if k in opdef.attr_specs}
         if rule.qnn_op in SPATIAL_MEAN:
@@ -316,6 +318,18 @@ class QDQFoldPass(FunctionPass):
         last = calls[-1]
         calls[-1] = Call(last.op, last.inputs, last.attrs, quantize.outputs, last.origin)
         return calls
+
+
+def _whole_reciprocal(scale: Const) -> None:
+    """qnn.softmax (onnxruntime's QLinearSoftmax) scales probabilities by floor(1 /
+    out_scale), made for the out_scale of 1/255 or 1/256 that onnxruntime's quantizer
+    writes: it stands for the quantize of a float softmax only where out_scale is the
+    reciprocal of a whole number. PT2E's observers pick any scale (1/816.8 would put each
+    probability 0.1% low, a quarter of a step at the top of the range)."""
+    inverse = 1 / float(np.asarray(scale.data, np.float32).reshape(-1)[0])
+    if abs(inverse - round(inverse)) > 1e-4 * inverse:
+        raise Refusal(f"qnn.softmax scales by floor(1 / out_scale), and 1 / out_scale is "
+                      f"{inverse:.6g}, not a whole number")
 
 
 def _quantized(x: float, scale, zero, dtype: str) -> int:

@@ -29,7 +29,7 @@ from ..ir import Const, Module
 from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
                torch_nn, torch_scans, torch_tensors)
 from . import torch_fft
-from . import torch_custom, torch_experts  # noqa: F401  (custom ops; their converters)
+from . import torch_custom, torch_experts, torch_quant  # noqa: F401  (custom ops' converters)
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
@@ -71,7 +71,10 @@ def exported(module, example_inputs, decompositions=None):
     more of them, {op: function}, over the default table)."""
     torch = _torch()
     if isinstance(module, torch.nn.Module):
-        module = module.eval()
+        try:
+            module = module.eval()
+        except NotImplementedError:   # an exported graph (PT2E's) keeps the mode it had
+            pass
     try:
         program = torch.export.export(module, tuple(example_inputs))
     except Exception as err:  # noqa: BLE001 - export raises many error types
@@ -79,8 +82,9 @@ def exported(module, example_inputs, decompositions=None):
                           f"{' '.join(str(err).split())[:400]}") from None
     flat_outputs(torch, program)
     try:
-        program = program.run_decompositions({**decomposition_table(), **decompositions}
-                                             if decompositions else decomposition_table())
+        table = {**decomposition_table(), **decompositions} if decompositions else \
+            decomposition_table()
+        program = program.run_decompositions(torch_quant.kept_whole(program, table))
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
         raise LegatoError(f"PyTorch's decompositions of the exported module failed: "
                           f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
@@ -195,7 +199,8 @@ class _Importer:
         if not results:
             raise LegatoError("the program returns no tensor (only None): a legato module "
                               "needs at least one result")
-        self.b.calls[:] = live_calls(self.b.calls, results)
+        calls = live_calls(self.b.calls, results)
+        self.b.calls[:] = torch_quant.integer_biases(calls, results, self.b.registry)
         return TorchModule(self.b.build(*results).functions, nones)
 
     def result(self, position: int, out):

@@ -37,7 +37,7 @@ def _names(target) -> tuple[str, str]:
 
 def registered(target) -> tuple[Callable, str] | None:
     from ..plugins import get_host
-    from . import torch_experts  # noqa: F401 - legato's own converters register on import
+    from . import torch_experts, torch_quant  # noqa: F401 - legato's converters register
     get_host()  # plugins register their converters when they load
     exact, every = _names(target)
     return CONVERTERS.get(exact) or CONVERTERS.get(every)

@@ -13,8 +13,11 @@ from typing import Callable
 from ..errors import RegistrationError, quote
 
 OP_NAME = re.compile(r"(?P<ns>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
-# the custom ops with a converter in legato itself (frontends.torch_experts)
-OWN = frozenset({"transformers::grouped_mm_fallback"})
+# the custom ops with a converter in legato itself (frontends.torch_experts, torch_quant)
+OWN = frozenset({"transformers::grouped_mm_fallback",
+                 *(f"quantized_decomposed::{op}" for op in (
+                     "quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
+                     "dequantize_per_channel", "choose_qparams", "choose_qparams_symmetric"))})
 # "namespace::name[.overload]" -> (converter, who registered it)
 CONVERTERS: dict[str, tuple[Callable, str]] = {}
 

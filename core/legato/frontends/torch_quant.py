@@ -1,0 +1,245 @@
+"""Converters of the `quantized_decomposed` ops that PyTorch's PT2E quantization writes
+(torchao's `prepare_pt2e` / `convert_pt2e`): quantize and dequantize per tensor (a scale
+and zero point given as numbers, `.default`, or as one-element tensors, `.tensor`) and per
+channel, and the dynamic `choose_qparams`, onto qnn.quantize and qnn.dequantize, so that
+legato.compile's QDQ folding sees the same `dequantize -> op -> quantize` regions as in an
+ONNX QDQ file.
+
+A quantize's `quant_min`/`quant_max` narrower than its dtype (XNNPACK's symmetric int8
+weights use [-127, 127]) clamp the integers after qnn.quantize saturates them, as
+`clamp(round(x / scale) + zero_point, quant_min, quant_max)` does. A dequantize reads no
+range. PT2E leaves the bias of a quantized conv or linear float; `integer_biases` stores it
+as an int32 dequantized at `input_scale * weight_scale` (zero point 0), as ExecuTorch's
+int8 backends and onnxruntime's quantizer do, so the conv or linear folds into qnn.conv2d
+or qnn.linear. The rounding moves each output by at most half of that product, far below
+one step of the output's scale.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..calls import make_call
+from ..errors import LegatoError
+from ..ir import Call, Const
+from ..ops.qnn import QUANT_RANGES
+from .torch_registry import register
+
+NS = "quantized_decomposed::"
+# decomposed elsewhere, kept whole in a quantized program: PyTorch writes a batched matmul
+# as broadcast, reshape, bmm and reshape, which would put data movement between the matmul
+# and its dequantize and quantize calls, so the region would not fold into qnn.matmul
+WHOLE = ("aten.matmul.default",)
+WITH_BIAS = ("nn.conv2d", "nn.linear")   # (data, weight, bias, ...)
+ACTIVATIONS = ("nn.relu", "clip")         # fold into a quantize's range
+
+
+def _dtype(dtype, op: str) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in ("int8", "uint8", "int16", "int32"):
+        raise LegatoError(f"{op} with dtype {name}: legato's quantized dtypes are int8 and "
+                          "uint8 (and int16, int32 to dequantize)")
+    return name
+
+
+def _param(b, value, dtype: str):
+    """A scale or zero point (a number, or a tensor of one value or one per channel) as a
+    value of `dtype`."""
+    if not hasattr(value, "type"):
+        return Const.of(np.array(value, dtype))
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, Const):
+        return Const.of(np.asarray(value.data).astype(dtype))
+    return b.cast(value, dtype=dtype)
+
+
+def _bound(value, op: str) -> int:
+    """quant_min or quant_max: a number, or a constant tensor (the `.tensor2` overloads)."""
+    if isinstance(value, Const):
+        return int(np.asarray(value.data).reshape(-1)[0])
+    if hasattr(value, "type"):
+        raise LegatoError(f"{op}: a computed quant_min or quant_max (legato needs constants)")
+    return int(value)
+
+
+def _range(dtype: str, quant_min, quant_max, op: str) -> tuple[int, int, int, int]:
+    """(dtype's least, greatest, quant_min, quant_max), the range checked within the dtype's."""
+    lo, hi = QUANT_RANGES[dtype]
+    quant_min, quant_max = _bound(quant_min, op), _bound(quant_max, op)
+    if not lo <= quant_min <= quant_max <= hi:
+        raise LegatoError(f"{op}: quant range [{quant_min}, {quant_max}] is not within "
+                          f"{dtype}'s [{lo}, {hi}]")
+    return lo, hi, quant_min, quant_max
+
+
+def quantize(b, x, scale, zero_point, quant_min, quant_max, dtype, axis=1, op="quantize"):
+    """`clamp(round(x / scale) + zero_point, quant_min, quant_max)` in `dtype` (float16 and
+    bfloat16 input through float32, as torch computes it). torch multiplies by the float32
+    reciprocal of the scale where qnn.quantize divides: the two round apart only where
+    x / scale lies within an ulp of a half-way point, by one step."""
+    dtype = _dtype(dtype, op)
+    if dtype not in ("int8", "uint8"):
+        raise LegatoError(f"{op} to {dtype}: qnn.quantize writes int8 and uint8 only")
+    lo, hi, quant_min, quant_max = _range(dtype, quant_min, quant_max, op)
+    if x.dtype != "float32":
+        x = b.cast(x, dtype="float32")
+    q = b.qnn_quantize(x, _param(b, scale, "float32"),
+                       _param(b, zero_point, dtype), axis=axis, dtype=dtype)
+    if quant_min > lo:
+        q = b.maximum(q, Const.of(np.array(quant_min, dtype)))
+    if quant_max < hi:
+        q = b.minimum(q, Const.of(np.array(quant_max, dtype)))
+    return q
+
+
+def dequantize(b, x, scale, zero_point, quant_min, quant_max, dtype, axis=1, *,
+               out_dtype=None, op="dequantize"):
+    """`(x - zero_point) * scale` in float32 (then `out_dtype`); int16 data through int32,
+    which holds it exactly."""
+    if x.dtype != _dtype(dtype, op):
+        raise LegatoError(f"{op}: the data is {x.dtype}, the call says {_dtype(dtype, op)}")
+    if x.dtype == "int16":
+        x = b.cast(x, dtype="int32")
+    zero = np.zeros((), x.dtype) if zero_point is None else zero_point
+    y = b.qnn_dequantize(x, _param(b, scale, "float32"),
+                         _param(b, zero, x.dtype), axis=axis)
+    out = "float32" if out_dtype is None else str(out_dtype).removeprefix("torch.")
+    return y if out == "float32" else b.cast(y, dtype=out)
+
+
+def quantize_per_tensor(b, x, scale, zero_point, quant_min, quant_max, dtype):
+    return quantize(b, x, scale, zero_point, quant_min, quant_max, dtype,
+                    op="quantize_per_tensor")
+
+
+def dequantize_per_tensor(b, x, scale, zero_point, quant_min, quant_max, dtype, *,
+                          out_dtype=None):
+    return dequantize(b, x, scale, zero_point, quant_min, quant_max, dtype,
+                      out_dtype=out_dtype, op="dequantize_per_tensor")
+
+
+def quantize_per_channel(b, x, scales, zero_points, axis, quant_min, quant_max, dtype):
+    return quantize(b, x, scales, zero_points, quant_min, quant_max, dtype, axis % x.rank,
+                    op="quantize_per_channel")
+
+
+def dequantize_per_channel(b, x, scales, zero_points, axis, quant_min, quant_max, dtype, *,
+                           out_dtype=None):
+    return dequantize(b, x, scales, zero_points, quant_min, quant_max, dtype, axis % x.rank,
+                      out_dtype=out_dtype, op="dequantize_per_channel")
+
+
+def choose_qparams(b, x, quant_min, quant_max, eps, dtype, symmetric=False):
+    """A dynamic quantization's scale ([1] float64) and zero point ([1] int64) from the
+    data's range, 0 included, as torch's determine_qparams computes them in float32:
+    affine `(high - low) / (quant_max - quant_min)`, the zero point `quant_min -
+    round(low / scale)` clamped into the range; symmetric `max(-low, high) / ((quant_max -
+    quant_min) / 2)`, the zero point 0 (128 for uint8); each scale at least `eps`."""
+    dtype = _dtype(dtype, "choose_qparams")
+    if x.dtype != "float32":
+        x = b.cast(x, dtype="float32")
+    low, high = b.minimum(b.min(x), 0.0), b.maximum(b.max(x), 0.0)
+    if symmetric:
+        scale = b.divide(b.maximum(b.negative(low), high), (quant_max - quant_min) / 2)
+    else:
+        scale = b.divide(b.subtract(high, low), float(quant_max - quant_min))
+    scale = b.maximum(scale, Const.of(np.array(eps, np.float32)))
+    if symmetric:
+        zero = Const.of(np.array(128 if dtype == "uint8" else 0, np.int64))
+    else:
+        zero = b.subtract(float(quant_min), b.round(b.divide(low, scale)))
+        zero = b.cast(b.clip(zero, min=float(quant_min), max=float(quant_max)), dtype="int64")
+    return (b.reshape(b.cast(scale, dtype="float64"), shape=[1]),
+            b.reshape(zero, shape=[1]))
+
+
+def choose_qparams_symmetric(b, x, quant_min, quant_max, eps, dtype):
+    return choose_qparams(b, x, quant_min, quant_max, eps, dtype, symmetric=True)
+
+
+def kept_whole(program, table: dict) -> dict:
+    """The decomposition table for `program`: without WHOLE where it quantizes."""
+    quantized = any(str(getattr(node.target, "namespace", "")) == "quantized_decomposed"
+                    for node in program.graph.nodes)
+    return {op: fn for op, fn in table.items() if str(op) not in WHOLE} if quantized \
+        else table
+
+
+for _name, _fn in (("choose_qparams", choose_qparams),
+                   ("choose_qparams_symmetric", choose_qparams_symmetric),
+                   ("quantize_per_tensor", quantize_per_tensor),
+                   ("dequantize_per_tensor", dequantize_per_tensor),
+                   ("quantize_per_channel", quantize_per_channel),
+                   ("dequantize_per_channel", dequantize_per_channel)):
+    register(NS + _name, _fn)
+
+
+# --- float biases as int32 ------------------------------------------------------------------
+
+def integer_biases(calls: list[Call], results, registry) -> list[Call]:
+    """`calls` with the float constant bias of each conv or linear whose data and weight
+    are dequantized and whose result is quantized (through relu or clip) as an int32
+    dequantized at `data_scale * weight_scale`; other calls as they are."""
+    producer = {id(out): call for call in calls for out in call.outputs}
+    users: dict[int, list] = {id(r): [None] for r in results}   # a result: used outside
+    for call in calls:
+        for value in call.inputs:
+            users.setdefault(id(value), []).append(call)
+    out = []
+    for call in calls:
+        scale = _bias_scale(call, producer)
+        scale = scale if scale is not None and _quantized(call, users) else None
+        bias = None if scale is None else _int32(call.inputs[2].data, scale)
+        if bias is None:
+            out.append(call)
+            continue
+        dq = make_call(registry, "qnn.dequantize", [Const.of(bias), Const.of(scale),
+                                                    Const.of(np.zeros(scale.shape, np.int32))],
+                       {"axis": 0}, call.origin)
+        inputs = (*call.inputs[:2], dq.output, *call.inputs[3:])
+        out += [dq, Call(call.op, inputs, call.attrs, call.outputs, call.origin)]
+    return out
+
+
+def _quantized(call: Call, users) -> bool:
+    """Whether the call's one result reaches only a qnn.quantize (through relu or clip)."""
+    while True:
+        after = users.get(id(call.outputs[0]), [])
+        if len(after) != 1:
+            return False
+        call = after[0]
+        if call is None:
+            return False
+        if call.op == "qnn.quantize":
+            return True
+        if call.op not in ACTIVATIONS:
+            return False
+
+
+def _bias_scale(call: Call, producer) -> np.ndarray | None:
+    """float32(data_scale) * float32(weight_scale) of a conv or linear whose data (per
+    tensor) and weight are dequantized with constant scales and whose bias is a float32
+    constant; None for any other call."""
+    if call.op not in WITH_BIAS or len(call.inputs) < 3 or \
+            not isinstance(call.inputs[2], Const) or call.inputs[2].dtype != "float32":
+        return None
+    scales = []
+    for value in call.inputs[:2]:
+        dq = producer.get(id(value))
+        if dq is None or dq.op != "qnn.dequantize" or not isinstance(dq.inputs[1], Const):
+            return None
+        scales.append(np.asarray(dq.inputs[1].data, np.float32).reshape(-1))
+    if scales[0].size != 1 or scales[1].size not in (1, call.inputs[2].shape[0]):
+        return None
+    return scales[0] * scales[1]
+
+
+def _int32(bias: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
+    """round_half_even(bias / scale) as int32, or None where a scale is 0 or a value
+    falls outside int32 (the bias then stays float)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.rint(np.asarray(bias, np.float64) / scale.astype(np.float64))
+    lo, hi = QUANT_RANGES["int32"]
+    if not np.all(np.isfinite(q)) or q.min(initial=0) < lo or q.max(initial=0) > hi:
+        return None
+    return q.astype(np.int32)
