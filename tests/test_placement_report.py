@@ -190,3 +190,17 @@ def test_tosa_dtype_errors_name_the_onnx_node(tmp_path, dtype):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(legato.LegalizationError, match=r"at encoder/block_3/add\)"):
         legato.compile(str(path), "tosa_custom")
+
+
+def test_partitioned_build_folds_qdq_and_reports_it(install_plugins):
+    """The QDQ folding compile runs applies to a partitioned build too, and its report
+    says what folded."""
+    from legato.frontends import onnx as onnx_frontend
+    from tests.test_onnx_quantized import qdq_product_model, run_ort
+    install_npu(install_plugins, {"matmul": {}})
+    model, feeds = qdq_product_model("Relu", "int8", False)
+    compiled = legato.compile(onnx_frontend.load(model), ["author_npu", "cpu_ref"])
+    assert dict(compiled.report.qdq.folded) == {"qnn.matmul": 1}
+    assert "folded QDQ into qnn.matmul x1" in compiled.report.summary()
+    np.testing.assert_allclose(compiled(*feeds.values()), run_ort(model, feeds)[0], rtol=0,
+                               atol=1e-6)
