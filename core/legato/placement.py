@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,13 +47,27 @@ class Placed:
     source: str | None = None  # where in the model it came from (see source_of)
 
 
-@dataclass
 class Placement:
-    """The placed calls of a compiled model and what they add up to (`to_json`, `text`)."""
+    """The placed calls of a compiled model and what they add up to (`to_json`, `text`).
+    Built when first read (`calls`), so a compile whose report nobody reads pays nothing."""
 
-    targets: tuple[str, ...]
-    calls: list[Placed] = field(default_factory=list)
-    producer: dict = field(default_factory=dict)  # value key -> index into calls
+    def __init__(self, targets: tuple[str, ...], build=None):
+        self.targets = targets
+        self._build = build  # fills _calls and _producer on first use
+        self._calls: list[Placed] = []
+        self._producer: dict = {}  # value key -> index into calls
+
+    @property
+    def calls(self) -> list[Placed]:
+        if self._build is not None:
+            build, self._build = self._build, None
+            build(self)
+        return self._calls
+
+    @property
+    def producer(self) -> dict:
+        self.calls  # (built first)
+        return self._producer
 
     # --- what the calls add up to ---------------------------------------------------------
 
@@ -196,19 +210,20 @@ def place(module, backend, fallback, fallback_calls, registry, callees=None,
     `fallback_calls` or borrowed run on `fallback`); `callees`: a partitioned build's
     external functions, name -> Compiled, each placed on its own backends; `sources`:
     `recomposed_sources` of the recomposition before legalization."""
-    placement = Placement(targets or (backend.name,))
-    _place_function(placement, module, module.main, {}, backend, fallback, fallback_calls,
-                    registry, callees or {}, sources or {})
-    return placement
+    def build(placement: Placement) -> None:
+        _place_function(placement, module, module.main, {}, backend, fallback,
+                        fallback_calls, registry, callees or {}, sources or {})
+    return Placement(targets or (backend.name,), build)
 
 
-def recomposed_sources(before, after) -> dict[int, str]:
-    """id(origin) of each recomposed call of `after` -> the source of the call in `before`
-    whose result it computes (the last ONNX node of the region it replaced), with the
-    recomposition: "/model/layer.0/attention/MatMul_1 (recompose of 9 calls)"."""
+def recomposed_sources(before, after) -> dict[int, tuple]:
+    """id(origin) of each recomposed call of `after` -> (the origin, the source of the call
+    in `before` whose result it computes (the last ONNX node of the region it replaced),
+    with the recomposition: "/model/layer.0/attention/MatMul_1 (recompose of 9 calls)").
+    The origin is held so that its id cannot name another one later."""
     made = {v: c.origin.source for fn in before.functions.values() for c in fn.calls
             if c.origin is not None for v in c.outputs}
-    return {id(c.origin): f"{made[c.outputs[0]]} ({c.origin.source})"
+    return {id(c.origin): (c.origin, f"{made[c.outputs[0]]} ({c.origin.source})")
             for fn in after.functions.values() for c in fn.calls
             if c.origin is not None and c.origin.rules[:1] == ("recompose",)
             and c.outputs and c.outputs[0] in made}
@@ -242,12 +257,14 @@ def _place_function(placement, module, fn, alias, backend, fallback, fallback_ca
                        if v is not None and not isinstance(v, Const))
         moved = sum(nbytes(v) for v in call.inputs if v is not None) + \
             sum(nbytes(v) for v in call.outputs)
-        index = len(placement.calls)
-        source = sources.get(id(call.origin)) or source_of(call)
-        placement.calls.append(Placed(call, where.name, op, flops, estimated, moved, inputs,
+        index = len(placement._calls)
+        known = sources.get(id(call.origin))
+        source = known[1] if known is not None and known[0] is call.origin else \
+            source_of(call)
+        placement._calls.append(Placed(call, where.name, op, flops, estimated, moved, inputs,
                                       tuple(call.outputs), source))
         for out in call.outputs:
-            placement.producer[key(out)] = index
+            placement._producer[key(out)] = index
 
 
 def runs_on(call: Call, backend, fallback, fallback_calls, registry):
