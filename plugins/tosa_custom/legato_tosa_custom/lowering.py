@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import integers, quantized, rules, scatter, sorting, trig
+from . import int_casts, integers, quantized, rules, scatter, sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
 
@@ -241,6 +241,8 @@ def rows(profile=DEFAULT) -> dict[str, Lowering]:
     if "pro_int" not in profile:
         return TOSA
     native = {op: _native(op, row) if op in NATIVE else row for op, row in TOSA.items()}
+    native["cast"] = replace(TOSA["cast"], check=int_casts.int_cast_supported,
+                             rule=int_casts.int_cast)
     if "pro_fp" not in profile:  # integers only
         native = {op: replace(row, dtypes=tuple(d for d in row.dtypes or QINT
                                                 if d not in FLOAT))

@@ -253,3 +253,37 @@ def test_integer_programs_are_bit_exact_above_2_to_the_24(tools):
     for g_, w in zip(got, want):
         np.testing.assert_array_equal(g_, w)
     assert "f32" not in text  # no float32 copies
+
+
+# --- the boundaries: quantize, dequantize, casts of uint8 --------------------------------------
+
+@pytest.mark.parametrize("dtype, zero", [("uint8", 200), ("uint8", 3), ("int8", -100)])
+def test_quantize_and_dequantize_at_the_boundaries_are_exact(tools, dtype, zero):
+    """Float in, quantized out and back: uint8 enters and leaves as i8 bits through a
+    RESCALE by 1 (its CAST to float would read them signed)."""
+    g = GraphBuilder()
+    x = g.input("x", (4, 16), "float32")
+    q = g.call("qnn.quantize", x, g.const(f32(0.05)), g.const(zp(zero, dtype)), dtype=dtype)
+    back = g.call("qnn.dequantize", q, g.const(f32(0.05)), g.const(zp(zero, dtype)))
+    values = np.random.default_rng(5).uniform(-12, 12, (4, 16)).astype(np.float32)
+    got, want, text = run_both(tools, g.build(q, back), [values])
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_, w)
+    if dtype == "uint8":
+        assert '"tosa.rescale"' in text
+
+
+def test_integer_casts_wrap_as_legato_casts(tools):
+    """pro_int CASTs narrow by keeping the low bits, as legato (numpy) does; to uint8
+    through BITWISE_AND 255 and an unsigned RESCALE."""
+    g = GraphBuilder()
+    a = g.input("a", (6,), "int32")
+    u = g.input("u", (6,), "uint8")
+    outs = [g.cast(a, dtype="int8"), g.cast(a, dtype="uint8"), g.cast(u, dtype="int32"),
+            g.cast(u, dtype="int8"), g.cast(g.cast(u, dtype="int16"), dtype="bool")]
+    inputs = [np.array([300, -300, 127, -129, 70000, 255], np.int32),
+              np.array([0, 1, 127, 128, 200, 255], np.uint8)]
+    got, want, _ = run_both(tools, g.build(*outs), inputs)
+    for g_, w in zip(got, want):
+        assert g_.dtype == w.dtype
+        np.testing.assert_array_equal(g_, w)

@@ -40,9 +40,7 @@ def batches(count):
             for seed in range(count)]
 
 
-# u8s8 is not here yet: its QuantizeLinear to uint8 needs a float -> uint8 cast at the
-# boundary, which tosa_custom_int does not lower yet
-@pytest.fixture(scope="module", params=["s8"])
+@pytest.fixture(scope="module", params=["s8", "u8"])
 def qdq_cnn(request, tmp_path_factory):
     onnx = pytest.importorskip("onnx")
     quantization = pytest.importorskip("onnxruntime.quantization")
@@ -79,9 +77,10 @@ def int8_operators(text: str, op: str) -> tuple[int, int]:
 
 
 def test_a_qdq_cnn_runs_in_int8_on_the_reference_model(tools, qdq_cnn):
-    """onnxruntime's quantize_static (QDQ, per-channel weights, s8s8): every conv and
-    matmul is an int8 TOSA operator, the module validates for pro_fp+pro_int and runs on
-    the reference model. Each op is within one step of cpu_ref, but the output is not:
+    """onnxruntime's quantize_static (QDQ, per-channel weights, s8s8 and u8s8): every
+    conv and matmul is an int8 TOSA operator, the module validates for pro_fp+pro_int and
+    runs on the reference model. u8s8 equals cpu_ref on every element. s8s8: each op is
+    within one step of cpu_ref, but the output is not:
     the 2x2 average pool (scale ratio 1) has exact ties in a quarter of its means; TOSA
     rounds the exact value half to even (rescale_half_even), onnxruntime and cpu_ref a
     float32 value whose rounding error decides the tie, so 5.7% of the pooled elements
