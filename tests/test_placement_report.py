@@ -170,6 +170,8 @@ def test_show_draws_bert_attention_whole_and_the_placement_table_aside(
     attention = [n for n in picture.after.nodes if n.label == "nn.attention"]
     assert [(n.kind, n.cluster) for n in attention] == [("kept", "")] * LAYERS
     assert not any("attention" in label for label in picture.after.clusters.values())
+    query = "from /model/encoder/layer.0/attention/self/query/MatMul"  # the ONNX node
+    assert any(n.tooltip.endswith(query) for n in picture.after.nodes if n.label == "matmul")
     compiled = legato.compile(str(path), "author_npu", npu_yaml)
     transitions = compiled.report.placement.to_json()["transitions"]["count"]
     assert any(f"transitions: {transitions}," in line for line in picture.table)

@@ -181,6 +181,8 @@ def _call_node(module: Module, call: Call, node_id: str, judge: _Judge) -> Node:
     if call.origin is not None and call.origin.rules[:1] == ("recompose",) and \
             _cluster_key(call) is None:
         lines.append(f"recomposed from {', '.join(call.origin.rules[1:])}")
+    elif call.origin is not None and not call.origin.rules:  # as imported
+        lines.append(f"from {call.origin.source}")
     elif call.origin is not None:
         lines.append(f"part of {call.origin.op} at {call.origin.source} via "
                      f"{' > '.join(call.origin.rules)}")
