@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import int_casts, integers, quantized, rules, scatter, sorting, trig
+from . import int_casts, int_native, integers, quantized, rules, scatter, sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
 
@@ -191,6 +191,8 @@ NOT_LOWERED: dict[str, str] = {
 
 int_tensors = checked(name="int_tensors", dtypes=INT_DTYPES)  # uint8 as RESCALE's i8 bits
 QINT = ("int8", "uint8", "int16", "int32")
+I32 = ("int32", "int64")  # int64: narrowed to int32
+SMALL = ("int8", "int16")
 # the integer operators pro_int adds (ops.py; quantized.py produces them)
 INT_TOSA: dict[str, Lowering] = {
     "tosa.rescale": Lowering("tosa.rescale", "rescale", QINT, int_tensors),
@@ -203,18 +205,18 @@ INT_TOSA: dict[str, Lowering] = {
     **{op: Lowering(f"tosa.{op}", "operands", ("int8", "int16", "int32", "int64"),
                     rules.same_rank, rules.broadcast_ranks)
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    "tosa.intdiv": Lowering("tosa.intdiv", "operands", I32, rules.same_rank,
+                            rules.broadcast_ranks),
     "bitwise_not": Lowering("tosa.bitwise_not", "operands", ("int8", "int16", "int32",
                                                               "int64")),
 }
-I32 = ("int32", "int64")  # int64: narrowed to int32
-SMALL = ("int8", "int16")
 MOVED = ("int8", "uint8", "int16") + I32  # data movement moves any integer's bits
 # integer forms pro_int has of the rows above (checked against tosa-opt --tosa-validate):
 # these run natively instead of on float32 copies; their rules, if any, stay integer
 NATIVE: dict[str, tuple] = {
     **{op: I32 for op in ("maximum", "minimum", "equal", "greater", "abs", "sum", "max",
                           "min")},
-    "negative": SMALL + I32, "clip": SMALL, "argmax": SMALL, "where": SMALL + I32,
+    "negative": SMALL + I32, "argmax": SMALL, "where": SMALL + I32,
     "tosa.gather": SMALL + I32,
     **{op: MOVED for op in ("reshape", "permute_dims", "concat", "pad", "broadcast_to",
                             "tile", "strided_slice")},
@@ -230,7 +232,7 @@ def _native(op: str, row: Lowering) -> Lowering:
     check = PRO_FP_ONLY_CHECKS.get(op, row.check)
     if "uint8" in ints:  # the row's own condition, under limits that take uint8
         check = checked(getattr(check, "__wrapped__", None), check.__name__, INT_DTYPES)
-    rule = getattr(row.rule, "then", row.rule) if op not in ("clip", "argmax") else row.rule
+    rule = int_native.RULES.get(op, getattr(row.rule, "then", row.rule))
     return replace(row, dtypes=tuple(row.dtypes) + tuple(d for d in ints
                                                          if d not in row.dtypes),
                    check=check, rule=rule)
@@ -243,6 +245,7 @@ def rows(profile=DEFAULT) -> dict[str, Lowering]:
     native = {op: _native(op, row) if op in NATIVE else row for op, row in TOSA.items()}
     native["cast"] = replace(TOSA["cast"], check=int_casts.int_cast_supported,
                              rule=int_casts.int_cast)
+    native["clip"] = replace(TOSA["clip"], rule=int_native.clip)  # CLAMP: floats here
     if "pro_fp" not in profile:  # integers only
         native = {op: replace(row, dtypes=tuple(d for d in row.dtypes or QINT
                                                 if d not in FLOAT))
@@ -258,6 +261,7 @@ def capability_tables(profile=DEFAULT) -> dict:
     rule_table.update(INTEGER_RULES)
     if "pro_int" in profile:
         rule_table.update(quantized.RULES)
+        rule_table.update(int_native.RULES)
     return {"legal": {op: row.condition() for op, row in table.items()}, "rules": rule_table}
 
 

@@ -101,6 +101,13 @@ def _table(types, attrs):
     return x
 
 
+def _intdiv(types, attrs):
+    a, b = types
+    if a.dtype != b.dtype or a.dtype not in ("int32", "int64"):
+        fail(f"operands must be int32 (or int64, printed as int32), got {a.dtype} and {b.dtype}")
+    return TensorType(broadcast_shapes(a.shape, b.shape), a.dtype)
+
+
 WINDOW = {"strides": ("ints",), "padding": ("ints",), "dilation": ("ints", [1, 1])}
 
 
@@ -123,3 +130,5 @@ def register_all(register):
     register("tosa.qavg_pool2d", "data, input_zp, output_zp", _qavg_pool, "opaque",
              attrs={"kernel": ("ints",), "strides": ("ints",), "padding": ("ints",)})
     register("tosa.table", "data, table", _table, "elemwise")
+    # TOSA INTDIV: int32, toward zero; a zero divisor is an error (rules keep it out)
+    register("tosa.intdiv", "a, b", _intdiv, "broadcast")

@@ -287,3 +287,25 @@ def test_integer_casts_wrap_as_legato_casts(tools):
     for g_, w in zip(got, want):
         assert g_.dtype == w.dtype
         np.testing.assert_array_equal(g_, w)
+
+
+def test_integer_clip_argmax_divide_and_fmod_are_exact_above_2_to_the_24(tools):
+    """pro_fp computes these on float32 copies (exact to 2**24); pro_int by int32
+    MAXIMUM/MINIMUM, REDUCE_MAX + SELECT + REDUCE_MIN, and INTDIV (x / 0 and fmod(x, 0)
+    are 0, as in legato)."""
+    g = GraphBuilder()
+    a, d = g.input("a", (2, 5), "int32"), g.input("d", (2, 5), "int32")
+    small = g.input("s", (2, 5), "int8")
+    outs = [g.clip(a, min=-33554431.5, max=50000001.0), g.clip(small, min=-3.0, max=2.5),
+            g.argmax(a, axis=1, keepdims=False, select_last_index=False),
+            g.argmax(a, axis=0, keepdims=True, select_last_index=True),
+            g.divide(a, d), g.fmod(a, d)]
+    inputs = [np.array([[16777217, 16777219, 16777219, -33554433, 50000003],
+                        [7, -7, 2 ** 30, 2 ** 30, -5]], np.int32),
+              np.array([[3, -2, 0, 7, 16777216], [2, 2, -3, 0, 1]], np.int32),
+              np.array([[-128, -4, -3, 2, 3], [127, 0, 1, 2, -1]], np.int8)]
+    got, want, text = run_both(tools, g.build(*outs), inputs)
+    for g_, w in zip(got, want):
+        assert g_.dtype == w.dtype
+        np.testing.assert_array_equal(g_, w)
+    assert '"tosa.intdiv"' in text and "f32" not in text

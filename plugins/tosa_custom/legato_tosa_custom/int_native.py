@@ -1,0 +1,93 @@
+"""Integer forms profile pro_int computes exactly where pro_fp goes through float32 copies
+(integers.py, exact only up to 2**24): clip, argmax, divide and fmod of int32 (int64 is
+int32 here, narrowing.py).
+
+- clip: MAXIMUM / MINIMUM of int32 (pro_int has CLAMP for int8/int16 only, and clip's
+  float bounds truncate: for integers `trunc(min(max(x, lo), hi)) == min(max(x,
+  trunc(lo)), trunc(hi))`, trunc being monotone); int8/int16 through int32 CASTs.
+- argmax: pro_int's ARGMAX takes int8/int16 only; int32 is the first (or last) index
+  where the value equals the axis' REDUCE_MAX, found by SELECT and REDUCE_MIN/MAX.
+- divide, fmod: INTDIV truncates toward zero as legato does; a zero divisor, which INTDIV
+  may not see, becomes 1 and its quotient 0 (legato's integer x / 0 and fmod(x, 0)).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from legato.shapes import norm_axis
+
+from . import rules
+from .integers import INT_DTYPES, integer_fmod
+from .limits import shaped_rule
+
+I32 = np.iinfo(np.int32)
+
+
+def _bound(value, default: int) -> int:
+    if value is None:
+        return default
+    return int(min(max(math.trunc(value), I32.min), I32.max))
+
+
+@shaped_rule
+def clip(b, call):
+    """clip of integers by int32 MAXIMUM and MINIMUM; floats as pro_fp's row has them."""
+    x = call.inputs[0]
+    if x.dtype not in INT_DTYPES:
+        return None
+    low, high = _bound(call.attrs["min"], I32.min), _bound(call.attrs["max"], I32.max)
+    wide = x if x.dtype in ("int32", "int64") else b.cast(x, dtype="int32")
+    y = b.minimum(b.maximum(wide, b.const(np.full(1, low, np.int32))),
+                  b.const(np.full(1, high, np.int32)))
+    return y if y.dtype == x.dtype else b.cast(y, dtype=x.dtype)
+
+
+@shaped_rule
+def argmax(b, call):
+    """argmax of int32/int64 from REDUCE_MAX, EQUAL, SELECT of the indices, REDUCE_MIN (the
+    first) or REDUCE_MAX (select_last_index); other dtypes as pro_fp's rule."""
+    x, attrs = call.inputs[0], call.attrs
+    if x.dtype not in ("int32", "int64") or x.rank == 0:
+        return rules.argmax(b, call)
+    axis = norm_axis(attrs["axis"], x.rank)
+    shape = [1] * x.rank
+    shape[axis] = x.shape[axis]
+    index = np.arange(x.shape[axis], dtype=np.int32).reshape(shape)
+    top = b.max(x, axes=[axis], keepdims=True)
+    last = attrs["select_last_index"]
+    missing = b.const(np.full(1, -1 if last else x.shape[axis], np.int32))
+    hits = b.where(b.equal(x, top), b.const(np.broadcast_to(index, x.shape).copy()), missing)
+    found = (b.max if last else b.min)(hits, axes=[axis], keepdims=attrs["keepdims"])
+    return b.cast(found, dtype=call.outputs[0].dtype)
+
+
+def _quotient(b, x, y):
+    """(INTDIV of x by y with zero divisors made 1, where y is zero) in int32."""
+    zero = b.equal(y, b.const(np.zeros(1, y.dtype)))
+    safe = b.where(zero, b.const(np.ones(1, y.dtype)), y)
+    return b.call("tosa.intdiv", x, safe), zero
+
+
+@shaped_rule
+def divide(b, call):
+    """Integer divide by INTDIV (toward zero; x / 0 is 0); floats as pro_fp's rule."""
+    x, y = call.inputs
+    if x.dtype not in INT_DTYPES or x.dtype != y.dtype or x.dtype not in ("int32", "int64"):
+        return rules.divide(b, call)
+    q, zero = _quotient(b, x, y)
+    return b.where(zero, b.const(np.zeros(1, x.dtype)), q)
+
+
+@shaped_rule
+def fmod(b, call):
+    """Integer fmod as `x - INTDIV(x, y) * y` (the sign of x; fmod(x, 0) is 0)."""
+    x, y = call.inputs
+    if x.dtype not in ("int32", "int64") or x.dtype != y.dtype:
+        return integer_fmod(b, call)
+    q, zero = _quotient(b, x, y)
+    rest = b.subtract(x, b.multiply(q, y))
+    return b.where(zero, b.const(np.zeros(1, x.dtype)), rest)
+
+
+RULES = {"clip": clip, "argmax": argmax, "divide": divide, "fmod": fmod}
