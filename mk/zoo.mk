@@ -1,22 +1,24 @@
 # The public model zoo (tests/zoo): Hugging Face `transformers` architectures built from
 # configs in code (no downloads), exported with torch.export and torch.onnx (dynamo, which
-# needs onnxscript). Neither package requires torch (transformers lists it only under
-# extras), so installing them never fetches a torch; the constraint file pins torch to the
-# one mk/frontends.mk installed from the local wheel all the same, so a future release that
-# did require torch fails here instead of replacing it. Without torch the zoo tests skip.
+# needs onnxscript); and `torchao`, whose PT2E flow (prepare_pt2e / convert_pt2e) quantizes
+# the models tests/test_torch_pt2e.py imports. None of them requires torch (transformers
+# lists it only under extras), so installing them never fetches a torch; the constraint
+# file pins torch to the one mk/frontends.mk installed from the local wheel all the same, so
+# a future release that did require torch fails here instead of replacing it. Without torch
+# the zoo tests skip.
 ZOO_STAMP := $(VENV)/.zoo-installed
-ZOO_PACKAGES := 'transformers>=5.0,<6' 'onnxscript>=0.5'
+ZOO_PACKAGES := 'transformers>=5.0,<6' 'onnxscript>=0.5' 'torchao>=0.18'
 ZOO_CONSTRAINTS := $(VENV)/.zoo-constraints.txt
 TEST_DEPS += $(ZOO_STAMP)
 
 $(ZOO_STAMP): $(FRONTEND_STAMP) mk/zoo.mk
 	@if torch_version=$$($(BIN)/python -c 'import torch; print(torch.__version__)' 2>/dev/null); then \
 		echo "torch==$$torch_version" > $(ZOO_CONSTRAINTS); \
-		echo "installing transformers and onnxscript (torch pinned to $$torch_version)"; \
+		echo "installing transformers, onnxscript and torchao (torch pinned to $$torch_version)"; \
 		$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 			-c $(ZOO_CONSTRAINTS) $(ZOO_PACKAGES) || exit 1; \
 		$(BIN)/python -m pip check || exit 1; \
-		HF_HUB_OFFLINE=1 $(BIN)/python -c 'import transformers, onnxscript' || exit 1; \
+		HF_HUB_OFFLINE=1 $(BIN)/python -c 'import transformers, onnxscript, torchao' || exit 1; \
 	else \
 		echo "no torch in $(VENV): the model zoo tests will skip"; \
 	fi
