@@ -362,6 +362,19 @@ int lgk_qconv2d_nchw_packed(const lgk_conv2d_params *p, const void *x, int64_t x
                             const void *packed_w, int64_t packed_len, void *y,
                             int64_t y_len, const lgk_qparams *q, int nthreads);
 
+/* ---- quantized elementwise (qelementwise.c) ---------------------------------------
+ * qnn.add as onnxruntime's QLinearAdd computes it, on rows x span values of `type`
+ * (LGK_QTYPE_UINT8 or LGK_QTYPE_INT8; a, b and y of one type):
+ *   y = saturate(round_half_even(fmaf(a, ratio_a, fmaf(b, ratio_b, addend[r])))),
+ * one fused multiply-add each (one rounding), r the element's row, addend_len 1 (one
+ * value for all rows: onnxruntime's `fixed` = out_zp - (ratio_a a_zp + ratio_b b_zp)) or
+ * rows. With a == NULL, y = saturate(round_half_even(fmaf(b, ratio_b, addend[r]))): an
+ * operand of one value per row, folded by the caller into addend[r] = fixed +
+ * a[r] * ratio_a (rounded at each step). Ratios and addends must be finite. */
+int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
+             float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
+             int64_t addend_len, void *y, int64_t y_len, int nthreads);
+
 /* ---- programs --------------------------------------------------------------- */
 /*
  * A program is a sequence of calls of the functions above, run by one call: each

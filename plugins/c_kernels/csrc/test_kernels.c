@@ -858,6 +858,7 @@ static void test_subnormals(void) {}
 #include "test_elementwise.inc"
 #include "test_threads.inc"
 #include "test_qgemm.inc"
+#include "test_qelementwise.inc"
 
 int main(void)
 {
@@ -888,6 +889,7 @@ int main(void)
     test_qgemm_values();
     test_qgemm_errors();
     test_qconv();
+    test_qadd();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

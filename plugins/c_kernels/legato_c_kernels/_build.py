@@ -25,7 +25,7 @@ from cffi import FFI
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
 SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c",
-           "movement.c", "qgemm.c", "qconv.c"]
+           "movement.c", "qgemm.c", "qconv.c", "qelementwise.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno

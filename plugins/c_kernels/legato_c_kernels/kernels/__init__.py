@@ -36,7 +36,8 @@ micro-kernel reads); the resulting :class:`PackedWeight` is accepted by ``matmul
 per-call packing of B (15-25% of a GEMM at M = 64..128). :func:`pack_conv_weight` does the
 same for an nn.conv2d weight with groups == 1 (:class:`PackedConvWeight`).
 
-Quantized ops (:mod:`.qnn`): qnn.conv2d, qnn.linear and qnn.matmul on int8/uint8 tensors
+Quantized ops (:mod:`.qnn`, :mod:`.qnn_elementwise`): qnn.conv2d, qnn.linear, qnn.matmul
+and qnn.add on int8/uint8 tensors
 with onnxruntime's arithmetic, on the int8 GEMM (AVX-512 VNNI / AVX2 / portable); their
 constant weights are packed once as well.
 
@@ -51,7 +52,7 @@ from collections.abc import Callable
 
 from legato.ops.base import REGISTRY
 
-from . import casts, elementwise, movement, qnn
+from . import casts, elementwise, movement, qnn, qnn_elementwise
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
 from .casts import cast, isnan
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
@@ -80,7 +81,8 @@ KERNELS: dict[str, Callable[..., Array]] = {
     **movement.KERNELS,
     **casts.KERNELS,
     # the int8 kernels of the qnn ops this legato defines (kernels/qnn.py)
-    **{op: kernel for op, kernel in qnn.KERNELS.items() if op in REGISTRY},
+    **{op: kernel for op, kernel in {**qnn.KERNELS, **qnn_elementwise.KERNELS}.items()
+       if op in REGISTRY},
 }
 
 # the elementwise kernels under their function names (exp, abs_, nn_relu, ...)

@@ -1,0 +1,200 @@
+/*
+ * qelementwise.c - quantized elementwise kernels: qnn.add (com.microsoft QLinearAdd).
+ *
+ * onnxruntime's MLAS computes QLinearAdd as y = a * ratio_a + (b * ratio_b + fixed), each
+ * multiply-add one FMA (a single rounding), rounded to nearest even and saturated. The
+ * float32 constants (ratios, `fixed`, and for a broadcast operand `fixed + a * ratio_a`)
+ * are computed by the caller: each of their steps is rounded on its own, which this file's
+ * -ffp-contract=fast would fuse. Here only fmaf, whose one rounding is what MLAS's
+ * vfmadd gives (AVX-512, AVX2 + FMA, or portable C, chosen once from CPUID).
+ */
+#include <stdatomic.h>
+
+#include "lgk_internal.h"
+
+typedef struct {
+    int type;
+    int64_t span;
+    const void *a, *b;
+    float ratio_a, ratio_b;
+    const float *addend;
+    int64_t addend_len;
+    void *y;
+} qadd_ctx;
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define LGK_QADD_X86 1
+#include <immintrin.h>
+#endif
+
+/* One value: the FMAs, then clamped to the type's range before the one rounding to an
+ * integer (the bounds are integers, so clamp-then-round equals round-then-saturate, and
+ * the conversion stays in range). lrintf rounds as cvtps2dq does, in the current mode. */
+static inline int32_t qadd_one(int has_a, float a, float ra, float b, float rb, float add,
+                               float lo, float hi)
+{
+    float v = fmaf(b, rb, add);
+    if (has_a)
+        v = fmaf(a, ra, v);
+    return (int32_t)lrintf(fminf(fmaxf(v, lo), hi));
+}
+
+static inline float qadd_load(int type, const uint8_t *p, int64_t j)
+{
+    return type == LGK_QTYPE_INT8 ? (float)(int8_t)p[j] : (float)p[j];
+}
+
+/* Elements [from, n) of one row (a may be NULL). */
+static void qadd_row_scalar(int type, int64_t from, int64_t n, const uint8_t *a, float ra,
+                            const uint8_t *b, float rb, float add, uint8_t *y)
+{
+    float lo = type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f;
+    float hi = type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f;
+    for (int64_t j = from; j < n; ++j) {
+        int32_t v = qadd_one(a != NULL, a != NULL ? qadd_load(type, a, j) : 0.0f, ra,
+                             qadd_load(type, b, j), rb, add, lo, hi);
+        y[j] = (uint8_t)v; /* the int8 value's byte for LGK_QTYPE_INT8 */
+    }
+}
+
+#ifdef LGK_QADD_X86
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static __m512 qadd_load16(int type, const uint8_t *p, __mmask16 k)
+{
+    __m128i bytes = _mm_maskz_loadu_epi8(k, p);
+    return _mm512_cvtepi32_ps(type == LGK_QTYPE_INT8 ? _mm512_cvtepi8_epi32(bytes)
+                                                     : _mm512_cvtepu8_epi32(bytes));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void qadd_row_avx512(int type, int64_t n, const uint8_t *a, float ra,
+                            const uint8_t *b, float rb, float add, uint8_t *y)
+{
+    __m512 lo = _mm512_set1_ps(type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f);
+    __m512 hi = _mm512_set1_ps(type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f);
+    __m512 vra = _mm512_set1_ps(ra), vrb = _mm512_set1_ps(rb), vadd = _mm512_set1_ps(add);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+        __m512 v = _mm512_fmadd_ps(qadd_load16(type, b + j, k), vrb, vadd);
+        if (a != NULL)
+            v = _mm512_fmadd_ps(qadd_load16(type, a + j, k), vra, v);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm512_mask_cvtepi32_storeu_epi8(y + j, k, _mm512_cvtps_epi32(v));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static __m256 qadd_load8(int type, const uint8_t *p)
+{
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
+    return _mm256_cvtepi32_ps(type == LGK_QTYPE_INT8 ? _mm256_cvtepi8_epi32(bytes)
+                                                     : _mm256_cvtepu8_epi32(bytes));
+}
+
+__attribute__((target("avx2,fma")))
+static void qadd_row_avx2(int type, int64_t n, const uint8_t *a, float ra, const uint8_t *b,
+                          float rb, float add, uint8_t *y)
+{
+    __m256 lo = _mm256_set1_ps(type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f);
+    __m256 hi = _mm256_set1_ps(type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f);
+    __m256 vra = _mm256_set1_ps(ra), vrb = _mm256_set1_ps(rb), vadd = _mm256_set1_ps(add);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_fmadd_ps(qadd_load8(type, b + j), vrb, vadd);
+        if (a != NULL)
+            v = _mm256_fmadd_ps(qadd_load8(type, a + j), vra, v);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        __m256i w = _mm256_cvtps_epi32(v); /* in the byte range: packing keeps it */
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(y + j),
+                         type == LGK_QTYPE_UINT8 ? _mm_packus_epi16(h, h) : _mm_packs_epi16(h, h));
+    }
+    qadd_row_scalar(type, j, n, a, ra, b, rb, add, y);
+}
+#endif
+
+/* 2: AVX-512, 1: AVX2 + FMA, 0: portable; chosen once (or forced by the test hook) */
+static _Atomic int qadd_selected = -1;
+
+static int qadd_cpu_isa(void)
+{
+#ifdef LGK_QADD_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl"))
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return 1;
+#endif
+    return 0;
+}
+
+static int qadd_isa(void)
+{
+    int v = qadd_selected;
+    if (v < 0)
+        qadd_selected = v = qadd_cpu_isa();
+    return v;
+}
+
+/* Test hook: run the paths up to `isa` (-1: the CPU's best again); LGK_ERR_ARG past what
+ * the CPU has. Not thread-safe. */
+int lgk_qadd_force_isa(int isa);
+int lgk_qadd_force_isa(int isa)
+{
+    LGK_CHECK(isa >= -1 && isa <= qadd_cpu_isa(), LGK_ERR_ARG);
+    qadd_selected = isa;
+    return LGK_OK;
+}
+
+static int qadd_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const qadd_ctx *c = ctx;
+    int isa = qadd_isa();
+    for (int64_t r = begin; r < end; ++r) {
+        float add = c->addend[c->addend_len == 1 ? 0 : r];
+        const uint8_t *a = c->a == NULL ? NULL : (const uint8_t *)c->a + r * c->span;
+        const uint8_t *b = (const uint8_t *)c->b + r * c->span;
+        uint8_t *y = (uint8_t *)c->y + r * c->span;
+#ifdef LGK_QADD_X86
+        if (isa == 2) {
+            qadd_row_avx512(c->type, c->span, a, c->ratio_a, b, c->ratio_b, add, y);
+            continue;
+        }
+        if (isa == 1) {
+            qadd_row_avx2(c->type, c->span, a, c->ratio_a, b, c->ratio_b, add, y);
+            continue;
+        }
+#endif
+        (void)isa;
+        qadd_row_scalar(c->type, 0, c->span, a, c->ratio_a, b, c->ratio_b, add, y);
+    }
+    return LGK_OK;
+}
+
+int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
+             float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
+             int64_t addend_len, void *y, int64_t y_len, int nthreads)
+{
+    LGK_CHECK(type == LGK_QTYPE_UINT8 || type == LGK_QTYPE_INT8, LGK_ERR_ARG);
+    LGK_CHECK(rows >= 0 && span >= 0, LGK_ERR_SHAPE);
+    int64_t n;
+    const int64_t dims[2] = {rows, span};
+    LGK_TRY(lgk_checked_count(2, dims, &n));
+    LGK_CHECK(isfinite(ratio_a) && isfinite(ratio_b), LGK_ERR_ARG);
+    LGK_CHECK(addend != NULL, LGK_ERR_NULL);
+    LGK_CHECK(addend_len == 1 || addend_len == rows, LGK_ERR_SHAPE);
+    for (int64_t i = 0; i < addend_len; ++i)
+        LGK_CHECK(isfinite(addend[i]), LGK_ERR_ARG);
+    if (a != NULL)
+        LGK_TRY(lgk_check_buffer(a, a_len, n));
+    LGK_TRY(lgk_check_buffer(b, b_len, n));
+    LGK_TRY(lgk_check_buffer(y, y_len, n));
+    if (n == 0)
+        return LGK_OK;
+    qadd_ctx c = {type, span, a, b, ratio_a, ratio_b, addend, addend_len, y};
+    /* about 1 ns an element: below 64 Ki elements a second thread costs more */
+    int threads = n < 65536 ? 1 : nthreads;
+    int64_t grain = LGK_MAX((int64_t)1, 16384 / LGK_MAX(span, (int64_t)1));
+    return lgk_parallel_for(threads, rows, grain, qadd_rows, &c);
+}

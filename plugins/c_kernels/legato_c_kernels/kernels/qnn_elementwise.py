@@ -1,0 +1,117 @@
+"""Quantized elementwise kernels (csrc/qelementwise.c): qnn.add as onnxruntime's
+com.microsoft QLinearAdd computes it (MLAS: `a * ratio_a + (b * ratio_b + fixed)`, each
+multiply-add fused, rounded half to even, saturated), per-tensor int8/uint8 operands with
+numpy broadcasting.
+
+The float32 constants are computed here with numpy, each step rounded as onnxruntime
+rounds it (`ratio = scale / out_scale`, `fixed = out_zp - (ratio_a * a_zp + ratio_b *
+b_zp)`); an operand that is one value per run of the innermost dim (a per-channel
+residual, a scalar) is folded into a per-row addend `fixed + a * ratio_a` first, as MLAS
+does. Scales and zero points are read on every run, as for the other qnn kernels.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .._lib import ffi, lib
+from .common import Array, Unbindable, check_status, error, num_threads
+from .qnn import QTYPES, F32, _buffer, _cptr, _detached, _out, _quantized, _run, _values, qbound
+
+OP = "qnn.add"
+
+
+def _one_per_span(shape: tuple, out: tuple) -> bool:
+    """Whether onnxruntime hands this operand to MLAS as one value per run of the
+    innermost dim (one element, or broadcast along the last dim)."""
+    return int(np.prod(shape)) == 1 or (len(out) > 0 and out[-1] > 1 and
+                                        (len(shape) == 0 or shape[-1] == 1))
+
+
+class _QAddCall:
+    """One lgk_qadd call; its ratios and addends are recomputed from the scale and
+    zero-point arrays before each run."""
+
+    def __init__(self, full: Array, full_scale: Array, other: Optional[Array],
+                 other_scale: Array, other_zero: Array, full_zero: Array, y_scale: Array,
+                 y_zero: Array, out: Array, rows: int, span: int, per_row: bool):
+        # `full`: an operand of every output element; `other`: the second operand, of
+        # every element too (per_row False) or one value per row (per_row True)
+        self.full, self.other, self.out, self.per_row = full, other, out, per_row
+        self.scales = (full_scale, other_scale, y_scale)
+        self.zeros = (full_zero, other_zero, y_zero)
+        self.rows, self.span = rows, span
+        self.addend = np.empty(rows if per_row else 1, F32)
+
+    def run(self) -> None:
+        full_s, other_s, y_s = (s.astype(F32).reshape(-1)[0] for s in self.scales)
+        full_z, other_z, y_z = (np.float32(z.reshape(-1)[0]) for z in self.zeros)
+        ratio_f, ratio_o = full_s / y_s, other_s / y_s
+        fixed = y_z - (ratio_f * full_z + ratio_o * other_z)  # float32 sums commute
+        if self.per_row:
+            np.add(fixed, self.other.astype(F32) * ratio_o, out=self.addend)
+            a, a_len, ratio_a = ffi.NULL, 0, 0.0
+        else:
+            self.addend[0] = fixed
+            a, a_len, ratio_a = _cptr(self.other), self.other.size, float(ratio_o)
+        status = lib.lgk_qadd(QTYPES[self.out.dtype], self.rows, self.span, a, a_len,
+                              ratio_a, _cptr(self.full), self.full.size, float(ratio_f),
+                              ffi.cast("float *", self.addend.ctypes.data), self.addend.size,
+                              _cptr(self.out), self.out.size, num_threads())
+        if status:
+            check_status(OP, status)
+
+
+def _plan_qadd(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any,
+               b_zero_point: Any, out_scale: Any, out_zero_point: Any, *,
+               out: Optional[Array] = None, strict: bool = False):
+    a, b = _quantized(OP, "a", a), _quantized(OP, "b", b)
+    az = _values(OP, "a_zero_point", a_zero_point, None, str(a.dtype))
+    bz = _values(OP, "b_zero_point", b_zero_point, None, str(b.dtype))
+    yz = _values(OP, "out_zero_point", out_zero_point, None, str(a.dtype))
+    scales = [_values(OP, name, s, None, "float32") for name, s in
+              (("a_scale", a_scale), ("b_scale", b_scale), ("out_scale", out_scale))]
+    if b.dtype != a.dtype:
+        raise error(OP, f"a ({a.dtype}) and b ({b.dtype}) must share one dtype")
+    try:
+        shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise error(OP, f"shapes {a.shape} and {b.shape} do not broadcast") from None
+    out = _out(OP, out, shape, a.dtype)
+    if out.size == 0:
+        return out, None
+    span = shape[-1] if shape else 1
+    rows = out.size // span
+
+    def full(x: Array) -> Array:
+        if x.shape != shape and strict:
+            raise Unbindable
+        return _buffer(_detached(np.broadcast_to(x, shape), out, strict), strict)
+
+    def per_row(x: Array) -> Array:  # one value per row (copied: a small array)
+        return np.ascontiguousarray(np.broadcast_to(x, shape)[..., :1]).reshape(-1) \
+            if shape else x.reshape(-1)
+    (as_, bs, ys) = scales
+    if _one_per_span(a.shape, shape):
+        return out, _QAddCall(full(b), bs, per_row(a), as_, az, bz, ys, yz, out, rows, span,
+                              True)
+    if _one_per_span(b.shape, shape):
+        return out, _QAddCall(full(a), as_, per_row(b), bs, bz, az, ys, yz, out, rows, span,
+                              True)
+    return out, _QAddCall(full(b), bs, full(a), as_, az, bz, ys, yz, out, rows, span,
+                          False)
+
+
+def qnn_add(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any,
+            b_zero_point: Any, out_scale: Any, out_zero_point: Any, *,
+            out: Optional[Array] = None) -> Array:
+    """qnn.add (com.microsoft QLinearAdd): per-tensor int8/uint8 operands of one dtype,
+    numpy broadcasting; the result has their dtype."""
+    return _run(*_plan_qadd(a, a_scale, a_zero_point, b, b_scale, b_zero_point, out_scale,
+                            out_zero_point, out=out))
+
+
+qbound(qnn_add, _plan_qadd)
+
+KERNELS = {"qnn.add": qnn_add}
