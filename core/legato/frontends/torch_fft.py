@@ -356,9 +356,12 @@ def angle(b, z):
 
 @complex_op("aten.exp.default")
 def exp(b, z):
+    """exp(re) (cos im + i sin im), with C's cexp rule that a zero imaginary part stays zero:
+    where exp(re) overflows, inf * sin(0) would be NaN where torch gives inf + 0j."""
     real, imag = parts(b, z)
     magnitude = b.exp(real)
-    return pack(b, b.multiply(magnitude, b.cos(imag)), b.multiply(magnitude, b.sin(imag)))
+    imag_part = b.where(b.equal(imag, 0.0), imag, b.multiply(magnitude, b.sin(imag)))
+    return pack(b, b.multiply(magnitude, b.cos(imag)), imag_part)
 
 
 def _reduction(op: str):
