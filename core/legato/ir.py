@@ -238,17 +238,24 @@ class Const(Value):
     data: np.ndarray = field(default=None, repr=False)
 
     @staticmethod
-    def of(array, name: str | None = None, dtype: str | None = None) -> "Const":
+    def of(array, name: str | None = None, dtype: str | None = None, *,
+           copy: bool = True) -> "Const":
+        """A constant holding a copy of `array`. `copy=False` adopts a read-only array as it
+        is: only for one that nothing can write through (a view of bytes or of a read-only
+        file mapping), since constants never change."""
         if dtype == "bfloat16":
             _learn_bfloat16()
         try:
-            data = np.array(array, dtype=dtype, copy=True)
+            adopt = (not copy and isinstance(array, np.ndarray) and not array.flags.writeable
+                     and dtype in (None, array.dtype.name))
+            data = array if adopt else np.array(array, dtype=dtype, copy=True)
         except (TypeError, ValueError, OverflowError) as err:  # e.g. bfloat16 without ml_dtypes
             raise IRError(f"cannot make a constant of dtype {quote(dtype)}: "
                           f"{clip(str(err))}") from None
         if data.dtype.name not in DTYPES:
             raise IRError(f"constant of unsupported dtype {data.dtype.name}")
-        data.setflags(write=False)
+        if data.flags.writeable:
+            data.setflags(write=False)
         return Const(TensorType(data.shape, data.dtype.name), name, data)
 
     def __repr__(self):

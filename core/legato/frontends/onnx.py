@@ -26,8 +26,9 @@ from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import Node, Refused, converter_of, onnx_dtype
 from .onnx_fold import fold_calls, foldable
 from .onnx_isolate import run_isolated, without_large_data
-from .onnx_tensors import (check_shape, check_size, external_tensors, load_external_data, quote,
-                           tensor_array)
+from .onnx_tensors import (check_shape, check_size, check_tensor, external_tensors,
+                           load_external_data, quote, tensor_array)
+from .onnx_weights import load_mapped
 
 CONVERTER_MODULES = (onnx_ops, onnx_nn, onnx_attention, onnx_more, onnx_control,
                      onnx_rnn, onnx_roi, onnx_contrib, onnx_contrib_attention, onnx_signal)
@@ -60,17 +61,25 @@ def load(model, input_shapes: Mapping | None = None, *, base_dir=None,
 def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None,
                     registry=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
-    proto, base_dir = read_model(model, base_dir)
+    proto, base_dir, weights = read_model(model, base_dir)
+    try:
+        return _import(proto, base_dir, weights, input_shapes, registry)
+    finally:
+        if weights is not None:
+            weights.close()
+
+
+def _import(proto, base_dir, weights, input_shapes, registry):
     input_shapes = check_input_shapes(input_shapes)
     # everything onnx's C++ code (version converter, shape inference) sees is checked first
     check_text(proto)
     check_supported(proto)
     opset = model_opset(proto)
     check_graph(proto.graph, opset)
-    proto = with_external_data(proto, base_dir)
+    proto = with_external_data(proto, base_dir, weights)
     proto, opset = upgrade(proto, opset)
     check_shapes(proto, input_shapes)
-    importer = _Importer(proto.graph, opset, input_shapes, registry)
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights)
     return importer.run(), importer.nodes
 
 
@@ -99,24 +108,25 @@ def coverage(nodes, report) -> str:
 
 
 def read_model(model, base_dir=None):
-    """(ModelProto, base directory of its external data): a path is read without its
-    external data, which `with_external_data` reads from inside the base directory."""
+    """(ModelProto, base directory of its external data, MappedWeights or None): a path is
+    read without its external data, which `with_external_data` reads from inside the base
+    directory, and with its large initializers left in the memory-mapped file."""
     onnx = _onnx()
     if isinstance(model, onnx.ModelProto):
-        return model, base_dir
+        return model, base_dir, None
     if not isinstance(model, (str, os.PathLike)):
         raise LegatoError(f"an ONNX model is a path or an onnx.ModelProto, not "
                           f"{type(model).__name__}")
     path = Path(model)
     _check_model_file(path)
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto, weights = load_mapped(path, onnx)
     except OSError as err:
         raise LegatoError(f"cannot read ONNX model {path}: {err.strerror or err}") from None
     except Exception as err:  # noqa: BLE001 - protobuf decode errors
         raise LegatoError(f"{path} is not a readable ONNX model: "
                           f"{quote(str(err))}") from None
-    return proto, path.parent if base_dir is None else base_dir
+    return proto, path.parent if base_dir is None else base_dir, weights
 
 
 def _check_model_file(path: Path) -> None:
@@ -134,15 +144,15 @@ def _check_model_file(path: Path) -> None:
                           "(larger weights go to external data files)")
 
 
-def with_external_data(proto, base_dir):
+def with_external_data(proto, base_dir, weights=None):
     """The model with every external tensor's data read in (a copy; the caller's model is
-    left as it is)."""
-    if not external_tensors(proto):
+    left as it is), but for those `weights` maps from the model file itself."""
+    if not [t for t in external_tensors(proto) if weights is None or not weights.owns(t)]:
         return proto
     onnx = _onnx()
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    load_external_data(copy, base_dir)
+    load_external_data(copy, base_dir, weights)
     return copy
 
 
@@ -377,16 +387,16 @@ def _from_node(call: Call, node_name: str) -> Call:
 class _Importer:
     """Walks the graph in order, converting each node with its converter."""
 
-    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None):
+    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None, weights=None):
         self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
+        self.weights = weights
         self.b = GraphBuilder(registry)
         self.env: dict[str, Value] = {}
         self.nodes: list[tuple[str, str, list[str]]] = []
 
     def run(self) -> Module:
         for tensor in self.graph.initializer:
-            self.env[tensor.name] = Const.of(tensor_array(tensor, f"initializer "
-                                                                  f"{quote(tensor.name)}"))
+            self.env[tensor.name] = self.initializer(tensor)
         for value in self.graph.input:
             if value.name not in self.env:
                 dtype = onnx_dtype(value.type.tensor_type.elem_type, f"input {quote(value.name)}")
@@ -396,6 +406,13 @@ class _Importer:
             self.convert(node)
         results = [self.lookup(out.name, "graph output") for out in self.graph.output]
         return self.b.build(*results)
+
+    def initializer(self, tensor) -> Const:
+        where = f"initializer {quote(tensor.name)}"
+        if self.weights is not None and self.weights.owns(tensor):
+            check_tensor(tensor, where)
+            return Const.of(self.weights.array(tensor, where), copy=False)
+        return Const.of(tensor_array(tensor, where))
 
     def lookup(self, name: str, where: str) -> Value:
         if name not in self.env:

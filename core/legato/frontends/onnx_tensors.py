@@ -146,10 +146,11 @@ def external_tensors(model):
     return [t for t in tensors if t.data_location == EXTERNAL]
 
 
-def load_external_data(model, base_dir) -> None:
-    """Read every external tensor's bytes into it. Locations must be relative paths that
-    stay inside `base_dir` (after resolving "..", and symlinks); sizes must match the file."""
-    tensors = external_tensors(model)
+def load_external_data(model, base_dir, weights=None) -> None:
+    """Read every external tensor's bytes into it, but for those `weights` (a MappedWeights)
+    maps from the model file. Locations must be relative paths that stay inside `base_dir`
+    (after resolving "..", and symlinks); sizes must match the file."""
+    tensors = [t for t in external_tensors(model) if weights is None or not weights.owns(t)]
     if not tensors:
         return
     if base_dir is None:
