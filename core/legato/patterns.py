@@ -11,13 +11,14 @@ the decomposition that wrote it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from .calls import Emitter, make_call, run_decomposition
+from .calls import Emitter, Recipes, make_call, run_decomposition
 from .ir import Call, Const, TensorType, Value
 from .registry import REQUIRED
 
@@ -68,15 +69,17 @@ class View:
 
 # --- expansion and canonical form ---------------------------------------------------------
 
-def expand(registry, call: Call, expandable: Callable[[str], bool]) -> list[Call]:
+def expand(registry, call: Call, expandable: Callable[[str], bool],
+           recipes: Recipes | None = None) -> list[Call]:
     """`call` as primitive calls (composites that `expandable` accepts are decomposed,
-    recursively); the results are the call's own output values."""
+    recursively, replaying `recipes` where given); the results are the call's own output
+    values."""
     opdef = registry.find(call.op)
     if opdef is None or opdef.decompose is None or not expandable(call.op):
         return [call]
     emitter = Emitter(registry, call.origin)
     try:
-        results = run_decomposition(emitter, opdef, call.inputs, call.attrs)
+        results = run_decomposition(emitter, opdef, call.inputs, call.attrs, recipes)
     except Exception:  # noqa: BLE001 - a decomposition that cannot run here stays opaque
         return [call]
     made = {id(out) for c in emitter.calls for out in c.outputs}
@@ -85,7 +88,7 @@ def expand(registry, call: Call, expandable: Callable[[str], bool]) -> list[Call
         return [call]
     out = []
     for inner in emitter.calls:
-        for flat in expand(registry, inner, lambda op: True):
+        for flat in expand(registry, inner, lambda op: True, recipes):
             out.append(_renamed(flat, rename))
     return out
 
@@ -233,8 +236,9 @@ def _owner_of(made, owners, value) -> tuple[int, ...]:
 def build_view(registry, calls, params, results, expandable) -> View:
     """The canonical view of a function's calls; owners are indices into `calls`."""
     flat, owners = [], []
+    recipes = Recipes(registry)  # layers expand the same composites alike
     for index, call in enumerate(calls):
-        for inner in expand(registry, call, expandable):
+        for inner in expand(registry, call, expandable, recipes):
             flat.append(inner)
             owners.append((index,))
     identities: set[int] = set()
@@ -274,7 +278,7 @@ class Template:
     def size(self) -> int:
         return len(self.view.calls)
 
-    @property
+    @functools.cached_property  # a traced template does not change; every pass asks
     def ops(self) -> set[str]:
         """The ops a graph must have for the template to match (a transpose of an input
         may be folded into a constant or another transpose)."""

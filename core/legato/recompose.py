@@ -135,7 +135,8 @@ class Recovery:
         return "\n".join(lines)
 
 
-MAX_TRACES = 4096  # traced forms a registry keeps (layers repeat a few types)
+MAX_TRACES = 4096  # traced forms (and recovered regions) a registry keeps
+MAX_SETUPS = 64  # op lists a registry keeps the templates of
 
 
 def _per_op(registry, kind: str, opdef, compute):
@@ -189,31 +190,61 @@ def default_ops(registry) -> list[str]:
     return list(out)
 
 
+@dataclass
+class _Setup:
+    """What a recomposition looks for, from the ops it was asked for: the templates,
+    largest first, the primitives they use, the ops kept whole, and per op the number of
+    templates (or why there is none)."""
+
+    templates: list
+    prims: set
+    whole: set
+    derived: dict
+    missing: dict
+
+
+def _setup(registry, names: tuple, explicit: bool) -> _Setup:
+    templates, derived, missing = [], {}, {}
+    for name in names:
+        opdef = registry.get(name)
+        found, problems = templates_of(registry, opdef)
+        found = [t for t in found if explicit or t.size >= 2]
+        derived[name] = len(found)
+        if not found:
+            missing[name] = "no pattern: " + ("; ".join(problems[:2]) or
+                                              "the op has no decomposition")
+        templates.extend(found)
+    # larger patterns first: an attention block before the softmax inside it
+    templates.sort(key=lambda t: -t.size)
+    # an input call of an op looked for stays whole, unless another op's form uses it
+    whole = set(names) - {op for t in templates for op in t.uses if op != t.form.op}
+    return _Setup(templates, set().union(*(t.ops for t in templates)), whole, derived,
+                  missing)
+
+
 class Recomposer:
     def __init__(self, registry, ops: Sequence[str] | None = None):
         self.registry = registry
         explicit = ops is not None
-        names = list(ops) if explicit else default_ops(registry)
+        names = tuple(ops) if explicit else tuple(default_ops(registry))
+        setups = registry.derived("recompose.setups")  # cleared with the definitions
+        setup = setups.get((names, explicit))
+        if setup is None:
+            if len(setups) >= MAX_SETUPS:
+                setups.clear()
+            setup = setups[(names, explicit)] = _setup(registry, names, explicit)
         self.report = Recovery()
-        self.templates: list[Template] = []
-        for name in names:
-            opdef = registry.get(name)
-            found, problems = templates_of(registry, opdef)
-            found = [t for t in found if explicit or t.size >= 2]
-            self.report.derived[name] = len(found)
-            if not found:
-                self.report.miss(name, "no pattern: " + ("; ".join(problems[:2]) or
-                                                         "the op has no decomposition"))
-            self.templates.extend(found)
-        # larger patterns first: an attention block before the softmax inside it
-        self.templates.sort(key=lambda t: -t.size)
-        self.prims = set().union(*(t.ops for t in self.templates))
-        # an input call of an op looked for stays whole, unless another op's form uses it
-        self.whole = set(names) - {op for t in self.templates for op in t.uses
-                                   if op != t.form.op}
+        self.report.derived.update(setup.derived)
+        for name, why in setup.missing.items():
+            self.report.miss(name, why)
+        self.templates: list[Template] = setup.templates  # shared: never changed
+        self.prims, self.whole = setup.prims, setup.whole
         self._expandable: dict[str, bool] = {}
         self.verifications: Counter = Counter()  # candidate attribute sets tried, per op
-        self._known: dict = {}  # (template, region_key) -> attributes, or why not
+        # (template, region_key) -> attributes, or why not: on the registry, so the next
+        # pass over the same layers starts with them; here where the key holds a constant
+        self._known: dict = {}
+        self._shared_known = registry.derived("recompose.known")
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""
@@ -294,15 +325,18 @@ class Recomposer:
             return problem
         region = sorted(env.region())
         key = region_key(view, region, values)
-        if key is not None:  # a repeated layer: the same region, the same answer
-            known = self._known.get((template, key))
+        known_at = None if key is None else self._known if key[2] else self._shared_known
+        if known_at is not None:  # a repeated layer: the same region, the same answer
+            known = known_at.get((template, key))
             if isinstance(known, str):
                 return known
             if known is not None:
                 return self.rewrite(opdef, view, gi, claimed, values, known, env, fn)
         result = self._recover(opdef, template, view, gi, claimed, env, fn, region, values)
-        if key is not None:
-            self._known[(template, key)] = result if isinstance(result, str) else \
+        if known_at is not None:
+            if len(known_at) >= MAX_TRACES:
+                known_at.clear()
+            known_at[(template, key)] = result if isinstance(result, str) else \
                 result[1][-1].attrs
         return result
 
@@ -462,8 +496,9 @@ SMALL_CONST = 4096  # elements; a larger constant in a region is told apart by i
 def region_key(view, region: list[int], values) -> tuple | None:
     """The region as data: each call's op, attributes, result types and where its inputs
     come from (the region, an op input, a constant's contents), plus the op inputs'
-    types. Two regions with one key recover the same attributes (layers repeat); None if
-    an input comes from elsewhere."""
+    types, and whether it holds a constant (one too large to key by its contents). Two
+    regions with one key recover the same attributes (layers repeat); None if an input
+    comes from elsewhere."""
     bound = {}
     for i, v in enumerate(values):
         if v is not None:
@@ -471,7 +506,7 @@ def region_key(view, region: list[int], values) -> tuple | None:
             bound[id(base)] = ("input", i, v.shape if isinstance(v, Rearranged) else None,
                                v.axes if isinstance(v, Rearranged) else None)
     made: dict[int, tuple] = {}
-    items = []
+    items, holds = [], False
     for k, i in enumerate(region):
         call = view.calls[i]
         ins = []
@@ -484,15 +519,16 @@ def region_key(view, region: list[int], values) -> tuple | None:
                 ins.append(bound[id(v)])
             elif isinstance(v, Const):
                 # a large one by itself (held by the key: compared by identity)
-                ins.append((v.dtype, v.shape, v.data.tobytes() if v.data.size <= SMALL_CONST
-                            else v))
+                small = v.data.size <= SMALL_CONST
+                holds = holds or not small
+                ins.append((v.dtype, v.shape, v.data.tobytes() if small else v))
             else:
                 return None
         items.append((call.op, call.attrs.key(), tuple(o.type for o in call.outputs),
                       tuple(ins)))
         for j, out in enumerate(call.outputs):
             made[id(out)] = ("call", k, j)
-    return tuple(items), tuple(None if v is None else v.type for v in values)
+    return tuple(items), tuple(None if v is None else v.type for v in values), holds
 
 
 def opdef_attrs(registry, template, attrs):
@@ -500,8 +536,10 @@ def opdef_attrs(registry, template, attrs):
 
 
 def _transposed(const: Const, axes: tuple) -> Const:
-    """A constant transposed once, in C order (one copy: weights can be large)."""
-    data = np.ascontiguousarray(np.transpose(const.data, axes))
+    """A constant transposed: a view of its data, not a copy (a 768-wide weight took
+    0.4 ms per recovered nn.linear to copy; a backend that packs the weight reads the
+    original layout through the view, and kernels copy what they cannot walk)."""
+    data = np.transpose(const.data, axes)
     data.setflags(write=False)
     return Const(TensorType(data.shape, const.dtype), None, data)
 
