@@ -9,8 +9,9 @@ transitions and fallback FLOPs that running them there would remove.
 FLOPs come from the calls' shapes. matmul, linear and conv2d (and their qnn forms) count 2
 per multiply-add, plus one per output element for a bias: exact. nn.attention counts its
 two matmuls exactly and 5 per score for scale, mask and softmax: an estimate. Elementwise
-and broadcast ops count one per output element; data movement (reshape, transpose, gather,
-...) counts none. Reductions count their input elements and the other composite ops a
+and broadcast ops count one per output element; data movement (injective ops: reshape,
+transpose, take, ...; and broadcast_to) counts none. Reductions count their input
+elements, pooling its window per output element, and the other composite ops a
 per-element factor (`PER_ELEMENT`): estimates, counted apart in `flops_estimated`.
 """
 from __future__ import annotations
@@ -28,7 +29,8 @@ from .progress import size_text as size
 SCHEMA = "legato.placement/1"
 # estimated FLOPs per output element of composite ops without an exact formula
 PER_ELEMENT = {"nn.layer_norm": 8, "nn.rms_norm": 6, "nn.softmax": 5, "nn.log_softmax": 6,
-               "nn.gelu": 8, "nn.silu": 4, "nn.group_norm": 8, "nn.batch_norm": 2}
+               "nn.gelu": 8, "nn.silu": 4, "nn.group_norm": 8, "nn.instance_norm": 8,
+               "nn.batch_norm": 2}
 SHOWN = 8  # rows of the "implement next" list the text form prints
 
 
@@ -284,9 +286,8 @@ def runs_on(call: Call, backend, fallback, fallback_calls, registry):
 
 # --- cost of one call ---------------------------------------------------------------------
 
-ZERO = frozenset({"reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze",
-                  "flatten", "take", "concat", "split", "strided_slice", "copy", "pad",
-                  "tile", "gather", "gather_nd", "scatter", "shape_of"})
+COPIES = frozenset({"broadcast_to"})  # broadcast kind, but it only moves data
+POOLS = frozenset({"nn.avg_pool2d", "nn.max_pool2d", "avg_pool2d"})
 
 
 def call_flops(call: Call, registry) -> tuple[int, int]:
@@ -302,10 +303,13 @@ def call_flops(call: Call, registry) -> tuple[int, int]:
         return _conv_flops(call, out), 0
     if op == "nn.attention":
         return _attention_flops(call)
-    if op in ZERO or call.op in (CUSTOM_OP, CALL_OP):
+    if op in COPIES or call.op in (CUSTOM_OP, CALL_OP):
         return 0, 0
     if op in PER_ELEMENT:
         n = PER_ELEMENT[op] * out
+        return n, n
+    if op in POOLS:  # one step per window element
+        n = out * math.prod(call.attrs.get("pool_size") or (1,))
         return n, n
     kind = registry.get(call.op).kind if call.op in registry else "opaque"
     if kind in ("elemwise", "broadcast"):
