@@ -49,6 +49,19 @@ def test_whole_input_shape_binding_and_unbound_dims_are_named():
         onnx_frontend.load(mlp())
 
 
+def test_compile_binds_symbolic_dims_of_a_model_file(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    compiled = legato.compile(path, "cpu_ref", input_shapes={"batch": 3})
+    assert [p.type.shape for p in compiled.module.main.params] == [(3, 3)]
+    with pytest.raises(LegatoError, match=r"dimension 0 \(batch\) is symbolic; bind it with "
+                                          r"input_shapes"):
+        legato.compile(path, "cpu_ref")
+    with pytest.raises(LegatoError, match="input_shapes binds the symbolic dimensions of an "
+                                          r"\.onnx file; a legato.Module has none"):
+        legato.compile(onnx_frontend.load(mlp(), {"batch": 1}), input_shapes={"batch": 2})
+
+
 def test_unsupported_ops_are_listed_together_with_node_names():
     nodes = [helper.make_node("BitCast", ["x"], ["a"], name="m1", to=TensorProto.INT32),
              helper.make_node("BitCast", ["a"], ["b"], name="m2", to=TensorProto.FLOAT),

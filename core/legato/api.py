@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .backend import Backend
 from .capability import parse_capability
@@ -69,8 +69,14 @@ def unregister_backend(name: str) -> None:
     current_context().backends.pop(name, None)
 
 
-def load_model(model, *, context: Context | None = None) -> Module:
-    """A Module from a Module, `example:<name>`, a text-form file or an .onnx file."""
+def load_model(model, *, context: Context | None = None,
+               input_shapes: Mapping | None = None) -> Module:
+    """A Module from a Module, `example:<name>`, a text-form file or an .onnx file.
+    `input_shapes` binds an ONNX file's symbolic dimensions (`{"batch": 1}`, or a whole
+    input's shape by its name), as `legato.frontends.onnx.load` takes them."""
+    if input_shapes and not (isinstance(model, (str, Path)) and Path(model).suffix == ".onnx"):
+        raise LegatoError("input_shapes binds the symbolic dimensions of an .onnx file; "
+                          f"{_model_label(model)} has none to bind")
     if isinstance(model, Module):
         return model
     if not isinstance(model, (str, Path)):
@@ -80,7 +86,7 @@ def load_model(model, *, context: Context | None = None) -> Module:
         return example(model)
     path = Path(model)
     if path.suffix == ".onnx":
-        return load_onnx(path, registry=(context or current_context()).registry)
+        return load_onnx(path, input_shapes, registry=(context or current_context()).registry)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -92,6 +98,12 @@ def load_model(model, *, context: Context | None = None) -> Module:
         return parse(text, (context or current_context()).registry)
     except LegatoError as err:
         raise type(err)(f"{path}: {err}") from None
+
+
+def _model_label(model) -> str:
+    if isinstance(model, Module):
+        return "a legato.Module"
+    return f"model {str(model)[:80]!r}" if isinstance(model, (str, Path)) else type(model).__name__
 
 
 def _runs_on(be: Backend, cfg: BackendConfig, host: Context):
@@ -168,13 +180,15 @@ class Compiled:
 
 
 def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
-            max_level: int | None = None, *, context: Context | None = None) -> Compiled:
+            max_level: int | None = None, *, context: Context | None = None,
+            input_shapes: Mapping | None = None) -> Compiled:
     """Legalize `model` for `backend` and build its executor (or emit its artifact).
 
     With a list of backends the model is partitioned first (`legato.partition`): each
-    region runs on its backend, and the report counts ops per backend."""
+    region runs on its backend, and the report counts ops per backend. `input_shapes`
+    binds the symbolic dimensions of an .onnx file (`{"batch": 1, "seq": 128}`)."""
     host = context or current_context()
-    source = verify(load_model(model, context=host), host.registry)
+    source = verify(load_model(model, context=host, input_shapes=input_shapes), host.registry)
     _check_max_level(max_level)
     if isinstance(backend, (list, tuple)):
         if not backend:
