@@ -206,3 +206,15 @@ def test_partitioned_build_folds_qdq_and_reports_it(install_plugins):
     assert "folded QDQ into qnn.matmul x1" in compiled.report.summary()
     np.testing.assert_allclose(compiled(*feeds.values()), run_ort(model, feeds)[0], rtol=0,
                                atol=1e-6)
+
+
+def test_implement_next_names_the_op_a_fallback_call_was_decomposed_from(install_plugins):
+    install_npu(install_plugins, {"matmul": {}, "divide": {}, "subtract": {}})
+    b = legato.GraphBuilder()
+    x, w = b.input("x", (4, 8)), b.input("w", (8, 8))
+    module = b.build(b.call("matmul", b.call("nn.softmax", b.call("matmul", x, w), axis=-1),
+                            w))
+    ranked = legato.compile(module, "author_npu").report.placement.implement_next()
+    assert {r["op"] for r in ranked} == {"max", "exp", "sum"}
+    assert all(r["decomposed_from"] == {"nn.softmax": 1} for r in ranked)
+    assert ranked[-1]["transitions_after"] == 0

@@ -143,7 +143,7 @@ class Placement:
                 "flops": flops, "transitions_removed": removed,
                 "transitions_after": len(after),
                 "bytes_removed": sum(c["bytes"] for c in now) - sum(c["bytes"] for c in after),
-                "sources": _sources(calls)})
+                "sources": _sources(calls), "decomposed_from": _decomposed_from(calls)})
             now = after
         return rows
 
@@ -195,9 +195,10 @@ class Placement:
                          "it: transitions it removes, those left, its FLOPs):")
             for r in ranked[:shown]:
                 where = ", ".join(f"{n} on {b}" for b, n in r["runs_on"].items())
+                made = "".join(f" (from {op})" for op in r["decomposed_from"])
                 lines.append(f"    {r['op']:<18} {where:<16} {-r['transitions_removed']:>+4} "
                              f"-> {r['transitions_after']:<4} {count(r['flops']):>7} FLOPs"
-                             "  e.g. " + ", ".join(r["sources"][:2]))
+                             f"{made}  e.g. " + ", ".join(r["sources"][:2]))
             if len(ranked) > shown:
                 lines.append(f"    ... {len(ranked) - shown} more ops (--report-json FILE "
                              "lists them all)")
@@ -374,6 +375,17 @@ def _sources(calls: list[Placed]) -> list[str]:
         if p.source is not None:
             seen.setdefault(p.source)
     return list(seen)
+
+
+def _decomposed_from(calls: list[Placed]) -> dict[str, int]:
+    """The ops whose decompositions made these calls (op -> calls): keeping one of those
+    whole may be the better thing to implement."""
+    found: Counter = Counter()
+    for p in calls:
+        origin = p.call.origin
+        if origin is not None and any(r.startswith("decompose:") for r in origin.rules):
+            found[origin.op] += 1
+    return dict(found)
 
 
 def count(n: int) -> str:
