@@ -55,17 +55,17 @@ class Block(torch.nn.Module):
 SHAPES = {"cnn": (4, 3, 16, 16), "block": (8, 8, 32)}
 
 
-def x86(matmul=False, dynamic=False):
+def x86(dynamic=False):
+    """The X86 Inductor recipe: uint8 activations, int8 weights per channel."""
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86q
     config = x86q.get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
-    quantizer = x86q.X86InductorQuantizer().set_global(config)
-    # X86 quantizes a matmul's operands only where asked to; its result stays float
-    return quantizer.set_function_type_qconfig(torch.matmul, config) if matmul else quantizer
+    return x86q.X86InductorQuantizer().set_global(config)
 
 
 def xnnpack(matmul=False):
     """XNNPACK's symmetric int8 recipe (weights in [-127, 127]); `matmul`: with matmul's
-    operands and result quantized too, as ExecuTorch's TOSA quantizer does for attention."""
+    operands and result quantized too, as a backend running int8 attention asks for (the
+    shipped recipes leave a matmul's operands, X86, or its result, XNNPACK, float)."""
     from torchao.quantization.pt2e.quantizer import ComposableQuantizer, Quantizer
     from torchao.quantization.pt2e.quantizer.quantizer import QuantizationAnnotation
     from torchao.testing.pt2e._xnnpack_quantizer import (XNNPACKQuantizer,
