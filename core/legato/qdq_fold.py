@@ -270,10 +270,14 @@ class QDQFoldPass(FunctionPass):
                           f"{axis}, which {rule.qnn_op} does not take")
 
     def _bias(self, value, scales, producer):
-        """An int32 bias dequantized at scale data_scale * weight_scale, zero point 0."""
+        """An int32 bias dequantized at scale data_scale * weight_scale, zero point 0; or
+        a constant float bias quantized to it here."""
+        if isinstance(value, Const) and value.dtype == "float32":
+            return _int32_bias(value, scales)
         dq = producer.get(id(value))
         if dq is None or dq.op != "qnn.dequantize" or dq.inputs[0].dtype != "int32":
-            raise Refusal("its bias is float, not an int32 dequantized")
+            raise Refusal("its bias is float and computed, not a constant or an int32 "
+                          "dequantized")
         want = (scales[0] * scales[1]).reshape(-1)
         got = _const(dq.inputs[1]).astype(np.float32).reshape(-1)
         if np.any(_const(dq.inputs[2]) != 0) or got.shape != want.shape and got.size != 1 \
@@ -330,6 +334,21 @@ def _whole_reciprocal(scale: Const) -> None:
     if abs(inverse - round(inverse)) > 1e-4 * inverse:
         raise Refusal(f"qnn.softmax scales by floor(1 / out_scale), and 1 / out_scale is "
                       f"{inverse:.6g}, not a whole number")
+
+
+def _int32_bias(bias: Const, scales) -> Const:
+    """A float bias (onnxruntime's quantizer with QuantizeBias off) as onnxruntime's int8
+    kernels take it: quantized to int32 at the float32 product data_scale * weight_scale
+    (per channel where the weight is), zero point 0, half to even, saturated."""
+    data = np.asarray(bias.data, np.float32)
+    scale = (scales[0].reshape(-1)[0] * scales[1].reshape(-1)).astype(np.float32)
+    if scale.size not in (1, data.size) or data.ndim > 1 or not np.all(scale > 0):
+        raise Refusal(f"its float bias {list(data.shape)} does not match the weight's "
+                      f"{scale.size} scales")
+    with np.errstate(over="ignore"):
+        ints = np.rint(data / scale)
+    info = np.iinfo(np.int32)
+    return Const.of(np.clip(np.nan_to_num(ints), info.min, info.max).astype(np.int32))
 
 
 def _quantized(x: float, scale, zero, dtype: str) -> int:
