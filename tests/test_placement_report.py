@@ -12,7 +12,9 @@ import pytest
 
 import legato
 from legato.testing.plugins import plugin_module
+from legato.frontends import onnx as onnx_frontend
 from tests.test_onnx_contrib import BATCH, TOKENS, hf_model
+from tests.test_onnx_quantized import qdq_product_model, run_ort
 
 LEGAL = {"matmul": {}, "nn.linear": {}, "nn.layer_norm": {"attrs": {"axes": [-1]}},
          "nn.softmax": {"attrs": {"axis": -1}}, "nn.gelu": {}, "nn.attention": {}}
@@ -197,8 +199,6 @@ def test_tosa_dtype_errors_name_the_onnx_node(tmp_path, dtype):
 def test_partitioned_build_folds_qdq_and_reports_it(install_plugins):
     """The QDQ folding compile runs applies to a partitioned build too, and its report
     says what folded."""
-    from legato.frontends import onnx as onnx_frontend
-    from tests.test_onnx_quantized import qdq_product_model, run_ort
     install_npu(install_plugins, {"matmul": {}})
     model, feeds = qdq_product_model("Relu", "int8", False)
     compiled = legato.compile(onnx_frontend.load(model), ["author_npu", "cpu_ref"])
@@ -218,3 +218,20 @@ def test_implement_next_names_the_op_a_fallback_call_was_decomposed_from(install
     assert {r["op"] for r in ranked} == {"max", "exp", "sum"}
     assert all(r["decomposed_from"] == {"nn.softmax": 1} for r in ranked)
     assert ranked[-1]["transitions_after"] == 0
+
+
+def test_partitioned_build_takes_backend_objects_and_refuses_an_emitting_last_backend(
+        backend_factory):
+    emitter = backend_factory({"backend": "emit_npu", "executes": False,
+                               "legal": {"matmul": {}}}, emitter=str)
+    compiled = legato.compile(chain(), [emitter, legato.get_backend("cpu_ref")])
+    assert compiled.report.placement.targets == ("emit_npu", "cpu_ref")
+    assert compiled.report.per_backend == {"emit_npu": {"matmul": 2}, "cpu_ref": {"exp": 1}}
+    # what no region claims (tosa_custom's lowerings of the folded qnn.matmul) stays in
+    # main, which runs on the last backend
+    module = onnx_frontend.load(qdq_product_model("Relu", "int8", False)[0])
+    with pytest.raises(legato.LegatoError, match=r"on its last backend, and tosa_custom "
+                                                 r"emits code: end the list with an "
+                                                 r"executing backend, e\.g\. emit_npu,"
+                                                 r"tosa_custom,cpu_ref"):
+        legato.compile(module, ["emit_npu", "tosa_custom"])

@@ -300,6 +300,7 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     then compiles as `compile(region, backend)` does, recomposing what that backend takes
     within the region (a later backend never takes over calls an earlier one runs)."""
     members = [host.backend(name) for name in backends]
+    backends = [be.name for be in members]  # (Backend objects may be passed)
     configs = [load_config(config, be.name, host.registry, host.backends) for be in members]
     folding = QDQFoldPass(host.registry, runnable=_runs_on_any(members, configs, host))
     folded, _ = folding(source)   # qnn calls, so backends can claim them
@@ -333,8 +334,17 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
         per_backend.setdefault(name, Counter()).update(counts)
     report.per_backend = {name: dict(c) for name, c in per_backend.items()}
     report.fallback = fallback.name if fallback is not None else None
-    runner = Interpreter(rest.module, main_backend, fallback,
-                         rest.fallback_calls, host.registry, callees=callees)
+    try:
+        runner = Interpreter(rest.module, main_backend, fallback,
+                             rest.fallback_calls, host.registry, callees=callees)
+    except ExecutionError as err:
+        if main_backend.executes:
+            raise
+        leftover = sorted({c.op for c in rest.module.main.calls if c.op != CALL_OP})
+        raise LegatoError(
+            f"a partitioned build runs the calls no region claims ({', '.join(leftover)}) "
+            f"on its last backend, and {main_backend.name} emits code: end the list with "
+            "an executing backend, e.g. " + ",".join(backends + ["cpu_ref"])) from err
     compiled = Compiled(rest.module, report, main_backend, runner, None, source,
                         rest.fallback_calls)
     compiled.callees, compiled.fallback = callees, fallback
