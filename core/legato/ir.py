@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import IRError, clip, quote
+from .symbols import Expr
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16",
           "int8", "uint8", "bool")
@@ -44,6 +45,9 @@ class TensorType:
     def __post_init__(self):
         if type(self.shape) is not tuple or any(type(d) is not int for d in self.shape):
             object.__setattr__(self, "shape", _dims(self.shape))
+            if any(isinstance(d, Expr) for d in self.shape):
+                self._check_symbolic()
+                return
         if self.dtype not in DTYPES:
             raise IRError(f"unknown dtype {quote(self.dtype)}; "
                           f"expected one of {', '.join(DTYPES)}")
@@ -61,13 +65,25 @@ class TensorType:
             raise IRError(f"shape {quote(list(self.shape))} is too large: a tensor holds "
                           f"at most 2**45 elements")
 
+    def _check_symbolic(self) -> None:
+        """A shape holding symbolic dims: its concrete dims checked as a static shape's."""
+        concrete = tuple(d for d in self.shape if not isinstance(d, Expr))
+        TensorType(concrete, self.dtype)
+        if len(self.shape) > MAX_RANK:
+            raise IRError(f"rank {len(self.shape)} is above the limit of {MAX_RANK}")
+
     @property
     def rank(self) -> int:
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The element count: an int, or an expression of the shape's symbols."""
         return math.prod(self.shape)
+
+    @property
+    def symbolic(self) -> bool:
+        return any(type(d) is not int for d in self.shape)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
@@ -78,7 +94,7 @@ def _dims(shape) -> tuple[int, ...]:
         dims = tuple(shape)
         if len(dims) > MAX_RANK:
             raise IRError(f"rank {len(dims)} is above the limit of {MAX_RANK}")
-        return tuple(operator.index(d) for d in dims)
+        return tuple(d if isinstance(d, Expr) else operator.index(d) for d in dims)
     except TypeError:
         raise IRError(f"shape {quote(shape)} is not a sequence of integers") from None
 

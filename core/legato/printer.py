@@ -22,9 +22,10 @@ import re
 import numpy as np
 
 from .context import context
-from .errors import IRError, LegatoError, ParseError, quote
+from .errors import IRError, LegatoError, ParseError, ShapeError, quote
 from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
                  print_function, print_module, symbol as _symbol)
+from .symbols import parse_dim
 from .verify import verify
 
 # printing lives with the IR (str(module) needs it); this module reads the text back
@@ -136,7 +137,7 @@ _DIGITS = re.compile(r"[0-9]+")
 _SPACE = re.compile(r"[ \t]*")
 _MAX_DIGITS = 19  # dims beyond int64 are refused before int() reads them
 # one attempt at one position: no backtracking over the line, however long it is
-_TYPE = re.compile(r"([a-z0-9]+)\[([0-9, \t]*)\]")
+_TYPE = re.compile(r"([a-z0-9]+)\[([0-9A-Za-z_.+\-*/%(), \t]*)\]")
 _TYPE_CACHE: dict[str, TensorType] = {}
 
 
@@ -222,7 +223,8 @@ class _Line:
         for part in parts:
             digits = part.strip(" \t")
             if not digits.isdigit():
-                raise self.error(f"bad dimension {quote(digits)} in a type")
+                dims.append(self._symbolic_dim(digits))
+                continue
             if len(digits) > _MAX_DIGITS:
                 raise self.error(f"dimension of {len(digits)} digits is too large")
             dims.append(int(digits))
@@ -230,6 +232,13 @@ class _Line:
             return TensorType(tuple(dims), dtype)
         except IRError as err:
             raise self.error(str(err)) from None
+
+    def _symbolic_dim(self, text: str):
+        """A dimension written as an expression of symbols (`seq`, `2*seq+1`)."""
+        try:
+            return parse_dim(text)
+        except ShapeError as err:
+            raise self.error(f"bad dimension {quote(text)} in a type: {err}") from None
 
     def _type_by_parts(self) -> None:
         self.match(_DTYPE, "a type like float32[4, 8]")

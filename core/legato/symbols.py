@@ -1,0 +1,312 @@
+"""Symbolic dimensions: a dim is an int or an expression of named symbols.
+
+A model exported with dynamic axes names them (ONNX `dim_param` "batch", torch.export's
+`Dim("seq")`), and inferred shapes hold expressions of those names: `seq`, `2*seq`,
+`seq+1`, `seq//2`, `batch*seq` after a reshape. The algebra here is small and closed on
+purpose: integer polynomials over symbols, with floor division and remainder by positive
+integers as opaque atoms. That is every expression shape inference produces (windows,
+slices, reshapes, concatenations), each has one canonical form, so two equal shapes
+compare equal and hash alike, and building one costs microseconds. A general computer
+algebra system (sympy, as torch uses) would bring a second of import time and
+simplification whose cost and result are hard to predict, for shapes that never need it.
+
+Anything whose answer depends on the symbols' values (is `s - 4` positive?) is not guessed:
+comparisons and `int()` of an expression raise ShapeError naming it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+from .errors import ShapeError
+
+Dim = Union[int, "Expr"]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+MAX_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """`num // den`, kept whole when `den` does not divide `num`."""
+    num: "Expr"
+    den: int
+
+    def __str__(self):
+        return f"{_operand(self.num)}//{self.den}"
+
+
+@dataclass(frozen=True, slots=True)
+class Mod:
+    """`num % den`, kept whole when it does not reduce to a constant."""
+    num: "Expr"
+    den: int
+
+    def __str__(self):
+        return f"{_operand(self.num)}%{self.den}"
+
+
+def _operand(num: "Expr") -> str:
+    """`num` as the left operand of // or %: bare only when it is one symbol."""
+    bare = len(num.terms) == 1 and not num.const and num.terms[0][1] == 1 and \
+        len(num.terms[0][0]) == 1 and isinstance(num.terms[0][0][0], str)
+    return str(num) if bare else f"({num})"
+
+
+def _atom_key(atom) -> tuple:
+    return (0, atom) if isinstance(atom, str) else (1, str(atom))
+
+
+class Expr:
+    """An integer polynomial: `terms` are (monomial, coefficient) with monomials sorted
+    tuples of atoms (symbol names, Floor, Mod; repeated for powers), plus `const`.
+    Arithmetic returns an int whenever no symbol is left."""
+
+    __slots__ = ("terms", "const", "_hash")
+
+    def __init__(self, terms: tuple, const: int = 0):
+        self.terms, self.const = terms, const
+        self._hash = hash((terms, const))
+
+    # --- construction and canonical form ---------------------------------------------------
+
+    @staticmethod
+    def _make(table: dict, const: int) -> Dim:
+        terms = tuple(sorted(((m, c) for m, c in table.items() if c),
+                             key=lambda mc: [_atom_key(a) for a in mc[0]]))
+        return Expr(terms, const) if terms else const
+
+    def _table(self) -> dict:
+        return dict(self.terms)
+
+    # --- arithmetic ------------------------------------------------------------------------
+
+    def __add__(self, other) -> Dim:
+        other = as_expr(other)
+        table = self._table()
+        for mono, coeff in other.terms:
+            table[mono] = table.get(mono, 0) + coeff
+        return Expr._make(table, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Dim:
+        return Expr._make({m: -c for m, c in self.terms}, -self.const)
+
+    def __sub__(self, other) -> Dim:
+        return self + (-as_expr(other) if isinstance(other, Expr) else -_int(other))
+
+    def __rsub__(self, other) -> Dim:
+        return -self + other
+
+    def __mul__(self, other) -> Dim:
+        other = as_expr(other)
+        table: dict = {}
+        left = self.terms + (((), self.const),)
+        right = other.terms + (((), other.const),)
+        const = 0
+        for m1, c1 in left:
+            for m2, c2 in right:
+                mono = tuple(sorted(m1 + m2, key=_atom_key))
+                if mono:
+                    table[mono] = table.get(mono, 0) + c1 * c2
+                else:
+                    const += c1 * c2
+        return Expr._make(table, const)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other) -> Dim:
+        den = _positive(other, "//")
+        if den == 1:
+            return self
+        if all(c % den == 0 for _, c in self.terms):  # (den*k + c) // den == k + c // den
+            return Expr._make({m: c // den for m, c in self.terms}, self.const // den)
+        return Expr._make({((Floor(self, den),)): 1}, 0)
+
+    def __mod__(self, other) -> Dim:
+        den = _positive(other, "%")
+        if den == 1:
+            return 0
+        if all(c % den == 0 for _, c in self.terms):
+            return self.const % den
+        return Expr._make({((Mod(self, den),)): 1}, 0)
+
+    def exact_div(self, other) -> Dim | None:
+        """`self / other` when `other` (an int or a single term) divides every term, else
+        None: what a reshape's -1 needs (`(s*768) / (12*64)` is `s`)."""
+        if isinstance(other, int):
+            if other > 0 and all(c % other == 0 for _, c in self.terms) and \
+                    self.const % other == 0:
+                return Expr._make({m: c // other for m, c in self.terms}, self.const // other)
+            return None
+        other = as_expr(other)
+        if other.const or len(other.terms) != 1:
+            return self if self == other else None
+        (mono, coeff), = other.terms
+        table = {}
+        if self.const:
+            return None
+        for m, c in self.terms:
+            rest = list(m)
+            for atom in mono:
+                if atom not in rest:
+                    return None
+                rest.remove(atom)
+            if c % coeff:
+                return None
+            table[tuple(rest)] = c // coeff
+        const = table.pop((), 0)
+        return Expr._make(table, const)
+
+    # --- values ----------------------------------------------------------------------------
+
+    def symbols(self) -> frozenset[str]:
+        names: set[str] = set()
+        for mono, _ in self.terms:
+            for atom in mono:
+                names |= {atom} if isinstance(atom, str) else atom.num.symbols()
+        return frozenset(names)
+
+    def evaluate(self, bindings: Mapping[str, int]) -> int:
+        """The value with every symbol bound; ShapeError naming a symbol left unbound."""
+        total = self.const
+        for mono, coeff in self.terms:
+            product = coeff
+            for atom in mono:
+                product *= _atom_value(atom, bindings)
+            total += product
+        return total
+
+    # --- comparison and display ------------------------------------------------------------
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Expr):
+            return self._hash == other._hash and self.terms == other.terms and \
+                self.const == other.const
+        return False  # an int is never a polynomial with a symbol left
+
+    def __hash__(self):
+        return self._hash
+
+    def _unknown(self, *_):
+        raise ShapeError(f"the value of symbolic dimension {self} is not known here")
+
+    __lt__ = __le__ = __gt__ = __ge__ = __index__ = __int__ = __bool__ = _unknown
+
+    def __str__(self) -> str:
+        parts = []
+        for mono, coeff in self.terms:
+            alone = len(mono) == 1 and coeff == 1  # else a // or % atom needs parentheses
+            body = "*".join(a if isinstance(a, str) else str(a) if alone else f"({a})"
+                            for a in mono)
+            text = body if abs(coeff) == 1 else f"{abs(coeff)}*{body}"
+            parts.append(("-" if coeff < 0 else "+", text))
+        if self.const:
+            parts.append(("-" if self.const < 0 else "+", str(abs(self.const))))
+        sign, first = parts[0]
+        return ("-" if sign == "-" else "") + first + "".join(s + t for s, t in parts[1:])
+
+    def __repr__(self) -> str:
+        return f"Expr({self})"
+
+
+def _atom_value(atom, bindings) -> int:
+    if isinstance(atom, str):
+        if atom not in bindings:
+            raise ShapeError(f"symbol {atom} is not bound")
+        return int(bindings[atom])
+    num = atom.num.evaluate(bindings)
+    return num // atom.den if isinstance(atom, Floor) else num % atom.den
+
+
+def _int(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ShapeError(f"a dimension is an int or a symbolic expression, not {value!r}")
+    return value
+
+
+def _positive(value, op: str) -> int:
+    if isinstance(value, Expr) or _int(value) <= 0:
+        raise ShapeError(f"symbolic dimensions divide ({op}) by positive integers only, "
+                         f"not by {value}")
+    return value
+
+
+def as_expr(value) -> Expr:
+    """`value` (an int or an Expr) as an Expr."""
+    return value if isinstance(value, Expr) else Expr((), _int(value))
+
+
+def symbol(name: str) -> Expr:
+    """The dimension named `name` (an identifier: letters, digits, '_' and '.')."""
+    if not isinstance(name, str) or len(name) > MAX_NAME or not _NAME.match(name):
+        raise ShapeError(f"symbol name {name!r} is not an identifier (letters, digits, '_', "
+                         f"'.', at most {MAX_NAME} characters)")
+    return Expr((((name,), 1),), 0)
+
+
+def is_symbolic(dim) -> bool:
+    return isinstance(dim, Expr)
+
+
+def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int:
+    return dim.evaluate(bindings) if isinstance(dim, Expr) else dim
+
+
+# --- the text form: ints, names, + - * // % and parentheses -----------------------------------
+
+_TOKEN = re.compile(r"\s*(?:(\d{1,19})|([A-Za-z_][A-Za-z0-9_.]*)|(//|[-+*%()]))")
+
+
+def parse_dim(text: str) -> Dim:
+    """A dimension as printed: `4`, `seq`, `2*seq+1`, `(s+1)//2`."""
+    tokens, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        found = _TOKEN.match(text, pos)
+        if found is None:
+            raise ShapeError(f"bad dimension {text!r} at {text[pos:pos + 10]!r}")
+        tokens.append(found.group(1) or found.group(2) or found.group(3))
+        pos = found.end()
+    if not tokens:
+        raise ShapeError("empty dimension")
+    value, rest = _sum(tokens)
+    if rest:
+        raise ShapeError(f"bad dimension {text!r}: unexpected {rest[0]!r}")
+    return value
+
+
+def _sum(tokens):
+    value, tokens = _product(tokens)
+    while tokens and tokens[0] in "+-":
+        op, (right, tokens) = tokens[0], _product(tokens[1:])
+        value = value + right if op == "+" else value - right
+    return value, tokens
+
+
+def _product(tokens):
+    value, tokens = _factor(tokens)
+    while tokens and tokens[0] in ("*", "//", "%"):
+        op, (right, tokens) = tokens[0], _factor(tokens[1:])
+        value = value * right if op == "*" else value // right if op == "//" else value % right
+    return value, tokens
+
+
+def _factor(tokens):
+    if not tokens:
+        raise ShapeError("a dimension expression ends early")
+    head, rest = tokens[0], tokens[1:]
+    if head == "-":
+        value, rest = _factor(rest)
+        return -value, rest
+    if head == "(":
+        value, rest = _sum(rest)
+        if not rest or rest[0] != ")":
+            raise ShapeError("a '(' in a dimension is not closed")
+        return value, rest[1:]
+    if head.isdigit():
+        return int(head), rest
+    if head[0].isalpha() or head[0] == "_":
+        return symbol(head), rest
+    raise ShapeError(f"unexpected {head!r} in a dimension")
