@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping, Union
+from typing import ClassVar, Mapping, Union
 
 from .errors import ShapeError
 
@@ -31,19 +31,16 @@ class Floor:
     """`num // den`, kept whole when `den` does not divide `num`."""
     num: "Expr"
     den: int
+    OP: ClassVar[str] = "//"
 
     def __str__(self):
-        return f"{_operand(self.num)}//{self.den}"
+        return f"{_operand(self.num)}{self.OP}{self.den}"
 
 
-@dataclass(frozen=True, slots=True)
-class Mod:
+class Mod(Floor):
     """`num % den`, kept whole when it does not reduce to a constant."""
-    num: "Expr"
-    den: int
-
-    def __str__(self):
-        return f"{_operand(self.num)}%{self.den}"
+    __slots__ = ()
+    OP: ClassVar[str] = "%"
 
 
 def _operand(num: "Expr") -> str:
@@ -217,7 +214,7 @@ def _atom_value(atom, bindings) -> int:
             raise ShapeError(f"symbol {atom} is not bound")
         return int(bindings[atom])
     num = atom.num.evaluate(bindings)
-    return num // atom.den if isinstance(atom, Floor) else num % atom.den
+    return num % atom.den if isinstance(atom, Mod) else num // atom.den
 
 
 def _int(value) -> int:
