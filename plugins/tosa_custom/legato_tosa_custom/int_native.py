@@ -1,6 +1,6 @@
 """Integer forms profile pro_int computes exactly where pro_fp goes through float32 copies
-(integers.py, exact only up to 2**24): clip, argmax, divide and fmod of int32 (int64 is
-int32 here, narrowing.py).
+(integers.py, exact only up to 2**24): clip, argmax, divide, fmod and take of int32
+(int64 is int32 here, narrowing.py).
 
 - clip: MAXIMUM / MINIMUM of int32 (pro_int has CLAMP for int8/int16 only, and clip's
   float bounds truncate: for integers `trunc(min(max(x, lo), hi)) == min(max(x,
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from legato.ir import Const
 from legato.shapes import norm_axis
 
 from . import rules
@@ -22,6 +23,7 @@ from .integers import INT_DTYPES, integer_fmod
 from .limits import shaped_rule
 
 I32 = np.iinfo(np.int32)
+NATIVE_GATHER = ("int8", "int16", "int32", "int64")
 
 
 def _bound(value, default: int) -> int:
@@ -90,4 +92,20 @@ def fmod(b, call):
     return b.where(zero, b.const(np.zeros(1, x.dtype)), rest)
 
 
-RULES = {"clip": clip, "argmax": argmax, "divide": divide, "fmod": fmod}
+@shaped_rule
+def take(b, call):
+    """take of int8/int16/int32 data with integer indices: GATHER of the integers, the
+    negative indices wrapped in int32 (pro_fp's rule does both on float32 copies)."""
+    data, idx = call.inputs
+    if data.dtype not in NATIVE_GATHER or not (isinstance(idx, Const) or
+                                                idx.dtype in INT_DTYPES):
+        return rules.take(b, call)
+    size = data.shape[norm_axis(call.attrs["axis"], data.rank)]
+    if isinstance(idx, Const):
+        return rules.gather_along(b, call, rules.const_indices(b, idx, size))
+    wide = idx if idx.dtype in ("int32", "int64") else b.cast(idx, dtype="int32")
+    zero, count = (b.const(np.full(1, v, wide.dtype)) for v in (0, size))
+    return rules.gather_along(b, call, b.where(b.less(wide, zero), b.add(wide, count), wide))
+
+
+RULES = {"take": take, "clip": clip, "argmax": argmax, "divide": divide, "fmod": fmod}

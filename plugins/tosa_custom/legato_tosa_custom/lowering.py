@@ -181,9 +181,9 @@ NOT_LOWERED: dict[str, str] = {
        for op in ("qnn.conv2d", "qnn.linear", "qnn.matmul")},
     "qnn.add": "it rounds as onnxruntime does through float64 steps, and TOSA 1.0 has no "
                "float64 (pro_int: RESCALEs to a common int32 scale, quantized.py)",
-    "qnn.softmax": "its float64 exponential table and division have no TOSA 1.0 form; a "
-                   "TABLE maps one value to one value, and a softmax needs the row's sum "
-                   "(a float one: pro_fp computes the dequantized softmax in float32)",
+    "qnn.softmax": "it divides each exponential by its row's float sum, which TOSA 1.0 has "
+                   "no integer form of (a TABLE maps one value to one value), and its "
+                   "exponential table is float64",
 }
 
 
@@ -280,4 +280,8 @@ def table() -> str:
     lines += [f"| `{op}` | none: {why} | | |" for op, why in sorted(NOT_LOWERED.items())]
     lines += [f"| `{op}` (integers) | rule `{fn.__name__}` | | |"
               for op, fn in sorted(INTEGER_RULES.items())]
+    lines += [f"| `{op}` (pro_int) | `{row.tosa}` | {row.form} | {', '.join(row.dtypes)} |"
+              for op, row in sorted(INT_TOSA.items())]
+    lines += [f"| `{op}` (pro_int) | rule `{fn.__name__}` | | |"
+              for op, fn in sorted({**quantized.RULES, **int_native.RULES}.items())]
     return "\n".join(lines)

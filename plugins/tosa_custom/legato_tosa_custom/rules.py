@@ -459,18 +459,32 @@ def take(b, call):
         return via_float_call(b, call, [0], take)
     if not is_float(data.dtype):
         return None
+    if isinstance(idx, Const):
+        return gather_along(b, call, const_indices(b, idx, size))
+    idx = b.cast(idx, dtype="float32")
+    idx = b.where(b.less(idx, 0.0), b.add(idx, float(size)), idx)
+    return gather_along(b, call, idx)
+
+
+def const_indices(b, idx, size: int):
+    """take's constant indices, negative ones wrapped, as an int32 constant."""
+    what = f"take's index constant {clip(idx.name or str(idx.type), 60)}"
+    given = narrow_array(idx.data, what).astype(np.int64)  # names the value as given
+    return _index_const(b, np.where(given < 0, given + size, given), what)
+
+
+def gather_along(b, call, idx):
+    """take's GATHER of [outer, axis, inner] values at `idx` (wrapped indices, float32 or
+    int32; cast to int32 last)."""
+    data = call.inputs[0]
+    axis = norm_axis(call.attrs["axis"], data.rank)
+    size = data.shape[axis]
     outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + 1:])
     count = math.prod(idx.shape)
-    if isinstance(idx, Const):
-        what = f"take's index constant {clip(idx.name or str(idx.type), 60)}"
-        given = narrow_array(idx.data, what).astype(np.int64)  # names the value as given
-        idx = _index_const(b, np.where(given < 0, given + size, given), what)
-    else:
-        idx = b.cast(idx, dtype="float32")
-        idx = b.where(b.less(idx, 0.0), b.add(idx, float(size)), idx)
     indices = broadcast(b, reshape(b, idx, (1, count)), (outer, count))
     if not isinstance(indices, Const):
-        indices = b.call("tosa.cast", indices, dtype=INDEX_DTYPE)
+        indices = b.call("tosa.cast", indices, dtype=INDEX_DTYPE) if is_float(
+            indices.dtype) else b.cast(indices, dtype=INDEX_DTYPE)
     values = reshape(b, data, (outer, size, inner))
     return reshape(b, b.call("tosa.gather", values, indices), call.outputs[0].shape)
 

@@ -289,21 +289,22 @@ def test_integer_casts_wrap_as_legato_casts(tools):
         np.testing.assert_array_equal(g_, w)
 
 
-def test_integer_clip_argmax_divide_and_fmod_are_exact_above_2_to_the_24(tools):
+def test_integer_clip_argmax_divide_fmod_take_are_exact_above_2_to_the_24(tools):
     """pro_fp computes these on float32 copies (exact to 2**24); pro_int by int32
-    MAXIMUM/MINIMUM, REDUCE_MAX + SELECT + REDUCE_MIN, and INTDIV (x / 0 and fmod(x, 0)
-    are 0, as in legato)."""
+    MAXIMUM/MINIMUM, REDUCE_MAX + SELECT + REDUCE_MIN, INTDIV (x / 0 and fmod(x, 0) are
+    0, as in legato) and GATHER of the integers (negative indices wrapped in int32)."""
     g = GraphBuilder()
     a, d = g.input("a", (2, 5), "int32"), g.input("d", (2, 5), "int32")
     small = g.input("s", (2, 5), "int8")
     outs = [g.clip(a, min=-33554431.5, max=50000001.0), g.clip(small, min=-3.0, max=2.5),
             g.argmax(a, axis=1, keepdims=False, select_last_index=False),
             g.argmax(a, axis=0, keepdims=True, select_last_index=True),
-            g.divide(a, d), g.fmod(a, d)]
+            g.divide(a, d), g.fmod(a, d), g.take(a, g.input("i", (3,), "int64"), axis=1)]
     inputs = [np.array([[16777217, 16777219, 16777219, -33554433, 50000003],
                         [7, -7, 2 ** 30, 2 ** 30, -5]], np.int32),
               np.array([[3, -2, 0, 7, 16777216], [2, 2, -3, 0, 1]], np.int32),
-              np.array([[-128, -4, -3, 2, 3], [127, 0, 1, 2, -1]], np.int8)]
+              np.array([[-128, -4, -3, 2, 3], [127, 0, 1, 2, -1]], np.int8),
+              np.array([0, -1, 3], np.int64)]
     got, want, text = run_both(tools, g.build(*outs), inputs)
     for g_, w in zip(got, want):
         assert g_.dtype == w.dtype
