@@ -344,12 +344,17 @@ def _check_call(call, backend, table) -> None:
             narrow_array(value.data, f"{_const_text(value)} (an operand of {call.op})")
 
 
+def _signature_dtypes(profile) -> tuple:
+    return INT_DTYPES if "pro_fp" in profile else \
+        tuple(d for d in INT_DTYPES if not d.startswith("float"))
+
+
 def _check_signature(name: str, fn: Function, profile) -> None:
     """pro_int modules take and give uint8 (as i8, marked), the others pro_fp's types."""
     for kind, values in (("parameter", fn.params), ("result", fn.results)):
         for index, value in enumerate(values):
-            problem = type_problem(value.type, INT_DTYPES) if "pro_int" in profile else \
-                value_problem(value)
+            problem = type_problem(value.type, _signature_dtypes(profile)) \
+                if "pro_int" in profile else value_problem(value)
             if problem is not None:
                 _refuse(f"function {name} {kind} {index}", problem)
 

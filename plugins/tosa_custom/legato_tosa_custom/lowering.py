@@ -246,11 +246,26 @@ def rows(profile=DEFAULT) -> dict[str, Lowering]:
     native["cast"] = replace(TOSA["cast"], check=int_casts.int_cast_supported,
                              rule=int_casts.int_cast)
     native["clip"] = replace(TOSA["clip"], rule=int_native.clip)  # CLAMP: floats here
+    table = {**native, **INT_TOSA}
     if "pro_fp" not in profile:  # integers only
-        native = {op: replace(row, dtypes=tuple(d for d in row.dtypes or QINT
-                                                if d not in FLOAT))
-                  for op, row in native.items() if set(row.dtypes or QINT) - set(FLOAT)}
-    return {**native, **INT_TOSA}
+        table = {op: _integers_only(row) for op, row in table.items()
+                 if row.dtypes is None or set(row.dtypes) - set(FLOAT)}
+    return table
+
+
+def _integers_only(row: Lowering) -> Lowering:
+    """A row of profile pro_int alone: no float operand or result."""
+    check = row.check
+
+    def no_floats(call):
+        tensors = [v for v in call.inputs if v is not None] + list(call.outputs)
+        floats = sorted({v.dtype for v in tensors if v.dtype in FLOAT})
+        if floats:
+            return f"{', '.join(floats)} tensors (profile pro_int alone has no floats)"
+        return check(call)
+    no_floats.__name__ = no_floats.__qualname__ = f"{check.__name__}_integers_only"
+    dtypes = None if row.dtypes is None else tuple(d for d in row.dtypes if d not in FLOAT)
+    return replace(row, dtypes=dtypes, check=no_floats)
 
 
 def capability_tables(profile=DEFAULT) -> dict:

@@ -310,3 +310,21 @@ def test_integer_clip_argmax_divide_fmod_take_are_exact_above_2_to_the_24(tools)
         assert g_.dtype == w.dtype
         np.testing.assert_array_equal(g_, w)
     assert '"tosa.intdiv"' in text and "f32" not in text
+
+
+def test_profile_pro_int_alone_takes_integers_only(tools):
+    """backend('pro_int'): an integer program validates for pro_int alone (tosa-opt
+    attaches the profile the module names); a float op is refused, naming it."""
+    be = backend("pro_int")
+    g = GraphBuilder()
+    a, c = g.input("a", (3, 4), "int32"), g.input("c", (4,), "int32")
+    module = g.build(g.cast(g.greater(g.maximum(a, c), c), dtype="int32"))
+    text = legato.compile(module, be).artifact
+    assert '{legato.tosa_profiles = "pro_int"}' in text
+    inputs = [np.arange(12, dtype=np.int32).reshape(3, 4) * 2 ** 23, np.full(4, 2 ** 26 + 1,
+                                                                             np.int32)]
+    (got,) = tools.run_reference(text, inputs, validate=True)
+    np.testing.assert_array_equal(got, legato.compile(module, "cpu_ref")(*inputs))
+    g = GraphBuilder()
+    with pytest.raises(legato.LegalizationError, match=r"exp\(float32\[3\]\)"):
+        legato.compile(g.build(g.exp(g.input("x", (3,)))), be)
