@@ -79,6 +79,15 @@ def test_single_and_partitioned_builds_keep_the_same_blocks_on_the_npu(
     assert "backend transitions" in single.report.summary()
     assert Counter(c["source"] for c in one["calls"]) == \
         Counter(c["source"] for c in two["calls"])
+    # the ONNX op coverage counts a node as fallback when a call made from it runs off
+    # the NPU: the same in both flows (the partitioned one counted cpu_ref's as native)
+    _, nodes = onnx_frontend.load_with_nodes(str(path))
+    rows = [{line.split()[0]: line.split()[1:] for line in
+             onnx_frontend.coverage(nodes, c.report).splitlines()[2:]}
+            for c in (single, parted)]
+    assert rows[0] == rows[1]
+    assert rows[0]["LayerNormalization"][0] == str(norms)  # native
+    assert rows[0]["Add"][3] == str(single.report.per_backend["cpu_ref"]["add"])  # fallback
     regions = [f for f in parted.module.functions.values() if f.kind == "external"]
     npu_regions = [f for f in regions if f.attrs["codegen"] == "author_npu"]
     assert sum(c.op == "nn.attention" for f in npu_regions for c in f.calls) == attention

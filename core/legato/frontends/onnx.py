@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Call, Const, Module, Origin, Value
+from ..symbols import MAX_NAME, symbol
 # importing the converter modules registers their converters (CONVERTER_MODULES)
 from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_control, onnx_more,
                onnx_nn, onnx_ops, onnx_qoperator, onnx_rnn, onnx_roi, onnx_signal)
@@ -80,7 +82,17 @@ def _import(proto, base_dir, weights, input_shapes, registry):
     proto, opset = upgrade(proto, opset)
     check_shapes(proto, input_shapes)
     importer = _Importer(proto.graph, opset, input_shapes, registry, weights)
-    return importer.run(), importer.nodes
+    try:
+        return importer.run(), importer.nodes
+    except LegatoError as err:
+        symbols = sorted({str(d) for p in importer.b.params for d in p.shape
+                          if not isinstance(d, int)})
+        if not symbols:
+            raise
+        binding = ", ".join(f"{quote(s)}: ..." for s in symbols)
+        raise type(err)(f"{err}\n(the model's dimensions {', '.join(symbols)} are symbolic; "
+                        f"importing at one size needs them bound: input_shapes={{{binding}}}, "
+                        f"or --shape NAME=SIZE)") from None
 
 
 COVERAGE = ("native", "decomposed", "custom", "fallback", "folded")
@@ -88,14 +100,19 @@ COVERAGE = ("native", "decomposed", "custom", "fallback", "folded")
 
 def coverage(nodes, report) -> str:
     """Per ONNX op type, how its nodes end up on the backend: run natively, decomposed,
-    tunnelled as custom ops, run on the fallback, or folded away at import."""
+    tunnelled as custom ops, run on the fallback (a call made from the node runs off the
+    first backend: the calls name their node), or folded away at import."""
+    off = _off_first_backend(report)
+    exact = report.placement is not None  # (then where each node's calls ran is known)
     actions: dict[str, set] = {}
     for row in report.entries:
-        if row["source"]:
+        if row["source"] and not (exact and row["action"] == "fallback"):
             actions.setdefault(row["op"], set()).add(row["action"])
     table: dict[str, dict[str, int]] = {}
-    for op_type, _, ops in nodes:
+    for op_type, name, ops in nodes:
         seen = set().union(*(actions.get(op, {"legal"}) for op in ops)) if ops else {"folded"}
+        if name in off:
+            seen.add("fallback")
         kind = next((k for k in ("fallback", "custom", "decomposed", "folded") if k in seen),
                     "native")
         counts = table.setdefault(op_type, dict.fromkeys(COVERAGE, 0))
@@ -105,6 +122,16 @@ def coverage(nodes, report) -> str:
     lines += [f"  {op:<24}" + "".join(f"{c[k]:>11}" for k in COVERAGE)
               for op, c in sorted(table.items())]
     return "\n".join(lines)
+
+
+def _off_first_backend(report) -> set[str]:
+    """The nodes (by origin source) with a call that runs off the first backend."""
+    placement = report.placement
+    if placement is None:
+        return set()
+    first = placement.targets[0]
+    return {p.call.origin.source for p in placement.calls
+            if p.backend != first and p.call.origin is not None}
 
 
 def read_model(model, base_dir=None):
@@ -307,7 +334,10 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
             dims = value.type.tensor_type.shape.dim
             del dims[:]
             for size in shapes[value.name]:
-                dims.add().dim_value = size
+                if isinstance(size, int):
+                    dims.add().dim_value = size
+                else:
+                    dims.add().dim_param = str(size)
     run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
 
 
@@ -355,11 +385,15 @@ def input_shape(value, input_shapes: Mapping) -> tuple[int, ...]:
                 raise LegatoError(f"input_shapes[{quote(dim.dim_param)}]: dimension {i} of "
                                   f"{where} needs a size, got the shape {list(size)}")
             shape.append(size)
-        else:
-            label = dim.dim_param or "?"
-            raise LegatoError(f"{where}: dimension {i} ({label[:60]}) is symbolic; bind it "
-                              f"with input_shapes={{{quote(dim.dim_param or value.name)}: ...}}")
+        else:  # left symbolic: named after its dim_param, or after the input and axis
+            shape.append(symbol(symbol_name(dim.dim_param or f"{value.name}_{i}")))
     return tuple(shape)
+
+
+def symbol_name(text: str) -> str:
+    """An identifier for a dim_param or input name ('batch_size', 'input:0_1' -> input_0_1)."""
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", text)[:MAX_NAME]
+    return name if re.match(r"[A-Za-z_]", name) else f"d_{name}"[:MAX_NAME]
 
 
 def attribute_value(attr):
