@@ -157,9 +157,10 @@ def _params(call, positions):
 # --- products ---------------------------------------------------------------------------------
 
 def qconv2d(b, call):
-    """qnn.conv2d: groups 1 -> CONV2D, groups == channels -> DEPTHWISE_CONV2D (int8, zero
-    points, int32 bias), then RESCALE per output channel. Declines other groups, non-
-    constant parameters or weights, per-channel weight zero points that differ."""
+    """qnn.conv2d: groups 1 -> CONV2D, groups == channels -> DEPTHWISE_CONV2D, other
+    groups -> one CONV2D per group on a slice of the channels, concatenated (int8, zero
+    points, int32 bias), then RESCALE per output channel. Declines non-constant
+    parameters or weights, per-channel weight zero points that differ."""
     x, _, _, w, _, _, _, _, bias = call.inputs
     params = _params(call, (1, 2, 4, 5, 6, 7))
     a = call.attrs
@@ -170,7 +171,7 @@ def qconv2d(b, call):
     channels = x.shape[a["data_layout"].index("C")]
     depthwise = a["groups"] == channels and a["groups"] > 1 and \
         w.shape[a["kernel_layout"].index("I")] == 1
-    if (a["groups"] != 1 and not depthwise) or _level_problem(win):
+    if _level_problem(win):
         return None
     x, xz = to_int8(b, x, xz)
     w, wz = to_int8(b, w, wz)
@@ -185,12 +186,27 @@ def qconv2d(b, call):
         kh, kw = w.shape[1:3]
         w = reshape(b, permute(b, w, (1, 2, 3, 0)), (kh, kw, channels, out // channels))
         acc = b.call("tosa.qdepthwise_conv2d", x, w, bias, *zps, **props)
-    else:
+    elif a["groups"] == 1:
         acc = b.call("tosa.qconv2d", x, w, bias, *zps, **props)
+    else:
+        acc = _grouped(b, x, w, bias, a["groups"], zps, props)
     y = rescale(b, acc, product_multiplier(xs, ws, ys), 0, yz, call.outputs[0].dtype)
     if y is None:
         return None
     return permute(b, y, NHWC_TO_NCHW if a["data_layout"] == "NCHW" else None)
+
+
+def _grouped(b, x, w, bias, groups: int, zps, props):
+    """A grouped convolution (NHWC x, OHWI constant w) as one CONV2D per group."""
+    per_in, per_out = x.shape[3] // groups, w.shape[0] // groups
+    parts = []
+    for g in range(groups):
+        xg = b.strided_slice(x, begin=[g * per_in], end=[(g + 1) * per_in], axes=[3])
+        outs = slice(g * per_out, (g + 1) * per_out)
+        bg = b.const(np.asarray(bias.data)[outs]) if isinstance(bias, Const) else \
+            b.strided_slice(bias, begin=[outs.start], end=[outs.stop], axes=[0])
+        parts.append(b.call("tosa.qconv2d", xg, b.const(w.data[outs]), bg, *zps, **props))
+    return b.concat(*parts, axis=3)
 
 
 def _conv_window(call):

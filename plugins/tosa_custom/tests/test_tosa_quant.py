@@ -82,10 +82,10 @@ def test_multiplier_and_shift_are_the_float32_scale_exactly():
 
 # --- each qnn op, per tensor and per channel, int8 and uint8 -----------------------------------
 
-def _conv(g, rng, dtype, per_channel, depthwise):
+def _conv(g, rng, dtype, per_channel, depthwise, groups=1):
     channels = 4
     x = g.input("x", (1, channels, 7, 7), dtype)
-    shape = (channels, 1, 3, 3) if depthwise else (6, channels, 3, 3)
+    shape = (channels, 1, 3, 3) if depthwise else (6, channels // groups, 3, 3)
     out = shape[0]
     w = rng.integers(-127, 128, shape).astype(np.int8)
     ws = f32(rng.uniform(0.005, 0.02, out)) if per_channel else f32(0.01)
@@ -95,7 +95,7 @@ def _conv(g, rng, dtype, per_channel, depthwise):
                g.const(zp(RANGES[dtype][0] + 120, dtype)),
                g.const(rng.integers(-2000, 2000, out).astype(np.int32)),
                padding=[1, 1, 1, 1], strides=[2, 2] if depthwise else [1, 1],
-               groups=channels if depthwise else 1)
+               groups=channels if depthwise else groups)
     return [x], y, "tosa.depthwise_conv2d" if depthwise else "tosa.conv2d"
 
 
@@ -170,13 +170,15 @@ def _activation(op, **attrs):
 CASES = {
     "conv2d": lambda g, rng, d, pc: _conv(g, rng, d, pc, False),
     "depthwise_conv2d": lambda g, rng, d, pc: _conv(g, rng, d, pc, True),
+    "grouped_conv2d": lambda g, rng, d, pc: _conv(g, rng, d, pc, False, groups=2),
     "linear": _linear, "matmul": _matmul, "requantize": _requantize,
     "add": _binary("qnn.add"), "multiply": _binary("qnn.multiply"),
     "avg_pool2d": _pool(False), "global_avg_pool2d": _pool(True),
     "sigmoid": _activation("qnn.sigmoid"), "leaky_relu": _activation("qnn.leaky_relu",
                                                                        alpha=0.1),
 }
-PER_CHANNEL = {"conv2d", "depthwise_conv2d", "linear", "matmul", "requantize"}
+PER_CHANNEL = {"conv2d", "depthwise_conv2d", "grouped_conv2d", "linear", "matmul",
+               "requantize"}
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
@@ -194,6 +196,8 @@ def test_each_qnn_op_runs_in_int8_within_one_step_of_cpu_ref(tools, case, dtype)
     within_one_step(got, want)
     assert f'"{tosa_op}"' in text
     assert "f32" not in text  # integers only: no float arithmetic, no float32 copies
+    if op == "grouped_conv2d":  # one CONV2D per group
+        assert text.count('"tosa.conv2d"') == 2 and '"tosa.concat"' in text
     if op in ("sigmoid", "leaky_relu"):  # the table holds cpu_ref's own results
         np.testing.assert_array_equal(got, want)
 
