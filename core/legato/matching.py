@@ -172,9 +172,10 @@ class Matcher:
     def __init__(self, template: Template, graph: View, claimed: set, concrete: bool):
         self.t, self.p, self.g = template, template.view, graph
         self.claimed, self.concrete = claimed, concrete
-        self.params = {id(p) for p in template.params if p is not None}
-        self._leaves: dict[int, tuple] = {}
-        self._need = None
+        self.params = template.param_ids
+        # the pattern side is the template's: worked out once for every pass
+        self._leaves: dict[int, tuple] = template.matching.setdefault("leaves", {})
+        self._need = template.matching.get("need")
 
     def at(self, gi: int):
         """Matches of the template whose result is made by graph call `gi`."""
@@ -211,7 +212,7 @@ class Matcher:
         the graph side across templates."""
         if self._need is None:
             need = [self._kind(self.p, v) for v in self._operands(self.p, self.t.root)]
-            self._need = (len(need), [k for k in need if k != "any"])
+            self._need = self.t.matching["need"] = (len(need), [k for k in need if k != "any"])
         have = kinds.get(gi)
         if have is None:
             have = kinds[gi] = [self._kind(self.g, v)
@@ -287,7 +288,7 @@ class Matcher:
         if gv.rank != rank:
             return
         perm = _perm(pc, rank)
-        inverse = tuple(int(i) for i in np.argsort(perm))
+        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))  # argsort
         chain, value = [], gv  # reshapes and transposes that make gv, last first
         while len(chain) < 4:
             j = self.g.producer.get(id(value))

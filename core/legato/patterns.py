@@ -270,6 +270,8 @@ class Template:
     result: Value
     variants: list = field(default_factory=list)
     uses: set = field(default_factory=set)  # the ops the form calls (before expansion)
+    # what matching derives from the pattern alone (operand trees, operand kinds)
+    matching: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         self.root: Call = self.view.calls[self.view.producer[id(self.result)]]
@@ -277,6 +279,10 @@ class Template:
     @property
     def size(self) -> int:
         return len(self.view.calls)
+
+    @functools.cached_property
+    def param_ids(self) -> set[int]:
+        return {id(p) for p in self.params if p is not None}
 
     @functools.cached_property  # a traced template does not change; every pass asks
     def ops(self) -> set[str]:

@@ -28,7 +28,7 @@ import numpy as np
 from .calls import make_call
 from .context import context
 from .errors import ConfigError, quote
-from .ir import Call, Const, Function, Module, Origin, TensorType, attr_key, freeze_attr
+from .ir import Call, Const, Function, Module, Origin, TensorType, attr_key
 from .passes import FunctionPass, PassResult
 from .matching import RTOL, Matcher, Rearranged, region_problem, same_value
 from .patterns import Form, Template, build_view, derive, scalar_value, trace
@@ -245,6 +245,7 @@ class Recomposer:
         # pass over the same layers starts with them; here where the key holds a constant
         self._known: dict = {}
         self._shared_known = registry.derived("recompose.known")
+        self._unverified = registry.derived("recompose.unverified")
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""
@@ -345,7 +346,14 @@ class Recomposer:
         types = tuple(None if v is None else v.type for v in values)
         facts = region_facts(region_calls)
         numbers = facts[0]
-        found, refused = None, None
+        # the candidates and their traces follow from these alone: where none of them
+        # came as far as a comparison with the region, the next region alike ends so too
+        unverified = (template, types, tuple([attr_key(x) for x in numbers]),
+                      tuple(facts[1]), tuple(facts[2]))
+        known = self._unverified.get(unverified)
+        if known is not None:
+            return known
+        found, refused, compared = None, None, False
         for attrs in self.candidates(opdef, template, facts, values, types):
             concrete = traced(self.registry, template.form, types, attrs)
             if isinstance(concrete, str):
@@ -354,11 +362,17 @@ class Recomposer:
             if not _fits(scalars(concrete), numbers):
                 continue
             self.verifications[opdef.name] += 1
+            compared = True
             found = self.verify(concrete, view, gi, claimed, values, attrs)
             if not isinstance(found, str):
                 break
         if found is None or isinstance(found, str):
-            return found or refused or "no attribute values reproduce the region's constants"
+            why = found or refused or "no attribute values reproduce the region's constants"
+            if not compared:
+                if len(self._unverified) >= MAX_TRACES:
+                    self._unverified.clear()
+                self._unverified[unverified] = why
+            return why
         attrs, env = found
         return self.rewrite(opdef, view, gi, claimed, values, attrs, env, fn)
 
@@ -473,7 +487,7 @@ def traced(registry, form, types, attrs):
     """`trace` cached on the registry by form, input types and attributes (repeated
     layers hit)."""
     try:
-        key = (form, types, tuple((k, attr_key(freeze_attr(v))) for k, v in attrs.items()))
+        key = (form, types, tuple([(k, attr_key(v)) for k, v in attrs.items()]))
     except TypeError:
         key = None
     cache = registry.derived("recompose.traces")
