@@ -15,6 +15,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _ROWS = pytest.StashKey[list]()
+_QUANT_ROWS = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
@@ -23,6 +24,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "zoo_full: a zoo test outside the quick subset "
                                        "`make test` runs")
     config.stash[_ROWS] = []
+    config.stash[_QUANT_ROWS] = []
 
 
 def full_zoo(config) -> bool:
@@ -71,9 +73,24 @@ def zoo_row(request):
     return request.config.stash[_ROWS].append
 
 
+@pytest.fixture
+def zoo_quant_row(request):
+    """Call with a tests.zoo.quant.QuantRow: it goes into the quantized table."""
+    return request.config.stash[_QUANT_ROWS].append
+
+
 def pytest_terminal_summary(terminalreporter, config):
+    if not full_zoo(config):  # `make test`'s quick subset stays quiet
+        return
+    quantized = config.stash.get(_QUANT_ROWS, [])
+    if quantized:
+        from tests.zoo.quant import table as quant_table
+        terminalreporter.write_sep("=", f"quantized zoo: {sum(r.ok for r in quantized)} of "
+                                        f"{len(quantized)} pass against onnxruntime int8")
+        for line in quant_table(quantized):
+            terminalreporter.write_line(line)
     rows = config.stash.get(_ROWS, [])
-    if not rows or not full_zoo(config):  # `make test`'s quick subset stays quiet
+    if not rows:
         return
     from tests.zoo.check import table
     terminalreporter.write_sep("=", f"model zoo: {sum(r.ok for r in rows)} of {len(rows)} "
