@@ -98,9 +98,12 @@ def symbolic_onnx(path):
 
 def test_symbolic_onnx_dims_from_the_command_line(tmp_path, capsys):
     path = str(symbolic_onnx(tmp_path / "sym.onnx"))
-    assert main(["run", path]) == 1
+    assert main(["run", path]) == 1  # random inputs need sizes
     err = capsys.readouterr().err
-    assert "bind it with --shape batch=SIZE" in err and "input_shapes" not in err
+    assert "float32[batch, seq]) has symbolic dimensions (batch, seq)" in err
+    assert "--shape batch=SIZE" in err
+    assert main(["compile", path]) == 0  # compiles over the symbols
+    assert "decomposed: nn.relu x1" in capsys.readouterr().err
     assert main(["run", path, "--shape", "batch=2,seq=5"]) == 0
     assert "float32[2, 5]" in capsys.readouterr().out
     assert main(["compile", "example:mlp", "--shape", "batch=2"]) == 1

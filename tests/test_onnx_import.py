@@ -43,10 +43,12 @@ def test_load_binds_symbolic_dims_and_keeps_several_outputs():
     np.testing.assert_allclose(z.sum(-1), 1.0, rtol=1e-6)
 
 
-def test_whole_input_shape_binding_and_unbound_dims_are_named():
+def test_whole_input_shape_binding_and_unbound_dims_are_symbols():
     assert onnx_frontend.load(mlp(), {"x": (5, 3)}).main.params[0].type.shape == (5, 3)
-    with pytest.raises(LegatoError, match=r"input 'x': dimension 0 \(batch\) is symbolic"):
-        onnx_frontend.load(mlp())
+    assert str(onnx_frontend.load(mlp()).main.params[0].type) == "float32[batch, 3]"
+    unnamed = mlp()
+    unnamed.graph.input[0].type.tensor_type.shape.dim[0].Clear()  # neither size nor name
+    assert str(onnx_frontend.load(unnamed).main.params[0].type) == "float32[x_0, 3]"
 
 
 def test_compile_binds_symbolic_dims_of_a_model_file(tmp_path):
@@ -54,12 +56,25 @@ def test_compile_binds_symbolic_dims_of_a_model_file(tmp_path):
     onnx.save(mlp(), path)
     compiled = legato.compile(path, "cpu_ref", input_shapes={"batch": 3})
     assert [p.type.shape for p in compiled.module.main.params] == [(3, 3)]
-    with pytest.raises(LegatoError, match=r"dimension 0 \(batch\) is symbolic; bind it with "
-                                          r"input_shapes"):
-        legato.compile(path, "cpu_ref")
     with pytest.raises(LegatoError, match="input_shapes binds the symbolic dimensions of an "
                                           r"\.onnx file; a legato.Module has none"):
         legato.compile(onnx_frontend.load(mlp(), {"batch": 1}), input_shapes={"batch": 2})
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_one_compile_runs_at_every_batch_size(backend):
+    import onnxruntime
+    compiled = legato.compile(onnx_frontend.load(mlp()), backend)
+    session = onnxruntime.InferenceSession(mlp().SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    for batch in (1, 3, 8, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3)).astype(np.float32)
+        for got, want in zip(compiled(x), session.run(None, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert compiled._runner.stats["misses"] == 3 and compiled._runner.stats["hits"] == 1
+    with pytest.raises(legato.ExecutionError, match=r"input 'x' must be float32\[batch, 3\], "
+                                                    r"got shape \[2, 4\]"):
+        compiled(np.ones((2, 4), np.float32))
 
 
 def test_unsupported_ops_are_listed_together_with_node_names():

@@ -27,6 +27,7 @@ from .legalize import LegalizeResult, legalize_module
 from .printer import parse
 from .qdq_fold import QDQFoldPass
 from .recompose import recompose_for
+from .specialize import ShapeSpecializing, is_symbolic
 from .report import Report
 from .verify import verify
 
@@ -224,8 +225,13 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
         artifact = _backend_step(be, "emitter", be.emitter, result.module)
         return Compiled(result.module, result.report, be, None, artifact, source)
     factory = be.executor or Interpreter
-    runner = _backend_step(be, "executor", factory, result.module, be, fallback,
-                           result.fallback_calls, host.registry)
+
+    def plan(module, fallback_calls):
+        return _backend_step(be, "executor", factory, module, be, fallback, fallback_calls,
+                             host.registry)
+    # symbolic dims: legalized once, planned per binding of the symbols at call time
+    runner = ShapeSpecializing(result.module, result.fallback_calls, plan, host.registry) \
+        if is_symbolic(result.module) else plan(result.module, result.fallback_calls)
     compiled = Compiled(result.module, result.report, be, runner, None, source,
                         result.fallback_calls)
     compiled.fallback = fallback

@@ -126,6 +126,12 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
     arrays = []
     total = 0
     for p in module.main.params:
+        if p.type.symbolic:
+            free = sorted({str(d) for d in p.shape if not isinstance(d, int)})
+            raise ExecutionError(
+                f"input {p.name!r} ({p.type}) has symbolic dimensions ({', '.join(free)}): "
+                f"random inputs need sizes, e.g. --shape {free[0]}=SIZE (input_shapes= in "
+                "Python), or run the model with inputs of your own")
         nbytes = p.type.size * _ITEMSIZE.get(p.dtype, 8)
         total += nbytes
         if total > RANDOM_INPUTS_LIMIT:

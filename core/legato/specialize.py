@@ -1,0 +1,141 @@
+"""Running a model with symbolic dimensions: bind the symbols from the inputs, make the
+legalized module concrete for that binding, and plan it once per binding.
+
+Legalization happens once, over the symbols; what differs between sizes is only the
+numbers in the types. So a call at a new size evaluates every type of the legalized module
+under the binding (no import, recomposition or legalization again), checks the result
+with the verifier (each call's types inferred anew must equal the evaluated ones), and
+hands it to the backend's executor factory. Planned executors are kept per binding, a few
+at a time, and `stats` counts hits, misses and the time spent planning.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Callable, Mapping
+
+import numpy as np
+
+from .errors import ExecutionError, LegatoError, ShapeError
+from .ir import Call, Function, Module, TensorType, Value
+from .symbols import Expr, evaluate
+from .verify import verify
+
+MAX_PLANS = 16
+
+
+def is_symbolic(module: Module) -> bool:
+    return any(v.type.symbolic for fn in module.functions.values()
+               for v in (*fn.params, *fn.results, *(o for c in fn.calls for o in c.outputs)))
+
+
+def _bare_symbol(dim) -> str | None:
+    if isinstance(dim, Expr) and not dim.const and len(dim.terms) == 1:
+        (mono, coeff), = dim.terms
+        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
+            return mono[0]
+    return None
+
+
+def bind(params, shapes) -> dict[str, int]:
+    """Symbol values from the inputs' shapes: a dim that is a lone symbol binds it, and
+    every dim must then equal its size. ExecutionError naming the input and dim otherwise."""
+    bindings: dict[str, int] = {}
+    for param, shape in zip(params, shapes):
+        label = f"input {param.name!r}" if param.name else "an input"
+        if len(shape) != param.rank:
+            raise ExecutionError(f"{label} must be {param.type}, got shape {list(shape)}")
+        for i, (dim, size) in enumerate(zip(param.shape, shape)):
+            name = _bare_symbol(dim)
+            if name is not None and bindings.setdefault(name, size) != size:
+                raise ExecutionError(f"{label} dimension {i} is {name}, which another "
+                                     f"dimension set to {bindings[name]}; got {size}")
+    for param, shape in zip(params, shapes):
+        for i, (dim, size) in enumerate(zip(param.shape, shape)):
+            try:
+                want = evaluate(dim, bindings)
+            except ShapeError as err:
+                raise ExecutionError(f"input {param.name!r} dimension {i} ({dim}): {err}; "
+                                     "symbols are bound by inputs whose dim is the symbol "
+                                     "alone") from None
+            if want != size:
+                why = f"{dim} = {want} when {_text(bindings)}" if isinstance(dim, Expr) \
+                    else f"{dim}"
+                raise ExecutionError(f"input {param.name!r} must be {param.type}, got shape "
+                                     f"{list(shape)} (dimension {i} is {why})")
+    return bindings
+
+
+def _text(bindings: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(bindings.items())) or "nothing is bound"
+
+
+def specialize(module: Module, bindings: Mapping[str, int], registry):
+    """(concrete module, {symbolic call: its concrete call}) for `bindings`."""
+    values: dict[int, Value] = {}
+    calls: dict[Call, Call] = {}
+
+    def concrete(value):
+        if value is None or not value.type.symbolic:
+            return value
+        new = values.get(id(value))
+        if new is None:
+            shape = tuple(evaluate(d, bindings) for d in value.type.shape)
+            if any(d < 0 for d in shape):
+                raise ShapeError(f"{value.type} has a negative dimension when "
+                                 f"{_text(bindings)}")
+            new = values[id(value)] = Value(TensorType(shape, value.type.dtype), value.name)
+        return new
+
+    functions = {}
+    for name, fn in module.functions.items():
+        params = tuple(map(concrete, fn.params))
+        new_calls = []
+        for call in fn.calls:
+            new = Call(call.op, tuple(map(concrete, call.inputs)), call.attrs,
+                       tuple(map(concrete, call.outputs)), call.origin)
+            calls[call] = new
+            new_calls.append(new)
+        functions[name] = Function(params, tuple(new_calls), tuple(map(concrete, fn.results)),
+                                   fn.kind, fn.attrs)
+    return verify(Module(functions), registry), calls
+
+
+class ShapeSpecializing:
+    """The runner of a compiled model with symbolic dims: one planned executor per binding."""
+
+    thread_safe = False
+
+    def __init__(self, module: Module, fallback_calls, plan: Callable, registry):
+        self.module, self.fallback_calls = module, frozenset(fallback_calls)
+        self.plan, self.registry = plan, registry
+        self.plans: OrderedDict = OrderedDict()
+        self.stats = {"hits": 0, "misses": 0, "plan_s": 0.0}
+
+    def runner_for(self, bindings: Mapping[str, int]):
+        key = tuple(sorted(bindings.items()))
+        runner = self.plans.get(key)
+        if runner is not None:
+            self.stats["hits"] += 1
+            self.plans.move_to_end(key)
+            return runner
+        start = time.perf_counter()
+        try:
+            module, calls = specialize(self.module, bindings, self.registry)
+        except LegatoError as err:
+            raise ExecutionError(f"the model cannot run at {_text(bindings)}: {err}") from None
+        runner = self.plan(module, frozenset(calls[c] for c in self.fallback_calls))
+        self.stats["misses"] += 1
+        self.stats["plan_s"] += time.perf_counter() - start
+        self.plans[key] = runner
+        if len(self.plans) > MAX_PLANS:
+            self.plans.popitem(last=False)
+        return runner
+
+    def __call__(self, *inputs, **named):
+        params = self.module.main.params
+        given = list(inputs) + [named[p.name] for p in params[len(inputs):] if p.name in named]
+        if len(given) != len(params):
+            raise ExecutionError(f"the model takes {len(params)} inputs, got {len(given)}")
+        bindings = bind(params, [np.shape(x) for x in given])
+        return self.runner_for(bindings)(*inputs, **named)
