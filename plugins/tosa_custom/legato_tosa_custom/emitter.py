@@ -266,22 +266,13 @@ def _pads(padding) -> list:
     return [top, bottom, left, right]
 
 
-def _int_window(body, call, tosa_op, extent: str):
-    """CONV2D / DEPTHWISE_CONV2D (extent 'dilation') and AVG_POOL2D ('kernel') on int8:
-    int32 accumulators, the window attributes the rule computed."""
+def _qconv2d(body, call, tosa_op):
+    """CONV2D / DEPTHWISE_CONV2D on int8: int32 accumulators, the window the rule made."""
     a = call.attrs
-    props = (f"acc_type = i32, {extent} = {mlir.i64_array(a[extent])}, "
+    props = (f"acc_type = i32, dilation = {mlir.i64_array(a['dilation'])}, "
              f"pad = {mlir.i64_array(_pads(a['padding']))}, "
              f"stride = {mlir.i64_array(a['strides'])}")
     return body.call_op(tosa_op, call, _inputs(body, call), props)
-
-
-def _qconv2d(body, call, tosa_op):
-    return _int_window(body, call, tosa_op, "dilation")
-
-
-def _qavg_pool(body, call, tosa_op):
-    return _int_window(body, call, tosa_op, "kernel")
 
 
 FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
@@ -289,7 +280,7 @@ FORMS = {"operands": _operands, "mul": _mul, "negate": _with_zero_points,
          "reshape": _reshape, "transpose": _transpose, "tile": _tile, "concat": _axis,
          "slice": _slice, "pad": _pad, "conv2d": _conv2d, "max_pool2d": _max_pool,
          "avg_pool2d": _avg_pool, "cast": _cast, "argmax": _axis, "rescale": _rescale,
-         "qconv2d": _qconv2d, "qavg_pool2d": _qavg_pool}
+         "qconv2d": _qconv2d}
 
 
 def _custom(body, call):

@@ -200,7 +200,6 @@ INT_TOSA: dict[str, Lowering] = {
     "tosa.qdepthwise_conv2d": Lowering("tosa.depthwise_conv2d", "qconv2d", ("int8", "int32"),
                                        rules.tosa_tensors),
     "tosa.qmatmul": Lowering("tosa.matmul", "operands", ("int8",)),
-    "tosa.qavg_pool2d": Lowering("tosa.avg_pool2d", "qavg_pool2d", ("int8",)),
     "tosa.table": Lowering("tosa.table", "operands", ("int8",)),
     **{op: Lowering(f"tosa.{op}", "operands", ("int8", "int16", "int32", "int64"),
                     rules.same_rank, rules.broadcast_ranks)

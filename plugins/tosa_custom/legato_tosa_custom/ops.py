@@ -84,15 +84,6 @@ def _qmatmul(types, attrs):
     return TensorType((a.shape[0], a.shape[1], b.shape[2]), "int32")
 
 
-def _qavg_pool(types, attrs):
-    """TOSA AVG_POOL2D on int8 NHWC data, with zero points."""
-    x, xz, yz = types
-    if x.dtype != "int8" or x.rank != 4:
-        fail(f"data {x} must be 4-D int8 (NHWC)")
-    oh, ow = _window_out(x, attrs["kernel"], {**attrs, "dilation": [1, 1]})
-    return TensorType((x.shape[0], oh, ow, x.shape[3]), x.dtype)
-
-
 def _table(types, attrs):
     """TOSA TABLE: int8 data looked up in a 256-entry int8 table."""
     x, table = types
@@ -127,8 +118,6 @@ def register_all(register):
     register("tosa.qdepthwise_conv2d", "data, weight, bias, input_zp, weight_zp",
              _qdepthwise, "opaque", attrs=WINDOW)
     register("tosa.qmatmul", "a, b, a_zp, b_zp", _qmatmul, "opaque")
-    register("tosa.qavg_pool2d", "data, input_zp, output_zp", _qavg_pool, "opaque",
-             attrs={"kernel": ("ints",), "strides": ("ints",), "padding": ("ints",)})
     register("tosa.table", "data, table", _table, "elemwise")
     # TOSA INTDIV: int32, toward zero; a zero divisor is an error (rules keep it out)
     register("tosa.intdiv", "a, b", _intdiv, "broadcast")

@@ -1,5 +1,5 @@
-"""qnn ops in TOSA 1.0's pro_int profile: int8 CONV2D / DEPTHWISE_CONV2D / MATMUL /
-AVG_POOL2D with zero points into int32, RESCALE, TABLE.
+"""qnn ops in TOSA 1.0's pro_int profile: int8 CONV2D / DEPTHWISE_CONV2D / MATMUL with
+zero points into int32, RESCALE, TABLE.
 
 Every requantization is one RESCALE whose multiplier and shift come from the float32
 multiplier cpu_ref (and onnxruntime's CPU kernels) use, e.g. `float32(float32(data_scale *
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 from legato.ir import Const
+
+from legato.ops.conv import _window_counts
 
 from .rules import NCHW_TO_NHWC, NHWC_TO_NCHW, TO_OHWI, _fit_windows, _level_problem, \
     broadcast, call_window, permute, reshape
@@ -90,18 +92,24 @@ def rescale(b, x, scale, in_zp: int, out_zp: int, dtype: str):
                   dtype=dtype)
 
 
-def rescale_half_even(b, acc, scale, out_zp: int, dtype: str):
-    """RESCALE of int32 `acc` whose exact ties round to even, as onnxruntime's rint does
+def half_even(b, acc, scale):
+    """int32 `acc * scale` rounded with exact ties to even, as onnxruntime's rint does
     (RESCALE rounds them up). Where sums are divided by a count, a tie is common (a sum of
     4 over 4, 14% of a 2x2 pool's outputs at one scale). `up = floor(v + 1/2)` and
     `-RESCALE(-acc) = ceil(v - 1/2)` differ exactly at a tie, and there the even one of
-    the two is taken; then the zero point and saturation (a RESCALE by 1)."""
+    the two is taken. None if the scale has no scale32 form."""
     up = rescale(b, acc, scale, 0, 0, "int32")
     if up is None:
         return None
     down = rescale(b, b.negative(acc), scale, 0, 0, "int32")  # -ceil(v - 1/2)
     odd_tie = b.bitwise_and(b.bitwise_and(b.add(up, down), up), b.const(np.ones(1, np.int32)))
-    return rescale(b, b.subtract(up, odd_tie), 1.0, 0, out_zp, dtype)
+    return b.subtract(up, odd_tie)
+
+
+def rescale_half_even(b, acc, scale, out_zp: int, dtype: str):
+    """half_even, then the zero point and saturation (a RESCALE by 1)."""
+    even = half_even(b, acc, scale)
+    return None if even is None else rescale(b, even, 1.0, 0, out_zp, dtype)
 
 
 def to_int8(b, x, zp: int):
@@ -332,56 +340,40 @@ def qglobal_avg_pool2d(b, call):
 
 
 def qavg_pool2d(b, call):
-    """qnn.avg_pool2d: AVG_POOL2D of the int8 data with its zero point (TOSA divides by the
-    taps inside the input, rounding as apply_scale_32 does), then, where the scales differ,
-    RESCALE by `data_scale / out_scale`. Two roundings stay within one output step of a
-    single one while that ratio is below 2; larger ratios, count_include_pad with padding,
-    dilation and windows that overhang (ceil_mode) are declined. (int16 pooling, which
-    would round once, needs TOSA's int16 extension.)"""
+    """qnn.avg_pool2d: the int32 window sums of `x - zero_point` (a DEPTHWISE_CONV2D of
+    ones: padded taps add 0), each requantized once, ties to even, by `float32(data_scale
+    / float32(out_scale * count))`, count being its window's taps: one RESCALE per
+    distinct count, SELECTed by position. AVG_POOL2D would round the mean first (half
+    up), then requantize: 85 of 216 outputs of a padded 3x3 pool were one step off cpu_ref
+    in the tests, 3 are now (ties cpu_ref's float32 rounding decides). Declines dilation
+    and windows that overhang (ceil_mode)."""
     x = call.inputs[0]
     params = _params(call, (1, 2, 3, 4))
     a, win = call.attrs, call_window(call)
     if _missing(params) or any(win.overhang) or win.dilation != (1, 1) or \
-            (a["count_include_pad"] and any(win.padding)) or _level_problem(win):
+            _level_problem(win):
         return None
     xs, xz, ys, yz = params
-    ratio = float(np.asarray(xs, np.float32).reshape(-1)[0] /
-                  np.asarray(ys, np.float32).reshape(-1)[0])
-    if not any(win.padding):  # every window counts its taps: one rounding
-        return _window_sum(b, call, win, xs, xz, ys, yz)
-    if ratio >= 2:
-        return None
-    out = call.outputs[0].dtype
-    same = ratio == 1 and out == "int8"
     nchw = a["data_layout"] == "NCHW"
     x, xz = to_int8(b, x, xz)
     x, padding = _fit_windows(b, permute(b, x, NCHW_TO_NHWC if nchw else None), win)
-    pooled = b.call("tosa.qavg_pool2d", x, b.const(zero_point(xz, "int8")),
-                    b.const(zero_point(yz if same else 0, "int8")), kernel=list(win.kernel),
-                    strides=list(win.strides), padding=padding)
-    y = pooled if same else rescale(b, pooled, ratio, 0, yz, out)
-    return permute(b, y, NHWC_TO_NCHW if nchw else None)
-
-
-def _window_sum(b, call, win, xs, xz, ys, yz):
-    """Average pooling whose windows all hold kh * kw taps: their int32 sums (a
-    DEPTHWISE_CONV2D of ones with the data's zero point) RESCALEd once by `data_scale /
-    (out_scale * taps)` (AVG_POOL2D would round the mean first, half up, where
-    onnxruntime rounds the requantized mean once, half to even, as rescale_half_even
-    does)."""
-    x, a = call.inputs[0], call.attrs
-    nchw = a["data_layout"] == "NCHW"
-    x, xz = to_int8(b, x, xz)
-    x = permute(b, x, NCHW_TO_NHWC if nchw else None)
     (kh, kw), channels = win.kernel, x.shape[3]
-    ones = b.const(np.ones((kh, kw, channels, 1), np.int8))
     zps = (b.const(zero_point(xz, "int8")), b.const(zero_point(0, "int8")))
-    total = b.call("tosa.qdepthwise_conv2d", x, ones, b.const(np.zeros(channels, np.int32)),
-                   *zps, strides=list(win.strides), padding=[0, 0, 0, 0], dilation=[1, 1])
+    total = b.call("tosa.qdepthwise_conv2d", x, b.const(np.ones((kh, kw, channels, 1), np.int8)),
+                   b.const(np.zeros(channels, np.int32)), *zps, strides=list(win.strides),
+                   padding=padding, dilation=[1, 1])
+    counts = _window_counts(win, a["count_include_pad"])
     f32 = np.float32
-    scale = np.asarray(xs, f32) / (np.asarray(ys, f32) * f32(kh * kw)).astype(f32)
-    y = rescale_half_even(b, total, scale, yz, call.outputs[0].dtype)
-    return None if y is None else permute(b, y, NHWC_TO_NCHW if nchw else None)
+    even = None
+    for count in sorted(set(counts.flat), reverse=True):
+        scale = np.asarray(xs, f32) / (np.asarray(ys, f32) * f32(count)).astype(f32)
+        part = half_even(b, total, scale)
+        if part is None:
+            return None
+        mask = (counts == count).reshape((1,) + counts.shape + (1,))
+        even = part if even is None else b.where(b.const(mask), part, even)
+    y = rescale(b, even, 1.0, 0, yz, call.outputs[0].dtype)
+    return permute(b, y, NHWC_TO_NCHW if nchw else None)
 
 
 # --- tables -----------------------------------------------------------------------------------

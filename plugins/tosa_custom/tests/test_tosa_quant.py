@@ -152,7 +152,7 @@ def _pool(global_):
             return [x], g.call("qnn.global_avg_pool2d", x, *params), "tosa.reduce_sum"
         y = g.call("qnn.avg_pool2d", x, *params, pool_size=[3, 3], strides=[1, 1],
                    padding=[1, 1, 1, 1])
-        return [x], y, "tosa.avg_pool2d"
+        return [x], y, "tosa.depthwise_conv2d"  # the window sums
     return make
 
 
