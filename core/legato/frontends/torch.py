@@ -199,8 +199,7 @@ class _Importer:
         if not results:
             raise LegatoError("the program returns no tensor (only None): a legato module "
                               "needs at least one result")
-        calls = live_calls(self.b.calls, results)
-        self.b.calls[:] = torch_quant.integer_biases(calls, results, self.b.registry)
+        self.b.calls[:] = live_calls(self.b.calls, results)
         return TorchModule(self.b.build(*results).functions, nones)
 
     def result(self, position: int, out):

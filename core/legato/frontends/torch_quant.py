@@ -8,19 +8,16 @@ ONNX QDQ file.
 A quantize's `quant_min`/`quant_max` narrower than its dtype (XNNPACK's symmetric int8
 weights use [-127, 127]) clamp the integers after qnn.quantize saturates them, as
 `clamp(round(x / scale) + zero_point, quant_min, quant_max)` does. A dequantize reads no
-range. PT2E leaves the bias of a quantized conv or linear float; `integer_biases` stores it
-as an int32 dequantized at `input_scale * weight_scale` (zero point 0), as ExecuTorch's
-int8 backends and onnxruntime's quantizer do, so the conv or linear folds into qnn.conv2d
-or qnn.linear. The rounding moves each output by at most half of that product, far below
-one step of the output's scale.
+range. PT2E leaves the bias of a quantized conv or linear float, which the QDQ fold
+quantizes to int32 itself. A batched aten.matmul stays whole in a quantized program
+(`kept_whole`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..calls import make_call
 from ..errors import LegatoError
-from ..ir import Call, Const
+from ..ir import Const
 from ..ops.qnn import QUANT_RANGES
 from .torch_registry import register
 
@@ -29,8 +26,6 @@ NS = "quantized_decomposed::"
 # as broadcast, reshape, bmm and reshape, which would put data movement between the matmul
 # and its dequantize and quantize calls, so the region would not fold into qnn.matmul
 WHOLE = ("aten.matmul.default",)
-WITH_BIAS = ("nn.conv2d", "nn.linear")   # (data, weight, bias, ...)
-ACTIVATIONS = ("nn.relu", "clip")         # fold into a quantize's range
 
 
 def _dtype(dtype, op: str) -> str:
@@ -172,74 +167,3 @@ for _name, _fn in (("choose_qparams", choose_qparams),
                    ("quantize_per_channel", quantize_per_channel),
                    ("dequantize_per_channel", dequantize_per_channel)):
     register(NS + _name, _fn)
-
-
-# --- float biases as int32 ------------------------------------------------------------------
-
-def integer_biases(calls: list[Call], results, registry) -> list[Call]:
-    """`calls` with the float constant bias of each conv or linear whose data and weight
-    are dequantized and whose result is quantized (through relu or clip) as an int32
-    dequantized at `data_scale * weight_scale`; other calls as they are."""
-    producer = {id(out): call for call in calls for out in call.outputs}
-    users: dict[int, list] = {id(r): [None] for r in results}   # a result: used outside
-    for call in calls:
-        for value in call.inputs:
-            users.setdefault(id(value), []).append(call)
-    out = []
-    for call in calls:
-        scale = _bias_scale(call, producer)
-        scale = scale if scale is not None and _quantized(call, users) else None
-        bias = None if scale is None else _int32(call.inputs[2].data, scale)
-        if bias is None:
-            out.append(call)
-            continue
-        dq = make_call(registry, "qnn.dequantize", [Const.of(bias), Const.of(scale),
-                                                    Const.of(np.zeros(scale.shape, np.int32))],
-                       {"axis": 0}, call.origin)
-        inputs = (*call.inputs[:2], dq.output, *call.inputs[3:])
-        out += [dq, Call(call.op, inputs, call.attrs, call.outputs, call.origin)]
-    return out
-
-
-def _quantized(call: Call, users) -> bool:
-    """Whether the call's one result reaches only a qnn.quantize (through relu or clip)."""
-    while True:
-        after = users.get(id(call.outputs[0]), [])
-        if len(after) != 1:
-            return False
-        call = after[0]
-        if call is None:
-            return False
-        if call.op == "qnn.quantize":
-            return True
-        if call.op not in ACTIVATIONS:
-            return False
-
-
-def _bias_scale(call: Call, producer) -> np.ndarray | None:
-    """float32(data_scale) * float32(weight_scale) of a conv or linear whose data (per
-    tensor) and weight are dequantized with constant scales and whose bias is a float32
-    constant; None for any other call."""
-    if call.op not in WITH_BIAS or len(call.inputs) < 3 or \
-            not isinstance(call.inputs[2], Const) or call.inputs[2].dtype != "float32":
-        return None
-    scales = []
-    for value in call.inputs[:2]:
-        dq = producer.get(id(value))
-        if dq is None or dq.op != "qnn.dequantize" or not isinstance(dq.inputs[1], Const):
-            return None
-        scales.append(np.asarray(dq.inputs[1].data, np.float32).reshape(-1))
-    if scales[0].size != 1 or scales[1].size not in (1, call.inputs[2].shape[0]):
-        return None
-    return scales[0] * scales[1]
-
-
-def _int32(bias: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
-    """round_half_even(bias / scale) as int32, or None where a scale is 0 or a value
-    falls outside int32 (the bias then stays float)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.rint(np.asarray(bias, np.float64) / scale.astype(np.float64))
-    lo, hi = QUANT_RANGES["int32"]
-    if not np.all(np.isfinite(q)) or q.min(initial=0) < lo or q.max(initial=0) > hi:
-        return None
-    return q.astype(np.int32)
