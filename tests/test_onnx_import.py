@@ -77,6 +77,15 @@ def test_one_compile_runs_at_every_batch_size(backend):
         compiled(np.ones((2, 4), np.float32))
 
 
+def test_emitters_and_partitioned_builds_ask_for_sizes():
+    module = onnx_frontend.load(mlp())
+    with pytest.raises(LegatoError, match=r"backend tosa_custom, which emits code, needs "
+                                          r"concrete shapes.*input_shapes=\{'batch': \.\.\.\}"):
+        legato.compile(module, "tosa_custom")
+    with pytest.raises(LegatoError, match="a partitioned build needs concrete shapes"):
+        legato.compile(module, ["c_kernels", "cpu_ref"])
+
+
 def test_unsupported_ops_are_listed_together_with_node_names():
     nodes = [helper.make_node("BitCast", ["x"], ["a"], name="m1", to=TensorProto.INT32),
              helper.make_node("BitCast", ["a"], ["b"], name="m2", to=TensorProto.FLOAT),

@@ -101,6 +101,18 @@ def load_model(model, *, context: Context | None = None,
         raise type(err)(f"{path}: {err}") from None
 
 
+def _require_concrete(module: Module, what: str) -> None:
+    """Symbolic dims run on executing backends, planned per binding; elsewhere they must be
+    bound first."""
+    if is_symbolic(module):
+        free = sorted({str(d) for p in module.main.params for d in p.shape
+                       if not isinstance(d, int)})
+        raise LegatoError(f"{what} needs concrete shapes, and the model's dimensions "
+                          f"{', '.join(free)} are symbolic: bind them with input_shapes="
+                          f"{{{', '.join(repr(f) + ': ...' for f in free)}}} (--shape "
+                          f"{free[0]}=SIZE)")
+
+
 def _model_label(model) -> str:
     if isinstance(model, Module):
         return "a legato.Module"
@@ -192,12 +204,15 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     source = verify(load_model(model, context=host, input_shapes=input_shapes), host.registry)
     _check_max_level(max_level)
     if isinstance(backend, (list, tuple)):
+        _require_concrete(source, "a partitioned build")
         if not backend:
             raise LegatoError("compile needs at least one backend, got an empty list")
         for item in backend:
             _backend(host, item)
         return _compile_multi(host, source, list(backend), config, max_level)
     be = _backend(host, backend)
+    if not be.executes:
+        _require_concrete(source, f"backend {be.name}, which emits code,")
     cfg = load_config(config, be.name, host.registry, host.backends)
     # dequantize -> op -> quantize regions become qnn calls on the integers (what
     # onnxruntime's int8 kernels compute); then composite ops the model spells out in
