@@ -142,7 +142,7 @@ def _binary(op):
     return make
 
 
-def _pool(global_):
+def _pool(global_, include_pad=False):
     def make(g, rng, dtype, per_channel):
         x = g.input("x", (1, 3, 6, 6), dtype)
         low = RANGES[dtype][0]
@@ -151,7 +151,7 @@ def _pool(global_):
         if global_:
             return [x], g.call("qnn.global_avg_pool2d", x, *params), "tosa.reduce_sum"
         y = g.call("qnn.avg_pool2d", x, *params, pool_size=[3, 3], strides=[1, 1],
-                   padding=[1, 1, 1, 1])
+                   padding=[1, 1, 1, 1], count_include_pad=include_pad)
         return [x], y, "tosa.depthwise_conv2d"  # the window sums
     return make
 
@@ -173,7 +173,8 @@ CASES = {
     "grouped_conv2d": lambda g, rng, d, pc: _conv(g, rng, d, pc, False, groups=2),
     "linear": _linear, "matmul": _matmul, "requantize": _requantize,
     "add": _binary("qnn.add"), "multiply": _binary("qnn.multiply"),
-    "avg_pool2d": _pool(False), "global_avg_pool2d": _pool(True),
+    "avg_pool2d": _pool(False), "avg_pool2d_with_pad": _pool(False, include_pad=True),
+    "global_avg_pool2d": _pool(True),
     "sigmoid": _activation("qnn.sigmoid"), "leaky_relu": _activation("qnn.leaky_relu",
                                                                        alpha=0.1),
 }
