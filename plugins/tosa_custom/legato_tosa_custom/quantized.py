@@ -87,9 +87,22 @@ def rescale(b, x, scale, in_zp: int, out_zp: int, dtype: str):
     if x.dtype in ("int32", "int16") and in_zp:
         x, in_zp = b.subtract(x, b.const(zero_point(in_zp, x.dtype))), 0
     multiplier, shift = params
+    x = _in_scale_range(b, x, int(shift.min()), dtype)
     return b.call("tosa.rescale", x, b.const(multiplier), b.const(shift),
                   b.const(zero_point(in_zp, x.dtype)), b.const(zero_point(out_zp, dtype)),
                   dtype=dtype)
+
+
+def _in_scale_range(b, x, shift: int, dtype: str):
+    """apply_scale_32 requires |value| < 2**(shift-1); a larger int32 value, which only a
+    scale of 0.5 and more meets, saturates an 8- or 16-bit result anyway (its product is
+    at least 2**29), so it is clamped there first (MAXIMUM / MINIMUM)."""
+    if x.dtype not in ("int32", "int64") or shift > 31 or dtype not in ("int8", "uint8",
+                                                                        "int16"):
+        return x
+    bound = 1 << (shift - 1)
+    return b.minimum(b.maximum(x, b.const(np.full(1, -bound, np.int32))),
+                     b.const(np.full(1, bound - 1, np.int32)))
 
 
 def half_even(b, acc, scale):

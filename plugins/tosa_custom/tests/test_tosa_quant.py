@@ -333,3 +333,15 @@ def test_profile_pro_int_alone_takes_integers_only(tools):
     g = GraphBuilder()
     with pytest.raises(legato.LegalizationError, match=r"exp\(float32\[3\]\)"):
         legato.compile(g.build(g.exp(g.input("x", (3,)))), be)
+
+
+def test_a_large_requantize_scale_saturates_large_int32_values(tools):
+    """A scale of 0.5 and more has a shift below 32, and RESCALE requires |value| <
+    2**(shift-1): larger values (which saturate anyway) are clamped first."""
+    g = GraphBuilder()
+    x = g.input("x", (6,), "int32")
+    y = g.call("qnn.requantize", x, g.const(f32(0.75)), g.const(zp(0, "int32")),
+               g.const(f32(0.01)), g.const(zp(3, "int8")), axis=0, dtype="int8")
+    inputs = [np.array([2 ** 31 - 1, -2 ** 31, 2 ** 24, -3, 1, 0], np.int32)]
+    (got,), (want,), _ = run_both(tools, g.build(y), inputs)
+    np.testing.assert_array_equal(got, want)
