@@ -244,3 +244,23 @@ def test_partitioned_build_takes_backend_objects_and_refuses_an_emitting_last_ba
                                                  r"executing backend, e\.g\. emit_npu,"
                                                  r"tosa_custom,cpu_ref"):
         legato.compile(module, ["emit_npu", "tosa_custom"])
+
+
+def test_torch_calls_name_the_line_of_the_model_that_made_them():
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as torch_frontend
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.proj(x)) + 1  # the line every call names
+
+    line = next(i for i, text in enumerate(open(__file__), 1) if "the line every call" in text)
+    module = torch_frontend.load(Block(), (torch.randn(2, 4),))
+    compiled = legato.compile(module, "c_kernels")
+    sources = {c["op"]: c["source"] for c in compiled.report.placement.to_json()["calls"]}
+    assert sources == {op: f"{name} (test_placement_report.py:{line})" for op, name in
+                       [("nn.linear", "linear"), ("nn.relu", "relu"), ("add", "add")]}

@@ -21,10 +21,12 @@ Other outputs (strings, dtypes) are refused, naming their position.
 from __future__ import annotations
 
 import operator
+import os
+import re
 
 from ..builder import GraphBuilder
 from ..errors import LegatoError
-from ..ir import Const, Module
+from ..ir import Call, Const, Module, Origin
 # imported for their converters, which join ATEN
 from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
                torch_nn, torch_scans, torch_tensors)
@@ -171,6 +173,19 @@ def torch_dtype(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+_FRAME = re.compile(r'\s*File "(.*?)", line (\d+)')
+
+
+def source_location(node) -> str:
+    """The graph node's name and the line of the model's code that made it (the innermost
+    frame of torch.export's stack trace outside torch itself, e.g. modeling_bert.py:251),
+    so reports can point at the model's source."""
+    frames = [m for m in map(_FRAME.match, (node.meta.get("stack_trace") or "").splitlines())
+              if m and f"{os.sep}torch{os.sep}" not in m[1]]
+    return f"{node.name} ({os.path.basename(frames[-1][1])}:{frames[-1][2]})" if frames \
+        else node.name
+
+
 class _Importer:
     exported = staticmethod(exported)  # custom ops' implementations are traced with it
 
@@ -292,6 +307,11 @@ class _Importer:
         if _all_constant(args, kwargs):
             result = self.fold(start, result)
         self.check_type(node, result)
+        where = source_location(node)
+        self.b.calls[start:] = [c if c.origin is not None else
+                                Call(c.op, c.inputs, c.attrs, c.outputs,
+                                     Origin(c.op, c.attrs, where))
+                                for c in self.b.calls[start:]]
         return result
 
     def converter(self, node):
