@@ -90,6 +90,10 @@ def test_kernel_fallback_runs_on_the_fallback_and_the_report_says_so(install_plu
     assert per_backend["cpu_ref"] == {"nn.relu": 2}
     assert "on cpu_ref (fallback): nn.relu x2" in str(compiled.report)
     assert "run by its fallback cpu_ref's kernel (kernel: fallback)" in str(compiled.report)
+    from legato.testing.conformance import check_backend
+    results = {r.op: r for r in check_backend("author_npu", count=2)}
+    assert results["add"].how == "kernel"  # (the test's add kernel does not broadcast)
+    assert results["nn.relu"].how == "fallback kernel" and results["nn.relu"].ok
 
 
 def test_kernel_fallback_needs_a_fallback(install_plugins):

@@ -48,7 +48,7 @@ class OpResult:
     """What checking one op of a backend found."""
 
     op: str
-    how: str = "kernel"       # kernel, compiled or emitted
+    how: str = "kernel"       # kernel, fallback kernel (`kernel: fallback`), compiled or emitted
     ran: int = 0              # samples the backend took
     passed: int = 0
     problems: Counter = field(default_factory=Counter)
@@ -93,7 +93,8 @@ def check_backend(name: str, ops=None, seed: int = 0, count: int = DEFAULT_COUNT
 
 
 def _check_op(backend, reference, op, has_kernel, seed, count) -> OpResult:
-    how = "kernel" if has_kernel else "compiled" if backend.executes else "emitted"
+    how = "kernel" if has_kernel else "emitted" if not backend.executes else \
+        "fallback kernel" if op in backend.borrowed else "compiled"
     result = OpResult(op, how)
     if declares(backend.legal.get(op)):
         taken = _declared_samples(backend, op, seed, count, result)
