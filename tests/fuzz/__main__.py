@@ -2,6 +2,7 @@
 
     python -m tests.fuzz                          # every target, 10 minutes, 2 workers
     python -m tests.fuzz --minutes 3 --target programs --seed-start 5000
+    python -m tests.fuzz --minutes 3 --jobs 1 --target quant   # int8 models vs onnxruntime
     python -m tests.fuzz --target programs --seed 123     # one case, with its traceback
     python -m tests.fuzz --cases 50                       # 50 seeds per target
 

@@ -10,13 +10,16 @@ through legato's ONNX importer and runs on cpu_ref and c_kernels; onnxruntime's 
 same file (its int8 kernels, graph optimizations on, one thread) is the reference.
 
 A result dequantized from integers is compared in its quantization steps: at least
-`WITHIN_SHARE` of its elements within one step of onnxruntime's (onnxruntime runs some
-nodes of a QDQ file in float where legato folds them into integer ops, and the rounding
-of a float32 requantize multiplier differs between implementations, so an element now and
-then lands one step away, and rarely more after a chain of them). A float result (no
+`WITHIN_SHARE` of its elements within one step of onnxruntime's. A float result (no
 quantize before it) is compared with the other targets' 1e-4 tolerance plus one step of
-the quantized values it is computed from. A model onnxruntime cannot quantize or run is
-skipped; a LegatoError is a refusal.
+the quantized values it is computed from. Below that, each quantized step of the model
+(dequantize -> op -> quantize, or one QLinear op) is run alone from onnxruntime's integer
+inputs to it, by legato and by onnxruntime, and must be within one step on WITHIN_SHARE of
+its elements: onnxruntime's optimizer fuses some steps into its int8 kernels and leaves
+others float, and the float32 rounding of requantize multipliers differs, so a step may be
+one off, which a finer scale downstream makes several; several off at one step is a wrong
+answer, named with its ops. A model onnxruntime cannot quantize or run is skipped; a
+LegatoError is a refusal.
 """
 from __future__ import annotations
 

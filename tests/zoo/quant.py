@@ -201,11 +201,11 @@ def run(q: Quantization) -> QuantRow:
         got = got[0] if isinstance(got, (tuple, list)) else got
         row.within[backend], row.worst[backend] = figures(got, want, step)
         if not row.within[backend] >= WITHIN_SHARE:
-            _steps_alone(row, model, feeds, backend)
+            steps_alone(row, model, feeds, backend)
     return row
 
 
-def _steps_alone(row: QuantRow, model, feeds, backend: str) -> None:
+def steps_alone(row: QuantRow, model, feeds, backend: str) -> None:
     """Below WITHIN_SHARE on the whole output: each quantized step alone must be within
     one step of onnxruntime's run of it (a step off at a coarse scale is several at a finer
     one downstream, and onnxruntime's optimizer fuses some steps into its int8 kernels and
