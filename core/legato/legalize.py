@@ -11,7 +11,9 @@ For each call, in order:
 6. otherwise: an error naming the op, attributes, types, backend and each failed route.
 
 Decompositions only use lower-level ops (checked at registration), so the recursion ends.
-External functions are never entered.
+External functions are never entered. A decomposition already run on a call alike (same
+op, attributes, input types and constant inputs: the next layer) is replayed rather than
+run again (calls.Recipes), and its calls keep the decisions they got the first time.
 """
 from __future__ import annotations
 
