@@ -227,12 +227,14 @@ class Recomposer:
         self.registry = registry
         explicit = ops is not None
         names = tuple(ops) if explicit else tuple(default_ops(registry))
-        setups = registry.derived("recompose.setups")  # cleared with the definitions
-        setup = setups.get((names, explicit))
+        # keyed by the definitions too: a setup never outlives one of them
+        key = (names, explicit, tuple([registry.get(name) for name in names]))
+        setups = registry.derived("recompose.setups")
+        setup = setups.get(key)
         if setup is None:
             if len(setups) >= MAX_SETUPS:
                 setups.clear()
-            setup = setups[(names, explicit)] = _setup(registry, names, explicit)
+            setup = setups[key] = _setup(registry, names, explicit)
         self.report = Recovery()
         self.report.derived.update(setup.derived)
         for name, why in setup.missing.items():
