@@ -120,8 +120,9 @@ class AttrList(tuple):
 
 
 def freeze_attr(value: Any, where: str = "attribute", depth: int = 0) -> Any:
-    """Turn a JSON-like value into its immutable form (lists become AttrList)."""
-    if value is None or isinstance(value, (bool, str)):
+    """Turn a JSON-like value into its immutable form (lists become AttrList); symbolic
+    dims (reshape targets of a model with symbolic shapes) are kept as they are."""
+    if value is None or isinstance(value, (bool, str, Expr)):
         return value
     if isinstance(value, (int, np.integer)):
         return int(value)
@@ -154,10 +155,15 @@ def attr_key(value: Any, depth: int = 0) -> Any:
     return (kind, value)
 
 
+DIM_KEY = "$dim"  # a symbolic dim in an attribute's JSON form: {"$dim": "2*batch"}
+
+
 def thaw_attr(value: Any) -> Any:
     """The JSON form of an attribute value (AttrList becomes list)."""
     if isinstance(value, tuple):
         return [thaw_attr(v) for v in value]
+    if isinstance(value, Expr):
+        return {DIM_KEY: str(value)}
     return value
 
 

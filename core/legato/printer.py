@@ -23,7 +23,7 @@ import numpy as np
 
 from .context import context
 from .errors import IRError, LegatoError, ParseError, ShapeError, quote
-from .ir import (MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
+from .ir import (DIM_KEY, MAX_ATTR_DEPTH, MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
                  print_function, print_module, symbol as _symbol)
 from .symbols import parse_dim
 from .verify import verify
@@ -411,13 +411,13 @@ def _parse_call(line: _Line, op: str, outs: list[str], env, registry) -> Call:
         inputs.append(None if line.take("None") else _lookup(env, line.symbol("%")[0], line))
     attrs = {}
     if line.at("{"):
-        attrs = line.json("attributes")
+        attrs = _revive_dims(line.json("attributes"), line)
     line.expect(":")
     types = line.types()
     origin = None
     if line.take("origin"):
         try:
-            origin = Origin.from_json(line.json("origin"))
+            origin = Origin.from_json(_revive_dims(line.json("origin"), line))
         except IRError as err:
             raise line.error(str(err)) from None
     line.end()
@@ -427,6 +427,20 @@ def _parse_call(line: _Line, op: str, outs: list[str], env, registry) -> Call:
     for out, value in zip(outs, values):
         _define(env, out, value, line)
     return Call(op, tuple(inputs), _call_attrs(op, attrs, line, registry), values, origin)
+
+
+def _revive_dims(value, line: _Line, depth: int = 0):
+    """Attributes as parsed, with each {"$dim": "2*batch"} back as a symbolic dim."""
+    if isinstance(value, dict):
+        if depth and set(value) == {DIM_KEY} and isinstance(value[DIM_KEY], str):
+            try:
+                return parse_dim(value[DIM_KEY])
+            except ShapeError as err:
+                raise line.error(f"bad symbolic dim in the attributes: {err}") from None
+        return {k: _revive_dims(v, line, depth + 1) for k, v in value.items()}
+    if isinstance(value, list) and depth < MAX_ATTR_DEPTH:
+        return [_revive_dims(v, line, depth + 1) for v in value]
+    return value
 
 
 def _call_attrs(op: str, attrs: dict, line: _Line, registry) -> Attrs:

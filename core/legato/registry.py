@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from .calls import trace_decomposition
 from .errors import OpError, RegistrationError, ShapeError, quote
 from .ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
+from .symbols import Expr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
 REQUIRED = object()
@@ -46,6 +47,9 @@ _TYPE_CHECKS = {
     "str": lambda v: isinstance(v, str),
     "dtype": lambda v: v in DTYPES,
     "ints": lambda v: isinstance(v, tuple) and all(_TYPE_CHECKS["int"](x) for x in v),
+    # sizes that may be symbolic (a reshape's target in a model with symbolic shapes)
+    "dims": lambda v: isinstance(v, tuple) and all(_TYPE_CHECKS["int"](x) or
+                                                   isinstance(x, Expr) for x in v),
     "floats": lambda v: isinstance(v, tuple) and all(_TYPE_CHECKS["float"](x) for x in v),
     "any": lambda v: True,
 }

@@ -18,6 +18,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import ShapeError, quote
+from .symbols import Expr, as_expr
 
 INDEX_LIMIT = 2**31  # window attributes stay below it: bounds every backend's index arithmetic
 MAX_EMPTY_PARTS = 1 << 16  # a zero-size dim splits into any number of empty parts
@@ -82,6 +83,8 @@ def channel_view(channels: int, rank: int, axis: int) -> tuple[int, ...]:
 
 def resolve_reshape(shape: Sequence[int], target: Sequence[int]) -> tuple[int, ...]:
     """The reshape target with its one -1 resolved (0 is a size, not ONNX's 'copy')."""
+    if any(isinstance(d, Expr) for d in (*shape, *target)):
+        return _resolve_symbolic_reshape(tuple(shape), tuple(target))
     size = math.prod(shape)
     if sum(1 for d in target if d == -1) > 1:
         fail(f"shape {list(target)} has more than one -1")
@@ -95,6 +98,25 @@ def resolve_reshape(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     if math.prod(target) != size:
         fail(f"cannot reshape {list(shape)} ({size} elements) to {list(target)}")
     return tuple(target)
+
+
+def _resolve_symbolic_reshape(shape: tuple, target: tuple) -> tuple:
+    """resolve_reshape over symbolic dims: the -1 must divide out exactly (`batch*seq*768`
+    over `12*64` is `batch*seq`), and the element counts must be the same expression."""
+    size = math.prod(shape)
+    concrete = [d for d in target if not isinstance(d, Expr)]
+    if concrete.count(-1) > 1 or any(d < -1 for d in concrete):
+        fail(f"shape {list(target)} has more than one -1 or a negative dimension")
+    if -1 in concrete:
+        known = math.prod(d for d in target if isinstance(d, Expr) or d != -1)
+        rest = as_expr(size).exact_div(known) if known != 0 else None
+        if rest is None:
+            fail(f"cannot tell how {size} elements of {list(shape)} divide by {known} "
+                 f"for the -1 of {list(target)}")
+        target = tuple(rest if not isinstance(d, Expr) and d == -1 else d for d in target)
+    if math.prod(target) != size:
+        fail(f"cannot reshape {list(shape)} ({size} elements) to {list(target)}")
+    return target
 
 
 def split_sizes(dim: int, sections) -> tuple[int, ...]:

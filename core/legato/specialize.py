@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .errors import ExecutionError, LegatoError, ShapeError
-from .ir import Call, Function, Module, TensorType, Value
+from .ir import Attrs, Call, Function, Module, TensorType, Value
 from .symbols import Expr, evaluate
 from .verify import verify
 
@@ -92,13 +92,28 @@ def specialize(module: Module, bindings: Mapping[str, int], registry):
         params = tuple(map(concrete, fn.params))
         new_calls = []
         for call in fn.calls:
-            new = Call(call.op, tuple(map(concrete, call.inputs)), call.attrs,
+            new = Call(call.op, tuple(map(concrete, call.inputs)),
+                       _concrete_attrs(call.attrs, bindings),
                        tuple(map(concrete, call.outputs)), call.origin)
             calls[call] = new
             new_calls.append(new)
         functions[name] = Function(params, tuple(new_calls), tuple(map(concrete, fn.results)),
                                    fn.kind, fn.attrs)
     return verify(Module(functions), registry), calls
+
+
+def _concrete_attrs(attrs: Attrs, bindings) -> Attrs:
+    def value(v):
+        if isinstance(v, Expr):
+            return v.evaluate(bindings)
+        return [value(x) for x in v] if isinstance(v, tuple) else v
+    if not any(_has_expr(v) for v in attrs.values()):
+        return attrs
+    return Attrs({k: value(v) for k, v in attrs.items()})
+
+
+def _has_expr(value) -> bool:
+    return isinstance(value, Expr) or isinstance(value, tuple) and any(map(_has_expr, value))
 
 
 class ShapeSpecializing:

@@ -26,7 +26,7 @@ from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_contro
                onnx_nn, onnx_ops, onnx_qoperator, onnx_rnn, onnx_roi, onnx_signal)
 from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import Node, Refused, converter_of, onnx_dtype
-from .onnx_fold import fold_calls, foldable
+from .onnx_fold import fold_calls, foldable, is_symbolic_const, shape_const
 from .onnx_isolate import run_isolated, without_large_data
 from .onnx_tensors import (check_shape, check_size, check_tensor, external_tensors,
                            load_external_data, quote, tensor_array)
@@ -409,6 +409,17 @@ def attribute_value(attr):
     return value
 
 
+def check_no_symbolic_consts(calls, results) -> None:
+    """Symbolic sizes may only shape the model (reshape targets); as data they would need
+    the sizes at run time, which legato's calls do not read."""
+    for call in calls:
+        if any(is_symbolic_const(v) for v in call.inputs):
+            node = call.origin.source if call.origin is not None else call.op
+            raise LegatoError(f"{node}: {call.op} reads symbolic sizes as data")
+    if any(is_symbolic_const(v) for v in results):
+        raise LegatoError("a graph output is a shape with symbolic sizes")
+
+
 def _from_node(call: Call, node_name: str) -> Call:
     """`call` with the ONNX node it came from as its origin (no rules yet: the call is as
     imported), so reports and errors can name the node; decompositions keep the name."""
@@ -439,6 +450,7 @@ class _Importer:
         for node in self.graph.node:
             self.convert(node)
         results = [self.lookup(out.name, "graph output") for out in self.graph.output]
+        check_no_symbolic_consts(self.b.calls, results)
         return self.b.build(*results)
 
     def initializer(self, tensor) -> Const:
@@ -502,5 +514,5 @@ class _Importer:
         if arrays is None:
             return tuple(results)
         del self.b.calls[start:]
-        consts = iter(Const.of(a) for a in arrays)
+        consts = iter(shape_const(a) if a.dtype == object else Const.of(a) for a in arrays)
         return tuple(None if v is None else next(consts) for v in results)

@@ -135,6 +135,8 @@ class Node:
         data = self.const(index)
         if data is None:
             return default
+        if data.dtype == object:  # sizes, some of them symbolic (shape_const)
+            return list(np.ravel(data))
         self.require(data.dtype.kind in "iu", f"input {index} must hold integers, not "
                                               f"{data.dtype}")
         return [int(v) for v in np.ravel(data)]

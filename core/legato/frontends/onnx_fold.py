@@ -14,8 +14,9 @@ import numpy as np
 
 from ..calls import Emitter, run_decomposition
 from ..errors import LegatoError
-from ..ir import Call, Const, Value
+from ..ir import Call, Const, TensorType, Value
 from ..shapes import norm_axes, norm_axis, slice_params, split_sizes
+from ..symbols import Expr
 
 FOLD_DTYPES = ("int64", "int32", "int8", "uint8", "bool")
 # float results fold only through the kernels below (each one IEEE-exact, as on any
@@ -85,7 +86,55 @@ def _evaluate(call: Call, env, registry, depth: int) -> None:
         array = np.asarray(array)
         if array.shape != out.shape or array.size > FOLD_MAX_ELEMENTS:
             raise _CannotFold(call.op)
-        env[id(out)] = array.astype(out.dtype, copy=False)
+        env[id(out)] = _symbolic_ints(array, out.dtype) if array.dtype == object else \
+            array.astype(out.dtype, copy=False)
+
+
+# --- symbolic sizes: Shape of an input with symbolic dims, and the arithmetic on it --------
+
+def shape_const(values) -> Const:
+    """A constant of sizes: int64, or (some sizes being symbolic) a symbolic constant that
+    holds them in an object array. Symbolic constants live only during import: shape
+    arithmetic folds through them into reshape targets; one left as a call's operand is
+    refused (check_no_symbolic_consts)."""
+    array = np.asarray(values, dtype=object)
+    if all(isinstance(v, (int, np.integer)) for v in array.ravel()):
+        return Const.of(array.astype(np.int64))
+    array.setflags(write=False)
+    return Const(TensorType(array.shape, "int64"), None, array)
+
+
+def is_symbolic_const(value) -> bool:
+    return isinstance(value, Const) and value.data.dtype == object
+
+
+def _symbolic_ints(array: np.ndarray, dtype: str) -> np.ndarray:
+    if np.dtype(dtype).kind not in "iu":
+        raise _CannotFold("symbolic sizes as non-integers")
+    if all(isinstance(v, (int, np.integer)) for v in array.ravel()):
+        return array.astype(dtype)
+    return array
+
+
+def _is_size(value) -> bool:
+    """An expression that is never negative: non-negative coefficients and constant."""
+    return isinstance(value, Expr) and value.const >= 0 and all(c > 0 for _, c in value.terms)
+
+
+def _equal(a, b):
+    if a.dtype != object and b.dtype != object:
+        return np.equal(a, b)
+
+    def known(x, y):
+        if isinstance(x, Expr) or isinstance(y, Expr):
+            if x == y:
+                return True
+            if any(_is_size(u) and isinstance(v, (int, np.integer)) and v < 0
+                   for u, v in ((x, y), (y, x))):
+                return False  # a size is never negative (ONNX exports test for -1)
+            raise _CannotFold("equality of symbolic sizes")
+        return x == y
+    return np.frompyfunc(known, 2, 1)(a, b).astype(bool)
 
 
 # --- numpy kernels of the primitives that shape arithmetic uses ----------------------------
@@ -95,12 +144,20 @@ def _is_int(*arrays) -> bool:
 
 
 def _divide(a, b):
+    if a.dtype == object or b.dtype == object:  # symbolic sizes: exact or floor division
+        return np.frompyfunc(_divide_size, 2, 1)(a, b)
     if not _is_int(a, b):
         return np.divide(a, b)
     if np.any(b == 0):
         raise _CannotFold("integer division by zero")
     quotient = np.floor_divide(a, b)  # integer division truncates toward zero
     return quotient + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+
+
+def _divide_size(x, y):
+    if isinstance(y, (int, np.integer)) and y > 0 and (_is_size(x) or not isinstance(x, Expr)):
+        return x // int(y)  # floor and truncation agree on sizes
+    raise _CannotFold("division of symbolic sizes")
 
 
 def _power(a, b):
@@ -117,6 +174,8 @@ def _wrapping(fn):
 
 
 def _cast(data, *, dtype):
+    if data.dtype == object:
+        return _symbolic_ints(data, dtype)
     if data.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
         if not np.all(np.isfinite(data)):
             raise _CannotFold("cast of a non-finite float to an integer")
@@ -204,7 +263,7 @@ KERNELS = {
     "add": _wrapping(np.add), "subtract": _wrapping(np.subtract),
     "multiply": _wrapping(np.multiply), "divide": _divide, "power": _wrapping(_power),
     "maximum": np.maximum, "minimum": np.minimum, "negative": _wrapping(np.negative),
-    "abs": _wrapping(np.abs), "equal": np.equal, "greater": np.greater, "less": np.less,
+    "abs": _wrapping(np.abs), "equal": _equal, "greater": np.greater, "less": np.less,
     "logical_and": np.logical_and, "logical_or": np.logical_or,
     "logical_not": np.logical_not, "where": np.where,
     "floor": _rounding(np.floor), "ceil": _rounding(np.ceil), "round": _rounding(np.round),

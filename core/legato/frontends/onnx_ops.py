@@ -12,6 +12,7 @@ from ..shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
 from . import onnx_index, onnx_math, onnx_quant  # noqa: F401  (their converters register)
 from .onnx_common import _axes, _empty_identity, cast_to, one_hot_values
 from .onnx_convert import converter, onnx_dtype
+from .onnx_fold import shape_const
 from .onnx_tensors import quote
 
 # --- elementwise ----------------------------------------------------------------------------
@@ -197,12 +198,12 @@ def unsqueeze(node):
 def shape(node):
     dims = node.arg(0).shape
     start, end = node.attr("start", 0), node.attr("end", len(dims))
-    return Const.of(np.array(dims[start:end], dtype=np.int64))
+    return shape_const(list(dims[start:end]))
 
 
 @converter("Size")
 def size(node):
-    return Const.of(np.array(node.arg(0).type.size, dtype=np.int64))
+    return shape_const(node.arg(0).type.size)
 
 
 @converter("Constant")

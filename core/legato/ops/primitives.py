@@ -93,7 +93,7 @@ def _permute(types, attrs):
 def _broadcast_to(types, attrs):
     (t,) = types
     shape = tuple(attrs["shape"])
-    if any(d < 0 for d in shape):
+    if any(isinstance(d, int) and d < 0 for d in shape):
         fail(f"shape {list(shape)} has a negative dimension")
     if broadcast_shapes(t.shape, shape) != shape:
         fail(f"cannot broadcast {list(t.shape)} to {list(shape)}")
@@ -151,12 +151,12 @@ def _pad(types, attrs):
                       t.dtype)
 
 
-primitive("reshape", "data", _reshape, "injective", {"shape": ("ints",)}, tolerance=0.0,
+primitive("reshape", "data", _reshape, "injective", {"shape": ("dims",)}, tolerance=0.0,
           doc="the same elements in a new shape; one `-1` is inferred")
 primitive("permute_dims", "data", _permute, "injective", {"axes": ("ints?", None)},
           tolerance=0.0, layout_rule=layout_rules.permute_dims,
           doc="`numpy.transpose`; `axes=None` reverses the dims")
-primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("ints",)},
+primitive("broadcast_to", "data", _broadcast_to, "broadcast", {"shape": ("dims",)},
           tolerance=0.0, layout_rule=layout_rules.broadcast_to, doc="`numpy.broadcast_to`")
 primitive("concat", "*data", _concat, "injective", {"axis": ("int", 0)}, tolerance=0.0,
           layout_rule=layout_rules.concat, doc="`numpy.concatenate`, at least one input")

@@ -1,0 +1,78 @@
+"""Models with symbolic dimensions compiled once and run at every size: ONNX dim_params
+kept as symbols, shape arithmetic (Shape -> Gather -> Concat -> Reshape) folded into
+symbolic reshape targets, one plan per binding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import legato  # noqa: E402
+from legato.errors import LegatoError  # noqa: E402
+from legato.frontends import onnx as onnx_frontend  # noqa: E402
+
+
+def ints(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def head_split_model():
+    """What exporters write for attention's head split: the target from the input's Shape."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8))
+                                .astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Shape", ["h"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Concat", ["b", "s", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["h", "target"], ["h4"]),
+             helper.make_node("Transpose", ["h4"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Mul", ["b", "s"], ["bs"]),
+             helper.make_node("Concat", ["bs", "minus1"], ["flat"], axis=0),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w, ints("i0", [0]), ints("i1", [1]), ints("heads", [2, 4]), ints("minus1", [-1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_arithmetic_becomes_symbolic_reshape_targets():
+    module = onnx_frontend.load(head_split_model())
+    reshapes = [c for c in module.main.calls if c.op == "reshape"]
+    assert [str(c.outputs[0].type) for c in reshapes] == ["float32[batch, seq, 2, 4]",
+                                                          "float32[batch*seq, 8]"]
+    assert legato.parse(str(module)).main.results[0].type == module.main.results[0].type
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_one_compile_matches_onnxruntime_at_every_size(backend):
+    model = head_split_model()
+    compiled = legato.compile(onnx_frontend.load(model), backend)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for shape in [(1, 8, 8), (3, 16, 8), (1, 33, 8), (2, 1, 8)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), session.run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert compiled._runner.stats["misses"] == 4
+
+
+def test_sizes_read_as_data_are_refused_naming_the_node():
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape_of_x"),
+             helper.make_node("Cast", ["shape"], ["f"], to=TensorProto.FLOAT, name="to_float"),
+             helper.make_node("ReduceSum", ["f"], ["n"], keepdims=0, name="count"),
+             helper.make_node("Mul", ["x", "n"], ["y"], name="scale")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(LegatoError, match=r"symbolic.*input_shapes=\{'batch': \.\.\.\}"):
+        onnx_frontend.load(model)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(legato.compile(onnx_frontend.load(model, {"batch": 2}))(x),
+                               x * 6)
