@@ -375,6 +375,21 @@ int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
              float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
              int64_t addend_len, void *y, int64_t y_len, int nthreads);
 
+/* ONNX QuantizeLinear / DequantizeLinear on float32 x (outer, channels, inner), the
+ * scale and zero point one value (params_len 1) or one per channel:
+ *   quantize:   y = saturate(round_half_even(x / scale) + zero_point), of out_type
+ *               (a NaN gives the low end of the range, as onnxruntime's MLAS); scales must
+ *               be finite and nonzero (LGK_ERR_ARG)
+ *   dequantize: y = float(x - zero_point) * scale, x of in_type
+ * Types are LGK_QTYPE_UINT8 or LGK_QTYPE_INT8, zero points in the type's range. */
+int lgk_quantize(int out_type, int64_t outer, int64_t channels, int64_t inner,
+                 const float *x, int64_t x_len, const float *scale, const int32_t *zero_point,
+                 int64_t params_len, void *y, int64_t y_len, int nthreads);
+int lgk_dequantize(int in_type, int64_t outer, int64_t channels, int64_t inner,
+                   const void *x, int64_t x_len, const float *scale,
+                   const int32_t *zero_point, int64_t params_len, float *y, int64_t y_len,
+                   int nthreads);
+
 /* ---- programs --------------------------------------------------------------- */
 /*
  * A program is a sequence of calls of the functions above, run by one call: each

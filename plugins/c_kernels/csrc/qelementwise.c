@@ -1,5 +1,6 @@
 /*
- * qelementwise.c - quantized elementwise kernels: qnn.add (com.microsoft QLinearAdd).
+ * qelementwise.c - quantized elementwise kernels: qnn.add (com.microsoft QLinearAdd),
+ * qnn.quantize and qnn.dequantize (ONNX QuantizeLinear / DequantizeLinear).
  *
  * onnxruntime's MLAS computes QLinearAdd as y = a * ratio_a + (b * ratio_b + fixed), each
  * multiply-add one FMA (a single rounding), rounded to nearest even and saturated. The
@@ -197,4 +198,213 @@ int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
     int threads = n < 65536 ? 1 : nthreads;
     int64_t grain = LGK_MAX((int64_t)1, 16384 / LGK_MAX(span, (int64_t)1));
     return lgk_parallel_for(threads, rows, grain, qadd_rows, &c);
+}
+
+/* ---- quantize / dequantize ----------------------------------------------------------- */
+
+typedef struct {
+    int type;
+    int64_t channels, inner;
+    const void *x;
+    const float *scale;
+    const int32_t *zp;
+    int64_t params_len;
+    void *y;
+} qconvert_ctx;
+
+/* QuantizeLinear as MLAS computes it: x / scale (a true division), clamped to the
+ * range shifted by the zero point (NaN to its low end, as maxps gives), rounded to even,
+ * plus the zero point. Equal to saturate(round(x / scale) + zp): the bounds are integers. */
+static void quantize_row_scalar(int type, int64_t from, int64_t n, const float *x, float s,
+                                int32_t zp, uint8_t *y)
+{
+    float lo = (type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f) - (float)zp;
+    float hi = (type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f) - (float)zp;
+    for (int64_t j = from; j < n; ++j) {
+        float v = x[j] / s;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        y[j] = (uint8_t)((int32_t)lrintf(v) + zp);
+    }
+}
+
+static void dequantize_row_scalar(int type, int64_t from, int64_t n, const uint8_t *x,
+                                  float s, int32_t zp, float *y)
+{
+    for (int64_t j = from; j < n; ++j)
+        y[j] = (float)((type == LGK_QTYPE_INT8 ? (int32_t)(int8_t)x[j] : (int32_t)x[j]) - zp) * s;
+}
+
+#ifdef LGK_QADD_X86
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void quantize_row_avx512(int type, int64_t n, const float *x, float s, int32_t zp,
+                                uint8_t *y)
+{
+    __m512 lo = _mm512_set1_ps((type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f) - (float)zp);
+    __m512 hi = _mm512_set1_ps((type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f) - (float)zp);
+    __m512 vs = _mm512_set1_ps(s);
+    __m512i vz = _mm512_set1_epi32(zp);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + j), vs);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* maxps: NaN gives lo */
+        _mm512_mask_cvtepi32_storeu_epi8(y + j, k, _mm512_add_epi32(_mm512_cvtps_epi32(v), vz));
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void dequantize_row_avx512(int type, int64_t n, const uint8_t *x, float s, int32_t zp,
+                                  float *y)
+{
+    __m512 vs = _mm512_set1_ps(s);
+    __m512i vz = _mm512_set1_epi32(zp);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+        __m128i bytes = _mm_maskz_loadu_epi8(k, x + j);
+        __m512i w = type == LGK_QTYPE_INT8 ? _mm512_cvtepi8_epi32(bytes)
+                                           : _mm512_cvtepu8_epi32(bytes);
+        __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(w, vz));
+        _mm512_mask_storeu_ps(y + j, k, _mm512_mul_ps(v, vs));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void quantize_row_avx2(int type, int64_t n, const float *x, float s, int32_t zp,
+                              uint8_t *y)
+{
+    __m256 lo = _mm256_set1_ps((type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f) - (float)zp);
+    __m256 hi = _mm256_set1_ps((type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f) - (float)zp);
+    __m256 vs = _mm256_set1_ps(s);
+    __m256i vz = _mm256_set1_epi32(zp);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + j), vs);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        __m256i w = _mm256_add_epi32(_mm256_cvtps_epi32(v), vz); /* in the byte range */
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(y + j),
+                         type == LGK_QTYPE_UINT8 ? _mm_packus_epi16(h, h) : _mm_packs_epi16(h, h));
+    }
+    quantize_row_scalar(type, j, n, x, s, zp, y);
+}
+
+__attribute__((target("avx2,fma")))
+static void dequantize_row_avx2(int type, int64_t n, const uint8_t *x, float s, int32_t zp,
+                                float *y)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    __m256i vz = _mm256_set1_epi32(zp);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m128i bytes = _mm_loadl_epi64((const __m128i *)(x + j));
+        __m256i w = type == LGK_QTYPE_INT8 ? _mm256_cvtepi8_epi32(bytes)
+                                           : _mm256_cvtepu8_epi32(bytes);
+        __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(w, vz));
+        _mm256_storeu_ps(y + j, _mm256_mul_ps(v, vs));
+    }
+    dequantize_row_scalar(type, j, n, x, s, zp, y);
+}
+#endif
+
+static int quantize_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const qconvert_ctx *c = ctx;
+    int isa = qadd_isa();
+    for (int64_t r = begin; r < end; ++r) {
+        int64_t at = c->params_len == 1 ? 0 : r % c->channels;
+        const float *x = (const float *)c->x + r * c->inner;
+        uint8_t *y = (uint8_t *)c->y + r * c->inner;
+#ifdef LGK_QADD_X86
+        if (isa == 2) {
+            quantize_row_avx512(c->type, c->inner, x, c->scale[at], c->zp[at], y);
+            continue;
+        }
+        if (isa == 1) {
+            quantize_row_avx2(c->type, c->inner, x, c->scale[at], c->zp[at], y);
+            continue;
+        }
+#endif
+        (void)isa;
+        quantize_row_scalar(c->type, 0, c->inner, x, c->scale[at], c->zp[at], y);
+    }
+    return LGK_OK;
+}
+
+static int dequantize_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const qconvert_ctx *c = ctx;
+    int isa = qadd_isa();
+    for (int64_t r = begin; r < end; ++r) {
+        int64_t at = c->params_len == 1 ? 0 : r % c->channels;
+        const uint8_t *x = (const uint8_t *)c->x + r * c->inner;
+        float *y = (float *)c->y + r * c->inner;
+#ifdef LGK_QADD_X86
+        if (isa == 2) {
+            dequantize_row_avx512(c->type, c->inner, x, c->scale[at], c->zp[at], y);
+            continue;
+        }
+        if (isa == 1) {
+            dequantize_row_avx2(c->type, c->inner, x, c->scale[at], c->zp[at], y);
+            continue;
+        }
+#endif
+        (void)isa;
+        dequantize_row_scalar(c->type, 0, c->inner, x, c->scale[at], c->zp[at], y);
+    }
+    return LGK_OK;
+}
+
+/* The checks both share: sizes, the parameters' count and the zero points' range. */
+static int qconvert_check(int type, int64_t outer, int64_t channels, int64_t inner,
+                          const void *x, int64_t x_len, const float *scale,
+                          const int32_t *zero_point, int64_t params_len, const void *y,
+                          int64_t y_len, int64_t *n)
+{
+    LGK_CHECK(type == LGK_QTYPE_UINT8 || type == LGK_QTYPE_INT8, LGK_ERR_ARG);
+    LGK_CHECK(outer >= 0 && channels >= 0 && inner >= 0, LGK_ERR_SHAPE);
+    const int64_t dims[3] = {outer, channels, inner};
+    LGK_TRY(lgk_checked_count(3, dims, n));
+    LGK_CHECK(scale != NULL && zero_point != NULL, LGK_ERR_NULL);
+    LGK_CHECK(params_len == 1 || params_len == channels, LGK_ERR_SHAPE);
+    int32_t lo = type == LGK_QTYPE_UINT8 ? 0 : -128, hi = type == LGK_QTYPE_UINT8 ? 255 : 127;
+    for (int64_t i = 0; i < params_len; ++i)
+        LGK_CHECK(zero_point[i] >= lo && zero_point[i] <= hi, LGK_ERR_ARG);
+    LGK_TRY(lgk_check_buffer(x, x_len, *n));
+    return lgk_check_buffer(y, y_len, *n);
+}
+
+static int qconvert_run(qconvert_ctx *c, int64_t outer, int64_t n, lgk_range_fn fn,
+                        int nthreads)
+{
+    if (n == 0)
+        return LGK_OK;
+    int64_t rows = outer * c->channels;
+    int threads = n < 65536 ? 1 : nthreads;
+    int64_t grain = LGK_MAX((int64_t)1, 16384 / LGK_MAX(c->inner, (int64_t)1));
+    return lgk_parallel_for(threads, rows, grain, fn, c);
+}
+
+int lgk_quantize(int out_type, int64_t outer, int64_t channels, int64_t inner,
+                 const float *x, int64_t x_len, const float *scale, const int32_t *zero_point,
+                 int64_t params_len, void *y, int64_t y_len, int nthreads)
+{
+    int64_t n;
+    LGK_TRY(qconvert_check(out_type, outer, channels, inner, x, x_len, scale, zero_point,
+                           params_len, y, y_len, &n));
+    for (int64_t i = 0; i < params_len; ++i) /* x / 0 and x / NaN have no integer */
+        LGK_CHECK(isfinite(scale[i]) && scale[i] != 0.0f, LGK_ERR_ARG);
+    qconvert_ctx c = {out_type, channels, inner, x, scale, zero_point, params_len, y};
+    return qconvert_run(&c, outer, n, quantize_rows, nthreads);
+}
+
+int lgk_dequantize(int in_type, int64_t outer, int64_t channels, int64_t inner,
+                   const void *x, int64_t x_len, const float *scale,
+                   const int32_t *zero_point, int64_t params_len, float *y, int64_t y_len,
+                   int nthreads)
+{
+    int64_t n;
+    LGK_TRY(qconvert_check(in_type, outer, channels, inner, x, x_len, scale, zero_point,
+                           params_len, y, y_len, &n));
+    qconvert_ctx c = {in_type, channels, inner, x, scale, zero_point, params_len, y};
+    return qconvert_run(&c, outer, n, dequantize_rows, nthreads);
 }

@@ -890,6 +890,7 @@ int main(void)
     test_qgemm_errors();
     test_qconv();
     test_qadd();
+    test_quantize();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

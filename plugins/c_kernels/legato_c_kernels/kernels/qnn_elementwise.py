@@ -1,7 +1,8 @@
 """Quantized elementwise kernels (csrc/qelementwise.c): qnn.add as onnxruntime's
 com.microsoft QLinearAdd computes it (MLAS: `a * ratio_a + (b * ratio_b + fixed)`, each
 multiply-add fused, rounded half to even, saturated), per-tensor int8/uint8 operands with
-numpy broadcasting.
+numpy broadcasting; qnn.quantize and qnn.dequantize (ONNX QuantizeLinear, DequantizeLinear)
+of float32 data, per tensor or per axis.
 
 The float32 constants are computed here with numpy, each step rounded as onnxruntime
 rounds it (`ratio = scale / out_scale`, `fixed = out_zp - (ratio_a * a_zp + ratio_b *
@@ -114,4 +115,91 @@ def qnn_add(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any,
 
 qbound(qnn_add, _plan_qadd)
 
-KERNELS = {"qnn.add": qnn_add}
+
+# --- qnn.quantize / qnn.dequantize ---------------------------------------------------------
+
+class _ConvertCall:
+    """One lgk_quantize / lgk_dequantize call, its scales and zero points read per run."""
+
+    def __init__(self, op: str, fn: Any, type_: int, dims: tuple, x: Array, scale: Array,
+                 zero: Array, out: Array):
+        self.op, self.fn, self.type, self.dims = op, fn, type_, dims
+        self.x, self.scale_src, self.zero_src, self.out = x, scale, zero, out
+        self.scale = np.empty(scale.size, F32)
+        self.zero = np.empty(zero.size, np.int32)
+
+    def run(self) -> None:
+        self.scale[:] = self.scale_src
+        self.zero[:] = self.zero_src
+        status = self.fn(self.type, *self.dims, _cptr(self.x), self.x.size,
+                         ffi.cast("float *", self.scale.ctypes.data),
+                         ffi.cast("int32_t *", self.zero.ctypes.data), self.scale.size,
+                         ffi.cast(self.out_ptr_type, self.out.ctypes.data), self.out.size,
+                         num_threads())
+        if status:
+            check_status(self.op, status)
+
+    @property
+    def out_ptr_type(self) -> str:
+        return "float *" if self.out.dtype == F32 else "void *"
+
+
+def _plan_convert(op: str, x: Array, scale: Any, zero_point: Any, axis: int, out_dtype,
+                  out: Optional[Array], strict: bool):
+    scale = _values(op, "scale", scale, None if np.size(scale) == 1 else x.shape[axis]
+                    if -x.ndim <= axis < x.ndim else None, "float32")
+    zero = np.asarray(zero_point)
+    if zero.size != scale.size:
+        raise error(op, f"scale ({scale.size} values) and zero_point ({zero.size}) differ")
+    out = _out(op, out, x.shape, np.dtype(out_dtype))
+    if out.size == 0:
+        return out, None
+    if scale.size == 1:
+        span = x.shape[-1] if x.ndim else 1
+        dims = (x.size // span, 1, span)
+    else:
+        axis = axis % x.ndim
+        dims = (int(np.prod(x.shape[:axis])), x.shape[axis], int(np.prod(x.shape[axis + 1:])))
+    x = _buffer(_detached(x, out, strict), strict)
+    return out, (dims, x, scale, zero.reshape(-1), out)
+
+
+def _plan_quantize(data: Array, scale: Any, zero_point: Any, *, axis: int = 1,
+                   dtype: str = "int8", out: Optional[Array] = None, strict: bool = False):
+    op = "qnn.quantize"
+    x = _quantized(op, "data", data, ("float32",))
+    _quantized(op, "zero_point", np.asarray(zero_point), (dtype,))
+    out, plan = _plan_convert(op, x, scale, zero_point, axis, dtype, out, strict)
+    if plan is None:
+        return out, None
+    return out, _ConvertCall(op, lib.lgk_quantize, QTYPES[np.dtype(dtype)], *plan)
+
+
+def _plan_dequantize(data: Array, scale: Any, zero_point: Any, *, axis: int = 1,
+                     out: Optional[Array] = None, strict: bool = False):
+    op = "qnn.dequantize"
+    x = _quantized(op, "data", data)
+    _quantized(op, "zero_point", np.asarray(zero_point), (str(x.dtype),))
+    out, plan = _plan_convert(op, x, scale, zero_point, axis, F32, out, strict)
+    if plan is None:
+        return out, None
+    return out, _ConvertCall(op, lib.lgk_dequantize, QTYPES[x.dtype], *plan)
+
+
+def qnn_quantize(data: Array, scale: Any, zero_point: Any, *, axis: int = 1,
+                 dtype: str = "int8", out: Optional[Array] = None) -> Array:
+    """qnn.quantize (ONNX QuantizeLinear) of float32 data: scale and zero point one value
+    or one per index of `axis`; the result is int8 or uint8 (`dtype`)."""
+    return _run(*_plan_quantize(data, scale, zero_point, axis=axis, dtype=dtype, out=out))
+
+
+def qnn_dequantize(data: Array, scale: Any, zero_point: Any, *, axis: int = 1,
+                   out: Optional[Array] = None) -> Array:
+    """qnn.dequantize (ONNX DequantizeLinear) of int8/uint8 data to float32."""
+    return _run(*_plan_dequantize(data, scale, zero_point, axis=axis, out=out))
+
+
+qbound(qnn_quantize, _plan_quantize)
+qbound(qnn_dequantize, _plan_dequantize)
+
+KERNELS = {"qnn.add": qnn_add, "qnn.quantize": qnn_quantize, "qnn.dequantize": qnn_dequantize}
