@@ -76,3 +76,44 @@ def test_sizes_read_as_data_are_refused_naming_the_node():
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(legato.compile(onnx_frontend.load(model, {"batch": 2}))(x),
                                x * 6)
+
+
+@pytest.fixture(scope="module")
+def dynamic_bert(tmp_path_factory):
+    """A tiny BERT exported as people export it: batch and sequence as dynamic axes."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=40, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(ids).last_hidden_state
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    with torch.no_grad():
+        torch.onnx.export(Hidden(), (torch.randint(4, 100, (2, 16)),), str(path),
+                          input_names=["ids"], output_names=["y"], opset_version=17,
+                          dynamo=False, dynamic_axes={"ids": {0: "batch", 1: "seq"}})
+    return path
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_a_dynamic_bert_compiles_once_and_runs_at_every_size(dynamic_bert, backend):
+    compiled = legato.compile(str(dynamic_bert), backend)  # no input_shapes
+    assert [str(p.type) for p in compiled.module.main.params] == ["int64[batch, seq]"]
+    session = ort.InferenceSession(str(dynamic_bert), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for shape in [(1, 8), (3, 16), (1, 33), (2, 40)]:
+        ids = rng.integers(4, 100, shape).astype(np.int64)
+        np.testing.assert_allclose(compiled(ids), session.run(None, {"ids": ids})[0],
+                                   rtol=1e-4, atol=1e-4)
+    # the position table holds 40 rows: the import's guard names the limit
+    with pytest.raises(legato.ExecutionError, match=r"assuming seq<=40.*seq=41 breaks"):
+        compiled(np.ones((1, 41), np.int64))

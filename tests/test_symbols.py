@@ -85,3 +85,28 @@ def test_a_module_with_symbolic_dims_prints_and_parses_back():
     assert mod.main.params[0].type.shape == (b, s)
     assert legato.parse(str(mod)).main.results[0].type == mod.main.results[0].type
     assert isinstance(mod.main.results[0].type.shape[1], Expr)
+
+
+def test_assumptions_are_checked_recorded_or_refused():
+    from legato.symbols import assume_le, check_guard, collecting_guards
+    assume_le(s, s + 1, "trivially")  # decidable: no guard
+    with pytest.raises(ShapeError, match="needs 5 <= 4"):
+        assume_le(5, 4, "a constant slice")
+    with pytest.raises(ShapeError, match="needs seq <= 64, which is not known"):
+        assume_le(s, 64, "a slice")
+    with collecting_guards() as guards:
+        assume_le(s, 64, "a slice")
+        assume_le(s, 64, "the same slice again")
+    assert guards == ["seq<=64"]
+    assert check_guard("seq<=64", {"seq": 64}) and not check_guard("seq<=64", {"seq": 65})
+
+
+def test_a_function_whose_shapes_assume_an_undeclared_guard_is_refused():
+    text = ("func @main(%x: int64[1, 64], %y: float32[seq]) -> (int64[1, seq]) {\n"
+            '  %1 = strided_slice(%x) {"axes": [1], "begin": [0], "end": [{"$dim": "seq"}]}'
+            " : int64[1, seq]\n  return %1\n}\n")
+    with pytest.raises(legato.IRError, match="needs seq <= 64, which is not known"):
+        legato.parse(text)
+    mod = legato.parse(text.replace(") {", ') attrs {"guards": ["seq<=64"]} {', 1))
+    assert list(mod.main.attrs["guards"]) == ["seq<=64"]
+    assert legato.parse(str(mod)).main.attrs["guards"] == mod.main.attrs["guards"]

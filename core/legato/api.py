@@ -213,6 +213,32 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     be = _backend(host, backend)
     if not be.executes:
         _require_concrete(source, f"backend {be.name}, which emits code,")
+    if is_symbolic(source):
+        try:
+            return _compile_one(host, source, be, config, max_level)
+        except LegatoError as err:  # some rule needs sizes: legalize per binding instead
+            return _compile_per_binding(host, source, be, config, max_level, err)
+    return _compile_one(host, source, be, config, max_level)
+
+
+def _compile_per_binding(host: Context, source: Module, be: Backend, config, max_level,
+                         why: LegatoError) -> Compiled:
+    """A model with symbolic dims whose compile needs sizes somewhere (a decomposition
+    that builds constants of the input's size): each binding of the symbols met at run
+    time is compiled whole, from the source made concrete, and kept."""
+    load_config(config, be.name, host.registry, host.backends)  # a bad config fails now
+
+    def plan(module, _fallback_calls):
+        return _compile_one(host, module, be, config, max_level)._runner
+    report = Report(be.name, "full")
+    report.notes.append(f"compiled per binding of the symbolic dims at run time, since "
+                        f"compiling over them failed: {_first_line(why)}")
+    return Compiled(source, report, be, ShapeSpecializing(source, (), plan, host.registry),
+                    None, source)
+
+
+def _compile_one(host: Context, source: Module, be: Backend, config, max_level) -> Compiled:
+    """compile() for one backend."""
     cfg = load_config(config, be.name, host.registry, host.backends)
     # dequantize -> op -> quantize regions become qnn calls on the integers (what
     # onnxruntime's int8 kernels compute); then composite ops the model spells out in

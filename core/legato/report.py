@@ -39,6 +39,7 @@ class Report:
         self.conditions: dict[str, list] = {}
         self.targets: tuple[str, ...] = ()  # partitioned: the backends, first choice first
         self.placement = None  # after compile: legato.placement.Placement (calls, cost)
+        self.notes: list[str] = []  # how the model was compiled, when that is not the usual
 
     def drop(self, op: str) -> None:
         """Forget the calls of `op` (a partitioned build's calls of its regions)."""
@@ -137,6 +138,7 @@ class Report:
             parts.append("recovered " + _counts(self.recovered))
         if self.qdq is not None and self.qdq.folded:
             parts.append("folded QDQ into " + _counts(self.qdq.folded))
+        parts += self.notes
         parts.extend(self.unmatched())
         return "; ".join(parts)
 

@@ -18,7 +18,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import ShapeError, quote
-from .symbols import Expr, as_expr
+from .symbols import Expr, as_expr, assume_le
 
 INDEX_LIMIT = 2**31  # window attributes stay below it: bounds every backend's index arithmetic
 MAX_EMPTY_PARTS = 1 << 16  # a zero-size dim splits into any number of empty parts
@@ -189,8 +189,26 @@ def slice_params(shape: Sequence[int], attrs: Mapping) -> list[SliceAxis]:
         if a in seen:
             fail(f"axis {a} is sliced twice")
         seen.add(a)
-        params[a] = slice_axis(shape[a], int(b), int(e), int(s))
+        params[a] = _symbolic_slice_axis(shape[a], b, e, s) \
+            if any(isinstance(v, Expr) for v in (shape[a], b, e)) \
+            else slice_axis(shape[a], int(b), int(e), int(s))
     return params
+
+
+def _symbolic_slice_axis(dim, begin, end, step) -> SliceAxis:
+    """A forward slice where the dim or the end is symbolic (`position_ids[:, :seq]`): the
+    end clamps to the dim as ONNX and numpy do, which is recorded as a guard (the
+    end within the dim) where it is not known."""
+    if step != 1 or not isinstance(begin, int) or begin < 0:
+        fail(f"a slice of {dim} from {begin} to {end} by {step}: over symbolic sizes only "
+             "forward slices with a constant, non-negative start are supported")
+    if isinstance(end, int) and end < 0:
+        end = dim + end
+    elif isinstance(end, int) and (not isinstance(dim, int) and end >= INDEX_LIMIT):
+        end = dim  # "to the end", written as a huge end
+    assume_le(end, dim, f"a slice ending at {end} of a dimension of {dim}")
+    assume_le(begin, end, f"a slice from {begin} to {end}")
+    return SliceAxis(begin, end, 1, end - begin)
 
 
 # --- sliding windows ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import ExecutionError, LegatoError, ShapeError
 from .ir import Attrs, Call, Function, Module, TensorType, Value
-from .symbols import Expr, evaluate
+from .symbols import GUARDS, Expr, check_guard, evaluate
 from .verify import verify
 
 MAX_PLANS = 16
@@ -35,6 +35,15 @@ def _bare_symbol(dim) -> str | None:
         if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
             return mono[0]
     return None
+
+
+def check_guards(function: Function, bindings: Mapping[str, int]) -> None:
+    """What the model's import assumed of its symbols holds for this binding."""
+    for text in function.attrs.get(GUARDS, ()):
+        if not check_guard(text, bindings):
+            raise ExecutionError(f"the model was compiled assuming {text} (e.g. a slice of a "
+                                 f"fixed-size table by a symbolic length), which {_text(bindings)}"
+                                 " breaks")
 
 
 def bind(params, shapes) -> dict[str, int]:
@@ -153,4 +162,5 @@ class ShapeSpecializing:
         if len(given) != len(params):
             raise ExecutionError(f"the model takes {len(params)} inputs, got {len(given)}")
         bindings = bind(params, [np.shape(x) for x in given])
+        check_guards(self.module.main, bindings)
         return self.runner_for(bindings)(*inputs, **named)

@@ -16,8 +16,10 @@ comparisons and `int()` of an expression raise ShapeError naming it.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import ClassVar, Mapping, Union
+from typing import ClassVar, Iterator, Mapping, Union
 
 from .errors import ShapeError
 
@@ -249,6 +251,49 @@ def is_symbolic(dim) -> bool:
 
 def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int:
     return dim.evaluate(bindings) if isinstance(dim, Expr) else dim
+
+
+# --- guards: what shape inference relied on about the symbols' values -------------------------
+
+_GUARDS: ContextVar[list | None] = ContextVar("legato_symbol_guards", default=None)
+GUARDS = "guards"  # the main function's attribute that keeps them with the model
+
+
+@contextmanager
+def collecting_guards() -> Iterator[list[str]]:
+    """Inside, `assume_le` records its conditions in the yielded list (as text, `seq<=512`)
+    instead of refusing: an importer keeps them with the model, and each binding of the
+    symbols is checked against them before it runs."""
+    token = _GUARDS.set([])
+    try:
+        yield _GUARDS.get()
+    finally:
+        _GUARDS.reset(token)
+
+
+def assume_le(small: Dim, large: Dim, why: str) -> None:
+    """`small <= large`, which `why` relies on: checked now when it is decidable, else
+    recorded as a guard (ShapeError where nothing collects guards)."""
+    difference = large - small
+    if isinstance(difference, int) or _never_negative(difference):
+        if isinstance(difference, int) and difference < 0:
+            raise ShapeError(f"{why} needs {small} <= {large}")
+        return
+    guards = _GUARDS.get()
+    if guards is None:
+        raise ShapeError(f"{why} needs {small} <= {large}, which is not known here")
+    text = f"{small}<={large}"
+    if text not in guards:
+        guards.append(text)
+
+
+def _never_negative(value: Expr) -> bool:
+    return value.const >= 0 and all(c > 0 for _, c in value.terms)
+
+
+def check_guard(text: str, bindings: Mapping[str, int]) -> bool:
+    small, large = text.split("<=")
+    return evaluate(parse_dim(small), bindings) <= evaluate(parse_dim(large), bindings)
 
 
 # --- the text form: ints, names, + - * // % and parentheses -----------------------------------

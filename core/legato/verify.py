@@ -6,6 +6,7 @@ import numpy as np
 from .context import context, unknown_op_note
 from .errors import IRError, LegatoError, clip, quote
 from .ir import CALL_OP, Call, Const, Function, Module, Value
+from .symbols import GUARDS, collecting_guards
 
 __all__ = ["CALL_OP", "structural_equal", "verify"]  # CALL_OP: its older home
 
@@ -17,7 +18,16 @@ def verify(module: Module, registry=None) -> Module:
     if registry is None:
         registry = context().registry
     for name, fn in module.functions.items():
-        _verify_function(module, name, fn, registry)
+        declared = fn.attrs.get(GUARDS, ())
+        if not declared:
+            _verify_function(module, name, fn, registry)
+            continue
+        with collecting_guards() as assumed:  # inference over symbols may assume these
+            _verify_function(module, name, fn, registry)
+        missing = [g for g in assumed if g not in declared]
+        if missing:
+            raise IRError(f"function @{name}: its shapes assume {', '.join(missing)}, which "
+                          f"its guards ({', '.join(declared)}) do not say")
     _check_acyclic(module)
     return module
 

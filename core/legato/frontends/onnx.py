@@ -20,7 +20,8 @@ from typing import Mapping
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Call, Const, Module, Origin, Value
-from ..symbols import MAX_NAME, symbol
+from ..symbols import GUARDS, MAX_NAME, collecting_guards, symbol
+from ..verify import verify
 # importing the converter modules registers their converters (CONVERTER_MODULES)
 from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_control, onnx_more,
                onnx_nn, onnx_ops, onnx_qoperator, onnx_rnn, onnx_roi, onnx_signal)
@@ -447,11 +448,15 @@ class _Importer:
                 dtype = onnx_dtype(value.type.tensor_type.elem_type, f"input {quote(value.name)}")
                 self.env[value.name] = self.b.input(value.name,
                                                     input_shape(value, self.input_shapes), dtype)
-        for node in self.graph.node:
-            self.convert(node)
+        with collecting_guards() as guards:  # what symbolic slices assumed of the sizes
+            for node in self.graph.node:
+                self.convert(node)
         results = [self.lookup(out.name, "graph output") for out in self.graph.output]
         check_no_symbolic_consts(self.b.calls, results)
-        return self.b.build(*results)
+        if not guards:
+            return self.b.build(*results)
+        module = Module({"main": self.b.function(*results, attrs={GUARDS: guards})})
+        return verify(module, self.b.registry)
 
     def initializer(self, tensor) -> Const:
         where = f"initializer {quote(tensor.name)}"

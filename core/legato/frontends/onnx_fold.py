@@ -34,7 +34,8 @@ def foldable(values) -> bool:
     """Whether results of these types are worth folding (small integer shape data, or
     small floats on their way to becoming such)."""
     return bool(values) and all(v.dtype in FOLD_DTYPES + FLOAT_DTYPES and
-                                v.type.size <= FOLD_MAX_ELEMENTS for v in values)
+                                not v.type.symbolic and v.type.size <= FOLD_MAX_ELEMENTS
+                                for v in values)
 
 
 def fold_calls(calls, values, registry) -> list[np.ndarray] | None:

@@ -166,7 +166,7 @@ primitive("split", "data", _split, "injective",
           doc="several results: an int is that many equal parts (it must divide the dim), a "
               "list the size of each part (summing to the dim)")
 primitive("strided_slice", "data", _strided_slice, "injective",
-          {"begin": ("ints",), "end": ("ints",), "strides": ("ints?", None),
+          {"begin": ("dims",), "end": ("dims",), "strides": ("ints?", None),
            "axes": ("ints?", None)}, tolerance=0.0,
           doc="ONNX Slice: `axes=None` is `0..len(begin)-1`; negative indices count from "
               "the end; out-of-range indices are clamped; negative strides allowed")
