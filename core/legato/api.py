@@ -226,9 +226,12 @@ def _compile_per_binding(host: Context, source: Module, be: Backend, config, max
     """A model with symbolic dims whose compile needs sizes somewhere (a decomposition
     that builds constants of the input's size): each binding of the symbols met at run
     time is compiled whole, from the source made concrete, and kept."""
-    load_config(config, be.name, host.registry, host.backends)  # a bad config fails now
+    keep = load_config(config, be.name, host.registry, host.backends).keep
 
     def plan(module, _fallback_calls):
+        # what the import could not fold while the sizes were symbols (a slice of a
+        # position table by the sequence length) is constant once they are bound
+        module = fold_constants(module, host, keep)
         return _compile_one(host, module, be, config, max_level)._runner
     report = Report(be.name, "full")
     report.notes.append(f"compiled per binding of the symbolic dims at run time, since "

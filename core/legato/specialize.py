@@ -134,6 +134,7 @@ class ShapeSpecializing:
         self.module, self.fallback_calls = module, frozenset(fallback_calls)
         self.plan, self.registry = plan, registry
         self.plans: OrderedDict = OrderedDict()
+        self.by_shapes: dict = {}  # the inputs' shapes -> their binding's runner
         self.stats = {"hits": 0, "misses": 0, "plan_s": 0.0}
 
     def runner_for(self, bindings: Mapping[str, int]):
@@ -161,6 +162,15 @@ class ShapeSpecializing:
         given = list(inputs) + [named[p.name] for p in params[len(inputs):] if p.name in named]
         if len(given) != len(params):
             raise ExecutionError(f"the model takes {len(params)} inputs, got {len(given)}")
-        bindings = bind(params, [np.shape(x) for x in given])
-        check_guards(self.module.main, bindings)
-        return self.runner_for(bindings)(*inputs, **named)
+        shapes = tuple(np.shape(x) for x in given)
+        runner = self.by_shapes.get(shapes)  # inputs of sizes met before: one lookup
+        if runner is None:
+            bindings = bind(params, shapes)
+            check_guards(self.module.main, bindings)
+            runner = self.runner_for(bindings)
+            if len(self.by_shapes) >= MAX_PLANS:
+                self.by_shapes.clear()
+            self.by_shapes[shapes] = runner
+        else:
+            self.stats["hits"] += 1
+        return runner(*inputs, **named)
