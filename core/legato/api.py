@@ -271,6 +271,10 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level) 
     factory = be.executor or Interpreter
 
     def plan(module, fallback_calls):
+        if result.deferred:  # calls whose decomposition needed the sizes: legalized now
+            bound = legalize_module(fold_constants(module, host, cfg.keep), host.registry,
+                                    be, fallback, cfg, max_level, "full")
+            module, fallback_calls = bound.module, bound.fallback_calls
         return _backend_step(be, "executor", factory, module, be, fallback, fallback_calls,
                              host.registry)
     # symbolic dims: legalized once, planned per binding of the symbols at call time

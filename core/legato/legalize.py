@@ -24,7 +24,7 @@ from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
 from .calls import Emitter, Recipes
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
-from .errors import LegalizationError, LegatoError
+from .errors import LegalizationError, LegatoError, ShapeError
 from .ir import CALL_OP, Call, Function, Module, Origin, Value
 from .passes import FunctionPass
 from .report import Decision, Report
@@ -43,6 +43,9 @@ class LegalizeResult:
     module: Module
     report: Report
     fallback_calls: set = field(default_factory=set)  # calls that run on the fallback
+    # calls over symbolic dims whose decomposition needs sizes: left as they are, to be
+    # legalized once the symbols are bound (legato.compile does it per binding)
+    deferred: set = field(default_factory=set)
 
 
 class _Legalizer:
@@ -54,6 +57,7 @@ class _Legalizer:
         self.by_value = backend is not None and backend.reads_values
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
+        self.deferred: set[Call] = set()
         self._decisions: dict = {}
         self.recipes = Recipes(registry)  # decompositions replayed on repeated layers
         self._replayed: dict = {}  # recipe -> the decisions of its calls
@@ -185,6 +189,13 @@ class _Legalizer:
         emitter = Emitter(self.registry, origin)
         try:
             results, recipe = self.recipes.run(emitter, opdef, call.inputs, call.attrs)
+        except ShapeError as err:
+            if not _symbolic(call):
+                raise _rule_failed(rule, call, err) from err
+            self.deferred.add(call)  # needs the sizes: legalized once they are bound
+            self.report.after[call.op] += 1
+            out.append(call)
+            return
         except Exception as err:
             raise _rule_failed(rule, call, err) from err
         _check_types(call, results, rule)
@@ -289,8 +300,16 @@ def legalize_module(module: Module, registry, backend=None, fallback=None,
     if worker.kept_failures:
         raise LegalizationError(worker.kept_text().rstrip("\n"))
     worker.report.changed = changed
+    if worker.deferred:
+        ops = sorted({c.op for c in worker.deferred})
+        worker.report.notes.append(f"{len(worker.deferred)} calls ({', '.join(ops)}) need "
+                                   "their symbolic dims bound to be legalized")
     return LegalizeResult(module if mode == "analysis" else legalized, worker.report,
-                          worker.fallback_calls)
+                          worker.fallback_calls, worker.deferred)
+
+
+def _symbolic(call: Call) -> bool:
+    return any(v is not None and v.type.symbolic for v in (*call.inputs, *call.outputs))
 
 
 class LegalizePass(FunctionPass):
