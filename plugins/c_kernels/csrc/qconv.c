@@ -207,8 +207,9 @@ static int32_t qvalue(int type, uint8_t byte)
 }
 
 #define QDW_LANES 16
-#define QDW_VECTORS 4 /* vectors of outputs per pass over the taps: 4 FMAs per weight */
-#define QDW_BLOCK (QDW_LANES * QDW_VECTORS)
+/* vectors of outputs per pass over the taps (4 FMAs per weight), fewer on narrow maps:
+ * a 7-wide row in 64 lanes did 9 times its work (MobileNetV2's 960-channel 7x7 convs) */
+#define QDW_VECTORS 4
 /* GCC vector types of QDW_LANES lanes: the clones compile them to zmm, ymm pairs or xmm
  * quadruples, where plain arrays of lanes were scalarized. */
 typedef float qdw_f32 __attribute__((vector_size(4 * QDW_LANES)));
@@ -225,18 +226,62 @@ typedef uint32_t qdw_u32 __attribute__((vector_size(4 * QDW_LANES)));
  * row, or more: the last block of QDW_LANES outputs reads past the row's end) and `rows`
  * rows; in the copy, output (oy, ox) and tap (ki, kj) read (oy sh + ki dh, ox sw + kj dw). */
 typedef struct {
-    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to QDW_BLOCK */
+    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to a block */
+    int vectors;                   /* per block: 1, 2 or QDW_VECTORS */
 } qdw_layout;
 
 static qdw_layout qdw_geometry(const qconv_geom *g)
 {
     const lgk_conv2d_params *p = g->p;
     qdw_layout l;
-    l.ow_lanes = (g->ow + QDW_BLOCK - 1) / QDW_BLOCK * QDW_BLOCK;
+    l.vectors = g->ow <= QDW_LANES ? 1 : g->ow <= 2 * QDW_LANES ? 2 : QDW_VECTORS;
+    int64_t block = QDW_LANES * l.vectors;
+    l.ow_lanes = (g->ow + block - 1) / block * block;
     l.rows = p->h + p->pad_top + p->pad_bottom;
     l.width = LGK_MAX(p->w + p->pad_left + p->pad_right,
                       (l.ow_lanes - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1);
     return l;
+}
+
+/* acc[0, ow rounded up to blocks of nv vectors) = one output row's sums: every tap of a
+ * block of nv QDW_LANES outputs accumulates in registers. */
+__attribute__((always_inline)) static inline void
+qdw_row(const int nv, const lgk_conv2d_params *p, int64_t ow, int64_t width,
+        const float *restrict row, const float *restrict wk, uint32_t bias,
+        uint32_t *restrict acc)
+{
+    int64_t taps = p->kh * p->kw, sw = p->stride_w;
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += nv * QDW_LANES) {
+        qdw_f32 f[QDW_VECTORS]; /* exact sums (QDW_FLOAT_TAPS) */
+        qdw_u32 a[QDW_VECTORS];
+        for (int u = 0; u < nv; ++u) {
+            f[u] = (qdw_f32){0};
+            a[u] = (qdw_u32){0} + bias;
+        }
+        for (int64_t ki = 0; ki < p->kh; ++ki)
+            for (int64_t kj = 0; kj < p->kw; ++kj) {
+                const float *r = row + ki * p->dilation_h * width + kj * p->dilation_w
+                                 + ox0 * sw;
+                float wv = wk[ki * p->kw + kj];
+                for (int u = 0; u < nv; ++u) {
+                    qdw_f32 v;
+                    if (sw == 1) {
+                        memcpy(&v, r + u * QDW_LANES, sizeof v);
+                    } else {
+                        for (int j = 0; j < QDW_LANES; ++j)
+                            v[j] = r[(u * QDW_LANES + j) * sw];
+                    }
+                    if (taps <= QDW_FLOAT_TAPS)
+                        f[u] += v * wv;
+                    else /* int32 products (|x - zp| |w - zp| <= 65025), wrapping sums */
+                        a[u] += (qdw_u32)(__builtin_convertvector(v, qdw_i32) * (int32_t)wv);
+                }
+            }
+        for (int u = 0; u < nv; ++u) {
+            a[u] += (qdw_u32)__builtin_convertvector(f[u], qdw_i32);
+            memcpy(acc + ox0 + u * QDW_LANES, &a[u], sizeof a[u]);
+        }
+    }
 }
 
 /* One plane, compiled per instruction set: every tap of a block of QDW_LANES outputs
@@ -249,7 +294,7 @@ LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t 
     const qconv_geom *g = d->g;
     const lgk_conv2d_params *p = g->p;
     const lgk_qparams *q = d->q;
-    int64_t c = plane % p->c, taps = p->kh * p->kw, sw = p->stride_w;
+    int64_t c = plane % p->c, taps = p->kh * p->kw;
     int32_t xzp = q->b_zero_point[0];
     int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
     for (int64_t t = 0; t < taps; ++t)
@@ -274,36 +319,10 @@ LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t 
     char *y = (char *)d->y + (size_t)(plane * g->plane_out) * esize;
     for (int64_t oy = 0; oy < g->oh; ++oy) {
         const float *row = xp + oy * p->stride_h * l->width;
-        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += QDW_BLOCK) {
-            qdw_f32 f[QDW_VECTORS]; /* exact sums (QDW_FLOAT_TAPS) */
-            qdw_u32 a[QDW_VECTORS];
-            for (int u = 0; u < QDW_VECTORS; ++u) {
-                f[u] = (qdw_f32){0};
-                a[u] = (qdw_u32){0} + bias;
-            }
-            for (int64_t ki = 0; ki < p->kh; ++ki)
-                for (int64_t kj = 0; kj < p->kw; ++kj) {
-                    const float *r = row + ki * p->dilation_h * l->width
-                                     + kj * p->dilation_w + ox0 * sw;
-                    float wv = wk[ki * p->kw + kj];
-                    for (int u = 0; u < QDW_VECTORS; ++u) {
-                        qdw_f32 v;
-                        if (sw == 1) {
-                            memcpy(&v, r + u * QDW_LANES, sizeof v);
-                        } else {
-                            for (int j = 0; j < QDW_LANES; ++j)
-                                v[j] = r[(u * QDW_LANES + j) * sw];
-                        }
-                        if (taps <= QDW_FLOAT_TAPS)
-                            f[u] += v * wv;
-                        else /* int32 products (|x - zp| |w - zp| <= 65025), wrapping sums */
-                            a[u] += (qdw_u32)(__builtin_convertvector(v, qdw_i32) * (int32_t)wv);
-                    }
-                }
-            for (int u = 0; u < QDW_VECTORS; ++u) {
-                a[u] += (qdw_u32)__builtin_convertvector(f[u], qdw_i32);
-                memcpy(acc + ox0 + u * QDW_LANES, &a[u], sizeof a[u]);
-            }
+        switch (l->vectors) { /* a constant count in each: the sums stay in registers */
+        case 1: qdw_row(1, p, g->ow, l->width, row, wk, bias, acc); break;
+        case 2: qdw_row(2, p, g->ow, l->width, row, wk, bias, acc); break;
+        default: qdw_row(QDW_VECTORS, p, g->ow, l->width, row, wk, bias, acc); break;
         }
         lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
     }
