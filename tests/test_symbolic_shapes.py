@@ -122,3 +122,35 @@ def test_a_dynamic_bert_compiles_once_and_runs_at_every_size(dynamic_bert, backe
     # the position table holds 40 rows: the import's guard names the limit
     with pytest.raises(legato.ExecutionError, match=r"assuming seq<=40.*seq=41 breaks"):
         compiled(np.ones((1, 41), np.int64))
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_torch_export_dynamic_shapes_compile_once_and_match_eager(backend):
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as torch_frontend
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.norm = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            b, n, d = x.shape
+            h = self.proj(self.norm(x)).view(b, n, 4, 4).transpose(1, 2)
+            mixed = torch.softmax(h @ h.transpose(-1, -2) / 2.0, dim=-1) @ h
+            return mixed.transpose(1, 2).reshape(b, n, d) + x
+
+    model = Block().eval()
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=128)
+    module = torch_frontend.load(model, (torch.randn(2, 8, 16),),
+                                 dynamic_shapes=({0: batch, 1: seq},))
+    assert module.main.params[0].type.symbolic
+    limits = sorted(g.split("<=")[1] for g in module.main.attrs["guards"])
+    assert limits == ["128", "64"]  # torch.export's ranges are the model's guards
+    compiled = legato.compile(module, backend)
+    for shape in [(1, 5, 16), (3, 17, 16), (2, 8, 16)]:
+        x = torch.randn(*shape)
+        np.testing.assert_allclose(compiled(x.numpy()), model(x).detach().numpy(),
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(legato.ExecutionError, match="<=128"):
+        compiled(np.ones((1, 129, 16), np.float32))

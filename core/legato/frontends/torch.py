@@ -27,11 +27,14 @@ import re
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Call, Const, Module, Origin
+from ..symbols import GUARDS
+from ..verify import verify
 # imported for their converters, which join ATEN
 from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
                torch_nn, torch_scans, torch_tensors)
 from . import torch_fft
 from . import torch_custom, torch_experts, torch_quant  # noqa: F401  (custom ops' converters)
+from . import torch_symbolic
 from .onnx_fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
@@ -62,13 +65,16 @@ def _torch():
     return torch
 
 
-def load(module, example_inputs, *, registry=None) -> Module:
+def load(module, example_inputs, *, registry=None, dynamic_shapes=None) -> Module:
     """A legato Module computing `module(*example_inputs)` for inputs of those shapes
-    (`registry`: the context's when not given)."""
-    return _Importer(exported(module, example_inputs), registry).run()
+    (`registry`: the context's when not given). `dynamic_shapes` (torch.export's, with
+    `torch.export.Dim`s) keeps those sizes symbolic: the module runs at every size in
+    their ranges."""
+    return _Importer(exported(module, example_inputs, dynamic_shapes=dynamic_shapes),
+                     registry).run()
 
 
-def exported(module, example_inputs, decompositions=None):
+def exported(module, example_inputs, decompositions=None, dynamic_shapes=None):
     """`module` exported on `example_inputs` and decomposed for import (`decompositions`:
     more of them, {op: function}, over the default table)."""
     torch = _torch()
@@ -78,7 +84,8 @@ def exported(module, example_inputs, decompositions=None):
         except NotImplementedError:   # an exported graph (PT2E's) keeps the mode it had
             pass
     try:
-        program = torch.export.export(module, tuple(example_inputs))
+        program = torch.export.export(module, tuple(example_inputs),
+                                      dynamic_shapes=dynamic_shapes)
     except Exception as err:  # noqa: BLE001 - export raises many error types
         raise LegatoError(f"torch.export could not export the module: "
                           f"{' '.join(str(err).split())[:400]}") from None
@@ -203,8 +210,9 @@ class _Importer:
             if node.op == "placeholder" and node.name in constants:
                 self.env[node] = constants[node.name]
             elif node.op == "placeholder":
-                val = node.meta["val"]
-                self.env[node] = self.b.input(node.name, *torch_fft.value_type(val))
+                shape, dtype = torch_fft.value_type(node.meta["val"])
+                self.env[node] = self.b.input(node.name, tuple(map(torch_symbolic.dim, shape)),
+                                              dtype)
             elif node.op == "call_function" and node not in self.dropped:
                 self.env[node] = self.convert(node)
             elif node.op == "output":
@@ -215,7 +223,13 @@ class _Importer:
             raise LegatoError("the program returns no tensor (only None): a legato module "
                               "needs at least one result")
         self.b.calls[:] = live_calls(self.b.calls, results)
-        return TorchModule(self.b.build(*results).functions, nones)
+        symbols = {name for p in self.b.params for d in p.shape if not isinstance(d, int)
+                   for name in d.symbols()}
+        assumed = torch_symbolic.guards(self.program, symbols) if symbols else []
+        if not assumed:
+            return TorchModule(self.b.build(*results).functions, nones)
+        main = self.b.function(*results, attrs={GUARDS: assumed})
+        return TorchModule(verify(Module({"main": main}), self.b.registry).functions, nones)
 
     def result(self, position: int, out):
         """An output as a module result: a Python scalar as the 0-d constant tensor torch
@@ -337,7 +351,8 @@ class _Importer:
         val = node.meta.get("val")
         if val is None or not hasattr(val, "shape") or isinstance(result, (tuple, list)):
             return
-        want = torch_fft.value_type(val)
+        shape, dtype = torch_fft.value_type(val)
+        want = tuple(map(torch_symbolic.dim, shape)), dtype
         if (tuple(result.shape), result.dtype) != want:
             raise LegatoError(f"{node.target} ({node.name}) converted to {result.type}, torch "
                               f"says {want[1]}{list(want[0])}")
