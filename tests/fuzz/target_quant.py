@@ -40,6 +40,7 @@ CASE_TIMEOUT = 60.0
 BACKENDS = ("cpu_ref", "c_kernels")
 WITHIN_SHARE = 0.999   # of elements within one quantization step of onnxruntime's
 FLOAT_ATOL = 1e-4      # the other targets' tolerance, for results left float
+QUANTIZED = (np.int8, np.uint8)   # the tensors between quantized steps (not int64 shapes)
 
 try:
     import onnx
@@ -183,9 +184,12 @@ def binary(p: Program, x):
     other = p.same_shape(shape) if p.rng.random() < 0.6 else None
     if other is not None:
         return p.node(op, [name, other[0]], shape)
-    # a constant operand, broadcast along the channels or the last axis
+    # a constant operand, broadcast along the channels or the last axis, or one value
     const_shape = (shape[1], 1, 1) if len(shape) == 4 else (shape[-1],)
-    return p.node(op, [name, p.weight(const_shape, 0.5 if op == "Add" else 1.0)], shape)
+    if p.rng.random() < 0.15:
+        const_shape = ()
+    operands = [name, p.weight(const_shape, 0.5 if op == "Add" else 1.0)]
+    return p.node(op, operands[::-1] if p.rng.random() < 0.3 else operands, shape)
 
 
 def relu(p: Program, x):
@@ -393,8 +397,8 @@ def every_value(model, feeds) -> dict:
 
 
 def step_model(model, out: str, values: dict):
-    """The nodes computing integer tensor `out` from integer tensors (or the float graph
-    input): one quantized step (dequantize -> op -> quantize, or one QLinear op), as a
+    """The nodes computing int8/uint8 tensor `out` from int8/uint8 tensors (or the float
+    graph input): one quantized step (dequantize -> op -> quantize, or one QLinear op), as a
     model of its own whose inputs are those tensors."""
     producer = {o: n for n in model.graph.node for o in n.output}
     inits = {t.name: t for t in model.graph.initializer}
@@ -404,7 +408,7 @@ def step_model(model, out: str, values: dict):
         if not name or name in inits:
             used.add(name)
             continue
-        if name != out and (name not in producer or values[name].dtype.kind in "iu"):
+        if name != out and (name not in producer or values[name].dtype in QUANTIZED):
             inputs[name] = values[name]
             continue
         node = producer[name]
@@ -431,7 +435,7 @@ def check_each_step(model, feeds, backend: str, where: str) -> None:
     from legato.frontends import onnx as lonnx
     values = every_value(model, feeds)
     for name, value in values.items():
-        if value.dtype.kind not in "iu" or name in feeds:
+        if value.dtype not in QUANTIZED or name in feeds:
             continue
         part, inputs, ops = step_model(model, name, values)
         want = onnxruntime_results(part, inputs)[0]
