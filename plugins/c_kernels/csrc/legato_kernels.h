@@ -390,6 +390,11 @@ int lgk_dequantize(int in_type, int64_t outer, int64_t channels, int64_t inner,
                    const int32_t *zero_point, int64_t params_len, float *y, int64_t y_len,
                    int nthreads);
 
+/* cast of float32 x (rows x inner) to out_type (LGK_QTYPE_UINT8 or LGK_QTYPE_INT8) as the
+ * cast op converts floats to integers: truncation toward zero, saturation, NaN to 0. */
+int lgk_cast_f32_to_byte(int out_type, int64_t rows, int64_t inner, const float *x,
+                         int64_t x_len, void *y, int64_t y_len, int nthreads);
+
 /* ---- programs --------------------------------------------------------------- */
 /*
  * A program is a sequence of calls of the functions above, run by one call: each

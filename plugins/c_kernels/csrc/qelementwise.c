@@ -408,3 +408,90 @@ int lgk_dequantize(int in_type, int64_t outer, int64_t channels, int64_t inner,
     qconvert_ctx c = {in_type, channels, inner, x, scale, zero_point, params_len, y};
     return qconvert_run(&c, outer, n, dequantize_rows, nthreads);
 }
+
+/* ---- float32 to int8 / uint8 casts ---------------------------------------------------
+ * The cast op's float-to-integer conversion: truncation toward zero, saturation, NaN to
+ * 0. Clamping first to the type's bounds (integers, exact in float32) then truncating
+ * equals truncating then saturating. */
+
+static void cast_row_scalar(int type, int64_t from, int64_t n, const float *x, uint8_t *y)
+{
+    float lo = type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f;
+    float hi = type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f;
+    for (int64_t j = from; j < n; ++j) {
+        float v = x[j];
+        v = isnan(v) ? 0.0f : v < lo ? lo : v > hi ? hi : v;
+        y[j] = (uint8_t)(int32_t)v; /* the int8 value's byte for LGK_QTYPE_INT8 */
+    }
+}
+
+#ifdef LGK_QADD_X86
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void cast_row_avx512(int type, int64_t n, const float *x, uint8_t *y)
+{
+    __m512 lo = _mm512_set1_ps(type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f);
+    __m512 hi = _mm512_set1_ps(type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(k, x + j);
+        __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        v = _mm512_maskz_mov_ps(number, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        _mm512_mask_cvtepi32_storeu_epi8(y + j, k, _mm512_cvttps_epi32(v));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void cast_row_avx2(int type, int64_t n, const float *x, uint8_t *y)
+{
+    __m256 lo = _mm256_set1_ps(type == LGK_QTYPE_UINT8 ? 0.0f : -128.0f);
+    __m256 hi = _mm256_set1_ps(type == LGK_QTYPE_UINT8 ? 255.0f : 127.0f);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        __m256 number = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+        v = _mm256_and_ps(number, _mm256_min_ps(_mm256_max_ps(v, lo), hi));
+        __m256i w = _mm256_cvttps_epi32(v);
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(y + j),
+                         type == LGK_QTYPE_UINT8 ? _mm_packus_epi16(h, h) : _mm_packs_epi16(h, h));
+    }
+    cast_row_scalar(type, j, n, x, y);
+}
+#endif
+
+static int cast_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const qconvert_ctx *c = ctx;
+    int isa = qadd_isa();
+    for (int64_t r = begin; r < end; ++r) {
+        const float *x = (const float *)c->x + r * c->inner;
+        uint8_t *y = (uint8_t *)c->y + r * c->inner;
+#ifdef LGK_QADD_X86
+        if (isa == 2) {
+            cast_row_avx512(c->type, c->inner, x, y);
+            continue;
+        }
+        if (isa == 1) {
+            cast_row_avx2(c->type, c->inner, x, y);
+            continue;
+        }
+#endif
+        (void)isa;
+        cast_row_scalar(c->type, 0, c->inner, x, y);
+    }
+    return LGK_OK;
+}
+
+int lgk_cast_f32_to_byte(int out_type, int64_t rows, int64_t inner, const float *x,
+                         int64_t x_len, void *y, int64_t y_len, int nthreads)
+{
+    LGK_CHECK(out_type == LGK_QTYPE_UINT8 || out_type == LGK_QTYPE_INT8, LGK_ERR_ARG);
+    LGK_CHECK(rows >= 0 && inner >= 0, LGK_ERR_SHAPE);
+    int64_t n;
+    const int64_t dims[2] = {rows, inner};
+    LGK_TRY(lgk_checked_count(2, dims, &n));
+    LGK_TRY(lgk_check_buffer(x, x_len, n));
+    LGK_TRY(lgk_check_buffer(y, y_len, n));
+    qconvert_ctx c = {out_type, 1, inner, x, NULL, NULL, 1, y};
+    return qconvert_run(&c, rows, n, cast_rows, nthreads);
+}

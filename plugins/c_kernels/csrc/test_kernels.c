@@ -891,6 +891,7 @@ int main(void)
     test_qconv();
     test_qadd();
     test_quantize();
+    test_cast_to_byte();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

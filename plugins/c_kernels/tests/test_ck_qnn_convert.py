@@ -105,3 +105,25 @@ def test_compiled_quantize_dequantize_run_on_c_kernels():
     assert compiled.report.per_backend["c_kernels"] == {"qnn.quantize": 1, "qnn.dequantize": 1}
     x = rng.standard_normal((4, 50)).astype(np.float32) * 4
     np.testing.assert_array_equal(compiled(x), run_ort(model, x))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_float32_to_byte_cast_in_c_matches_the_reference(dtype):
+    # truncation, saturation and NaN to 0 as cpu_ref's cast (the op's definition); ran on
+    # cpu_ref before (numpy's conversion does not saturate): BERT's int8 output stages
+    from legato_c_kernels.kernels import casts
+    from legato_cpu_ref import kernels as ref
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 129)) * 150).astype(np.float32)
+    x[0, :8] = [np.nan, np.inf, -np.inf, 127.9, -128.9, 255.5, -0.9, 0.9]
+    want = ref.cast(x, dtype=dtype)
+    np.testing.assert_array_equal(casts.cast(x, dtype=dtype), want)
+    out = np.empty(x.shape, dtype)
+    casts.cast.bind(x, out=out, dtype=dtype)()
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(casts.cast(x.T, dtype=dtype), want.T)  # not contiguous
+    b = legato.GraphBuilder()
+    mod = b.build(b.cast(b.input("x", x.shape, "float32"), dtype=dtype))
+    compiled = legato.compile(mod, "c_kernels")
+    assert compiled.report.per_backend["c_kernels"] == {"cast": 1}
+    np.testing.assert_array_equal(compiled(x), want)
