@@ -36,8 +36,8 @@ micro-kernel reads); the resulting :class:`PackedWeight` is accepted by ``matmul
 per-call packing of B (15-25% of a GEMM at M = 64..128). :func:`pack_conv_weight` does the
 same for an nn.conv2d weight with groups == 1 (:class:`PackedConvWeight`).
 
-Quantized ops (:mod:`.qnn`, :mod:`.qnn_elementwise`): qnn.conv2d, qnn.linear, qnn.matmul
-and qnn.add on int8/uint8 tensors
+Quantized ops (:mod:`.qnn`, :mod:`.qnn_elementwise`): qnn.conv2d, qnn.linear, qnn.matmul,
+qnn.add, qnn.quantize and qnn.dequantize on int8/uint8 tensors
 with onnxruntime's arithmetic, on the int8 GEMM (AVX-512 VNNI / AVX2 / portable); their
 constant weights are packed once as well.
 
