@@ -1,0 +1,270 @@
+"""Models at the size people deploy them: import, compile, memory and latency.
+
+    .venv/bin/python benchmarks/real_size.py [--models bert,resnet50] [--threads 1,2,16]
+                                              [--repeat 10] [--no-eager]
+
+Models (transformers configs at their published sizes, random weights, He-normal conv
+weights, batch 1): BERT-base (sequence 128), GPT-2 small (128), TinyLlama-1.1B widths with 4
+layers (128), ViT-base (224^2), the Whisper-tiny encoder (80 x 3000), ResNet-50, MobileNetV2
+and ConvNeXt-tiny (224^2). Each is exported to ONNX once (opset 17) and cached under
+$LEGATO_BENCH_CACHE (default ~/.cache/legato-bench), named by a key of its settings and the
+torch / transformers versions.
+
+Per model, in a child process of its own (so its peak memory is its own):
+  import      legato's ONNX import (s) against onnxruntime's session creation (s)
+  compile     legato.compile(module, "c_kernels") (s)
+  peak MB     the child's peak resident memory after import and compile, beside the
+              weights' size on disk
+Then latency, median ms of one forward pass in interleaved rounds (each runtime in turn, so
+load from other processes falls on all alike) at each thread count (default 1, 2 and every
+core): c_kernels, onnxruntime and torch eager, with c_kernels / onnxruntime per model and
+their geometric mean. The figures are only as quiet as the machine: the load average is
+printed first.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads its own per call
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
+
+CACHE = Path(os.environ.get("LEGATO_BENCH_CACHE", Path.home() / ".cache" / "legato-bench"))
+SEED = 0
+TOKENS, IMAGE, MEL_FRAMES = 128, 224, 3000
+TINYLLAMA_4 = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
+                   num_key_value_heads=4, num_hidden_layers=4, vocab_size=32000,
+                   # the TorchScript exporter has no grouped-query sdpa
+                   attn_implementation="eager")
+# name -> (transformers config, model class, config kwargs, input kind)
+MODELS = {
+    "bert": ("BertConfig", "BertModel", {}, "tokens"),
+    "gpt2": ("GPT2Config", "GPT2Model", {}, "tokens"),
+    "tinyllama4": ("LlamaConfig", "LlamaModel", TINYLLAMA_4, "tokens"),
+    "vit": ("ViTConfig", "ViTModel", {}, "image"),
+    "whisper_enc": ("WhisperConfig", "models.whisper.modeling_whisper.WhisperEncoder",
+                    dict(d_model=384, encoder_layers=4, encoder_attention_heads=6,
+                         encoder_ffn_dim=1536, num_mel_bins=80), "mel"),
+    "resnet50": ("ResNetConfig", "ResNetModel", {}, "image"),
+    "mobilenetv2": ("MobileNetV2Config", "MobileNetV2Model", {}, "image"),
+    "convnext_tiny": ("ConvNextConfig", "ConvNextModel", {}, "image"),
+}
+
+
+def feeds(name: str, seed: int = 100) -> dict:
+    """One input batch: token ids, standard-normal pixels or log-mel features."""
+    rng = np.random.default_rng(seed)
+    kind = MODELS[name][3]
+    if kind == "tokens":
+        return {"ids": rng.integers(4, 30000, (1, TOKENS)).astype(np.int64)}
+    if kind == "mel":
+        return {"x": rng.standard_normal((1, 80, MEL_FRAMES)).astype(np.float32)}
+    return {"x": rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32)}
+
+
+def torch_module(name: str):
+    """The eager model, returning its last hidden state alone."""
+    import torch
+    import transformers
+
+    from tests.zoo.models import _he_init
+    config_name, model_name, kwargs, _ = MODELS[name]
+    torch.manual_seed(SEED)
+    model = _attr(transformers, model_name)(getattr(transformers, config_name)(**kwargs))
+    _he_init(torch, model)  # touches convolutions and batch norms only
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x).last_hidden_state
+    return Hidden().eval()
+
+
+def _attr(module, dotted: str):
+    """`module.a.b.C`, importing the submodules on the way."""
+    import importlib
+    head, _, last = dotted.rpartition(".")
+    owner = importlib.import_module(f"{module.__name__}.{head}") if head else module
+    return getattr(owner, last)
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
+    parent that forked it)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _key(name: str) -> str:
+    import torch
+    import transformers
+    text = f"{MODELS[name]} {TOKENS} {IMAGE} {MEL_FRAMES} {SEED} torch {torch.__version__} " \
+           f"transformers {transformers.__version__}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def model_file(name: str) -> Path:
+    """The float32 .onnx of `name`, exported now unless cached."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"real-{name}-{_key(name)}.onnx"
+    if not path.exists():
+        import torch
+        example = feeds(name, 0)
+        tmp = path.with_suffix(".tmp")
+        with torch.no_grad():
+            torch.onnx.export(torch_module(name),
+                              tuple(torch.from_numpy(a) for a in example.values()), str(tmp),
+                              input_names=list(example), output_names=["y"], opset_version=17,
+                              dynamo=False)
+        tmp.rename(path)
+    return path
+
+
+def build_costs(name: str) -> dict:
+    """Import, session and compile seconds and peak memory, measured in this process (the
+    child's half of `costs`)."""
+    import onnxruntime
+
+    import legato
+    from legato.frontends import onnx as onnx_frontend
+    onnxruntime.set_default_logger_severity(3)
+    path = model_file(name)
+    start = time.perf_counter()
+    module = onnx_frontend.load(str(path))
+    imported = time.perf_counter()
+    legato.compile(module, "c_kernels")
+    compiled = time.perf_counter()
+    peak_mb = _peak_mb()
+    start_ort = time.perf_counter()
+    ort_session(path, 1)
+    return {"import_s": imported - start, "compile_s": compiled - imported,
+            "ort_session_s": time.perf_counter() - start_ort, "peak_mb": peak_mb,
+            "weights_mb": path.stat().st_size / 2**20}
+
+
+def costs(name: str) -> dict:
+    """build_costs of `name` in a fresh process, so the peak memory is this model's alone."""
+    model_file(name)  # the export's memory is not the import's
+    done = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+                          text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else "child failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def latencies(name: str, thread_counts, repeat: int, eager: bool) -> dict:
+    """{threads: {runtime: median ms}} and the largest |c_kernels - eager| / max |eager|."""
+    import torch
+
+    import legato
+    from legato.frontends import onnx as onnx_frontend
+    path, x = model_file(name), feeds(name)
+    compiled = legato.compile(onnx_frontend.load(str(path)), "c_kernels")
+    model = torch_module(name) if eager else None
+    args = [torch.from_numpy(a) for a in x.values()]
+    figures = {}
+    for threads in thread_counts:
+        os.environ["LEGATO_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+        session = ort_session(path, threads)
+        runs = {"c_kernels": (lambda: compiled(*x.values()),),
+                "onnxruntime": (lambda s=session: s.run(None, x),)}
+        if model is not None:
+            runs["eager"] = (lambda: _eager(torch, model, args),)
+        figures[threads] = interleaved_medians(runs, repeat)
+    got = np.asarray(compiled(*x.values()))
+    want = np.asarray(ort_session(path, 1).run(None, x)[0])
+    return {"ms": figures, "err": float(np.abs(got - want).max() / np.abs(want).max())}
+
+
+def _eager(torch, model, args):
+    with torch.inference_mode():
+        return model(*args)
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def report(names, thread_counts, repeat, eager) -> list[str]:
+    head = (f"{'model':14}{'import s':>9}{'ORT s':>7}{'ratio':>7}{'compile s':>10}{'peak MB':>9}"
+            f"{'weights':>9}" + "".join(f"{f'c/ORT {t}t':>10}" for t in thread_counts) +
+            "".join(f"{f'c/eager {t}t':>12}" for t in thread_counts if eager) + f"{'err':>9}")
+    lines = [head]
+    print(head, flush=True)
+    ratios: dict[int, list[float]] = {t: [] for t in thread_counts}
+    for name in names:
+        try:
+            c, lat = costs(name), latencies(name, thread_counts, repeat, eager)
+        except Exception as err:  # noqa: BLE001 - exporters, importers and runtimes raise many types
+            lines.append(f"{name:14} error: {type(err).__name__}: {str(err)[:200]}")
+            print(lines[-1], flush=True)
+            continue
+        ms = lat["ms"]
+        for t in thread_counts:
+            ratios[t].append(ms[t]["c_kernels"] / ms[t]["onnxruntime"])
+        lines.append(
+            f"{name:14}{c['import_s']:9.2f}{c['ort_session_s']:7.2f}"
+            f"{c['import_s'] / c['ort_session_s']:7.2f}{c['compile_s']:10.2f}{c['peak_mb']:9.0f}"
+            f"{c['weights_mb']:9.0f}" +
+            "".join(f"{ms[t]['c_kernels'] / ms[t]['onnxruntime']:10.2f}" for t in thread_counts) +
+            "".join(f"{ms[t]['c_kernels'] / ms[t]['eager']:12.2f}"
+                    for t in thread_counts if eager) + f"{lat['err']:9.1e}")
+        lines.append(" " * 14 + "ms: " + "; ".join(
+            f"{t}t c {ms[t]['c_kernels']:.1f} ORT {ms[t]['onnxruntime']:.1f}" +
+            (f" eager {ms[t]['eager']:.1f}" if eager else "") for t in thread_counts))
+        print("\n".join(lines[-2:]), flush=True)
+    lines.append(f"{'geomean c/ORT':14}" + " " * 51 +
+                 "".join(f"{geomean(ratios[t]):10.2f}" for t in thread_counts))
+    print(lines[-1], flush=True)
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--threads", default=f"1,2,{os.cpu_count()}",
+                        help="comma-separated thread counts (default 1, 2 and every core)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed calls per figure")
+    parser.add_argument("--no-eager", action="store_true", help="skip torch eager")
+    parser.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(build_costs(args.child)))
+        return
+    names = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    threads = sorted({int(n) for n in args.threads.split(",") if n})
+    import onnxruntime
+    onnxruntime.set_default_logger_severity(3)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    report(names, threads, args.repeat, not args.no_eager)
+
+
+if __name__ == "__main__":
+    main()
