@@ -34,11 +34,12 @@ class _QAddCall:
     """One lgk_qadd call; its ratios and addends are recomputed from the scale and
     zero-point arrays before each run."""
 
-    def __init__(self, full: Array, full_scale: Array, other: Optional[Array],
+    def __init__(self, full: Array, full_scale: Array, other,
                  other_scale: Array, other_zero: Array, full_zero: Array, y_scale: Array,
                  y_zero: Array, out: Array, rows: int, span: int, per_row: bool):
         # `full`: an operand of every output element; `other`: the second operand, of
-        # every element too (per_row False) or one value per row (per_row True)
+        # every element too (per_row False) or a function giving one value per row at
+        # run time (per_row True)
         self.full, self.other, self.out, self.per_row = full, other, out, per_row
         self.scales = (full_scale, other_scale, y_scale)
         self.zeros = (full_zero, other_zero, y_zero)
@@ -50,8 +51,8 @@ class _QAddCall:
         full_z, other_z, y_z = (np.float32(z.reshape(-1)[0]) for z in self.zeros)
         ratio_f, ratio_o = full_s / y_s, other_s / y_s
         fixed = y_z - (ratio_f * full_z + ratio_o * other_z)  # float32 sums commute
-        if self.per_row:
-            np.add(fixed, self.other.astype(F32) * ratio_o, out=self.addend)
+        if self.per_row:  # `other` is read now: a bound input's buffer changes per run
+            np.add(fixed, self.other().astype(F32) * ratio_o, out=self.addend)
             a, a_len, ratio_a = ffi.NULL, 0, 0.0
         else:
             self.addend[0] = fixed
@@ -90,9 +91,10 @@ def _plan_qadd(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any
             raise Unbindable
         return _buffer(_detached(np.broadcast_to(x, shape), out, strict), strict)
 
-    def per_row(x: Array) -> Array:  # one value per row (copied: a small array)
-        return np.ascontiguousarray(np.broadcast_to(x, shape)[..., :1]).reshape(-1) \
-            if shape else x.reshape(-1)
+    def per_row(x: Array):
+        """One value per row, read at each run (x may be a bound input's buffer)."""
+        return lambda: np.broadcast_to(x, shape)[..., :1].reshape(-1) if shape \
+            else x.reshape(-1)
     (as_, bs, ys) = scales
     if _one_per_span(a.shape, shape):
         return out, _QAddCall(full(b), bs, per_row(a), as_, az, bz, ys, yz, out, rows, span,
