@@ -110,3 +110,11 @@ def test_a_function_whose_shapes_assume_an_undeclared_guard_is_refused():
     mod = legato.parse(text.replace(") {", ') attrs {"guards": ["seq<=64"]} {', 1))
     assert list(mod.main.attrs["guards"]) == ["seq<=64"]
     assert legato.parse(str(mod)).main.attrs["guards"] == mod.main.attrs["guards"]
+
+
+def test_malformed_dims_are_shape_errors():
+    for bad in ("2%seq", "4//0", "seq%0", "3//seq", "(" * 40 + "seq" + ")" * 40):
+        with pytest.raises(ShapeError):
+            parse_dim(bad)
+    with pytest.raises(ShapeError, match="positive integers only"):
+        _ = 3 // s

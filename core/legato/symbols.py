@@ -26,6 +26,7 @@ from .errors import ShapeError
 Dim = Union[int, "Expr"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 MAX_NAME = 200
+MAX_NESTING = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,11 @@ class Expr:
         if all(c % den == 0 for _, c in self.terms):
             return self.const % den
         return Expr._make({((Mod(self, den),)): 1}, 0)
+
+    def __rfloordiv__(self, other):
+        _positive(self, "//")
+
+    __rmod__ = __rfloordiv__
 
     def exact_div(self, other) -> Dim | None:
         """`self / other` when `other` (an int or a single term) divides every term, else
@@ -305,6 +311,8 @@ def parse_dim(text: str) -> Dim:
     """A dimension as printed: `4`, `seq`, `2*seq+1`, `(s+1)//2`."""
     tokens, pos = [], 0
     text = text.strip()
+    if text.count("(") > MAX_NESTING:  # the parser recurses per parenthesis
+        raise ShapeError(f"dimension {text[:40]!r}... nests more than {MAX_NESTING} parentheses")
     while pos < len(text):
         found = _TOKEN.match(text, pos)
         if found is None:
@@ -331,6 +339,8 @@ def _product(tokens):
     value, tokens = _factor(tokens)
     while tokens and tokens[0] in ("*", "//", "%"):
         op, (right, tokens) = tokens[0], _factor(tokens[1:])
+        if op != "*":
+            right = _positive(right, op)  # (an int // or % an expression, or by 0: refused)
         value = value * right if op == "*" else value // right if op == "//" else value % right
     return value, tokens
 

@@ -9,6 +9,8 @@ from legato.ir import TensorType
 from legato.ops.base import fail, float_unary_infer, is_float
 from legato.shapes import broadcast_shapes, window
 
+from . import op_samples
+
 INDEX_DTYPE = "int32"
 
 
@@ -112,12 +114,13 @@ def register_all(register):
     register("tosa.cast", "data", _cast, "elemwise", attrs={"dtype": ("dtype", "int32")})
     # profile pro_int (quantized.py): the integer operators, zero points as operands
     register("tosa.rescale", "data, multiplier, shift, input_zp, output_zp", _rescale,
-             "elemwise", attrs={"dtype": ("dtype", "int8")})
+             "elemwise", attrs={"dtype": ("dtype", "int8")}, samples=op_samples.rescale)
     register("tosa.qconv2d", "data, weight, bias, input_zp, weight_zp", _qconv2d, "opaque",
-             attrs=WINDOW)
+             attrs=WINDOW, samples=op_samples.qconv2d)
     register("tosa.qdepthwise_conv2d", "data, weight, bias, input_zp, weight_zp",
-             _qdepthwise, "opaque", attrs=WINDOW)
-    register("tosa.qmatmul", "a, b, a_zp, b_zp", _qmatmul, "opaque")
-    register("tosa.table", "data, table", _table, "elemwise")
+             _qdepthwise, "opaque", attrs=WINDOW, samples=op_samples.qdepthwise_conv2d)
+    register("tosa.qmatmul", "a, b, a_zp, b_zp", _qmatmul, "opaque",
+             samples=op_samples.qmatmul)
+    register("tosa.table", "data, table", _table, "elemwise", samples=op_samples.table)
     # TOSA INTDIV: int32, toward zero; a zero divisor is an error (rules keep it out)
-    register("tosa.intdiv", "a, b", _intdiv, "broadcast")
+    register("tosa.intdiv", "a, b", _intdiv, "broadcast", samples=op_samples.intdiv)
