@@ -41,10 +41,9 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 
 import numpy as np  # noqa: E402
 
+from benchmarks.published import CACHE, SEED, transformers_model  # noqa: E402
 from benchmarks.zoo import compiled_profile_lines, interleaved_medians, ort_session  # noqa: E402
 
-CACHE = Path(os.environ.get("LEGATO_BENCH_CACHE", Path.home() / ".cache" / "legato-bench"))
-SEED = 0
 CALIBRATION_BATCHES = 4
 # name -> (transformers config, model class, config kwargs, input kind)
 MODELS = {
@@ -74,24 +73,8 @@ def feeds(name: str, seed: int) -> dict:
 
 
 def _torch_module(name: str):
-    import torch
-    import transformers
-
-    from tests.zoo.models import _he_init
     config_name, model_name, kwargs, _ = MODELS[name]
-    torch.manual_seed(SEED)
-    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**kwargs))
-    if MODELS[name][3] == "image":  # activations neither vanish nor blow up with depth
-        _he_init(torch, model)
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return self.model(x).last_hidden_state
-    return Hidden().eval()
+    return transformers_model(config_name, model_name, kwargs)
 
 
 def model_files(name: str) -> tuple[Path, Path]:

@@ -43,10 +43,9 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 
 import numpy as np  # noqa: E402
 
+from benchmarks.published import CACHE, SEED, transformers_model  # noqa: E402
 from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
 
-CACHE = Path(os.environ.get("LEGATO_BENCH_CACHE", Path.home() / ".cache" / "legato-bench"))
-SEED = 0
 TOKENS, IMAGE, MEL_FRAMES = 128, 224, 3000
 TINYLLAMA_4 = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
                    num_key_value_heads=4, num_hidden_layers=4, vocab_size=32000,
@@ -80,31 +79,8 @@ def feeds(name: str, seed: int = 100) -> dict:
 
 def torch_module(name: str):
     """The eager model, returning its last hidden state alone."""
-    import torch
-    import transformers
-
-    from tests.zoo.models import _he_init
     config_name, model_name, kwargs, _ = MODELS[name]
-    torch.manual_seed(SEED)
-    model = _attr(transformers, model_name)(getattr(transformers, config_name)(**kwargs))
-    _he_init(torch, model)  # touches convolutions and batch norms only
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return self.model(x).last_hidden_state
-    return Hidden().eval()
-
-
-def _attr(module, dotted: str):
-    """`module.a.b.C`, importing the submodules on the way."""
-    import importlib
-    head, _, last = dotted.rpartition(".")
-    owner = importlib.import_module(f"{module.__name__}.{head}") if head else module
-    return getattr(owner, last)
+    return transformers_model(config_name, model_name, kwargs)
 
 
 def _peak_mb() -> float:

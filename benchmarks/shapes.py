@@ -34,9 +34,9 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
+from benchmarks.published import CACHE, last_hidden_state  # noqa: E402
 from benchmarks.zoo import median_ms, ort_session  # noqa: E402
 
-CACHE = Path(os.environ.get("LEGATO_BENCH_CACHE", Path.home() / ".cache" / "legato-bench"))
 
 
 def bert_file(layers: int, hidden: int) -> Path:
@@ -54,18 +54,10 @@ def bert_file(layers: int, hidden: int) -> Path:
                                      intermediate_size=4 * hidden,
                                      attn_implementation="eager")
     torch.manual_seed(0)
-    model = transformers.BertModel(config).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(ids).last_hidden_state
+    model = last_hidden_state(transformers.BertModel(config))
     tmp = path.with_suffix(".tmp")
     with torch.no_grad():
-        torch.onnx.export(Hidden(), (torch.randint(4, 1000, (1, 16)),), str(tmp),
+        torch.onnx.export(model, (torch.randint(4, 1000, (1, 16)),), str(tmp),
                           input_names=["ids"], output_names=["y"], opset_version=17,
                           dynamo=False, dynamic_axes={"ids": {0: "batch", 1: "seq"}})
     tmp.rename(path)
