@@ -284,3 +284,17 @@ def test_qnn_requantize_per_channel(backend):
     got = compiled(b.build(y), backend)(x)
     want = requantized(x, (in_scale / np.float32(0.9))[:, None], -3, "int8")
     np.testing.assert_array_equal(got, want)
+
+
+def test_requantize_axis_out_of_range_is_checked_not_indexed():
+    # the attrs fuzzer (seeds 170, 356) met IndexError: the output's per-axis check read
+    # x.shape[axis] before any check of the axis
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3), "int32")
+    scalar = [b.const(np.float32(0.5)), b.const(np.int32(0)), b.const(np.float32(0.25)),
+              b.const(np.int8(1))]
+    y = b.call("qnn.requantize", x, *scalar, axis=5, dtype="int8")  # per tensor: axis unused
+    assert y.type.shape == (2, 3)
+    with pytest.raises(legato.LegatoError):
+        b.call("qnn.requantize", x, scalar[0], scalar[1], b.const(np.full(4, 0.25, np.float32)),
+               b.const(np.zeros(4, np.int8)), axis=5, dtype="int8")

@@ -86,7 +86,8 @@ def _requantize(types, attrs):
     check_quantized("data", x, xs, xz, INT8S + ("int32",))
     _check_qparams(x, xs, xz, attrs["axis"])
     _check_qparams(x, ys, yz, attrs["axis"])
-    check_output(ys, yz, x.shape[attrs["axis"]] if x.rank else None)
+    axis = attrs["axis"]  # (read only for per-axis scales, which _check_qparams bounds)
+    check_output(ys, yz, x.shape[axis] if -x.rank <= axis < x.rank else None)
     if yz.dtype != attrs["dtype"]:
         fail(f"out_zero_point dtype {yz.dtype} differs from output dtype {attrs['dtype']}")
     return TensorType(x.shape, attrs["dtype"])
