@@ -39,3 +39,18 @@ def last_hidden_state(model):
         def forward(self, x):
             return self.model(x).last_hidden_state
     return Hidden().eval()
+
+
+def export_onnx(model, example: dict, path: Path, dynamic_axes=None) -> Path:
+    """`model` exported to `path` on the numpy inputs `example` (opset 17, the TorchScript
+    exporter), written under a temporary name first so an interrupted export is not
+    taken for a cached one."""
+    import torch
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(torch.from_numpy(a) for a in example.values()),
+                          str(tmp), input_names=list(example), output_names=["y"],
+                          opset_version=17, dynamo=False, dynamic_axes=dynamic_axes)
+    tmp.rename(path)
+    return path

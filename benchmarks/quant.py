@@ -41,7 +41,7 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 
 import numpy as np  # noqa: E402
 
-from benchmarks.published import CACHE, SEED, transformers_model  # noqa: E402
+from benchmarks.published import CACHE, SEED, export_onnx, transformers_model  # noqa: E402
 from benchmarks.zoo import compiled_profile_lines, interleaved_medians, ort_session  # noqa: E402
 
 CALIBRATION_BATCHES = 4
@@ -83,15 +83,7 @@ def model_files(name: str) -> tuple[Path, Path]:
     stem = CACHE / f"{name}-{_key(name)}"
     fp32, int8 = stem.with_suffix(".fp32.onnx"), stem.with_suffix(".int8.onnx")
     if not fp32.exists():
-        import torch
-        example = feeds(name, 0)
-        tmp = fp32.with_suffix(".tmp")
-        with torch.no_grad():
-            torch.onnx.export(_torch_module(name),
-                              tuple(torch.from_numpy(a) for a in example.values()), str(tmp),
-                              input_names=list(example), output_names=["y"], opset_version=17,
-                              dynamo=False)
-        tmp.rename(fp32)
+        export_onnx(_torch_module(name), feeds(name, 0), fp32)
     if not int8.exists():
         _quantize(name, fp32, int8)
     return fp32, int8

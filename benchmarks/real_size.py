@@ -43,7 +43,7 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 
 import numpy as np  # noqa: E402
 
-from benchmarks.published import CACHE, SEED, transformers_model  # noqa: E402
+from benchmarks.published import CACHE, SEED, export_onnx, transformers_model  # noqa: E402
 from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
 
 TOKENS, IMAGE, MEL_FRAMES = 128, 224, 3000
@@ -103,19 +103,8 @@ def _key(name: str) -> str:
 
 def model_file(name: str) -> Path:
     """The float32 .onnx of `name`, exported now unless cached."""
-    CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"real-{name}-{_key(name)}.onnx"
-    if not path.exists():
-        import torch
-        example = feeds(name, 0)
-        tmp = path.with_suffix(".tmp")
-        with torch.no_grad():
-            torch.onnx.export(torch_module(name),
-                              tuple(torch.from_numpy(a) for a in example.values()), str(tmp),
-                              input_names=list(example), output_names=["y"], opset_version=17,
-                              dynamo=False)
-        tmp.rename(path)
-    return path
+    return path if path.exists() else export_onnx(torch_module(name), feeds(name, 0), path)
 
 
 def build_costs(name: str) -> dict:

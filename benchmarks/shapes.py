@@ -34,7 +34,7 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
-from benchmarks.published import CACHE, last_hidden_state  # noqa: E402
+from benchmarks.published import CACHE, export_onnx, last_hidden_state  # noqa: E402
 from benchmarks.zoo import median_ms, ort_session  # noqa: E402
 
 
@@ -48,20 +48,14 @@ def bert_file(layers: int, hidden: int) -> Path:
     path = CACHE / f"bert-dynamic-{layers}x{hidden}-{key}.onnx"
     if path.exists():
         return path
-    CACHE.mkdir(parents=True, exist_ok=True)
     config = transformers.BertConfig(num_hidden_layers=layers, hidden_size=hidden,
                                      num_attention_heads=max(1, hidden // 64),
                                      intermediate_size=4 * hidden,
                                      attn_implementation="eager")
     torch.manual_seed(0)
     model = last_hidden_state(transformers.BertModel(config))
-    tmp = path.with_suffix(".tmp")
-    with torch.no_grad():
-        torch.onnx.export(model, (torch.randint(4, 1000, (1, 16)),), str(tmp),
-                          input_names=["ids"], output_names=["y"], opset_version=17,
-                          dynamo=False, dynamic_axes={"ids": {0: "batch", 1: "seq"}})
-    tmp.rename(path)
-    return path
+    ids = np.random.default_rng(0).integers(4, 1000, (1, 16)).astype(np.int64)
+    return export_onnx(model, {"ids": ids}, path, {"ids": {0: "batch", 1: "seq"}})
 
 
 def timed_s(fn):
