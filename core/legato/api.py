@@ -28,6 +28,7 @@ from .printer import parse
 from .qdq_fold import QDQFoldPass
 from .recompose import recompose_for
 from .specialize import ShapeSpecializing, is_symbolic
+from .symbols import symbolic_dims
 from .report import Report
 from .verify import verify
 
@@ -105,8 +106,7 @@ def _require_concrete(module: Module, what: str) -> None:
     """Symbolic dims run on executing backends, planned per binding; elsewhere they must be
     bound first."""
     if is_symbolic(module):
-        free = sorted({str(d) for p in module.main.params for d in p.shape
-                       if not isinstance(d, int)})
+        free = symbolic_dims(module.main.params)
         raise LegatoError(f"{what} needs concrete shapes, and the model's dimensions "
                           f"{', '.join(free)} are symbolic: bind them with input_shapes="
                           f"{{{', '.join(repr(f) + ': ...' for f in free)}}} (--shape "

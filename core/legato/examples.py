@@ -9,6 +9,7 @@ from .builder import GraphBuilder
 from .errors import ExecutionError, LegatoError
 from .ir import Module
 from .registry import suggest
+from .symbols import symbolic_dims
 
 
 class _Weights:
@@ -127,7 +128,7 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
     total = 0
     for p in module.main.params:
         if p.type.symbolic:
-            free = sorted({str(d) for d in p.shape if not isinstance(d, int)})
+            free = symbolic_dims([p])
             raise ExecutionError(
                 f"input {p.name!r} ({p.type}) has symbolic dimensions ({', '.join(free)}): "
                 f"random inputs need sizes, e.g. --shape {free[0]}=SIZE (input_shapes= in "

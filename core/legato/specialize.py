@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import ExecutionError, LegatoError, ShapeError
 from .ir import Attrs, Call, Function, Module, TensorType, Value
-from .symbols import GUARDS, Expr, check_guard, evaluate
+from .symbols import GUARDS, Expr, check_guard, evaluate, lone_symbol
 from .verify import verify
 
 MAX_PLANS = 16
@@ -27,14 +27,6 @@ MAX_PLANS = 16
 def is_symbolic(module: Module) -> bool:
     return any(v.type.symbolic for fn in module.functions.values()
                for v in (*fn.params, *fn.results, *(o for c in fn.calls for o in c.outputs)))
-
-
-def _bare_symbol(dim) -> str | None:
-    if isinstance(dim, Expr) and not dim.const and len(dim.terms) == 1:
-        (mono, coeff), = dim.terms
-        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
-            return mono[0]
-    return None
 
 
 def check_guards(function: Function, bindings: Mapping[str, int]) -> None:
@@ -55,7 +47,7 @@ def bind(params, shapes) -> dict[str, int]:
         if len(shape) != param.rank:
             raise ExecutionError(f"{label} must be {param.type}, got shape {list(shape)}")
         for i, (dim, size) in enumerate(zip(param.shape, shape)):
-            name = _bare_symbol(dim)
+            name = lone_symbol(dim)
             if name is not None and bindings.setdefault(name, size) != size:
                 raise ExecutionError(f"{label} dimension {i} is {name}, which another "
                                      f"dimension set to {bindings[name]}; got {size}")

@@ -48,9 +48,7 @@ class Mod(Floor):
 
 def _operand(num: "Expr") -> str:
     """`num` as the left operand of // or %: bare only when it is one symbol."""
-    bare = len(num.terms) == 1 and not num.const and num.terms[0][1] == 1 and \
-        len(num.terms[0][0]) == 1 and isinstance(num.terms[0][0][0], str)
-    return str(num) if bare else f"({num})"
+    return str(num) if lone_symbol(num) is not None else f"({num})"
 
 
 def _atom_key(atom) -> tuple:
@@ -249,6 +247,20 @@ def symbol(name: str) -> Expr:
         raise ShapeError(f"symbol name {name!r} is not an identifier (letters, digits, '_', "
                          f"'.', at most {MAX_NAME} characters)")
     return Expr((((name,), 1),), 0)
+
+
+def lone_symbol(dim) -> str | None:
+    """The symbol's name when `dim` is one symbol alone (`seq`, not `2*seq` or `seq+1`)."""
+    if isinstance(dim, Expr) and not dim.const and len(dim.terms) == 1:
+        (mono, coeff), = dim.terms
+        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
+            return mono[0]
+    return None
+
+
+def symbolic_dims(values) -> list[str]:
+    """The symbolic dims of `values`' shapes, as text, sorted: what a user must bind."""
+    return sorted({str(d) for v in values for d in v.shape if isinstance(d, Expr)})
 
 
 def is_symbolic(dim) -> bool:

@@ -20,7 +20,7 @@ from typing import Mapping
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Call, Const, Module, Origin, Value
-from ..symbols import GUARDS, MAX_NAME, collecting_guards, symbol
+from ..symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_dims
 from ..verify import verify
 # importing the converter modules registers their converters (CONVERTER_MODULES)
 from . import (onnx_attention, onnx_contrib, onnx_contrib_attention, onnx_control, onnx_more,
@@ -86,8 +86,7 @@ def _import(proto, base_dir, weights, input_shapes, registry):
     try:
         return importer.run(), importer.nodes
     except LegatoError as err:
-        symbols = sorted({str(d) for p in importer.b.params for d in p.shape
-                          if not isinstance(d, int)})
+        symbols = symbolic_dims(importer.b.params)
         if not symbols:
             raise
         binding = ", ".join(f"{quote(s)}: ..." for s in symbols)
