@@ -293,7 +293,7 @@ def assume_le(small: Dim, large: Dim, why: str) -> None:
     """`small <= large`, which `why` relies on: checked now when it is decidable, else
     recorded as a guard (ShapeError where nothing collects guards)."""
     difference = large - small
-    if isinstance(difference, int) or _never_negative(difference):
+    if isinstance(difference, int) or never_negative(difference):
         if isinstance(difference, int) and difference < 0:
             raise ShapeError(f"{why} needs {small} <= {large}")
         return
@@ -305,8 +305,10 @@ def assume_le(small: Dim, large: Dim, why: str) -> None:
         guards.append(text)
 
 
-def _never_negative(value: Expr) -> bool:
-    return value.const >= 0 and all(c > 0 for _, c in value.terms)
+def never_negative(value) -> bool:
+    """An expression that no binding makes negative: non-negative coefficients and
+    constant (a size, or a sum and product of sizes)."""
+    return isinstance(value, Expr) and value.const >= 0 and all(c > 0 for _, c in value.terms)
 
 
 def check_guard(text: str, bindings: Mapping[str, int]) -> bool:

@@ -16,7 +16,7 @@ from ..calls import Emitter, run_decomposition
 from ..errors import LegatoError
 from ..ir import Call, Const, TensorType, Value
 from ..shapes import norm_axes, norm_axis, slice_params, split_sizes
-from ..symbols import Expr
+from ..symbols import Expr, never_negative
 
 FOLD_DTYPES = ("int64", "int32", "int8", "uint8", "bool")
 # float results fold only through the kernels below (each one IEEE-exact, as on any
@@ -117,11 +117,6 @@ def _symbolic_ints(array: np.ndarray, dtype: str) -> np.ndarray:
     return array
 
 
-def _is_size(value) -> bool:
-    """An expression that is never negative: non-negative coefficients and constant."""
-    return isinstance(value, Expr) and value.const >= 0 and all(c > 0 for _, c in value.terms)
-
-
 def _equal(a, b):
     if a.dtype != object and b.dtype != object:
         return np.equal(a, b)
@@ -130,7 +125,7 @@ def _equal(a, b):
         if isinstance(x, Expr) or isinstance(y, Expr):
             if x == y:
                 return True
-            if any(_is_size(u) and isinstance(v, (int, np.integer)) and v < 0
+            if any(never_negative(u) and isinstance(v, (int, np.integer)) and v < 0
                    for u, v in ((x, y), (y, x))):
                 return False  # a size is never negative (ONNX exports test for -1)
             raise _CannotFold("equality of symbolic sizes")
@@ -156,7 +151,8 @@ def _divide(a, b):
 
 
 def _divide_size(x, y):
-    if isinstance(y, (int, np.integer)) and y > 0 and (_is_size(x) or not isinstance(x, Expr)):
+    if isinstance(y, (int, np.integer)) and y > 0 and \
+            (never_negative(x) or not isinstance(x, Expr)):
         return x // int(y)  # floor and truncation agree on sizes
     raise _CannotFold("division of symbolic sizes")
 
