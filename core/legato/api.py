@@ -4,6 +4,7 @@ Each function works on a context (the registry and the backends): the one passed
 `context=`, else the process-wide `legato.context()`."""
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 from pathlib import Path
@@ -269,6 +270,8 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level) 
         artifact = _backend_step(be, "emitter", be.emitter, result.module)
         return Compiled(result.module, result.report, be, None, artifact, source)
     factory = be.executor or Interpreter
+    if getattr(factory, "shares_constants", False):  # one packing of each weight for all sizes
+        factory = functools.partial(factory, shared={})
 
     def plan(module, fallback_calls):
         if result.deferred:  # calls whose decomposition needed the sizes: legalized now

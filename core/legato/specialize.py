@@ -10,6 +10,7 @@ at a time, and `stats` counts hits, misses and the time spent planning.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from typing import Callable, Mapping
@@ -74,6 +75,7 @@ def _text(bindings: Mapping[str, int]) -> str:
 def specialize(module: Module, bindings: Mapping[str, int], registry):
     """(concrete module, {symbolic call: its concrete call}) for `bindings`."""
     values: dict[int, Value] = {}
+    types: dict[TensorType, TensorType] = {}  # values share a few types: each evaluated once
     calls: dict[Call, Call] = {}
 
     def concrete(value):
@@ -81,11 +83,14 @@ def specialize(module: Module, bindings: Mapping[str, int], registry):
             return value
         new = values.get(id(value))
         if new is None:
-            shape = tuple(evaluate(d, bindings) for d in value.type.shape)
-            if any(d < 0 for d in shape):
-                raise ShapeError(f"{value.type} has a negative dimension when "
-                                 f"{_text(bindings)}")
-            new = values[id(value)] = Value(TensorType(shape, value.type.dtype), value.name)
+            kind = types.get(value.type)
+            if kind is None:
+                shape = tuple(evaluate(d, bindings) for d in value.type.shape)
+                if any(d < 0 for d in shape):
+                    raise ShapeError(f"{value.type} has a negative dimension when "
+                                     f"{_text(bindings)}")
+                kind = types[value.type] = TensorType(shape, value.type.dtype)
+            new = values[id(value)] = Value(kind, value.name)
         return new
 
     functions = {}
@@ -118,9 +123,13 @@ def _has_expr(value) -> bool:
 
 
 class ShapeSpecializing:
-    """The runner of a compiled model with symbolic dims: one planned executor per binding."""
+    """The runner of a compiled model with symbolic dims: one planned executor per binding.
 
-    thread_safe = False
+    Safe to call from several threads at once, at any mix of sizes: plans are made one at
+    a time under a lock (a call at a size already planned does not wait for it), and a
+    planned runner that is not itself thread safe runs one call at a time."""
+
+    thread_safe = True
 
     def __init__(self, module: Module, fallback_calls, plan: Callable, registry):
         self.module, self.fallback_calls = module, frozenset(fallback_calls)
@@ -128,26 +137,36 @@ class ShapeSpecializing:
         self.plans: OrderedDict = OrderedDict()
         self.by_shapes: dict = {}  # the inputs' shapes -> their binding's runner
         self.stats = {"hits": 0, "misses": 0, "plan_s": 0.0}
+        self._planning = threading.Lock()  # plans, by_shapes' writes, misses and plan_s
+        self._counting = threading.Lock()  # hits
 
     def runner_for(self, bindings: Mapping[str, int]):
         key = tuple(sorted(bindings.items()))
-        runner = self.plans.get(key)
-        if runner is not None:
-            self.stats["hits"] += 1
-            self.plans.move_to_end(key)
+        with self._planning:
+            runner = self.plans.get(key)
+            if runner is not None:
+                self._hit()
+                self.plans.move_to_end(key)
+                return runner
+            start = time.perf_counter()
+            try:
+                module, calls = specialize(self.module, bindings, self.registry)
+            except LegatoError as err:
+                raise ExecutionError(f"the model cannot run at {_text(bindings)}: "
+                                     f"{err}") from None
+            runner = self.plan(module, frozenset(calls[c] for c in self.fallback_calls))
+            if not getattr(runner, "thread_safe", False):
+                runner = _OneAtATime(runner)
+            self.stats["misses"] += 1
+            self.stats["plan_s"] += time.perf_counter() - start
+            self.plans[key] = runner
+            if len(self.plans) > MAX_PLANS:
+                self.plans.popitem(last=False)
             return runner
-        start = time.perf_counter()
-        try:
-            module, calls = specialize(self.module, bindings, self.registry)
-        except LegatoError as err:
-            raise ExecutionError(f"the model cannot run at {_text(bindings)}: {err}") from None
-        runner = self.plan(module, frozenset(calls[c] for c in self.fallback_calls))
-        self.stats["misses"] += 1
-        self.stats["plan_s"] += time.perf_counter() - start
-        self.plans[key] = runner
-        if len(self.plans) > MAX_PLANS:
-            self.plans.popitem(last=False)
-        return runner
+
+    def _hit(self) -> None:
+        with self._counting:
+            self.stats["hits"] += 1
 
     def __call__(self, *inputs, **named):
         params = self.module.main.params
@@ -160,9 +179,23 @@ class ShapeSpecializing:
             bindings = bind(params, shapes)
             check_guards(self.module.main, bindings)
             runner = self.runner_for(bindings)
-            if len(self.by_shapes) >= MAX_PLANS:
-                self.by_shapes.clear()
-            self.by_shapes[shapes] = runner
+            with self._planning:
+                if len(self.by_shapes) >= MAX_PLANS:
+                    self.by_shapes.clear()
+                self.by_shapes[shapes] = runner
         else:
-            self.stats["hits"] += 1
+            self._hit()
         return runner(*inputs, **named)
+
+
+class _OneAtATime:
+    """A runner that is not thread safe, called by one thread at a time."""
+
+    thread_safe = True
+
+    def __init__(self, runner):
+        self.runner, self._lock = runner, threading.Lock()
+
+    def __call__(self, *inputs, **named):
+        with self._lock:
+            return self.runner(*inputs, **named)

@@ -40,12 +40,17 @@ from .kernels.gemm import ACTIVATIONS, EPILOGUE_BIAS_OP
 from .pool import RunnerPool
 
 
-def make_executor(module, backend, fallback, fallback_calls, registry):
+def make_executor(module, backend, fallback, fallback_calls, registry, *, shared=None):
     """The backend's executor factory: the planned executor, or the interpreter for
-    modules with custom-op calls (which it decodes)."""
+    modules with custom-op calls (which it decodes). `shared`: a dict the planned
+    executors of one compiled model keep their packed constant weights in, so that a
+    plan for another binding of its symbolic dims packs none of them again."""
     if any(c.op == CUSTOM_OP for fn in module.functions.values() for c in fn.calls):
         return Interpreter(module, backend, fallback, fallback_calls, registry)
-    return PlannedExecutor(module, backend, fallback, fallback_calls, registry)
+    return PlannedExecutor(module, backend, fallback, fallback_calls, registry, shared=shared)
+
+
+make_executor.shares_constants = True  # takes shared= (see legato.api)
 
 
 def _epilogue_activation(step) -> str | None:
@@ -309,8 +314,8 @@ class PlannedExecutor(RunnerPool):
     call is using (a pool of them, grown on demand)."""
 
     def __init__(self, module, backend, fallback, fallback_calls, registry, *,
-                 merge_steps: bool = True):
-        packed: dict = {}
+                 merge_steps: bool = True, shared: dict | None = None):
+        packed: dict = {} if shared is None else shared
         calls = set(fallback_calls)
         super().__init__(lambda: _PlannedInstance(module, backend, fallback, calls, registry,
                                                   packed, merge_steps))

@@ -1,0 +1,136 @@
+"""One compile of a model with symbolic dims, planned per binding of its symbols on
+c_kernels: the packed constant weights are made once and shared by every binding's
+plan, calls from several threads at mixed sizes are safe and correct, and the plan
+cache counts its hits and misses."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import legato  # noqa: E402
+from legato.frontends import onnx as onnx_frontend  # noqa: E402
+from legato.specialize import ShapeSpecializing  # noqa: E402
+
+RNG = np.random.default_rng(0)
+W1 = RNG.standard_normal((16, 32)).astype(np.float32)
+B1 = RNG.standard_normal(32).astype(np.float32)
+W2 = RNG.standard_normal((8, 32)).astype(np.float32)  # Gemm's transB: (out, in)
+B2 = RNG.standard_normal(8).astype(np.float32)
+SIZES = [3, 8, 17, 1, 33, 8, 3, 64]
+
+
+def mlp_model():
+    """y = relu(x @ W1 + B1) @ W2.T + B2 for x of `rows` x 16 rows, `rows` symbolic: a
+    MatMul weight and a Gemm (transB) weight, both packed by c_kernels."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    inits = [numpy_helper.from_array(a, n) for a, n in
+             ((W1, "w1"), (B1, "b1"), (W2, "w2"), (B2, "b2"))]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def reference(x):
+    return np.maximum(x.astype(np.float64) @ W1 + B1, 0) @ W2.T.astype(np.float64) + B2
+
+
+@pytest.fixture()
+def pack_counts(monkeypatch):
+    """How often each weight (by its shape) is packed for the float GEMM (the MatMul's
+    may reach it as an nn.linear weight)."""
+    from legato_c_kernels import kernels
+    from legato_c_kernels.kernels import gemm
+    counts: Counter = Counter()
+    original = gemm.pack_weight
+
+    def counting(b, transposed=False):
+        counts[np.shape(b)] += 1
+        return original(b, transposed)
+    monkeypatch.setattr(gemm, "pack_weight", counting)  # matmul's pack
+    monkeypatch.setattr(kernels, "pack_weight", counting)  # nn.linear's
+    return counts
+
+
+def test_a_new_binding_packs_no_weight_again(pack_counts):
+    compiled = legato.compile(onnx_frontend.load(mlp_model()), "c_kernels")
+    runner = compiled._runner
+    assert isinstance(runner, ShapeSpecializing)
+    for rows in SIZES:
+        x = RNG.standard_normal((rows, 16)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+    assert sorted(pack_counts.values()) == [1, 1]  # each weight once, for 6 bindings
+    plans = list(runner.plans.values())
+    assert len(plans) == len(set(SIZES))
+    packed = [p.prototype._packed for p in plans]
+    assert all(p is packed[0] for p in packed)  # one store of packed weights for all
+
+
+def test_calls_from_threads_at_mixed_sizes_match_numpy():
+    compiled = legato.compile(onnx_frontend.load(mlp_model()), "c_kernels")
+    threads, rounds = 4, 6
+    inputs = {rows: RNG.standard_normal((rows, 16)).astype(np.float32) for rows in SIZES}
+    start = threading.Barrier(threads)
+    failures: list = []
+
+    def work(offset: int) -> None:
+        start.wait()
+        try:
+            for k in range(rounds * len(SIZES)):
+                x = inputs[SIZES[(k + offset) % len(SIZES)]]
+                np.testing.assert_allclose(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+        except Exception as err:  # noqa: BLE001 - reported by the main thread
+            failures.append(err)
+    workers = [threading.Thread(target=work, args=(i * 3,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not failures, failures[0]
+    stats = compiled._runner.stats
+    assert stats["misses"] == len(set(SIZES))  # each binding planned once, racing or not
+    assert stats["hits"] + stats["misses"] == threads * rounds * len(SIZES)
+    assert stats["plan_s"] > 0
+
+
+class _Unsafe:
+    """A runner that is not thread safe: it records calls that overlap."""
+
+    def __init__(self, log):
+        self.log, self.busy = log, False
+
+    def __call__(self, x):
+        self.log.append(self.busy)
+        self.busy = True
+        threading.Event().wait(0.002)  # long enough for another thread to come in
+        self.busy = False
+        return x
+
+
+def test_runners_that_are_not_thread_safe_run_one_call_at_a_time():
+    module = onnx_frontend.load(mlp_model())
+    overlapped: list = []
+    made: list = []
+
+    def plan(concrete, _fallback_calls):
+        made.append(concrete.main.params[0].type.shape)
+        return _Unsafe(overlapped)
+    runner = ShapeSpecializing(module, (), plan, legato.context().registry)
+    x = np.zeros((5, 16), np.float32)
+    workers = [threading.Thread(target=lambda: [runner(x) for _ in range(5)])
+               for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert made == [(5, 16)] and len(overlapped) == 20 and not any(overlapped)
+    assert runner.stats["misses"] == 1 and runner.stats["hits"] == 19
