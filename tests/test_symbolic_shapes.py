@@ -11,7 +11,6 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
-from legato.errors import LegatoError  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
 
 
@@ -62,7 +61,8 @@ def test_one_compile_matches_onnxruntime_at_every_size(backend):
     assert compiled._runner.stats["misses"] == 4
 
 
-def test_sizes_read_as_data_are_refused_naming_the_node():
+def test_sizes_read_as_data_are_computed_at_run_time():
+    """Shape -> Cast -> ReduceSum: batch + 4 as a float, computed from the bound sizes."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape_of_x"),
              helper.make_node("Cast", ["shape"], ["f"], to=TensorProto.FLOAT, name="to_float"),
              helper.make_node("ReduceSum", ["f"], ["n"], keepdims=0, name="count"),
@@ -71,11 +71,10 @@ def test_sizes_read_as_data_are_refused_naming_the_node():
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(LegatoError, match=r"symbolic.*input_shapes=\{'batch': \.\.\.\}"):
-        onnx_frontend.load(model)
-    x = np.ones((2, 4), np.float32)
-    np.testing.assert_allclose(legato.compile(onnx_frontend.load(model, {"batch": 2}))(x),
-                               x * 6)
+    compiled = legato.compile(onnx_frontend.load(model), "c_kernels")
+    for batch in (1, 2, 5):
+        x = np.ones((batch, 4), np.float32)
+        np.testing.assert_allclose(compiled(x), x * (batch + 4))
 
 
 @pytest.fixture(scope="module")

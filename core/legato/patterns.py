@@ -20,7 +20,9 @@ import numpy as np
 
 from .calls import Emitter, Recipes, make_call, run_decomposition
 from .ir import Call, Const, TensorType, Value
+from .errors import ShapeError
 from .registry import REQUIRED
+from .shapes import broadcast_shapes
 
 # attributes whose values a template enumerates (the structure may depend on them)
 ENUMERABLE = ("bool", "str:")
@@ -223,8 +225,8 @@ def _identity_operand(op, a, b, out):
 
 def _keeps_shape(a, b) -> bool:
     try:
-        return np.broadcast_shapes(a.shape, b.shape) == a.shape
-    except ValueError:
+        return broadcast_shapes(a.shape, b.shape) == tuple(a.shape)
+    except ShapeError:  # symbolic dims that do not broadcast, or not known to
         return False
 
 

@@ -29,6 +29,7 @@ from .onnx_check import check_graph, check_opset_range, check_text
 from .onnx_convert import Node, Refused, converter_of, onnx_dtype
 from .onnx_fold import fold_calls, foldable, is_symbolic_const, shape_const
 from .onnx_isolate import run_isolated, without_large_data
+from .onnx_sizes import with_sizes_computed
 from .onnx_tensors import (check_shape, check_size, check_tensor, external_tensors,
                            load_external_data, quote, tensor_array)
 from .onnx_weights import load_mapped
@@ -410,8 +411,8 @@ def attribute_value(attr):
 
 
 def check_no_symbolic_consts(calls, results) -> None:
-    """Symbolic sizes may only shape the model (reshape targets); as data they would need
-    the sizes at run time, which legato's calls do not read."""
+    """Symbolic sizes shape the model (reshape targets) or are computed at run time where
+    a call reads them (onnx_sizes); none is left as a call's operand or a graph output."""
     for call in calls:
         if any(is_symbolic_const(v) for v in call.inputs):
             node = call.origin.source if call.origin is not None else call.op
@@ -438,6 +439,7 @@ class _Importer:
         self.b = GraphBuilder(registry)
         self.env: dict[str, Value] = {}
         self.nodes: list[tuple[str, str, list[str]]] = []
+        self.sizes: dict = {}  # symbolic sizes computed at run time (onnx_sizes)
 
     def run(self) -> Module:
         for tensor in self.graph.initializer:
@@ -486,6 +488,9 @@ class _Importer:
         results = result if isinstance(result, (tuple, list)) else (result,)
         if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
             results = self.fold(start, results)
+        calls = self.b.calls[start:]
+        del self.b.calls[start:]  # the calls computing sizes come first
+        self.b.calls.extend(with_sizes_computed(self.b, calls, self.sizes))
         self.nodes.append((proto.op_type, node.name, [c.op for c in self.b.calls[start:]]))
         self.b.calls[start:] = [_from_node(c, node.name) for c in self.b.calls[start:]]
         for name, value in zip(proto.output, results):

@@ -7,8 +7,9 @@ from functools import reduce
 
 import numpy as np
 
-from ..ir import Const
+from ..ir import Const, TensorType
 from ..shapes import norm_axes
+from ..symbols import Expr, assume_le
 from . import shifts
 from .onnx_convert import converter, onnx_dtype
 from .onnx_common import _axes, _empty_identity, cast_to, one_hot_values
@@ -39,9 +40,27 @@ def constant_of_shape(node):
 def range_(node):
     start, limit, delta = (node.const(i) for i in range(3))
     node.require(delta.item() != 0, "delta must not be 0")
+    if object in (start.dtype, limit.dtype):
+        return _symbolic_range(node, start.item(), limit.item(), delta)
     count = max(0, math.ceil((limit.item() - start.item()) / delta.item()))
     node.budget(count, "Range")
     return Const.of((start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype))
+
+
+def _symbolic_range(node, start, limit, delta):
+    """A range between sizes (a decoder's positions `Range(past, past + seq)`): `count`
+    steps of `delta` summed, the running sum shifted to start at `start`, which the
+    importer computes at run time when it is symbolic (onnx_sizes)."""
+    step = delta.item()
+    node.require(isinstance(step, int) and step > 0, f"a range over symbolic sizes needs a "
+                                                     f"positive integer delta, not {step}")
+    count = (limit - start + step - 1) // step
+    assume_le(0, count, f"Range node {node.label} from {start} to {limit}")
+    steps = node.call("broadcast_to", Const.of(delta.reshape(())), shape=[count])
+    running = node.call("cumsum", steps, axis=0, exclusive=True)
+    first = Const(TensorType((), running.dtype), None, np.array(start, dtype=object)) \
+        if isinstance(start, Expr) else Const.of(np.array(start, running.dtype))
+    return node.call("add", running, first)
 
 
 @converter("EyeLike")
