@@ -320,10 +320,40 @@ _UFUNCS = {
     "logical_not": np.logical_not,
 }
 
+def cumsum(data: Array, *, axis: int = 0, exclusive: bool = False, reverse: bool = False,
+           out: Optional[Array] = None) -> Array:
+    """cumsum: the running sum along `axis`, each element added in order (from the end
+    where `reverse`; left out of its own sum where `exclusive`), floats summed in float64
+    as the reference does, integers wrapping in their dtype. A decoder's positions are
+    such a count over a symbolic length, which the op's decomposition (log2(n) shifted
+    adds) cannot express before n is known."""
+    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    out = _result(out, data.shape, data.dtype, "cumsum")
+    if np.may_share_memory(out, data):
+        data = data.copy()
+    x, running = (np.flip(data, axis), np.flip(out, axis)) if reverse else (data, out)
+    n, acc = data.shape[axis], np.float64 if data.dtype.kind == "f" else data.dtype
+    if n and exclusive:  # 0 first, then the running sum of all but the last element
+
+        def part(start, stop):
+            index = [slice(None)] * data.ndim
+            index[axis] = slice(start, stop)
+            return tuple(index)
+        running[part(0, 1)] = 0
+        np.copyto(running[part(1, n)], np.cumsum(x[part(0, n - 1)], axis=axis, dtype=acc),
+                  casting="unsafe")
+    elif n:
+        np.copyto(running, np.cumsum(x, axis=axis, dtype=acc), casting="unsafe")
+    return out
+
+
+cumsum.bind = lambda data, *, out, **attrs: functools.partial(cumsum, data, out=out, **attrs)
+
+
 KERNELS: dict[str, Callable[..., Any]] = {
     "strided_slice": strided_slice, "broadcast_to": broadcast_to, "concat": concat,
     "split": split, "pad": pad, "take": take, "where": where,
-    "scatter_elements": scatter_elements,
+    "scatter_elements": scatter_elements, "cumsum": cumsum,
     **{name: _ufunc_kernel(name, fn, f"{name}: numpy.{fn.__name__}, bool result")
        for name, fn in _UFUNCS.items()},
 }
