@@ -9,12 +9,16 @@ once with batch and sequence as dynamic axes (cached under $LEGATO_BENCH_CACHE, 
 ~/.cache/legato-bench). Printed per sequence length, in ms:
   first       the first call at that length on the one symbolic compile (it binds the
               symbols and plans, or compiles that binding whole when compiling over the
-              symbols needed sizes: the report line says which)
+              symbols needed sizes: the report line says which), run included
   seen        the median call at a length already met
   static      the median call of a compile bound to that length (input_shapes=)
   ort         onnxruntime on the same file
-and the ratios seen / static (the cost of being symbolic at run time) and first / static
-compile time (what a new length costs against compiling for it).
+(seen, static and ort timed in interleaved rounds) and the ratios seen / static (the cost
+of being symbolic at run time), first / static compile time, first / (static compile and
+its first call: what a static compile takes to give the first answer, the first run of
+either touching its fresh buffers), and new / static compile time, where new = first -
+seen is what a new length adds to a call (binding, planning, touching new buffers).
+Last, the plan cache's hits, misses and time spent planning.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 from benchmarks.published import CACHE, export_onnx, last_hidden_state  # noqa: E402
-from benchmarks.zoo import median_ms, ort_session  # noqa: E402
+from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
 
 
 
@@ -83,22 +87,29 @@ def main(argv=None) -> None:
     print(f"symbolic compile {compile_s:.2f} s: {symbolic.report.summary()[-160:]}")
     session = ort_session(path, 1)
     head = f"{'seq':>5}{'first':>10}{'seen':>10}{'static':>10}{'ort':>10}" \
-           f"{'seen/static':>13}{'first/compile':>15}{'err':>10}"
+           f"{'seen/static':>13}{'first/compile':>15}{'first/(c+1st)':>15}{'new/compile':>13}" \
+           f"{'err':>10}"
     print(head)
     for seq in [int(s) for s in args.seqs.split(",") if s]:
         ids = np.random.default_rng(seq).integers(4, 1000, (1, seq)).astype(np.int64)
         got, first_s = timed_s(lambda: symbolic(ids))
-        seen = median_ms(symbolic, ids, repeat=args.repeat)
         static, static_s = timed_s(lambda: legato.compile(
             str(path), args.backend, input_shapes={"batch": 1, "seq": seq}))
-        static_ms = median_ms(static, ids, repeat=args.repeat)
-        ort_ms = median_ms(lambda: session.run(None, {"ids": ids}), repeat=args.repeat)
+        _, static_first_s = timed_s(lambda: static(ids))
+        ms = interleaved_medians({"seen": (symbolic, ids), "static": (static, ids),
+                                  "ort": (session.run, None, {"ids": ids})}, args.repeat)
         want = session.run(None, {"ids": ids})[0]
         err = float(np.abs(np.asarray(got) - want).max())
-        print(f"{seq:>5}{first_s * 1e3:10.1f}{seen:10.2f}{static_ms:10.2f}{ort_ms:10.2f}"
-              f"{seen / static_ms:13.2f}{first_s / static_s:15.2f}{err:10.1e}", flush=True)
-    print(f"plans: {symbolic._runner.stats}")
-
+        new_s = first_s - ms["seen"] / 1e3
+        print(f"{seq:>5}{first_s * 1e3:10.1f}{ms['seen']:10.2f}{ms['static']:10.2f}"
+              f"{ms['ort']:10.2f}{ms['seen'] / ms['static']:13.2f}"
+              f"{first_s / static_s:15.3f}{first_s / (static_s + static_first_s):15.3f}"
+              f"{new_s / static_s:13.3f}{err:10.1e}", flush=True)
+        del static
+    stats = symbolic._runner.stats
+    per_miss = stats["plan_s"] / max(1, stats["misses"]) * 1e3
+    print(f"plan cache: {stats['hits']} hits, {stats['misses']} misses, {stats['plan_s']:.2f} s "
+          f"planning ({per_miss:.1f} ms a miss); load average {os.getloadavg()[0]:.1f} at the end")
 
 if __name__ == "__main__":
     main()

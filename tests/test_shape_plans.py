@@ -134,3 +134,23 @@ def test_runners_that_are_not_thread_safe_run_one_call_at_a_time():
         w.join()
     assert made == [(5, 16)] and len(overlapped) == 20 and not any(overlapped)
     assert runner.stats["misses"] == 1 and runner.stats["hits"] == 19
+
+
+def test_a_binding_is_checked_as_the_verifier_checks_it():
+    from legato.errors import IRError
+    from legato.ir import Attrs, Call, Function, Module, TensorType, Value
+    from legato.specialize import check_types, specialize
+    registry = legato.context().registry
+    module = onnx_frontend.load(mlp_model())
+    concrete, calls = specialize(module, {"rows": 5}, registry)
+    assert legato.verify(concrete, registry) is concrete
+    assert [str(c.outputs[0].type) for c in concrete.main.calls][-1] == "float32[5, 8]"
+    x = Value(TensorType((2, 4), "float32"), "x")
+    wrong = Value(TensorType((3, 4), "float32"))  # what a bad evaluation could give
+    relu = Call("nn.relu", (x,), Attrs({}), (wrong,))
+    bad = Module({"main": Function((x,), (relu,), (wrong,))})
+    with pytest.raises(IRError, match=r"call 0 \(nn.relu\): result types float32\[3, 4\] "
+                                      r"differ from the inferred float32\[2, 4\]"):
+        check_types(bad, registry, set())
+    with pytest.raises(IRError, match="differ from the inferred"):
+        legato.verify(bad, registry)  # the verifier agrees

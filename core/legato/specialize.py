@@ -4,12 +4,13 @@ legalized module concrete for that binding, and plan it once per binding.
 Legalization happens once, over the symbols; what differs between sizes is only the
 numbers in the types. So a call at a new size evaluates every type of the legalized module
 under the binding (no import, recomposition or legalization again), checks the result
-with the verifier (each call's types inferred anew must equal the evaluated ones), and
+as the verifier would (each call's types inferred anew must equal the evaluated ones), and
 hands it to the backend's executor factory. Planned executors are kept per binding, a few
 at a time, and `stats` counts hits, misses and the time spent planning.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -17,10 +18,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .errors import ExecutionError, LegatoError, ShapeError
-from .ir import Attrs, Call, Function, Module, TensorType, Value
+from .errors import ExecutionError, IRError, LegatoError, ShapeError
+from .ir import CALL_OP, Attrs, Call, Function, Module, TensorType, Value
 from .symbols import GUARDS, Expr, check_guard, evaluate, lone_symbol
-from .verify import verify
 
 MAX_PLANS = 16
 
@@ -77,6 +77,7 @@ def specialize(module: Module, bindings: Mapping[str, int], registry):
     values: dict[int, Value] = {}
     types: dict[TensorType, TensorType] = {}  # values share a few types: each evaluated once
     calls: dict[Call, Call] = {}
+    rebound: set[Call] = set()  # calls whose attributes held expressions
 
     def concrete(value):
         if value is None or not value.type.symbolic:
@@ -98,14 +99,52 @@ def specialize(module: Module, bindings: Mapping[str, int], registry):
         params = tuple(map(concrete, fn.params))
         new_calls = []
         for call in fn.calls:
-            new = Call(call.op, tuple(map(concrete, call.inputs)),
-                       _concrete_attrs(call.attrs, bindings),
+            attrs = _concrete_attrs(call.attrs, bindings) if _has_exprs(call.attrs) \
+                else call.attrs
+            new = Call(call.op, tuple(map(concrete, call.inputs)), attrs,
                        tuple(map(concrete, call.outputs)), call.origin)
+            if attrs is not call.attrs:
+                rebound.add(new)
             calls[call] = new
             new_calls.append(new)
         functions[name] = Function(params, tuple(new_calls), tuple(map(concrete, fn.results)),
                                    fn.kind, fn.attrs)
-    return verify(Module(functions), registry), calls
+    concrete_module = Module(functions)
+    check_types(concrete_module, registry, rebound)
+    return concrete_module, calls
+
+
+def check_types(module: Module, registry, rebound) -> None:
+    """What a binding can change of a verified module, checked as the verifier does: each
+    call's types inferred anew must equal the evaluated ones, and attributes that held
+    expressions (`rebound` calls) must be valid with their values. The rest (SSA form, op
+    existence, constants, acyclic calls) is the symbolic module's, verified already."""
+    for name, fn in module.functions.items():
+        for index, call in enumerate(fn.calls):
+            try:
+                expected = _inferred_types(module, call, registry, call in rebound)
+            except LegatoError as err:
+                raise IRError(f"function @{name}, call {index} ({call.op}): {err}") from None
+            got = tuple(o.type for o in call.outputs)
+            if got != expected:
+                raise IRError(f"function @{name}, call {index} ({call.op}): result types "
+                              f"{', '.join(map(str, got))} differ from the inferred "
+                              f"{', '.join(map(str, expected))}")
+
+
+def _inferred_types(module: Module, call: Call, registry, rebound: bool):
+    if call.op == CALL_OP:
+        target = module.functions[call.attrs["callee"]]
+        got = tuple(None if v is None else v.type for v in call.inputs)
+        if got != target.param_types:
+            raise IRError(f"@{call.attrs['callee']} takes {target.param_types}, got {got}")
+        return target.result_types
+    opdef = registry.get(call.op)
+    if rebound:
+        if opdef.normalize_attrs(call.attrs) != call.attrs:
+            raise IRError(f"attributes {call.attrs.to_json()} are not in normal form")
+        opdef.check_consts(call.inputs, call.attrs)
+    return opdef.infer_types([None if v is None else v.type for v in call.inputs], call.attrs)
 
 
 def _concrete_attrs(attrs: Attrs, bindings) -> Attrs:
@@ -113,9 +152,12 @@ def _concrete_attrs(attrs: Attrs, bindings) -> Attrs:
         if isinstance(v, Expr):
             return v.evaluate(bindings)
         return [value(x) for x in v] if isinstance(v, tuple) else v
-    if not any(_has_expr(v) for v in attrs.values()):
-        return attrs
     return Attrs({k: value(v) for k, v in attrs.items()})
+
+
+@functools.lru_cache(maxsize=4096)  # by value: a model's calls share a few attribute sets
+def _has_exprs(attrs: Attrs) -> bool:
+    return any(_has_expr(v) for v in attrs.values())
 
 
 def _has_expr(value) -> bool:
