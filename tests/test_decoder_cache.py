@@ -4,6 +4,7 @@ and run in a greedy generation loop that gives eager `generate`'s tokens (README
 need: ranges between sizes, sizes read as data, an empty cache."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -67,3 +68,91 @@ def test_ranges_and_sizes_of_the_cache_compile_once(backend):
         np.testing.assert_allclose(compiled(x, cache),
                                    session.run(None, {"x": x, "past": cache})[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+# --- the README's recipe: GPT-2 and Llama styles, one compile, eager's tokens --------------
+
+NEW_TOKENS = 32
+PROMPT = np.array([[5, 17, 42, 7, 99]], np.int64)
+
+
+def readme_recipe() -> str:
+    """The python block of README.md's "Generation with a KV cache" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Generation with a KV cache", 1)[1]
+    return re.search(r"```python[^\n]*\n(.*?)\n```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    """The README block run as written (in a scratch directory): its own GPT-2 example
+    asserts eager's tokens; its names serve the tests below."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("readme"))
+    try:
+        namespace: dict = {"__name__": "readme_recipe"}
+        exec(compile(readme_recipe(), "README.md", "exec"), namespace)
+    finally:
+        os.chdir(here)
+    return namespace
+
+
+def decoder(style: str):
+    import torch
+    import transformers
+    common = dict(vocab_size=128, initializer_range=0.5, attn_implementation="eager",
+                  eos_token_id=None)
+    if style == "gpt2":
+        config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, **common)
+        make = transformers.GPT2LMHeadModel
+    else:  # grouped-query attention, rotary positions, RMSNorm, SiLU gates
+        config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64,
+                                          num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, **common)
+        make = transformers.LlamaForCausalLM
+    torch.manual_seed(0)
+    return make(config).eval()
+
+
+@pytest.fixture(scope="module")
+def exported(recipe, tmp_path_factory):
+    """{style: (model, path)}, each exported once by the recipe's `export`."""
+    found = {}
+    for style in ("gpt2", "llama"):
+        model = decoder(style)
+        path = tmp_path_factory.mktemp(style) / "decoder.onnx"
+        recipe["export"](model, str(path))
+        found[style] = (model, path)
+    return found
+
+
+def test_the_readme_recipe_runs_and_compiles_once(recipe):
+    compiled = recipe["compiled"]
+    assert recipe["tokens"] == recipe["eager"][0, PROMPT.shape[1]:].tolist()
+    # one plan per length met (the prompt's empty cache, then one more each token)
+    assert compiled._runner.stats["misses"] == NEW_TOKENS
+    assert "compiled per binding" not in compiled.report.summary()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("style", ["gpt2", "llama"])
+def test_greedy_generation_gives_eager_tokens(recipe, exported, style, backend):
+    import torch
+    model, path = exported[style]
+    compiled = legato.compile(str(path), backend)  # the only compile of the loop
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def checked(*inputs):  # every step's logits and cache against onnxruntime
+        got = compiled(*inputs)
+        for g, w in zip(got, session.run(None, dict(zip(names, inputs)))):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+        return got
+    tokens = recipe["generate"](checked, model.config, PROMPT, NEW_TOKENS)
+    with torch.no_grad():
+        eager = model.generate(torch.from_numpy(PROMPT), do_sample=False,
+                               max_new_tokens=NEW_TOKENS)
+    assert tokens == eager[0, PROMPT.shape[1]:].tolist()
+    assert len(set(tokens)) > 4  # weights large enough that the tokens vary
