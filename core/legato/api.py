@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .backend import Backend
+from .buckets import emit_buckets, guarded, plan_buckets, specialize_buckets
 from .capability import parse_capability
 from .config import BackendConfig, load_config
 from .constfold import fold_constants
@@ -111,7 +112,8 @@ def _require_concrete(module: Module, what: str) -> None:
         raise LegatoError(f"{what} needs concrete shapes, and the model's dimensions "
                           f"{', '.join(free)} are symbolic: bind them with input_shapes="
                           f"{{{', '.join(repr(f) + ': ...' for f in free)}}} (--shape "
-                          f"{free[0]}=SIZE)")
+                          f"{free[0]}=SIZE), or emit a function per size with "
+                          f"shape_buckets={{{free[0]!r}: [...]}} (--shape {free[0]}=SIZE,SIZE)")
 
 
 def _model_label(model) -> str:
@@ -169,6 +171,7 @@ class Compiled:
         self.fallback_calls = frozenset(fallback_calls)  # calls that run on the fallback
         self.callees: dict = {}  # partitioned: external function name -> its Compiled
         self.targets = (backend.name,)  # the backends asked for, first choice first
+        self.buckets: list = []  # shape buckets: the emitted functions (legato.buckets)
         self.fallback: Backend | None = None  # where fallback_calls run
         self._runner = runner
         # a plugin's executor that does not say it is thread-safe gets one call at a time
@@ -195,16 +198,23 @@ class Compiled:
 
 def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
             max_level: int | None = None, *, context: Context | None = None,
-            input_shapes: Mapping | None = None) -> Compiled:
+            input_shapes: Mapping | None = None,
+            shape_buckets: Mapping | None = None) -> Compiled:
     """Legalize `model` for `backend` and build its executor (or emit its artifact).
 
     With a list of backends the model is partitioned first (`legato.partition`): each
     region runs on its backend, and the report counts ops per backend. `input_shapes`
-    binds the symbolic dimensions of an .onnx file (`{"batch": 1, "seq": 128}`)."""
+    binds the symbolic dimensions of an .onnx file (`{"batch": 1, "seq": 128}`).
+    `shape_buckets` (emitting backends) writes one function per binding of the symbolic
+    dims, every combination of the sizes given (`{"seq": [64, 128, 256]}`: `main_seq64`,
+    ...; legato.buckets)."""
     host = context or current_context()
     source = verify(load_model(model, context=host, input_shapes=input_shapes), host.registry)
     _check_max_level(max_level)
     if isinstance(backend, (list, tuple)):
+        if shape_buckets is not None:
+            raise LegatoError("shape_buckets are functions of one emitting backend's artifact, "
+                              "not of a partitioned build")
         _require_concrete(source, "a partitioned build")
         if not backend:
             raise LegatoError("compile needs at least one backend, got an empty list")
@@ -212,6 +222,13 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
             _backend(host, item)
         return _compile_multi(host, source, list(backend), config, max_level)
     be = _backend(host, backend)
+    if shape_buckets is not None:
+        if be.executes:
+            raise LegatoError(f"shape_buckets are functions of an emitted artifact; backend "
+                              f"{be.name} executes, and runs any size the inputs have")
+        plans = plan_buckets(source, shape_buckets)
+        with guarded(plans):
+            return _compile_one(host, source, be, config, max_level, plans)
     if not be.executes:
         _require_concrete(source, f"backend {be.name}, which emits code,")
     if is_symbolic(source):
@@ -241,8 +258,9 @@ def _compile_per_binding(host: Context, source: Module, be: Backend, config, max
                     None, source)
 
 
-def _compile_one(host: Context, source: Module, be: Backend, config, max_level) -> Compiled:
-    """compile() for one backend."""
+def _compile_one(host: Context, source: Module, be: Backend, config, max_level,
+                 buckets=None) -> Compiled:
+    """compile() for one backend; `buckets`: the bindings an emitter writes a function for."""
     cfg = load_config(config, be.name, host.registry, host.backends)
     # dequantize -> op -> quantize regions become qnn calls on the integers (what
     # onnxruntime's int8 kernels compute); then composite ops the model spells out in
@@ -267,8 +285,20 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level) 
     if not be.executes:
         if be.emitter is None:
             raise LegatoError(f"backend {be.name} neither executes nor emits")
-        artifact = _backend_step(be, "emitter", be.emitter, result.module)
-        return Compiled(result.module, result.report, be, None, artifact, source)
+        if buckets is None:
+            artifact = _backend_step(be, "emitter", be.emitter, result.module)
+            return Compiled(result.module, result.report, be, None, artifact, source)
+
+        def finish(module):  # what waited for the sizes
+            return legalize_module(fold_constants(module, host, cfg.keep), host.registry, be,
+                                   None, cfg, max_level, "full").module
+        specialized = specialize_buckets(result.module, buckets, host.registry, finish)
+        result.report.notes.append(f"emitted {len(specialized)} shape buckets, legalized for "
+                                   "their sizes: " + ", ".join(b.name for b in specialized))
+        compiled = Compiled(result.module, result.report, be, None,
+                            _backend_step(be, "emitter", emit_buckets, be, specialized), source)
+        compiled.buckets = specialized
+        return compiled
     factory = be.executor or Interpreter
     if getattr(factory, "shares_constants", False):  # one packing of each weight for all sizes
         factory = functools.partial(factory, shared={})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import api
 from .cli_kit import add_commands as add_kit_commands
-from .cli_model import DEFAULT_BACKEND, add_model_arguments, backends_arg, load
+from .cli_model import DEFAULT_BACKEND, add_model_arguments, backends_arg, load, shape_buckets
 from .errors import LegatoError
 from .examples import random_inputs
 from .executor import as_tuple, describe_call
@@ -167,7 +167,8 @@ def cmd_ops(args) -> int:
 
 def compile_model(args, module):
     with timer(f"compiling for {args.backend}"):
-        return api.compile(module, backends_arg(args.backend), args.config, args.max_level)
+        return api.compile(module, backends_arg(args.backend), args.config, args.max_level,
+                           shape_buckets=shape_buckets(args))
 
 
 def cmd_compile(args) -> int:

@@ -18,6 +18,7 @@ from .errors import LegatoError
 from .examples import random_inputs
 from .executor import as_tuple
 from .ops.tolerance import rel_error, result_tolerance
+from .specialize import specialize
 from .validators import ToolsMissing, for_backend, for_file
 
 TOOLS_MISSING = 2
@@ -72,9 +73,17 @@ def validate_compiled(args, compiled) -> int:
         raise LegatoError(f"--validate checks what an emitting backend writes; backend "
                           f"{backend.name} executes (`legato run` checks it against cpu_ref)")
     validator = for_backend(api.current_context().validators, backend.name)
-    source = compiled.source if args.validate_run else None
-    return check(validator, compiled.artifact, args.output or f"<{backend.name} artifact>",
-                 source, 0)
+    name = args.output or f"<{backend.name} artifact>"
+    if not (args.validate_run and compiled.buckets):
+        source = compiled.source if args.validate_run else None
+        return check(validator, compiled.artifact, name, source, 0)
+    code = check(validator, compiled.artifact, name)  # then each shape bucket at its sizes
+    registry = api.current_context().registry
+    for bucket in compiled.buckets if code == 0 else ():
+        print(f"{bucket.name}:")
+        code |= _compare(validator, compiled.artifact,
+                         specialize(compiled.source, bucket.bindings, registry)[0], 0)
+    return code
 
 
 def check(validator, text: str, name: str, source=None, seed: int = 0) -> int:

@@ -56,8 +56,8 @@ class FoldConstants(FunctionPass):
         """The call's results as constants, or None when it is not folded."""
         if call.op in (CALL_OP, CUSTOM_OP) or \
                 not all(v is None or isinstance(v, Const) for v in call.inputs) or \
-                any(o.type.size > self.max_elements for o in call.outputs):
-            return None
+                any(o.type.symbolic or o.type.size > self.max_elements for o in call.outputs):
+            return None  # (a result of symbolic size is computed once the size is bound)
         kernel = self.kernel_for(call.op)
         if kernel is None:
             return None

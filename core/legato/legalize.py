@@ -34,6 +34,9 @@ __all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text
 
 MODES = ("full", "partial", "analysis")
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
+# the rule of a decision that waits for the sizes: a backend's check of a call over
+# symbolic dims needed their values (the call is deferred, decided once they are bound)
+NEEDS_SIZES = "needs sizes"
 
 
 @dataclass
@@ -75,7 +78,13 @@ class _Legalizer:
             (call.op, call.attrs, tuple([None if v is None else v.type for v in call.inputs]))
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = self._decide(call)
+            try:
+                decision = self._decide(call)
+            except LegatoError as err:  # a backend's check needs the sizes: decided later
+                if not _needs_sizes(call, err):
+                    raise
+                decision = Decision("legal", str(err), NEEDS_SIZES)
+            self._decisions[key] = decision
         return decision
 
     def _decide(self, call: Call, use_rules: bool = True) -> Decision:
@@ -150,6 +159,9 @@ class _Legalizer:
              decision: Decision | None = None) -> None:
         if decision is None:
             decision = self.decide(call)
+        if decision.rule == NEEDS_SIZES:
+            self._defer(call, out)
+            return
         if call.op in self.watch:
             self.report.condition(call.op, self.watch[call.op], call)
         if decision.rule == BACKEND_RULE:
@@ -189,15 +201,11 @@ class _Legalizer:
         emitter = Emitter(self.registry, origin)
         try:
             results, recipe = self.recipes.run(emitter, opdef, call.inputs, call.attrs)
-        except ShapeError as err:
-            if not _symbolic(call):
-                raise _rule_failed(rule, call, err) from err
-            self.deferred.add(call)  # needs the sizes: legalized once they are bound
-            self.report.after[call.op] += 1
-            out.append(call)
-            return
         except Exception as err:
-            raise _rule_failed(rule, call, err) from err
+            if not _needs_sizes(call, err):
+                raise _rule_failed(rule, call, err) from err
+            self._defer(call, out)
+            return
         _check_types(call, results, rule)
         # a replayed recipe's calls get the decisions of its first replay here (the same
         # ops, attributes, input types and constant inputs)
@@ -223,7 +231,12 @@ class _Legalizer:
         try:
             results = self.backend.rule(call.op)(emitter, call)
         except Exception as err:
-            raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
+            if not _needs_sizes(call, err):
+                raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
+            self.report.record(call.op, decision, from_input,
+                               call.origin.op if call.origin else None)
+            self._defer(call, out)
+            return True
         if results is None:
             return False
         self.report.record(call.op, decision, from_input,
@@ -235,6 +248,13 @@ class _Legalizer:
         for old, new in zip(call.outputs, results):
             remap[old] = remap.get(new, new)
         return True
+
+    def _defer(self, call: Call, out: list) -> None:
+        """Keep `call` as it is: its rewrite needs the sizes, so it is legalized once the
+        symbols are bound."""
+        self.deferred.add(call)
+        self.report.after[call.op] += 1
+        out.append(call)
 
     def _custom(self, call: Call, remap, source) -> Call:
         custom = encode_custom(call, self.backend.domain, self.registry)
@@ -306,6 +326,13 @@ def legalize_module(module: Module, registry, backend=None, fallback=None,
                                    "their symbolic dims bound to be legalized")
     return LegalizeResult(module if mode == "analysis" else legalized, worker.report,
                           worker.fallback_calls, worker.deferred)
+
+
+def _needs_sizes(call: Call, err: Exception) -> bool:
+    """A rule failed on a call over symbolic dims for want of their values (a ShapeError,
+    raised by the rule or by a plugin's rule, which wraps it)."""
+    return _symbolic(call) and (isinstance(err, ShapeError) or
+                                isinstance(err.__cause__, ShapeError))
 
 
 def _symbolic(call: Call) -> bool:

@@ -30,6 +30,7 @@ from .narrowing import narrow_array, signature_attrs, tosa_dtype, tosa_type
 from .rules import call_window
 
 BACKEND = "tosa_custom"
+BINDINGS_ATTR = "legato.shape_bindings"  # a shape bucket function's sizes of the symbols
 
 
 class _Body:
@@ -356,7 +357,10 @@ def _backend(name: str = BACKEND):
 
 # --- functions and the module -------------------------------------------------------------
 
-def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT) -> list[str]:
+def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT,
+                  attrs: str = "") -> list[str]:
+    """The function's lines; `attrs`, an MLIR attribute dictionary's entries, is added to
+    the func.func's discardable attributes (a shape bucket's bindings)."""
     backend = backend or _backend()
     table = rows(profile)
     for call in fn.calls:
@@ -381,8 +385,8 @@ def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT) -> lis
         if marks is not None:
             props.append(f"{key} = {marks}")
     head = f'"func.func"() <{{{", ".join(sorted(props))}}}> ({{'
-    return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines),
-            "}) : () -> ()"]
+    tail = f"}}) {{{attrs}}} : () -> ()" if attrs else "}) : () -> ()"
+    return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines), tail]
 
 
 def emit_module(module: Module, backend, profile=DEFAULT) -> str:
@@ -399,12 +403,34 @@ def emit_module(module: Module, backend, profile=DEFAULT) -> str:
     return "\n".join(lines) + "\n"
 
 
+def emit_buckets(buckets, backend, profile=DEFAULT) -> str:
+    """One module with a function per shape bucket (legato.buckets.Bucket: `main_seq64`
+    for seq=64), each carrying its symbols' sizes as `legato.shape_bindings = {seq = 64 :
+    i64}`; tosa-opt validates them all, the reference model runs one at a time."""
+    lines = ['"builtin.module"() ({']
+    for bucket in buckets:
+        extra = sorted(set(bucket.module.functions) - {"main"})
+        if extra:
+            raise LegatoError(f"tosa_custom emitter: shape bucket {bucket.name} has functions "
+                              f"besides main ({', '.join(extra)}); a bucket is one function")
+        bindings = ", ".join(f"{mlir.string(k) if not k.isidentifier() else k} = {v} : i64"
+                             for k, v in sorted(bucket.bindings.items()))
+        lines += ["  " + line for line in emit_function(
+            bucket.name, bucket.module.main, backend, profile,
+            f"{BINDINGS_ATTR} = {{{bindings}}}")]
+    lines.append(f"}}){module_attrs(profile)} : () -> ()")
+    return "\n".join(lines) + "\n"
+
+
 def make_emitter(profile=DEFAULT, backend_name: str = BACKEND):
     """The emitter of the backend `backend_name`, which targets `profile` (it looks the
     backend up when it runs; `emitter.backend`, when set, is used instead)."""
     def emit(module: Module) -> str:
         return emit_module(module, emit.backend or _backend(backend_name), profile)
-    emit.backend = None
+
+    def buckets(entries) -> str:  # legato.buckets: a function per binding of the symbols
+        return emit_buckets(entries, emit.backend or _backend(backend_name), profile)
+    emit.backend, emit.buckets = None, buckets
     # the ops it prints: registration checks every legal op of the backend is among them
     emit.ops = frozenset(rows(profile)) | {CUSTOM_OP}
     emit.__name__ = emit.__qualname__ = "emit_mlir"

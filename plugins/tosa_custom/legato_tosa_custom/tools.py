@@ -19,6 +19,7 @@ import numpy as np
 from legato.errors import LegatoError, clip
 from legato.validators import ToolsMissing
 
+from .buckets import bucket_text
 from .narrowing import narrow_inputs, widen_results
 from .profiles import DEFAULT, profile_of, target
 
@@ -77,7 +78,9 @@ class TosaTools:
         """Serialize with tosa-opt and run the TOSA reference model on `inputs`; int64
         arrays are narrowed to the int32 the module takes (checked) and results marked as
         narrowed (res_attrs) come back as int64. With `validate`, the same tosa-opt call
-        validates first (strictly), saving a process."""
+        validates first (strictly), saving a process. A module of shape buckets runs the
+        function whose parameters have the inputs' shapes."""
+        text = bucket_text(text, inputs)
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "module.mlir").write_text(text)
