@@ -90,15 +90,19 @@ def test_buckets_are_refused_naming_what_is_wrong(small_model):
         legato.compile(model, "tosa_custom")  # symbolic, neither bound nor bucketed
 
 
-def test_cli_shape_with_several_sizes_makes_buckets_and_one_size_binds(small_model, tmp_path):
+def test_cli_shape_with_several_sizes_makes_buckets_and_one_size_binds(small_model, tmp_path,
+                                                                      tools, capsys):
     assert parse_shapes(["seq=64,128,256", "batch=1"]) == {"seq": [64, 128, 256], "batch": 1}
     assert parse_shapes(["batch=1,seq=2,3"]) == {"batch": 1, "seq": [2, 3]}
     with pytest.raises(legato.LegatoError, match=r"--shape '2'"):
         parse_shapes(["x=1x3,2"])  # a whole input's shape takes one value
     out = tmp_path / "buckets.mlir"
     assert cli_main(["compile", str(small_model), "-b", "tosa_custom", "--shape",
-                     "seq=2,5", "--shape", "batch=3", "-o", str(out)]) == 0
+                     "seq=2,5", "--shape", "batch=3", "-o", str(out), "--validate-run"]) == 0
     assert recorded(out.read_text()) == {"main_seq2": {"seq": 2}, "main_seq5": {"seq": 5}}
+    printed = capsys.readouterr().out  # each bucket run against cpu_ref at its sizes
+    assert re.search(r"main_seq2:\nresult 0: float32\[3, 2, 8\].*ok\nmain_seq5:\n"
+                     r"result 0: float32\[3, 5, 8\].*ok", printed), printed
     assert cli_main(["compile", str(small_model), "-b", "tosa_custom", "--shape",
                      "seq=2,batch=3", "-o", str(out)]) == 0  # bound at import: one main
     assert list(functions(out.read_text())) == ["main"]
@@ -155,6 +159,35 @@ def test_dynamic_bert_buckets_validate_and_match_cpu_ref(dynamic_bert, tools):
     with pytest.raises(legato.LegatoError, match=r"main_batch2_seq41 breaks seq<=40"):
         legato.compile(str(dynamic_bert), "tosa_custom",
                        shape_buckets={"batch": 2, "seq": [16, 41]})
+
+
+def test_torch_export_dims_make_buckets_within_their_ranges(tools):
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as torch_frontend
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.out = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.norm(x)
+            return self.out(torch.softmax(h @ h.transpose(-1, -2) / 4, -1) @ h) + x
+    torch.manual_seed(0)
+    block = Block().eval()
+    dims = {0: torch.export.Dim("batch", max=8), 1: torch.export.Dim("seq", max=64)}
+    module = torch_frontend.load(block, (torch.randn(2, 8, 16),), dynamic_shapes=(dims,))
+    text = legato.compile(module, "tosa_custom",
+                          shape_buckets={"batch": 1, "seq": [3, 9]}).artifact
+    assert list(recorded(text)) == ["main_batch1_seq3", "main_batch1_seq9"]
+    tools.validate(text)
+    for seq in (3, 9):
+        x = torch.randn(1, seq, 16)
+        (got,) = tools.run_reference(text, [x.numpy()])
+        with torch.no_grad():
+            np.testing.assert_allclose(got, block(x).numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(legato.LegatoError, match=r"main_batch1_seq65 breaks seq<=64"):
+        legato.compile(module, "tosa_custom", shape_buckets={"batch": 1, "seq": 65})
 
 
 DYNAMIC_ADD = """"builtin.module"() ({
