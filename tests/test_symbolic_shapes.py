@@ -77,14 +77,13 @@ def test_sizes_read_as_data_are_computed_at_run_time():
         np.testing.assert_allclose(compiled(x), x * (batch + 4))
 
 
-@pytest.fixture(scope="module")
-def dynamic_bert(tmp_path_factory):
-    """A tiny BERT exported as people export it: batch and sequence as dynamic axes."""
+def tiny_bert(positions: int, **options):
+    """A 2-layer BERT 32 wide (random weights, seed 0) returning its last hidden state."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=64,
-                                     max_position_embeddings=40, attn_implementation="eager")
+                                     max_position_embeddings=positions, **options)
     torch.manual_seed(0)
     model = transformers.BertModel(config).eval()
 
@@ -95,9 +94,17 @@ def dynamic_bert(tmp_path_factory):
 
         def forward(self, ids):
             return self.model(ids).last_hidden_state
+    return Hidden().eval()
+
+
+@pytest.fixture(scope="module")
+def dynamic_bert(tmp_path_factory):
+    """A tiny BERT exported as people export it: batch and sequence as dynamic axes."""
+    torch = pytest.importorskip("torch")
     path = tmp_path_factory.mktemp("bert") / "bert.onnx"
     with torch.no_grad():
-        torch.onnx.export(Hidden(), (torch.randint(4, 100, (2, 16)),), str(path),
+        torch.onnx.export(tiny_bert(40, attn_implementation="eager"),
+                          (torch.randint(4, 100, (2, 16)),), str(path),
                           input_names=["ids"], output_names=["y"], opset_version=17,
                           dynamo=False, dynamic_axes={"ids": {0: "batch", 1: "seq"}})
     return path
@@ -153,3 +160,57 @@ def test_torch_export_dynamic_shapes_compile_once_and_match_eager(backend):
                                    rtol=1e-5, atol=1e-5)
     with pytest.raises(legato.ExecutionError, match="<=128"):
         compiled(np.ones((1, 129, 16), np.float32))
+
+
+@pytest.fixture(scope="module")
+def exported_bert():
+    """A tiny BERT through torch.export with the user's Dims for batch and sequence."""
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as torch_frontend
+    hidden = tiny_bert(160)  # (transformers' default attention: sdpa)
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=128)
+    module = torch_frontend.load(hidden, (torch.randint(4, 100, (2, 16)),),
+                                 dynamic_shapes=({0: batch, 1: seq},))
+    return hidden, module
+
+
+@pytest.mark.parametrize("backend", ["cpu_ref", "c_kernels"])
+def test_torch_export_bert_with_dims_runs_at_every_size(exported_bert, backend):
+    torch = pytest.importorskip("torch")
+    hidden, module = exported_bert
+    # the Dims' names, not torch's s0/s1; the position table's slice and the causal-mask
+    # aranges over seq become symbolic calls, not constants of the example's size
+    assert [str(p.type) for p in module.main.params] == ["int64[batch, seq]"]
+    assert {"batch<=64", "seq<=128"} <= set(module.main.attrs["guards"])
+    compiled = legato.compile(module, backend)
+    generator = torch.Generator().manual_seed(0)
+    for batch, seq in [(1, 8), (3, 16), (1, 33), (3, 64), (1, 128)]:
+        ids = torch.randint(4, 100, (batch, seq), generator=generator)
+        with torch.no_grad():
+            want = hidden(ids).numpy()
+        np.testing.assert_allclose(compiled(ids.numpy()), want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(legato.ExecutionError, match=r"seq<=128.*seq=129 breaks"):
+        compiled(np.ones((1, 129), np.int64))
+
+
+def test_arange_over_symbolic_sizes_counts_at_run_time():
+    """torch.arange(past, past + seq) (a decoder's cache positions), a constant start
+    and a step over a symbolic end, including an empty past."""
+    torch = pytest.importorskip("torch")
+    from legato.frontends import torch as torch_frontend
+
+    class Positions(torch.nn.Module):
+        def forward(self, past, x):
+            p, n = past.shape[1], x.shape[1]
+            return x + torch.arange(p, p + n) + torch.arange(3, n + 3), torch.arange(0, n, 2)
+
+    dims = ({1: torch.export.Dim("past", max=100)},
+            {1: torch.export.Dim("seq", min=3, max=64)})
+    model = Positions()
+    module = torch_frontend.load(model, (torch.zeros(1, 5), torch.zeros(1, 7)),
+                                 dynamic_shapes=dims)
+    compiled = legato.compile(module, "c_kernels")
+    for past, seq in [(2, 3), (0, 5), (9, 4), (5, 64)]:
+        inputs = torch.zeros(1, past), torch.randn(1, seq)
+        for got, want in zip(compiled(*(t.numpy() for t in inputs)), model(*inputs)):
+            np.testing.assert_array_equal(got, want.numpy())

@@ -23,8 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .custom_ops import decode_custom
+from .errors import LegatoError
 from .ir import CALL_OP, CUSTOM_OP, Call, Const, Value
 from .progress import size_text as size
+from .specialize import is_symbolic, specialize
+from .symbols import GUARDS, Expr, lone_symbol, parse_dim
 
 SCHEMA = "legato.placement/1"
 # estimated FLOPs per output element of composite ops without an exact formula
@@ -58,6 +61,7 @@ class Placement:
         self._build = build  # fills _calls and _producer on first use
         self._calls: list[Placed] = []
         self._producer: dict = {}  # value key -> index into calls
+        self.bindings: dict[str, int] = {}  # a symbolic model's sizes the costs are at
 
     @property
     def calls(self) -> list[Placed]:
@@ -155,6 +159,7 @@ class Placement:
         return {
             "schema": SCHEMA,
             "targets": list(self.targets),
+            "bindings": dict(self.bindings),
             "backends": self.per_backend(),
             "totals": {"calls": len(self.calls), "flops": sum(p.flops for p in self.calls),
                        "flops_estimated": sum(p.estimated for p in self.calls),
@@ -175,7 +180,10 @@ class Placement:
                 f"({size(sum(c['bytes'] for c in crossings))} crossing)")
 
     def text(self, shown: int = SHOWN) -> str:
-        lines = ["placement and cost (FLOPs from shapes; ~ marks what includes estimates):",
+        self.calls  # (built first: that sets the bindings)
+        at = ", ".join(f"{k}={v}" for k, v in sorted(self.bindings.items()))
+        lines = [f"placement and cost{f' at {at}' if at else ''} (FLOPs from shapes; ~ marks "
+                 "what includes estimates):",
                  f"  {'backend':<16} {'calls':>6} {'FLOPs':>12} {'share':>6} {'bytes':>10}"]
         rows = self.per_backend()
         total = sum(r["flops"] for r in rows.values()) or 1
@@ -214,9 +222,38 @@ def place(module, backend, fallback, fallback_calls, registry, callees=None,
     external functions, name -> Compiled, each placed on its own backends; `sources`:
     `recomposed_sources` of the recomposition before legalization."""
     def build(placement: Placement) -> None:
-        _place_function(placement, module, module.main, {}, backend, fallback,
-                        fallback_calls, registry, callees or {}, sources or {})
+        concrete, calls = module, fallback_calls
+        if is_symbolic(module):
+            concrete, calls, placement.bindings = _at_nominal_sizes(module, fallback_calls,
+                                                                     registry)
+        _place_function(placement, concrete, concrete.main, {}, backend, fallback,
+                        calls, registry, callees or {}, sources or {})
     return Placement(targets or (backend.name,), build)
+
+
+NOMINAL_SIZE = 128  # a symbol's size for costs where no guard bounds it
+
+
+def _at_nominal_sizes(module, fallback_calls, registry):
+    """A model with symbolic dims costed at one binding: each symbol at the largest size
+    its guards allow (or NOMINAL_SIZE), so FLOPs and bytes are numbers; every symbol at 1
+    where the guards refuse that binding."""
+    bounds = {}
+    for text in module.main.attrs.get(GUARDS, ()):
+        small, large = text.split("<=")
+        if large.strip().isdigit() and lone_symbol(parse_dim(small)) is not None:
+            name = lone_symbol(parse_dim(small))
+            bounds[name] = min(bounds.get(name, int(large)), int(large))
+    names = sorted({s for p in module.main.params for d in p.shape if isinstance(d, Expr)
+                    for s in d.symbols()})
+    for bindings in ({n: bounds.get(n, NOMINAL_SIZE) for n in names}, dict.fromkeys(names, 1)):
+        try:
+            concrete, calls = specialize(module, bindings, registry)
+        except LegatoError:
+            continue
+        return concrete, frozenset(calls[c] for c in fallback_calls), bindings
+    raise LegatoError("the placement report could not bind the model's symbols "
+                      f"{', '.join(names)} to any size")
 
 
 def recomposed_sources(before, after) -> dict[int, tuple]:

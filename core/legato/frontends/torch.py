@@ -27,7 +27,7 @@ import re
 from ..builder import GraphBuilder
 from ..errors import LegatoError
 from ..ir import Call, Const, Module, Origin
-from ..symbols import GUARDS
+from ..symbols import GUARDS, collecting_guards
 from ..verify import verify
 # imported for their converters, which join ATEN
 from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
@@ -70,8 +70,10 @@ def load(module, example_inputs, *, registry=None, dynamic_shapes=None) -> Modul
     (`registry`: the context's when not given). `dynamic_shapes` (torch.export's, with
     `torch.export.Dim`s) keeps those sizes symbolic: the module runs at every size in
     their ranges."""
-    return _Importer(exported(module, example_inputs, dynamic_shapes=dynamic_shapes),
-                     registry).run()
+    program = exported(module, example_inputs, dynamic_shapes=dynamic_shapes)
+    names = torch_symbolic.dim_names(program, module, example_inputs, dynamic_shapes) \
+        if dynamic_shapes else {}
+    return _Importer(program, registry, names).run()
 
 
 def exported(module, example_inputs, decompositions=None, dynamic_shapes=None):
@@ -196,8 +198,9 @@ def source_location(node) -> str:
 class _Importer:
     exported = staticmethod(exported)  # custom ops' implementations are traced with it
 
-    def __init__(self, program, registry=None):
+    def __init__(self, program, registry=None, names=None):
         self.program = program
+        self.names = names or {}  # torch's symbols -> the names of the user's Dims
         self.graph = program.graph_module.graph
         self.b = GraphBuilder(registry)
         self.env: dict = {}
@@ -206,17 +209,8 @@ class _Importer:
         self.dropped = self.assert_only()
         self.check_supported()
         constants = self.constants()
-        for node in self.graph.nodes:
-            if node.op == "placeholder" and node.name in constants:
-                self.env[node] = constants[node.name]
-            elif node.op == "placeholder":
-                shape, dtype = torch_fft.value_type(node.meta["val"])
-                self.env[node] = self.b.input(node.name, tuple(map(torch_symbolic.dim, shape)),
-                                              dtype)
-            elif node.op == "call_function" and node not in self.dropped:
-                self.env[node] = self.convert(node)
-            elif node.op == "output":
-                outputs = self.user_outputs(node.args[0])
+        with collecting_guards() as inferred:  # what symbolic shape rules assumed
+            outputs = self.convert_nodes(constants)
         nones = [i for i, out in enumerate(outputs) if out is None]
         results = [self.result(i, out) for i, out in enumerate(outputs) if out is not None]
         if not results:
@@ -225,11 +219,30 @@ class _Importer:
         self.b.calls[:] = live_calls(self.b.calls, results)
         symbols = {name for p in self.b.params for d in p.shape if not isinstance(d, int)
                    for name in d.symbols()}
-        assumed = torch_symbolic.guards(self.program, symbols) if symbols else []
+        assumed = [*torch_symbolic.guards(self.program, symbols, self.names), *inferred] \
+            if symbols else []
         if not assumed:
             return TorchModule(self.b.build(*results).functions, nones)
-        main = self.b.function(*results, attrs={GUARDS: assumed})
+        main = self.b.function(*results, attrs={GUARDS: list(dict.fromkeys(assumed))})
         return TorchModule(verify(Module({"main": main}), self.b.registry).functions, nones)
+
+    def dim(self, size):
+        return torch_symbolic.dim(size, self.names)
+
+    def convert_nodes(self, constants):
+        """Each node converted in order; the output node's arguments."""
+        outputs = ()
+        for node in self.graph.nodes:
+            if node.op == "placeholder" and node.name in constants:
+                self.env[node] = constants[node.name]
+            elif node.op == "placeholder":
+                shape, dtype = torch_fft.value_type(node.meta["val"])
+                self.env[node] = self.b.input(node.name, tuple(map(self.dim, shape)), dtype)
+            elif node.op == "call_function" and node not in self.dropped:
+                self.env[node] = self.convert(node)
+            elif node.op == "output":
+                outputs = self.user_outputs(node.args[0])
+        return outputs
 
     def result(self, position: int, out):
         """An output as a module result: a Python scalar as the 0-d constant tensor torch
@@ -352,7 +365,7 @@ class _Importer:
         if val is None or not hasattr(val, "shape") or isinstance(result, (tuple, list)):
             return
         shape, dtype = torch_fft.value_type(val)
-        want = tuple(map(torch_symbolic.dim, shape)), dtype
+        want = tuple(self.dim(d) for d in shape), dtype
         if (tuple(result.shape), result.dtype) != want:
             raise LegatoError(f"{node.target} ({node.name}) converted to {result.type}, torch "
                               f"says {want[1]}{list(want[0])}")

@@ -483,7 +483,10 @@ def split(b, x, size, dim=0):
 def slice_(b, x, dim=0, start=None, end=None, step=1):
     dim = norm_axis(dim, x.rank, 'dim')
     start = 0 if start is None else start
-    end = x.shape[dim] if end is None else min(end, x.shape[dim])
+    size = x.shape[dim]
+    if end is None or isinstance(end, int) and isinstance(size, int):
+        end = size if end is None else min(end, size)
+    # (a symbolic end or size: the slice's shape rule clamps it, with a guard)
     return b.strided_slice(x, begin=[start], end=[end], strides=[step], axes=[dim])
 
 

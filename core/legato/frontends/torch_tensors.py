@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import norm_axis
+from ..symbols import Expr, assume_le
 from .onnx_common import one_hot_values
 from .torch_ops import ATEN, aten, empty_reduction, wrapped
 
@@ -45,12 +46,34 @@ def arange(b, *bounds, dtype=None, **_):
         (bounds[0], bounds[1], bounds[2] if len(bounds) > 2 else 1)
     if step == 0:
         raise LegatoError("arange step must not be 0")
+    if any(isinstance(v, Expr) for v in (start, end, step)):
+        return _symbolic_arange(b, start, end, step, dtype)
     exact = all(isinstance(v, int) for v in (start, end, step))
     dtype = _dtype(dtype, 0 if exact else 0.0)
     # torch: ceil((end - start) / step) elements start + i * step, computed in double
     count = max(0, math.ceil((end - start) / step))
     values = start + np.arange(count, dtype=np.int64 if exact else np.float64) * step
     return Const.of(values.astype(_numpy(dtype)))
+
+
+def _symbolic_arange(b, start, end, step, dtype):
+    """arange over symbolic sizes (`arange(seq)`, a decoder's `arange(past, past + seq)`):
+    a running count over a tensor of that many ones, since no constant can hold it; a
+    symbolic start slices the count from 0. Its length must not be negative: a guard."""
+    if not (isinstance(step, int) and step > 0 and (isinstance(start, int) or step == 1)):
+        raise LegatoError(f"arange({start}, {end}, {step}) over symbolic sizes needs a "
+                          "constant positive step, and step 1 where the start is symbolic")
+    dtype = _dtype(dtype, 0)
+    count = (end - start + step - 1) // step
+    assume_le(0, count, f"arange({start}, {end}, {step})")
+    ones = b.broadcast_to(Const.of(np.ones(1, np.int64)),
+                          shape=[end if isinstance(start, Expr) else count])
+    counted = b.cumsum(ones, axis=0, exclusive=True, reverse=False)
+    if isinstance(start, Expr):
+        counted = b.strided_slice(counted, begin=[start], end=[end], axes=[0])
+    elif (start, step) != (0, 1):
+        counted = b.add(b.multiply(counted, Const.of(np.int64(step))), Const.of(np.int64(start)))
+    return counted if dtype == "int64" else b.cast(counted, dtype=dtype)
 
 
 @aten("aten.full.default")

@@ -134,9 +134,10 @@ def _attention(types, attrs):
                                       zip(reversed(mask.shape), reversed(scores))):
             fail(f"mask {list(mask.shape)} does not broadcast to scores {list(scores)}")
     out = TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
-    if out.size and k.shape[2] == 0:  # a softmax over no keys: an average of nothing
+    # (the sizes tested first: over symbols they are checked again once bound)
+    if k.shape[2] == 0 and out.size:  # a softmax over no keys: an average of nothing
         fail(f"k and v {list(k.shape)} need at least one key (seq > 0)")
-    if out.size and q.shape[3] == 0 and attrs["scale"] is None:
+    if q.shape[3] == 0 and attrs["scale"] is None and out.size:
         fail("head_dim 0 has no default scale (1/sqrt(head_dim)); give scale")
     return out
 
