@@ -65,6 +65,7 @@ def test_a_new_binding_packs_no_weight_again(pack_counts):
     compiled = legato.compile(onnx_frontend.load(mlp_model()), "c_kernels")
     runner = compiled._runner
     assert isinstance(runner, ShapeSpecializing)
+    assert sorted(pack_counts.values()) == [1, 1]  # at compile time, as a static compile
     for rows in SIZES:
         x = RNG.standard_normal((rows, 16)).astype(np.float32)
         np.testing.assert_allclose(compiled(x), reference(x), rtol=1e-4, atol=1e-4)

@@ -300,8 +300,9 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level,
         compiled.buckets = specialized
         return compiled
     factory = be.executor or Interpreter
-    if getattr(factory, "shares_constants", False):  # one packing of each weight for all sizes
-        factory = functools.partial(factory, shared={})
+    pack, shared = getattr(factory, "pack_constants", None), {}
+    if pack is not None:  # one packing of each constant weight for every binding's plan
+        factory = functools.partial(factory, shared=shared)
 
     def plan(module, fallback_calls):
         if result.deferred:  # calls whose decomposition needed the sizes: legalized now
@@ -311,6 +312,8 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level,
         return _backend_step(be, "executor", factory, module, be, fallback, fallback_calls,
                              host.registry)
     # symbolic dims: legalized once, planned per binding of the symbols at call time
+    if is_symbolic(result.module) and pack is not None:  # the weights packed now, not then
+        _backend_step(be, "executor", pack, result.module, be, result.fallback_calls, shared)
     runner = ShapeSpecializing(result.module, result.fallback_calls, plan, host.registry) \
         if is_symbolic(result.module) else plan(result.module, result.fallback_calls)
     compiled = Compiled(result.module, result.report, be, runner, None, source,

@@ -45,12 +45,55 @@ def make_executor(module, backend, fallback, fallback_calls, registry, *, shared
     modules with custom-op calls (which it decodes). `shared`: a dict the planned
     executors of one compiled model keep their packed constant weights in, so that a
     plan for another binding of its symbolic dims packs none of them again."""
-    if any(c.op == CUSTOM_OP for fn in module.functions.values() for c in fn.calls):
+    if _has_custom_calls(module):
         return Interpreter(module, backend, fallback, fallback_calls, registry)
     return PlannedExecutor(module, backend, fallback, fallback_calls, registry, shared=shared)
 
 
-make_executor.shares_constants = True  # takes shared= (see legato.api)
+def packed_constant(kernel, call, packed: dict) -> tuple[int, Any]:
+    """(input index, packed form) of `call`'s constant weight, from `packed` (weight,
+    transposed, op -> packed form), packed into it the first time (kernels that take one
+    say which input: `packed_input = (index, transposed)`; a kernel with
+    `pack(weight, **attrs)` packs it itself, or returns None); (-1, None) where there is
+    nothing to pack."""
+    spec = getattr(kernel, "packed_input", None)
+    if spec is None:
+        return -1, None
+    index, transposed = spec
+    weight = call.inputs[index]
+    pack = getattr(kernel, "pack", None)
+    if not isinstance(weight, Const) or (pack is None and weight.rank != 2):
+        return -1, None
+    key = (weight, transposed, call.op)
+    if key not in packed:
+        packed[key] = pack(weight.data, **call.attrs) if pack is not None else \
+            K.pack_weight(weight.data, transposed=transposed)
+    return index, packed[key]
+
+
+def pack_constants(module, backend, fallback_calls, shared: dict) -> None:
+    """Pack into `shared` the constant weights the plans of `module` will take from it:
+    a model with symbolic dims is planned per binding at call time, and this packs its
+    weights at compile time, as a static compile does, rather than in its first call. A
+    weight that does not pack is left for the plan to report."""
+    if _has_custom_calls(module):
+        return  # run by the interpreter, which packs nothing
+    for fn in module.functions.values():
+        for call in fn.calls:
+            if call in fallback_calls or not backend.has_kernel(call.op):
+                continue
+            try:
+                packed_constant(backend.kernel(call.op), call, shared)
+            except LegatoError:
+                pass
+
+
+def _has_custom_calls(module) -> bool:
+    return any(c.op == CUSTOM_OP for fn in module.functions.values() for c in fn.calls)
+
+
+# takes shared=, and fills it at compile time for a model with symbolic dims (legato.api)
+make_executor.pack_constants = pack_constants
 
 
 def _epilogue_activation(step) -> str | None:
@@ -229,23 +272,10 @@ class _PlannedInstance:
         self.steps.append(_Step(run, call.call, call.where, touches))
 
     def _pack_constant_weight(self, kernel, call, inputs) -> None:
-        """A constant weight is packed for the GEMM micro-kernel once, not every run
-        (kernels that take one say which input: `packed_input = (index, transposed)`;
-        a kernel with `pack(weight, **attrs)` packs it itself, or returns None)."""
-        spec = getattr(kernel, "packed_input", None)
-        if spec is None:
-            return
-        index, transposed = spec
-        weight = call.inputs[index]
-        pack = getattr(kernel, "pack", None)
-        if not isinstance(weight, Const) or (pack is None and weight.rank != 2):
-            return
-        key = (weight, transposed, call.op)
-        if key not in self._packed:
-            self._packed[key] = pack(weight.data, **call.attrs) if pack is not None else \
-                K.pack_weight(weight.data, transposed=transposed)
-        if self._packed[key] is not None:
-            inputs[index] = self._packed[key]
+        """A constant weight is packed for the GEMM micro-kernel once, not every run."""
+        index, packed = packed_constant(kernel, call, self._packed)
+        if packed is not None:
+            inputs[index] = packed
 
     def _fallback_kernel(self, call):
         backend = self.fallback if self.fallback is not None else self.backend
