@@ -5,8 +5,6 @@ need: ranges between sizes, sizes read as data, an empty cache."""
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,8 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
+from tests import decoder_recipe  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ["cpu_ref", "c_kernels"]
 
 
@@ -76,44 +74,21 @@ NEW_TOKENS = 32
 PROMPT = np.array([[5, 17, 42, 7, 99]], np.int64)
 
 
-def readme_recipe() -> str:
-    """The python block of README.md's "Generation with a KV cache" section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Generation with a KV cache", 1)[1]
-    return re.search(r"```python[^\n]*\n(.*?)\n```", section, re.S).group(1)
-
-
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
-    """The README block run as written (in a scratch directory): its own GPT-2 example
+    """The README's blocks run as written (in a scratch directory): its GPT-2 example
     asserts eager's tokens; its names serve the tests below."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    namespace = decoder_recipe.definitions()
     here = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("readme"))
     try:
-        namespace: dict = {"__name__": "readme_recipe"}
-        exec(compile(readme_recipe(), "README.md", "exec"), namespace)
+        for block in decoder_recipe.blocks()[1:]:
+            exec(compile(block, str(decoder_recipe.README), "exec"), namespace)
     finally:
         os.chdir(here)
     return namespace
-
-
-def decoder(style: str):
-    import torch
-    import transformers
-    common = dict(vocab_size=128, initializer_range=0.5, attn_implementation="eager",
-                  eos_token_id=None)
-    if style == "gpt2":
-        config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, **common)
-        make = transformers.GPT2LMHeadModel
-    else:  # grouped-query attention, rotary positions, RMSNorm, SiLU gates
-        config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=2, num_attention_heads=4,
-                                          num_key_value_heads=2, **common)
-        make = transformers.LlamaForCausalLM
-    torch.manual_seed(0)
-    return make(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +96,7 @@ def exported(recipe, tmp_path_factory):
     """{style: (model, path)}, each exported once by the recipe's `export`."""
     found = {}
     for style in ("gpt2", "llama"):
-        model = decoder(style)
+        model = decoder_recipe.decoder(style)
         path = tmp_path_factory.mktemp(style) / "decoder.onnx"
         recipe["export"](model, str(path))
         found[style] = (model, path)
@@ -141,7 +116,7 @@ def test_the_readme_recipe_runs_and_compiles_once(recipe):
 def test_greedy_generation_gives_eager_tokens(recipe, exported, style, backend):
     import torch
     model, path = exported[style]
-    compiled = legato.compile(str(path), backend)  # the only compile of the loop
+    compiled = legato.compile(str(path), backend)  # the only compile of the loops
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
@@ -150,9 +125,21 @@ def test_greedy_generation_gives_eager_tokens(recipe, exported, style, backend):
         for g, w in zip(got, session.run(None, dict(zip(names, inputs)))):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
         return got
-    tokens = recipe["generate"](checked, model.config, PROMPT, NEW_TOKENS)
     with torch.no_grad():
         eager = model.generate(torch.from_numpy(PROMPT), do_sample=False,
-                               max_new_tokens=NEW_TOKENS)
-    assert tokens == eager[0, PROMPT.shape[1]:].tolist()
-    assert len(set(tokens)) > 4  # weights large enough that the tokens vary
+                               max_new_tokens=NEW_TOKENS)[0, PROMPT.shape[1]:].tolist()
+    assert len(set(eager)) > 4  # weights large enough that the tokens vary
+    assert recipe["generate"](checked, model.config, PROMPT, NEW_TOKENS) == eager
+    # the cache padded in buckets of 8: masked slots change no token, the loop meets 6
+    # lengths (the prompt at past 8, then past 8, 16, 24, 32, 40) and a second loop
+    # plans none
+    met = set()
+
+    def bucketed(*inputs):
+        met.add((inputs[3].shape[2], inputs[0].shape[1]))
+        return checked(*inputs)
+    assert recipe["generate"](bucketed, model.config, PROMPT, NEW_TOKENS, bucket=8) == eager
+    assert sorted(met) == [(8, 1), (8, 5), (16, 1), (24, 1), (32, 1), (40, 1)]
+    misses = compiled._runner.stats["misses"]
+    assert recipe["generate"](compiled, model.config, PROMPT, NEW_TOKENS, bucket=8) == eager
+    assert compiled._runner.stats["misses"] == misses
