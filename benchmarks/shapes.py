@@ -13,12 +13,14 @@ once with batch and sequence as dynamic axes (cached under $LEGATO_BENCH_CACHE, 
   seen        the median call at a length already met
   static      the median call of a compile bound to that length (input_shapes=)
   ort         onnxruntime on the same file
-(seen, static and ort timed in interleaved rounds) and the ratios seen / static (the cost
-of being symbolic at run time), first / static compile time, first / (static compile and
-its first call: what a static compile takes to give the first answer, the first run of
-either touching its fresh buffers), and new / static compile time, where new = first -
-seen is what a new length adds to a call (binding, planning, touching new buffers).
-Last, the plan cache's hits, misses and time spent planning.
+  plan        the planning in `first` (the plan cache's time for that length: binding
+              the symbols, the concrete types, the executor's plan)
+(seen, static and ort timed in interleaved rounds; a static compile's time is the better
+of two) and the ratios seen / static (the cost of being symbolic at run time), first /
+static compile time (the run included, which at long lengths alone exceeds a compile),
+first / (static compile + its first call: what a static compile takes to give the first
+answer at that length), and plan / static compile (what a new length adds to a call, its
+fresh buffers' first touch aside). Last, the plan cache's hits, misses and planning time.
 """
 from __future__ import annotations
 
@@ -86,30 +88,42 @@ def main(argv=None) -> None:
     symbolic, compile_s = timed_s(lambda: legato.compile(str(path), args.backend))
     print(f"symbolic compile {compile_s:.2f} s: {symbolic.report.summary()[-160:]}")
     session = ort_session(path, 1)
-    head = f"{'seq':>5}{'first':>10}{'seen':>10}{'static':>10}{'ort':>10}" \
-           f"{'seen/static':>13}{'first/compile':>15}{'first/(c+1st)':>15}{'new/compile':>13}" \
-           f"{'err':>10}"
+    head = f"{'seq':>5}{'first':>9}{'seen':>9}{'static':>9}{'ort':>9}{'plan':>7}" \
+           f"{'seen/static':>12}{'first/comp':>11}{'first/(c+1st)':>14}{'plan/comp':>10}" \
+           f"{'err':>9}"
     print(head)
     for seq in [int(s) for s in args.seqs.split(",") if s]:
-        ids = np.random.default_rng(seq).integers(4, 1000, (1, seq)).astype(np.int64)
-        got, first_s = timed_s(lambda: symbolic(ids))
-        static, static_s = timed_s(lambda: legato.compile(
-            str(path), args.backend, input_shapes={"batch": 1, "seq": seq}))
-        _, static_first_s = timed_s(lambda: static(ids))
-        ms = interleaved_medians({"seen": (symbolic, ids), "static": (static, ids),
-                                  "ort": (session.run, None, {"ids": ids})}, args.repeat)
-        want = session.run(None, {"ids": ids})[0]
-        err = float(np.abs(np.asarray(got) - want).max())
-        new_s = first_s - ms["seen"] / 1e3
-        print(f"{seq:>5}{first_s * 1e3:10.1f}{ms['seen']:10.2f}{ms['static']:10.2f}"
-              f"{ms['ort']:10.2f}{ms['seen'] / ms['static']:13.2f}"
-              f"{first_s / static_s:15.3f}{first_s / (static_s + static_first_s):15.3f}"
-              f"{new_s / static_s:13.3f}{err:10.1e}", flush=True)
-        del static
+        row = measure(symbolic, lambda n: legato.compile(str(path), args.backend,
+                                                         input_shapes={"batch": 1, "seq": n}),
+                      session, seq, args.repeat)
+        print(f"{seq:>5}{row['first']:9.1f}{row['seen']:9.2f}{row['static']:9.2f}"
+              f"{row['ort']:9.2f}{row['plan']:7.1f}{row['seen'] / row['static']:12.2f}"
+              f"{row['first'] / row['compile']:11.3f}"
+              f"{row['first'] / (row['compile'] + row['static_first']):14.3f}"
+              f"{row['plan'] / row['compile']:10.3f}{row['err']:9.1e}", flush=True)
     stats = symbolic._runner.stats
     per_miss = stats["plan_s"] / max(1, stats["misses"]) * 1e3
     print(f"plan cache: {stats['hits']} hits, {stats['misses']} misses, {stats['plan_s']:.2f} s "
           f"planning ({per_miss:.1f} ms a miss); load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def measure(symbolic, compile_at, session, seq: int, repeat: int) -> dict:
+    """One row, in ms: the symbolic model's first call at `seq` and its planning, the
+    better of two static compiles and that compile's first call, then seen, static and
+    onnxruntime in interleaved rounds; `err` against onnxruntime."""
+    ids = np.random.default_rng(seq).integers(4, 1000, (1, seq)).astype(np.int64)
+    planned = symbolic._runner.stats["plan_s"]
+    got, first_s = timed_s(lambda: symbolic(ids))
+    plan_s = symbolic._runner.stats["plan_s"] - planned
+    compiles = [timed_s(lambda: compile_at(seq)) for _ in range(2)]
+    static, compile_s = min(compiles, key=lambda pair: pair[1])
+    del compiles
+    _, static_first_s = timed_s(lambda: static(ids))
+    ms = interleaved_medians({"seen": (symbolic, ids), "static": (static, ids),
+                              "ort": (session.run, None, {"ids": ids})}, repeat)
+    err = float(np.abs(np.asarray(got) - session.run(None, {"ids": ids})[0]).max())
+    return {**ms, "first": first_s * 1e3, "plan": plan_s * 1e3, "compile": compile_s * 1e3,
+            "static_first": static_first_s * 1e3, "err": err}
 
 if __name__ == "__main__":
     main()
