@@ -121,6 +121,8 @@ class _PlannedInstance:
         self.backend, self.fallback, self.fallback_calls = backend, fallback, fallback_calls
         self.registry = registry
         self._packed = packed  # (weight, transposed) -> PackedWeight, shared by instances
+        self._has_kernel: dict[str, bool] = {}  # op -> the backend has a kernel for it
+        self._said: dict[tuple[str, str], bool] = {}  # (op, flag) -> its kernel's flag
         self.fn = module.main
         flat = planning.flatten(module)
         self.arena = planning.Arena()
@@ -174,13 +176,21 @@ class _PlannedInstance:
         """A call whose kernel says its result may be a view of its first input (reshape):
         a view of that input's buffer, or of a constant's data (never written: a value
         rooted in a constant is no planned buffer, so nothing reuses it), no step at all."""
-        return self._native(call) and getattr(self.backend.kernel(call.op), "view", False)
+        return self._native(call) and self._kernel_says(call.op, "view")
+
+    def _kernel_says(self, op: str, flag: str) -> bool:
+        """The backend kernel of `op` has `flag` set (asked once per op and flag: a plan
+        asks for each of its calls several times)."""
+        said = self._said.get((op, flag))
+        if said is None:
+            said = self._said[op, flag] = bool(getattr(self.backend.kernel(op), flag, False))
+        return said
 
     def _in_place(self, call) -> bool:
         """May the result take the buffer of a same-sized input that dies here? Yes for
         elementwise ops (each element is read before it is written) and for kernels
         that say they compute in place."""
-        if self._native(call) and getattr(self.backend.kernel(call.op), "in_place", False):
+        if self._native(call) and self._kernel_says(call.op, "in_place"):
             return True
         registry = self.registry if self.registry is not None else legato.context().registry
         return call.op in registry and registry.get(call.op).elementwise
@@ -240,7 +250,12 @@ class _PlannedInstance:
     # --- steps ------------------------------------------------------------------------
 
     def _native(self, call) -> bool:
-        return call.call not in self.fallback_calls and self.backend.has_kernel(call.op)
+        if call.call in self.fallback_calls:
+            return False
+        native = self._has_kernel.get(call.op)
+        if native is None:
+            native = self._has_kernel[call.op] = self.backend.has_kernel(call.op)
+        return native
 
     def _bind(self, call, out_call, bias, act) -> None:
         if self._is_view(call):
