@@ -68,6 +68,29 @@ def test_ranges_and_sizes_of_the_cache_compile_once(backend):
                                    rtol=1e-5, atol=1e-5)
 
 
+def test_a_polynomial_of_sizes_read_as_data():
+    """(batch - 1) * seq + 2, built by the export's own arithmetic on Shape's values."""
+    def ints(name, value):
+        return numpy_helper.from_array(np.array(value, np.int64), name)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
+             helper.make_node("Mul", ["b", "s"], ["bs"]),
+             helper.make_node("Sub", ["bs", "s"], ["d"]),
+             helper.make_node("Add", ["d", "two"], ["n"]),
+             helper.make_node("Cast", ["n"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "f"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [ints("zero", 0), ints("one", 1), ints("two", 2)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = legato.compile(legato.frontends.onnx.load(model), "c_kernels")
+    for batch, seq in [(1, 3), (3, 5), (4, 1)]:
+        x = np.ones((batch, seq), np.float32)
+        np.testing.assert_array_equal(compiled(x), x * ((batch - 1) * seq + 2))
+
+
 # --- the README's recipe: GPT-2 and Llama styles, one compile, eager's tokens --------------
 
 NEW_TOKENS = 32
