@@ -101,7 +101,7 @@ def main(argv=None) -> None:
               f"{row['first'] / row['compile']:11.3f}"
               f"{row['first'] / (row['compile'] + row['static_first']):14.3f}"
               f"{row['plan'] / row['compile']:10.3f}{row['err']:9.1e}", flush=True)
-    stats = symbolic._runner.stats
+    stats = symbolic.plan_stats
     per_miss = stats["plan_s"] / max(1, stats["misses"]) * 1e3
     print(f"plan cache: {stats['hits']} hits, {stats['misses']} misses, {stats['plan_s']:.2f} s "
           f"planning ({per_miss:.1f} ms a miss); load average {os.getloadavg()[0]:.1f} at the end")
@@ -112,9 +112,9 @@ def measure(symbolic, compile_at, session, seq: int, repeat: int) -> dict:
     better of two static compiles and that compile's first call, then seen, static and
     onnxruntime in interleaved rounds; `err` against onnxruntime."""
     ids = np.random.default_rng(seq).integers(4, 1000, (1, seq)).astype(np.int64)
-    planned = symbolic._runner.stats["plan_s"]
+    planned = symbolic.plan_stats["plan_s"]
     got, first_s = timed_s(lambda: symbolic(ids))
-    plan_s = symbolic._runner.stats["plan_s"] - planned
+    plan_s = symbolic.plan_stats["plan_s"] - planned
     compiles = [timed_s(lambda: compile_at(seq)) for _ in range(2)]
     static, compile_s = min(compiles, key=lambda pair: pair[1])
     del compiles

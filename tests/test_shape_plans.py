@@ -128,10 +128,12 @@ def test_calls_from_threads_at_mixed_sizes_match_numpy():
     for w in workers:
         w.join()
     assert not failures, failures[0]
-    stats = compiled._runner.stats
+    stats = compiled.plan_stats
     assert stats["misses"] == len(set(SIZES))  # each binding planned once, racing or not
     assert stats["hits"] + stats["misses"] == threads * rounds * len(SIZES)
     assert stats["plan_s"] > 0
+    static = legato.compile(onnx_frontend.load(mlp_model(), {"rows": 3}), "c_kernels")
+    assert static.plan_stats is None  # planned once, when compiled
 
 
 class _Unsafe:

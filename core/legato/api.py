@@ -192,6 +192,15 @@ class Compiled:
             raise ExecutionError(f"running the model compiled for {self.backend.name} "
                                  f"failed: {type(err).__name__}: {_first_line(err)}") from err
 
+    @property
+    def plan_stats(self) -> dict | None:
+        """A model with symbolic dims on an executing backend is planned per binding of
+        its symbols at call time: its plan cache's hits, misses and seconds spent planning
+        (`plan_s`). None for a model of fixed sizes (planned once, at compile time)."""
+        if not isinstance(self._runner, ShapeSpecializing):
+            return None
+        return dict(self._runner.stats)
+
     def __repr__(self):
         return f"Compiled({self.backend.name}: {self.report.summary()})"
 
