@@ -188,3 +188,50 @@ def test_a_binding_is_checked_as_the_verifier_checks_it():
         check_types(bad, registry, set())
     with pytest.raises(IRError, match="differ from the inferred"):
         legato.verify(bad, registry)  # the verifier agrees
+
+
+def _relu_chain(rows, count: int, wrong_at: int = -1):
+    """`count` relus over x: [rows, 4] plus one call with no symbol (relu of a constant);
+    the relu at `wrong_at` claims a result of the wrong size."""
+    from legato.ir import EMPTY_ATTRS, Call, Const, Function, Module, TensorType, Value
+    value, calls = Value(TensorType((rows, 4), "float32"), "x"), []
+    params = (value,)
+    for i in range(count):
+        dims = (rows + 1, 4) if i == wrong_at else (rows, 4)
+        out = Value(TensorType(dims, "float32"))
+        calls.append(Call("nn.relu", (value,), EMPTY_ATTRS, (out,)))
+        value = out
+    const = Const(TensorType((2,), "float32"), "c", np.ones(2, np.float32))
+    fixed = Value(TensorType((2,), "float32"))
+    calls.append(Call("nn.relu", (const,), EMPTY_ATTRS, (fixed,)))
+    return Module({"main": Function(params, tuple(calls), (value, fixed))})
+
+
+def test_a_binding_infers_each_distinct_call_once_and_still_checks_each(monkeypatch):
+    from legato.errors import IRError
+    from legato.registry import OpDef
+    from legato.specialize import Specializer
+    from legato.symbols import symbol
+    registry = legato.context().registry
+    inferred: Counter = Counter()
+    original = OpDef.infer_types
+
+    def counting(self, types, attrs):
+        inferred[tuple(map(str, types))] += 1
+        return original(self, types, attrs)
+    monkeypatch.setattr(OpDef, "infer_types", counting)
+    module = _relu_chain(symbol("rows"), 5)
+    specializer = Specializer(module, registry)
+    assert [c.op for c in specializer.fixed] == ["nn.relu"]  # the constant's: no symbol
+    modules = [specializer({"rows": rows})[0] for rows in (3, 7)]
+    assert inferred == {("float32[3, 4]",): 1, ("float32[7, 4]",): 1}
+    for concrete in modules:
+        assert legato.verify(concrete, registry) is concrete
+        assert concrete.main.calls[-1] is module.main.calls[-1]  # no symbol: shared
+    bad = Specializer(_relu_chain(symbol("rows"), 5, wrong_at=3), registry)
+    with pytest.raises(IRError, match=r"call 3 \(nn.relu\): result types float32\[4, 4\] "
+                                      r"differ from the inferred float32\[3, 4\]"):
+        bad({"rows": 3})  # its (op, attributes, input types) was inferred for call 0
+    with pytest.raises(legato.ShapeError, match=r"float32\[rows-2, 4\] has a negative "
+                                                "dimension when rows=1"):
+        Specializer(_relu_chain(symbol("rows") - 2, 2), registry)({"rows": 1})

@@ -74,55 +74,99 @@ def _text(bindings: Mapping[str, int]) -> str:
 
 def specialize(module: Module, bindings: Mapping[str, int], registry):
     """(concrete module, {symbolic call: its concrete call}) for `bindings`."""
-    values: dict[int, Value] = {}
-    types: dict[TensorType, TensorType] = {}  # values share a few types: each evaluated once
-    calls: dict[Call, Call] = {}
-    rebound: set[Call] = set()  # calls whose attributes held expressions
+    return Specializer(module, registry)(bindings)
 
-    def concrete(value):
-        if value is None or not value.type.symbolic:
-            return value
-        new = values.get(id(value))
-        if new is None:
+
+class Specializer:
+    """specialize() of one module at many bindings: which values, calls and attribute sets
+    hold symbols is found once, and a binding evaluates each distinct type and attribute
+    set once and infers each distinct (op, attributes, input types) once (a model's layers
+    repeat them). Calls without symbols are the symbolic module's own, verified already."""
+
+    def __init__(self, module: Module, registry):
+        self.module, self.registry = module, registry
+        self.symbolic: dict[int, Value] = {}  # id -> value, for values whose type has symbols
+        self.fixed: set[Call] = set()  # calls no binding changes
+        for fn in module.functions.values():
+            for call in fn.calls:
+                values = [v for v in (*call.inputs, *call.outputs)
+                          if v is not None and v.type.symbolic]
+                self.symbolic.update((id(v), v) for v in values)
+                if not values and not _has_exprs(call.attrs):
+                    self.fixed.add(call)
+            self.symbolic.update((id(v), v) for v in (*fn.params, *fn.results)
+                                 if v.type.symbolic)
+
+    def __call__(self, bindings: Mapping[str, int]):
+        types: dict[TensorType, TensorType] = {}  # values share a few types
+        values: dict[int, Value] = {}
+        for key, value in self.symbolic.items():
             kind = types.get(value.type)
             if kind is None:
-                shape = tuple(evaluate(d, bindings) for d in value.type.shape)
-                if any(d < 0 for d in shape):
-                    raise ShapeError(f"{value.type} has a negative dimension when "
-                                     f"{_text(bindings)}")
-                kind = types[value.type] = TensorType(shape, value.type.dtype)
-            new = values[id(value)] = Value(kind, value.name)
-        return new
+                kind = types[value.type] = _concrete_type(value.type, bindings)
+            values[key] = Value(kind, value.name)
+        attr_sets: dict[Attrs, Attrs] = {}
+        calls: dict[Call, Call] = {}
+        rebound: set[Call] = set()  # calls whose attributes held expressions
 
-    functions = {}
-    for name, fn in module.functions.items():
-        params = tuple(map(concrete, fn.params))
-        new_calls = []
-        for call in fn.calls:
-            attrs = _concrete_attrs(call.attrs, bindings) if _has_exprs(call.attrs) \
-                else call.attrs
-            new = Call(call.op, tuple(map(concrete, call.inputs)), attrs,
-                       tuple(map(concrete, call.outputs)), call.origin)
-            if attrs is not call.attrs:
-                rebound.add(new)
-            calls[call] = new
-            new_calls.append(new)
-        functions[name] = Function(params, tuple(new_calls), tuple(map(concrete, fn.results)),
-                                   fn.kind, fn.attrs)
-    concrete_module = Module(functions)
-    check_types(concrete_module, registry, rebound)
-    return concrete_module, calls
+        def concrete(value):
+            return None if value is None else values.get(id(value), value)
+
+        functions = {}
+        for name, fn in self.module.functions.items():
+            new_calls = []
+            for call in fn.calls:
+                if call in self.fixed:
+                    new = call
+                else:
+                    attrs = call.attrs
+                    if _has_exprs(attrs):
+                        attrs = attr_sets.get(call.attrs)
+                        if attrs is None:
+                            attrs = attr_sets[call.attrs] = _concrete_attrs(call.attrs,
+                                                                            bindings)
+                    new = Call(call.op, tuple(map(concrete, call.inputs)), attrs,
+                               tuple(map(concrete, call.outputs)), call.origin)
+                    if attrs is not call.attrs:
+                        rebound.add(new)
+                calls[call] = new
+                new_calls.append(new)
+            functions[name] = Function(tuple(map(concrete, fn.params)), tuple(new_calls),
+                                       tuple(map(concrete, fn.results)), fn.kind, fn.attrs)
+        concrete_module = Module(functions)
+        check_types(concrete_module, self.registry, rebound, skip=self.fixed)
+        return concrete_module, calls
 
 
-def check_types(module: Module, registry, rebound) -> None:
+def _concrete_type(kind: TensorType, bindings) -> TensorType:
+    shape = tuple(evaluate(d, bindings) for d in kind.shape)
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{kind} has a negative dimension when {_text(bindings)}")
+    return TensorType(shape, kind.dtype)
+
+
+def check_types(module: Module, registry, rebound, skip=frozenset()) -> None:
     """What a binding can change of a verified module, checked as the verifier does: each
     call's types inferred anew must equal the evaluated ones, and attributes that held
     expressions (`rebound` calls) must be valid with their values. The rest (SSA form, op
-    existence, constants, acyclic calls) is the symbolic module's, verified already."""
+    existence, constants, acyclic calls) is the symbolic module's, verified already, as
+    are the calls in `skip` (no symbol in them). Inference depends on the op, attributes
+    and input types only: each distinct triple is inferred once."""
+    inferred: dict = {}
     for name, fn in module.functions.items():
         for index, call in enumerate(fn.calls):
+            if call in skip:
+                continue
             try:
-                expected = _inferred_types(module, call, registry, call in rebound)
+                if call in rebound or call.op == CALL_OP:
+                    expected = _inferred_types(module, call, registry, call in rebound)
+                else:
+                    key = (call.op, call.attrs, tuple(None if v is None else v.type
+                                                      for v in call.inputs))
+                    expected = inferred.get(key)
+                    if expected is None:
+                        expected = inferred[key] = _inferred_types(module, call, registry,
+                                                                   False)
             except LegatoError as err:
                 raise IRError(f"function @{name}, call {index} ({call.op}): {err}") from None
             got = tuple(o.type for o in call.outputs)
@@ -176,6 +220,7 @@ class ShapeSpecializing:
     def __init__(self, module: Module, fallback_calls, plan: Callable, registry):
         self.module, self.fallback_calls = module, frozenset(fallback_calls)
         self.plan, self.registry = plan, registry
+        self.specialize = Specializer(module, registry)
         self.plans: OrderedDict = OrderedDict()
         self.by_shapes: dict = {}  # the inputs' shapes -> their binding's runner
         self.stats = {"hits": 0, "misses": 0, "plan_s": 0.0}
@@ -192,7 +237,7 @@ class ShapeSpecializing:
                 return runner
             start = time.perf_counter()
             try:
-                module, calls = specialize(self.module, bindings, self.registry)
+                module, calls = self.specialize(bindings)
             except LegatoError as err:
                 raise ExecutionError(f"the model cannot run at {_text(bindings)}: "
                                      f"{err}") from None

@@ -243,8 +243,12 @@ def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: 
 
 
 def _is_int32(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and a.dtype == np.int32:
+        return True
+    if isinstance(b, (np.ndarray, PackedWeight)):
+        return False  # the float case, without the import (a plan asks once per GEMM)
     from .int_matmul import PackedIntWeight
-    return (isinstance(a, np.ndarray) and a.dtype == np.int32) or isinstance(b, PackedIntWeight)
+    return isinstance(b, PackedIntWeight)
 
 
 def _pack_matmul_weight(weight: Array, **_attrs: Any) -> Any:
