@@ -70,14 +70,15 @@ class Arena:
 
     def take(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         size = math.prod(shape)  # (np.prod costs several times more, once per buffer)
-        pool = self._free.get((size, np.dtype(dtype).name))
+        kind = np.dtype(dtype)  # the key: a dtype's .name costs several us, its hash not
+        pool = self._free.get((size, kind))
         if pool:
             return pool.pop().reshape(shape)
-        self.allocated += size * np.dtype(dtype).itemsize
+        self.allocated += size * kind.itemsize
         return np.zeros(shape, dtype)  # zeros: nothing uninitialised is ever read
 
     def give(self, buffer: np.ndarray) -> None:
-        self._free.setdefault((buffer.size, buffer.dtype.name), []).append(buffer)
+        self._free.setdefault((buffer.size, buffer.dtype), []).append(buffer)
 
 
 # ---------------------------------------------------------------------------------

@@ -188,13 +188,14 @@ INTEGER_UFUNCS: dict[str, np.ufunc] = {
     "maximum": np.maximum, "minimum": np.minimum, "negative": np.negative, "abs": np.absolute,
 }
 INTEGER_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})
+_INTEGER_NP = frozenset(map(np.dtype, INTEGER_DTYPES))  # (a dtype's str costs several us)
 
 
 def _integer_operands(op: str, inputs: tuple, out: Optional[Array]) -> Optional[Array]:
     """None for float32 operands (the C kernel's); else the checked result array of
     integer operands of one dtype (a fresh one without `out`)."""
     dtypes = {getattr(x, "dtype", None) for x in inputs}
-    if len(dtypes) == 1 and str(next(iter(dtypes))) not in INTEGER_DTYPES:
+    if len(dtypes) == 1 and next(iter(dtypes)) not in _INTEGER_NP:
         return None
     if len(dtypes) != 1 or not all(isinstance(x, np.ndarray) for x in inputs):
         raise error(op, "inputs must be ndarrays of one dtype (float32 or an integer dtype), got "
