@@ -107,6 +107,21 @@ def test_a_model_legalized_in_part_per_binding_packs_its_weights_once(pack_count
     assert sorted(pack_counts.values()) == [1, 1]
 
 
+def test_a_binding_whose_deferred_calls_fold_away_is_not_legalized_again(monkeypatch):
+    from legato import api
+    compiled = legato.compile(onnx_frontend.load(positions_model()), "c_kernels")
+    legalized = []
+    original = api.legalize_module
+    monkeypatch.setattr(api, "legalize_module",
+                        lambda module, *a, **k: legalized.append(module) or
+                        original(module, *a, **k))
+    for rows in SIZES:  # the gather_elements that waited for rows folds into a constant
+        x = RNG.standard_normal((rows, 16)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), reference(x + TABLE[:rows]), rtol=1e-4,
+                                   atol=1e-4)
+    assert legalized == []
+
+
 def test_calls_from_threads_at_mixed_sizes_match_numpy():
     compiled = legato.compile(onnx_frontend.load(mlp_model()), "c_kernels")
     threads, rounds = 4, 6

@@ -313,11 +313,18 @@ def _compile_one(host: Context, source: Module, be: Backend, config, max_level,
     if pack is not None:  # one packing of each constant weight for every binding's plan
         factory = functools.partial(factory, shared=shared)
 
+    deferred_ops = {c.op for c in result.deferred}
+
     def plan(module, fallback_calls):
         if result.deferred:  # calls whose decomposition needed the sizes: legalized now
-            bound = legalize_module(fold_constants(module, host, cfg.keep), host.registry,
-                                    be, fallback, cfg, max_level, "full")
-            module, fallback_calls = bound.module, bound.fallback_calls
+            module = fold_constants(module, host, cfg.keep)
+            # unless folding took them all (a position-table slice) and no call runs on
+            # the fallback (folding may rewrite such calls): the rest is legal already
+            if fallback_calls or any(c.op in deferred_ops for fn in module.functions.values()
+                                     for c in fn.calls):
+                bound = legalize_module(module, host.registry, be, fallback, cfg, max_level,
+                                        "full")
+                module, fallback_calls = bound.module, bound.fallback_calls
         return _backend_step(be, "executor", factory, module, be, fallback, fallback_calls,
                              host.registry)
     # symbolic dims: legalized once, planned per binding of the symbols at call time
