@@ -145,7 +145,7 @@ class Expr:
             return None
         other = as_expr(other)
         if other.const or len(other.terms) != 1:
-            return self if self == other else None
+            return self._term_quotient(other)
         (mono, coeff), = other.terms
         table = {}
         if self.const:
@@ -161,6 +161,23 @@ class Expr:
             table[tuple(rest)] = c // coeff
         const = table.pop((), 0)
         return Expr._make(table, const)
+
+    def _term_quotient(self, other: "Expr") -> Dim | None:
+        """The one term q with `q * other == self` (`(2*s-4) / (s-2)` is 2, `(b*s-b) / (s-1)`
+        is b), else None: q times other's first term must be one of self's terms."""
+        if not other.terms:
+            return None
+        (first, coeff) = other.terms[0]
+        for mono, c in self.terms:
+            rest = list(mono)
+            if c % coeff or any(rest.count(a) < first.count(a) for a in set(first)):
+                continue
+            for atom in first:
+                rest.remove(atom)
+            quotient = Expr._make({tuple(rest): c // coeff}, 0) if rest else c // coeff
+            if quotient * other == self:
+                return quotient
+        return None
 
     # --- values ----------------------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""Cases the symbolic-shapes fuzz target (tests/fuzz/target_symbolic.py) found: ONNX models
+with symbolic dims compiled once per backend and run at several sizes against
+onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import legato  # noqa: E402
+from legato.symbols import parse_dim  # noqa: E402
+
+BACKENDS = ("cpu_ref", "c_kernels")
+
+
+def ints(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def model_of(nodes, inputs, inits=()):
+    """A one-output (y) opset-18 model over float inputs {name: dims}."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, d)
+                     for n, d in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def check_every_size(model, tmp_path, shapes):
+    """One compile per backend of the saved model, run at each of `shapes` ({input:
+    shape}), against onnxruntime."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for backend in BACKENDS:
+        compiled = legato.compile(str(path), backend)
+        for shape in shapes:
+            feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shape.items()}
+            want = session.run(None, feeds)[0]
+            got = compiled(**feeds)
+            assert got.shape == want.shape, (backend, shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reshape_minus_one_divides_a_sum_of_terms_by_itself_or_a_factor(tmp_path):
+    """[seq+1] reshaped to [seq+1, 1, -1], [2, seq+1] to [2*seq+2, -1]: the -1 is 1 (it
+    was taken as seq+1, refused as 'cannot reshape'; fuzz seeds 57 and 98)."""
+    b, s = parse_dim("batch"), parse_dim("seq")
+    assert (2 * b - 4).exact_div(2 * b - 4) == 1
+    assert (2 * b - 4).exact_div(b - 2) == 2
+    assert (b * s - b).exact_div(s - 1) == b
+    assert (b * s + 2).exact_div(b + 1) is None
+    nodes = [helper.make_node("Concat", ["x", "one"], ["x1"], axis=0),
+             helper.make_node("Shape", ["x1"], ["shape"]),
+             helper.make_node("Concat", ["shape", "tail"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x1", "target"], ["r"]),
+             helper.make_node("Concat", ["r", "r"], ["rr"], axis=1),
+             helper.make_node("Transpose", ["rr"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Shape", ["t"], ["tshape"]),
+             helper.make_node("Gather", ["tshape", "i0"], ["d0"], axis=0),
+             helper.make_node("Gather", ["tshape", "i1"], ["d1"], axis=0),
+             helper.make_node("Mul", ["d0", "d1"], ["count"]),
+             helper.make_node("Concat", ["count", "minus1"], ["flat"], axis=0),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones(1, np.float32), "one"), ints("tail", [1, -1]),
+             ints("minus1", [-1]),
+             ints("i0", [0]), ints("i1", [1])]
+    model = model_of(nodes, {"x": ["seq"]}, inits)
+    check_every_size(model, tmp_path, [{"x": (1,)}, {"x": (4,)}, {"x": (0,)}])
