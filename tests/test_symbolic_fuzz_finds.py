@@ -72,3 +72,17 @@ def test_a_reshape_minus_one_divides_a_sum_of_terms_by_itself_or_a_factor(tmp_pa
              ints("i0", [0]), ints("i1", [1])]
     model = model_of(nodes, {"x": ["seq"]}, inits)
     check_every_size(model, tmp_path, [{"x": (1,)}, {"x": (4,)}, {"x": (0,)}])
+
+
+def test_strided_slices_over_symbolic_sizes(tmp_path):
+    """x[1:batch:2, ::3] with the end read from Shape: ceil((end - start) / step)
+    elements (steps other than 1 were refused over symbolic sizes; fuzz seed 58)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["rows"], axis=0),
+             helper.make_node("Slice", ["x", "one", "rows", "i0", "two"], ["a"]),
+             helper.make_node("Slice", ["a", "i0", "big", "i1", "three"], ["y"])]
+    inits = [ints("i0", [0]), ints("i1", [1]), ints("one", [1]), ints("two", [2]),
+             ints("three", [3]), ints("big", [2 ** 63 - 1])]
+    model = model_of(nodes, {"x": ["batch", "seq"]}, inits)
+    check_every_size(model, tmp_path, [{"x": (b, s)} for b, s in
+                                       [(1, 1), (2, 4), (5, 7), (6, 3)]])

@@ -199,9 +199,9 @@ def _symbolic_slice_axis(dim, begin, end, step) -> SliceAxis:
     """A forward slice where the dim, start or end is symbolic (`position_ids[:, :seq]`): the
     end clamps to the dim as ONNX and numpy do, which is recorded as a guard (the
     end within the dim) where it is not known."""
-    if step != 1 or isinstance(begin, int) and begin < 0:
+    if step < 1 or isinstance(begin, int) and begin < 0:
         fail(f"a slice of {dim} from {begin} to {end} by {step}: over symbolic sizes only "
-             "forward slices with a non-negative start are supported")
+             "forward slices (step >= 1) with a non-negative start are supported")
     assume_le(0, begin, f"a slice from {begin}")  # (not counted from the end, as -1 is)
     if isinstance(end, int) and end < 0:
         end = dim + end
@@ -209,7 +209,7 @@ def _symbolic_slice_axis(dim, begin, end, step) -> SliceAxis:
         end = dim  # "to the end", written as a huge end
     assume_le(end, dim, f"a slice ending at {end} of a dimension of {dim}")
     assume_le(begin, end, f"a slice from {begin} to {end}")
-    return SliceAxis(begin, end, 1, end - begin)
+    return SliceAxis(begin, end, step, (end - begin + step - 1) // step)
 
 
 # --- sliding windows ----------------------------------------------------------------------
