@@ -165,7 +165,8 @@ WIDE = (
            use_relative_position_embeddings=True, initializer_range=INIT),
     vision("hiera", "HieraConfig", "HieraModel", image=64, image_size=(64, 64),
            embed_dim=16, num_heads=(1, 2), depths=(1, 1), patch_stride=(4, 4),
-           masked_unit_size=(4, 4), query_stride=(2, 2), num_query_pool=1),  # unrolled
+           masked_unit_size=(4, 4), query_stride=(2, 2), num_query_pool=1,  # unrolled
+           initializer_range=INIT),
     vision("cvt", "CvtConfig", "CvtModel", image=64, embed_dim=(16, 32, 48),
            num_heads=(1, 2, 2), depth=(1, 2, 3)),  # conv projections of q/k/v
     vision("beit", "BeitConfig", "BeitModel", onnx_attention="eager",  # relative pos. bias
