@@ -198,10 +198,13 @@ def slice_params(shape: Sequence[int], attrs: Mapping) -> list[SliceAxis]:
 def _symbolic_slice_axis(dim, begin, end, step) -> SliceAxis:
     """A forward slice where the dim, start or end is symbolic (`position_ids[:, :seq]`): the
     end clamps to the dim as ONNX and numpy do, which is recorded as a guard (the
-    end within the dim) where it is not known."""
-    if step < 1 or isinstance(begin, int) and begin < 0:
+    end within the dim) where it is not known; so does a start counted from the end."""
+    if step < 1:
         fail(f"a slice of {dim} from {begin} to {end} by {step}: over symbolic sizes only "
-             "forward slices (step >= 1) with a non-negative start are supported")
+             "forward slices (step >= 1) are supported")
+    if isinstance(begin, int) and begin < 0:  # from the end (x[:, -1:]): within the dim
+        assume_le(-begin, dim, f"a slice of {dim} from {begin}")
+        begin = dim + begin
     assume_le(0, begin, f"a slice from {begin}")  # (not counted from the end, as -1 is)
     if isinstance(end, int) and end < 0:
         end = dim + end

@@ -154,6 +154,10 @@ def partner(g: Graph, dims) -> str:
     the rest), or a constant with 1 at every symbolic dim; sometimes a suffix only."""
     keep = len(dims) if g.chance(0.7) else g.rng.randint(0, len(dims))
     dims = dims[len(dims) - keep:]
+    if g.chance(0.1) and dims:  # another symbol where `dims` has one: a binding where
+        # they differ and neither is 1 is refused by onnxruntime (and skipped)
+        return g.input(tuple(g.symbol() if symbolic(d) or g.chance(0.3) else d
+                             for d in dims))
     if g.chance(0.5) and any(symbolic(d) and plain(d) for d in dims):
         return g.input(tuple(d if plain(d) and not g.chance(0.2) else 1 for d in dims))
     return g.floats(tuple(1 if symbolic(d) or g.chance(0.2) else d for d in dims))
@@ -489,6 +493,8 @@ def reference(model, feed_sets):
 
 
 def run(seed: int) -> str:
+    if seed % TORCH_EVERY == TORCH_EVERY - 1:
+        return run_torch(seed)
     if onnx is None:
         return "skipped"
     g, model = build(seed)
@@ -523,6 +529,99 @@ def run(seed: int) -> str:
                 got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
                 where = f"{backend} at {binding} ({', '.join(g.ops)})"
                 compare_outputs(got, want, where, "onnxruntime", rtol=1e-3, atol=1e-4)
+    return answer(refused)
+
+
+def answer(refused: list[str]) -> str:
+    """"refused" when anything was (LEGATO_FUZZ_VERBOSE=1 prints what), else "ok"."""
     if refused and os.environ.get("LEGATO_FUZZ_VERBOSE"):
         print("\n".join(refused))
     return "refused" if refused else "ok"
+
+
+# --- the torch.export flavour (rare: an export takes a second or more) -------------------
+
+TORCH_EVERY = 16   # seeds with seed % TORCH_EVERY == TORCH_EVERY - 1
+
+
+def torch_steps(torch, rng: random.Random, width: int) -> list:
+    """A random chain of steps over x [batch, seq, width], each (name, module or None, fn)
+    with fn(x, modules) keeping x rank 3 and its last dim `width`."""
+    F = torch.nn.functional
+    heads = rng.choice([w for w in (1, 2, 4) if width % w == 0])
+
+    def split_heads(x):
+        b, n, d = x.shape
+        h = x.view(b, n, heads, d // heads).transpose(1, 2)
+        mixed = torch.softmax(h @ h.transpose(-1, -2) / 2.0, dim=-1) @ h
+        return mixed.transpose(1, 2).reshape(b, n, d)
+
+    table = [
+        ("linear", lambda: torch.nn.Linear(width, width), lambda x, m: m(x)),
+        ("layernorm", lambda: torch.nn.LayerNorm(width), lambda x, m: m(x)),
+        ("attention", None, lambda x, m: split_heads(x)),
+        ("softmax", None, lambda x, m: torch.softmax(x, dim=rng_dim)),
+        ("positions", None, lambda x, m: x + torch.arange(x.shape[1])[:, None] * 0.1),
+        ("tail", None, lambda x, m: torch.cat([x[:, 1:], x[:, :1]], dim=1)),
+        ("mean", None, lambda x, m: x - x.mean(dim=1, keepdim=True)),
+        ("flatten", None, lambda x, m: x.flatten(0, 1).view(x.shape[0], x.shape[1], -1)),
+        ("pad", None, lambda x, m: F.pad(x, (0, 0, 1, 1))[:, 1:-1] + 1.0),
+        ("repeat", None, lambda x, m: x.unsqueeze(1).expand(-1, 2, -1, -1).sum(dim=1)),
+        ("last", None, lambda x, m: x * x[:, -1:]),
+    ]
+    rng_dim = rng.choice([1, 2, -1])
+    return [rng.choice(table) for _ in range(rng.randint(2, 5))]
+
+
+def run_torch(seed: int) -> str:
+    try:
+        import torch
+    except ImportError:
+        return "skipped"
+    from legato.frontends import torch as torch_frontend
+    rng = random.Random(seed)
+    width = rng.choice([4, 8])
+    steps = torch_steps(torch, rng, width)
+    torch.manual_seed(seed)
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(
+                make() if make else torch.nn.Identity() for _, make, _ in steps)
+
+        def forward(self, x):
+            for (_, _, fn), part in zip(steps, self.parts):
+                x = fn(x, part)
+            return x
+
+    model = Chain().eval()
+    dims = {0: torch.export.Dim("batch", max=16), 1: torch.export.Dim("seq", max=64)}
+    try:
+        module = torch_frontend.load(model, (torch.randn(2, 5, width),), dynamic_shapes=(dims,))
+    except legato.LegatoError as err:
+        if "torch.export could not export" in str(err):  # (its guards on the chain's sizes)
+            return "skipped"
+        return answer([f"import: {err}"])
+    except Exception:  # noqa: BLE001 - torch.export refusing the chain says nothing of legato
+        return "skipped"
+    names = ", ".join(name for name, _, _ in steps)
+    refused = []
+    for backend in BACKENDS:
+        try:
+            compiled = legato.compile(module, backend)
+        except legato.LegatoError as err:
+            refused.append(f"{backend} compile: {err}")
+            continue
+        for shape in [(2, 5), (1, 1), (rng.randint(1, 4), rng.randint(1, 9))]:
+            x = torch.randn(*shape, width)
+            with torch.no_grad():
+                want = model(x).numpy()
+            try:
+                got = compiled(x.numpy())
+            except legato.LegatoError as err:
+                refused.append(f"{backend} at {shape} ({names}): {err}")
+                continue
+            compare_outputs((got,), (want,), f"{backend} at {shape} ({names})", "eager torch",
+                            rtol=1e-4, atol=1e-4)
+    return answer(refused)
