@@ -250,23 +250,3 @@ def test_a_binding_infers_each_distinct_call_once_and_still_checks_each(monkeypa
     with pytest.raises(legato.ShapeError, match=r"float32\[rows-2, 4\] has a negative "
                                                 "dimension when rows=1"):
         Specializer(_relu_chain(symbol("rows") - 2, 2), registry)({"rows": 1})
-
-
-def test_a_plan_is_made_with_the_collector_off_and_left_as_it_was():
-    import gc
-    seen = []
-
-    def plan(module, _fallback):
-        seen.append(gc.isenabled())
-        return lambda x: x
-    module = onnx_frontend.load(mlp_model())
-    runner = ShapeSpecializing(module, (), plan, legato.context().registry)
-    assert gc.isenabled()
-    runner(np.zeros((3, 16), np.float32))
-    assert seen == [False] and gc.isenabled()
-    gc.disable()
-    try:
-        runner(np.zeros((4, 16), np.float32))
-        assert seen == [False, False] and not gc.isenabled()  # the caller's choice kept
-    finally:
-        gc.enable()

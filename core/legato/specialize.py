@@ -11,11 +11,9 @@ at a time, and `stats` counts hits, misses and the time spent planning.
 from __future__ import annotations
 
 import functools
-import gc
 import threading
 import time
 from collections import OrderedDict
-from contextlib import contextmanager
 from typing import Callable, Mapping
 
 import numpy as np
@@ -210,21 +208,6 @@ def _has_expr(value) -> bool:
     return isinstance(value, Expr) or isinstance(value, tuple) and any(map(_has_expr, value))
 
 
-@contextmanager
-def collections_deferred():
-    """The cyclic garbage collector off while a binding is planned, on again after (if it
-    was on): a plan makes thousands of objects that live as long as it does, and the
-    collections they set off, one in ten of them over every object of the process (a
-    million where torch is loaded), took 20-35% of a decoder's plan at a new length."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class ShapeSpecializing:
     """The runner of a compiled model with symbolic dims: one planned executor per binding.
 
@@ -253,13 +236,12 @@ class ShapeSpecializing:
                 self.plans.move_to_end(key)
                 return runner
             start = time.perf_counter()
-            with collections_deferred():
-                try:
-                    module, calls = self.specialize(bindings)
-                except LegatoError as err:
-                    raise ExecutionError(f"the model cannot run at {_text(bindings)}: "
-                                         f"{err}") from None
-                runner = self.plan(module, frozenset(calls[c] for c in self.fallback_calls))
+            try:
+                module, calls = self.specialize(bindings)
+            except LegatoError as err:
+                raise ExecutionError(f"the model cannot run at {_text(bindings)}: "
+                                     f"{err}") from None
+            runner = self.plan(module, frozenset(calls[c] for c in self.fallback_calls))
             if not getattr(runner, "thread_safe", False):
                 runner = _OneAtATime(runner)
             self.stats["misses"] += 1
