@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("onnx")
 
 from legato.testing import onnx_conformance as conformance  # noqa: E402
-from legato.frontends.onnx_convert import CONVERTERS  # noqa: E402
+from legato.frontends.onnx.convert import CONVERTERS  # noqa: E402
 
 ISSUE_OPS = """Add Sub Mul Div Pow Max Min Equal Less Greater Not Where Neg Abs Exp Log Sqrt
 Reciprocal Tanh Sigmoid Erf Relu LeakyRelu Gelu Clip Cast MatMul Gemm Conv MaxPool AveragePool

@@ -196,7 +196,7 @@ def test_sizes_computed_in_float_fold_too():
 
 
 def test_folding_gives_up_on_what_it_cannot_compute_exactly():
-    from legato.frontends.onnx_fold import FOLD_MAX_ELEMENTS, fold_calls
+    from legato.frontends.common.fold import FOLD_MAX_ELEMENTS, fold_calls
     b = legato.GraphBuilder()
     ints = lambda values: b.const(np.array(values, np.int64))  # noqa: E731
     quotient = b.call("divide", ints([7, -7]), ints([2, 2]))

@@ -116,7 +116,7 @@ SPLIT_CRASHING_SHAPE_INFERENCE = """
 
 def test_a_crash_in_onnx_shape_inference_is_a_legato_error_and_the_next_load_works():
     # without the up-front check of Split, onnx's shape inference sees the model and dies
-    out = load_in_subprocess("from legato.frontends import onnx_check\n"
+    out = load_in_subprocess("from legato.frontends.onnx import check as onnx_check\n"
                              "onnx_check.VALUE_CHECKS.clear()\n"
                              + textwrap.dedent(SPLIT_CRASHING_SHAPE_INFERENCE))
     first, second = out.splitlines()
@@ -144,7 +144,7 @@ def test_a_forked_child_starts_its_own_onnx_worker():
     old = model([helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])], [tensor("x", [2])],
                 [tensor("y", None)], opset=9)
     lonnx.load(old)   # the parent's worker runs
-    from legato.frontends.onnx_isolate import _WORKER
+    from legato.frontends.onnx.isolate import _WORKER
     parent = _WORKER.process
     with _WORKER.lock:   # held at fork time, as by another thread of the parent
         pid = os.fork()
@@ -262,7 +262,7 @@ def test_missing_inputs_are_named(op, inputs, message):
 
 
 def test_a_converter_reads_required_inputs_through_one_checked_accessor():
-    from legato.frontends.onnx_convert import Node
+    from legato.frontends.onnx.convert import Node
     proto = helper.make_node("Add", ["x", ""], ["y"], name="n")
     node = Node(None, proto, [object(), None], {}, 18)
     assert node.input(1) is None and node.input(5) is None
@@ -478,7 +478,7 @@ def convert(op, inputs, **attrs):
     """Run the converter of `op` directly: shapes (tuples) become graph inputs, arrays
     constants, None an absent input."""
     import legato
-    from legato.frontends.onnx_convert import CONVERTERS, Node
+    from legato.frontends.onnx.convert import CONVERTERS, Node
     from legato.ir import Const
     b = legato.GraphBuilder()
     values = [None if v is None else b.input(f"i{k}", v) if isinstance(v, tuple)

@@ -1,5 +1,5 @@
 """Large initializers of an .onnx file are read from the file once, straight into their
-arrays (legato.frontends.onnx_weights), with the same checks and results as before."""
+arrays (legato.frontends.onnx.weights), with the same checks and results as before."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import legato  # noqa: E402
 from legato.errors import LegatoError  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
-from legato.frontends.onnx_weights import MIN_MAPPED_BYTES  # noqa: E402
+from legato.frontends.onnx.weights import MIN_MAPPED_BYTES  # noqa: E402
 
 
 def matmul_model(weight: np.ndarray, bias: np.ndarray, raw_weight: bool = True):

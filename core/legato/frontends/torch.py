@@ -35,7 +35,7 @@ from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more, 
 from . import torch_fft
 from . import torch_custom, torch_experts, torch_quant  # noqa: F401  (custom ops' converters)
 from . import torch_symbolic
-from .onnx_fold import fold_calls, foldable
+from .common.fold import fold_calls, foldable
 from .torch_ops import ATEN, KEEP, refusal
 
 

@@ -5,7 +5,7 @@ in torch_ops.ATEN."""
 from __future__ import annotations
 
 from ..errors import LegatoError
-from . import shifts
+from .common import shifts
 from .torch_ops import _in_dtype, aten, result_dtype
 
 

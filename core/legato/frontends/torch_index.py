@@ -7,7 +7,7 @@ import math
 
 from ..errors import LegatoError
 from ..shapes import broadcast_shapes
-from .onnx_index import flat_index, scatter_rows
+from .common.indexing import flat_index, scatter_rows
 from .torch_ops import aten
 
 

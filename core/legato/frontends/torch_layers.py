@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import LegatoError
 from ..ir import Const
-from . import resample
+from .common import resample
 from .torch_nn import convolution
 from .torch_ops import RANDOM, aten
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import string
 
 from ..errors import LegatoError
-from . import linalg
-from .onnx_index import contract
+from .common import linalg
+from .common.einsum import contract
 from .torch_ops import aten
 
 

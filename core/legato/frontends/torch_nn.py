@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..errors import LegatoError
-from . import conv_nd, resample
+from .common import conv_nd, resample
 from .torch_ops import ATEN, aten
 
 

@@ -10,7 +10,7 @@ from ..errors import LegatoError
 from ..ir import Const
 from ..shapes import norm_axis
 from ..symbols import Expr, assume_le
-from .onnx_common import one_hot_values
+from .common.indexing import one_hot_values
 from .torch_ops import ATEN, aten, empty_reduction, wrapped
 
 # --- factories: static shapes, so their results are constants -------------------------------

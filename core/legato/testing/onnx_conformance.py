@@ -23,7 +23,7 @@ import numpy as np
 from .. import api
 from .outcomes import outcome_rows
 from ..frontends.onnx import all_nodes, load
-from ..frontends.onnx_convert import CONVERTERS, Refused
+from ..frontends.onnx.convert import CONVERTERS, Refused
 from ..ir import DTYPES
 
 

@@ -1,0 +1,247 @@
+"""Structural checks of an ONNX model, done in Python before any of onnx's C++ code sees it.
+
+onnx's version converter and shape inference trust their input: a mistyped attribute, a
+missing required input or a dangling name can crash the process instead of raising. So
+every node is held against its operator schema (attribute names and types, required
+attributes, input and output counts, required inputs present), the graph must be in SSA
+form and topological order, and every declared size must be a non-negative, bounded
+integer. Tensor data is checked by `tensors`.
+"""
+from __future__ import annotations
+
+from ...errors import LegatoError
+from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
+
+
+def check_opset_range(opset) -> None:
+    if opset is None or opset < 1:
+        raise LegatoError(f"the model imports ONNX opset {opset}: expected a version >= 1 "
+                          "for the default domain")
+
+
+def check_text(model) -> None:
+    """Every name legato reads is text: protobuf hands back string fields that are not
+    valid UTF-8 as bytes."""
+    def check(values, where):
+        for value in values:
+            if isinstance(value, bytes):
+                raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
+    check([o.domain for o in model.opset_import], "opset_import domain")
+    graph = model.graph
+    _check_node_text(graph, check, "")
+    for kind in ("input", "output", "value_info"):
+        for value in getattr(graph, kind):
+            dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") \
+                else ()
+            check([value.name, *(d.dim_param for d in dims)], f"graph {kind} {quote(value.name)}")
+    for tensor in graph.initializer:
+        check([tensor.name], "initializer name")
+    for tensor in external_tensors(model):
+        check([e.key for e in tensor.external_data] + [e.value for e in tensor.external_data],
+              f"tensor {quote(tensor.name)} external data")
+
+
+def _check_node_text(graph, check, where: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
+    for index, node in enumerate(graph.node):
+        label = f"{where}node #{index}"
+        check([node.op_type, node.domain, node.name, *node.input, *node.output,
+               *(a.name for a in node.attribute)], label)
+        for attr in node.attribute:
+            if attr.type == attr.GRAPH:
+                check([*(v.name for v in attr.g.input), *(v.name for v in attr.g.output),
+                       *(t.name for t in attr.g.initializer)], f"{label} body")
+                _check_node_text(attr.g, check, f"{label} body ", depth + 1)
+
+
+def check_graph(graph, opset: int) -> None:
+    """Every node against its schema, the graph's names in SSA and topological order,
+    declared shapes bounded and tensor metadata consistent."""
+    if len(graph.sparse_initializer):
+        raise LegatoError("the model has sparse initializers: legato imports dense ones only")
+    defined = _check_graph_inputs(graph)
+    for index, node in enumerate(graph.node):
+        where = f"{node.op_type} node {quote(node.name or f'#{index}')}"
+        check_node(node, opset, where)
+        check_bodies(node, opset, where)
+        for i, name in enumerate(node.input):
+            if name and name not in defined:
+                raise LegatoError(f"{where}: input {i} {quote(name)} is not defined by an "
+                                  "earlier node, a graph input or an initializer (the graph "
+                                  "must be in topological order)")
+        for name in node.output:
+            if name and name in defined:
+                raise LegatoError(f"{where}: output {quote(name)} is already defined "
+                                  "(names must be assigned once)")
+            if name:
+                defined.add(name)
+    for value in graph.output:
+        if value.name not in defined:
+            raise LegatoError(f"graph output {quote(value.name)} is not defined by any node, "
+                              "input or initializer")
+    for kind, values in (("graph output", graph.output), ("value_info", graph.value_info)):
+        for value in values:
+            check_value_info(value, f"{kind} {quote(value.name)}", typed=False)
+
+
+def _check_graph_inputs(graph) -> set:
+    defined = set()
+    for tensor in graph.initializer:
+        where = f"initializer {quote(tensor.name)}"
+        if not tensor.name or tensor.name in defined:
+            raise LegatoError(f"{where}: initializer names must be unique and not empty")
+        check_tensor(tensor, where)
+        defined.add(tensor.name)
+    inputs = set()
+    for value in graph.input:
+        where = f"input {quote(value.name)}"
+        if not value.name or value.name in inputs:
+            raise LegatoError(f"{where}: input names must be unique and not empty")
+        inputs.add(value.name)
+        check_value_info(value, where)
+    return defined | inputs
+
+
+def check_value_info(value, where: str, typed: bool = True) -> None:
+    """A declared type: a tensor with bounded, non-negative dims, of a known element type
+    (`typed`), or for outputs and intermediate values perhaps of none at all."""
+    if not typed and value.type.WhichOneof("value") is None:
+        return
+    if not value.type.HasField("tensor_type"):
+        raise LegatoError(f"{where} is not a tensor: legato imports tensors only")
+    tensor_type = value.type.tensor_type
+    if typed or tensor_type.elem_type:
+        onnx_dtype(tensor_type.elem_type, where)
+    if tensor_type.HasField("shape"):
+        dims = tensor_type.shape.dim
+        if len(dims) > MAX_RANK:
+            raise LegatoError(f"{where}: rank {len(dims)} exceeds the limit of {MAX_RANK}")
+        for i, dim in enumerate(dims):
+            if dim.HasField("dim_value"):
+                check_size(dim.dim_value, f"{where} dimension {i}")
+
+
+def check_bodies(node, opset: int, where: str, depth: int = 0) -> None:
+    """The nodes of control-flow bodies (If's branches, Loop's and Scan's body) against
+    their schemas too; their tensors as the graph's are."""
+    if depth > 32:
+        raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
+    for attr in node.attribute:
+        bodies = [attr.g] if attr.type == attr.GRAPH else \
+            list(attr.graphs) if attr.type == attr.GRAPHS else []
+        for body in bodies:
+            for tensor in body.initializer:
+                check_tensor(tensor, f"{where} body initializer {quote(tensor.name)}")
+            for index, inner in enumerate(body.node):
+                inner_where = f"{where} body {inner.op_type} node " \
+                              f"{quote(inner.name or f'#{index}')}"
+                check_node(inner, opset, inner_where)
+                check_bodies(inner, opset, inner_where, depth + 1)
+
+
+def check_node(node, opset: int, where: str) -> None:
+    schema = node_schema(node, opset)
+    if schema is None:
+        raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
+                          f"{quote(node.op_type)}")
+    _check_attributes(node, schema, where)
+    _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input,
+                 f"{where}: input")
+    _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output,
+                 f"{where}: output")
+    if node.op_type in VALUE_CHECKS:
+        VALUE_CHECKS[node.op_type](node, where)
+
+
+def node_schema(node, opset: int):
+    """onnx's schema of a default-domain op at `opset`, else the one its converter brings
+    (onnxruntime's ops, in its domain or in the default one before ONNX defined them)."""
+    from onnx import defs
+    from .convert import converter_of
+    if node.domain in ("", "ai.onnx"):
+        try:
+            return defs.get_schema(node.op_type, opset, "")
+        except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
+            pass
+    known = converter_of(node.domain, node.op_type)
+    return None if known is None or known.schema is None else known.schema()
+
+
+def _check_split(node, where: str) -> None:
+    for attr in node.attribute:
+        if attr.name == "num_outputs" and attr.i != len(node.output):
+            raise LegatoError(f"{where}: attribute 'num_outputs' = {attr.i} differs from the "
+                              f"{len(node.output)} outputs")
+
+
+# attribute values that onnx's shape inference trusts (and crashes on when they are wrong)
+VALUE_CHECKS = {"Split": _check_split}
+
+
+# AttributeProto fields that hold the value of each single-valued attribute type
+SCALAR_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t", 5: "g"}
+# GRAPH: the bodies of If, Loop and Scan, converted inline where their control is static
+SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRAPH",
+                             6: "FLOATS", 7: "INTS", 8: "STRINGS"}
+
+
+def _check_attributes(node, schema, where: str) -> None:
+    seen = set()
+    for attr in node.attribute:
+        label = f"{where}: attribute {quote(attr.name)}"
+        if attr.name in seen:
+            raise LegatoError(f"{label} is given twice")
+        seen.add(attr.name)
+        spec = schema.attributes.get(attr.name)
+        if spec is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise LegatoError(f"{label} is not an attribute of {node.op_type} (its "
+                              f"attributes since opset {schema.since_version}: {known})")
+        expected = int(spec.type.value)
+        if attr.ref_attr_name:
+            raise LegatoError(f"{label} refers to a function attribute outside a function")
+        if attr.type != expected:
+            raise LegatoError(f"{label} must be {_type_name(expected)}, got "
+                              f"{_type_name(attr.type)}")
+        if expected not in SUPPORTED_ATTRIBUTE_TYPES:
+            raise LegatoError(f"{label} of type {_type_name(expected)} is not supported: "
+                              "legato imports flat graphs with plain attributes")
+        field = SCALAR_FIELDS.get(attr.type)
+        if field and not attr.HasField(field):
+            raise LegatoError(f"{label} of type {_type_name(expected)} holds no value")
+        if attr.type == 4:
+            check_tensor(attr.t, label)
+        if attr.type in (3, 8):
+            _check_utf8([attr.s] if attr.type == 3 else attr.strings, label)
+    for name, spec in schema.attributes.items():
+        if spec.required and name not in seen:
+            raise LegatoError(f"{where}: required attribute {quote(name)} is missing")
+
+
+def _type_name(code: int) -> str:
+    from onnx import AttributeProto
+    if code in AttributeProto.AttributeType.values():
+        return AttributeProto.AttributeType.Name(code)
+    return f"attribute type {code}"
+
+
+def _check_utf8(strings, label: str) -> None:
+    for value in strings:
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            raise LegatoError(f"{label} is not valid UTF-8") from None
+
+
+def _check_arity(names, params, least: int, most: int, label: str) -> None:
+    """Counts within the schema's bounds; names only left empty for optional parameters."""
+    if not least <= len(names) <= most:
+        bound = f"{least}" if least == most else f"{least} to {most}"
+        raise LegatoError(f"{label}s: {len(names)} given, the schema takes {bound}")
+    from onnx.defs import OpSchema
+    optional = OpSchema.FormalParameterOption.Optional
+    for i, name in enumerate(names):
+        param = params[min(i, len(params) - 1)]
+        if not name and param.option != optional:
+            raise LegatoError(f"{label} {i} ({param.name}) is required but missing")

@@ -1,0 +1,523 @@
+"""Import ONNX models (opset 13 up to the newest the installed onnx knows) into legato.
+
+    mod = legato.frontends.onnx.load("model.onnx", input_shapes={"batch": 1})
+
+Before anything is converted the model is checked whole: every op without a converter is
+reported in one error (with node names), then tensors whose data does not match their
+declared size and models whose shapes do not infer are refused. Initializers become
+constants; inputs that feed shape-like operands (Reshape's shape, Slice's starts, ...) must
+be constants, and nodes whose inputs are all constants and whose results are integer shape
+arithmetic are folded at import time.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+from ...builder import GraphBuilder
+from ...errors import LegatoError
+from ...ir import Call, Const, Module, Origin, Value
+from ...symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_dims
+from ...verify import verify
+from ..common.fold import fold_calls, foldable, is_symbolic_const, shape_const
+from . import converters  # noqa: F401  (every converter registers)
+from .check import check_graph, check_opset_range, check_text
+from .convert import Node, Refused, converter_of, onnx_dtype
+from .isolate import run_isolated, without_large_data
+from .sizes import with_sizes_computed
+from .tensors import (check_shape, check_size, check_tensor, external_tensors,
+                      load_external_data, quote, tensor_array)
+from .weights import load_mapped
+
+MIN_OPSET = 13
+DEFAULT_DOMAINS = ("", "ai.onnx")
+MAX_PROTO_BYTES = 2 ** 31   # protobuf's limit on one message
+MAX_NESTING = 32   # If/Loop/Scan bodies within bodies
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise LegatoError("the ONNX importer needs the onnx package: "
+                          "pip install 'legato[onnx]'") from None
+    return onnx
+
+
+def load(model, input_shapes: Mapping | None = None, *, base_dir=None,
+         registry=None) -> Module:
+    """A legato Module from an .onnx path or a ModelProto.
+
+    `input_shapes` binds what the model leaves symbolic: `{input_name: shape}` for a whole
+    input, or `{dim_param: size}` for a named dimension such as "batch". Tensor data kept
+    in external files is read from `base_dir` (default for a path: the file's directory)
+    and must stay inside it. `registry`: the context's when not given."""
+    return load_with_nodes(model, input_shapes, base_dir=base_dir, registry=registry)[0]
+
+
+def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None,
+                    registry=None):
+    """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
+    proto, base_dir, weights = read_model(model, base_dir)
+    try:
+        return _import(proto, base_dir, weights, input_shapes, registry)
+    finally:
+        if weights is not None:
+            weights.close()
+
+
+def _import(proto, base_dir, weights, input_shapes, registry):
+    input_shapes = check_input_shapes(input_shapes)
+    # everything onnx's C++ code (version converter, shape inference) sees is checked first
+    check_text(proto)
+    check_supported(proto)
+    opset = model_opset(proto)
+    check_graph(proto.graph, opset)
+    proto = with_external_data(proto, base_dir, weights)
+    proto, opset = upgrade(proto, opset)
+    check_shapes(proto, input_shapes)
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights)
+    try:
+        return importer.run(), importer.nodes
+    except LegatoError as err:
+        symbols = symbolic_dims(importer.b.params)
+        if not symbols:
+            raise
+        binding = ", ".join(f"{quote(s)}: ..." for s in symbols)
+        raise type(err)(f"{err}\n(the model's dimensions {', '.join(symbols)} are symbolic; "
+                        f"importing at one size needs them bound: input_shapes={{{binding}}}, "
+                        f"or --shape NAME=SIZE)") from None
+
+
+COVERAGE = ("native", "decomposed", "custom", "fallback", "folded")
+
+
+def coverage(nodes, report) -> str:
+    """Per ONNX op type, how its nodes end up on the backend: run natively, decomposed,
+    tunnelled as custom ops, run on the fallback (a call made from the node runs off the
+    first backend: the calls name their node), or folded away at import."""
+    off = _off_first_backend(report)
+    exact = report.placement is not None  # (then where each node's calls ran is known)
+    actions: dict[str, set] = {}
+    for row in report.entries:
+        if row["source"] and not (exact and row["action"] == "fallback"):
+            actions.setdefault(row["op"], set()).add(row["action"])
+    table: dict[str, dict[str, int]] = {}
+    for op_type, name, ops in nodes:
+        seen = set().union(*(actions.get(op, {"legal"}) for op in ops)) if ops else {"folded"}
+        if name in off:
+            seen.add("fallback")
+        kind = next((k for k in ("fallback", "custom", "decomposed", "folded") if k in seen),
+                    "native")
+        counts = table.setdefault(op_type, dict.fromkeys(COVERAGE, 0))
+        counts[kind] += 1
+    lines = [f"ONNX op coverage for {' + '.join(report.targets) or report.backend}:",
+             f"  {'op':<24}" + "".join(f"{k:>11}" for k in COVERAGE)]
+    lines += [f"  {op:<24}" + "".join(f"{c[k]:>11}" for k in COVERAGE)
+              for op, c in sorted(table.items())]
+    return "\n".join(lines)
+
+
+def _off_first_backend(report) -> set[str]:
+    """The nodes (by origin source) with a call that runs off the first backend."""
+    placement = report.placement
+    if placement is None:
+        return set()
+    first = placement.targets[0]
+    return {p.call.origin.source for p in placement.calls
+            if p.backend != first and p.call.origin is not None}
+
+
+def read_model(model, base_dir=None):
+    """(ModelProto, base directory of its external data, MappedWeights or None): a path is
+    read without its external data, which `with_external_data` reads from inside the base
+    directory, and with its large initializers left in the memory-mapped file."""
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model, base_dir, None
+    if not isinstance(model, (str, os.PathLike)):
+        raise LegatoError(f"an ONNX model is a path or an onnx.ModelProto, not "
+                          f"{type(model).__name__}")
+    path = Path(model)
+    _check_model_file(path)
+    try:
+        proto, weights = load_mapped(path, onnx)
+    except OSError as err:
+        raise LegatoError(f"cannot read ONNX model {path}: {err.strerror or err}") from None
+    except Exception as err:  # noqa: BLE001 - protobuf decode errors
+        raise LegatoError(f"{path} is not a readable ONNX model: "
+                          f"{quote(str(err))}") from None
+    return proto, path.parent if base_dir is None else base_dir, weights
+
+
+def _check_model_file(path: Path) -> None:
+    """Refuse what cannot be read whole: a FIFO or device would block or never end."""
+    try:
+        if not path.exists():
+            return  # onnx.load names the missing file
+        regular, size = path.is_file(), path.stat().st_size
+    except OSError as err:
+        raise LegatoError(f"cannot read ONNX model {path}: {err.strerror or err}") from None
+    if not regular:
+        raise LegatoError(f"{path} is not a regular file")
+    if size > MAX_PROTO_BYTES:
+        raise LegatoError(f"{path} has {size} bytes: an ONNX file holds at most 2 GiB "
+                          "(larger weights go to external data files)")
+
+
+def with_external_data(proto, base_dir, weights=None):
+    """The model with every external tensor's data read in (a copy; the caller's model is
+    left as it is), but for those `weights` maps from the model file itself."""
+    if not [t for t in external_tensors(proto) if weights is None or not weights.owns(t)]:
+        return proto
+    onnx = _onnx()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    load_external_data(copy, base_dir, weights)
+    return copy
+
+
+def unsupported_ops(proto) -> dict[str, list[str]]:
+    """ONNX op type -> names of the nodes that legato cannot import (control-flow bodies
+    included)."""
+    missing: dict[str, list[str]] = {}
+    for index, node in all_nodes(proto.graph):
+        if converter_of(node.domain, node.op_type) is None:
+            label = node.op_type if node.domain in DEFAULT_DOMAINS else \
+                f"{node.domain}.{node.op_type}"
+            missing.setdefault(label[:80], []).append(node.name[:80] or f"#{index}")
+    return missing
+
+
+def all_nodes(graph, depth: int = 0):
+    """(index, node) of every node of `graph` and of the bodies its nodes hold."""
+    if depth > MAX_NESTING:
+        raise LegatoError(f"control-flow bodies nest deeper than {MAX_NESTING} levels")
+    for index, node in enumerate(graph.node):
+        yield index, node
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == attr.GRAPH else \
+                    attr.graphs if attr.type == attr.GRAPHS else ():
+                yield from all_nodes(body, depth + 1)
+
+
+# why the default-domain ops legato leaves unmapped on purpose are left out
+_RANDOM = "samples random numbers (legato imports deterministic graphs)"
+_DATA_SHAPED = "its output shape depends on the data (legato has static shapes)"
+_NOT_TENSORS = "works on {} (legato has tensors only)"
+REFUSED_BY_DESIGN = {
+    **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                     "RandomUniform", "RandomUniformLike"), _RANDOM),
+    **dict.fromkeys(("NonZero", "Unique", "NonMaxSuppression"), _DATA_SHAPED),
+    **dict.fromkeys(("ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+                     "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+                     "SplitToSequence"), _NOT_TENSORS.format("sequences")),
+    **dict.fromkeys(("Optional", "OptionalGetElement", "OptionalHasElement"),
+                    _NOT_TENSORS.format("optionals")),
+    **dict.fromkeys(("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+                     "TfIdfVectorizer"), _NOT_TENSORS.format("strings")),
+    **dict.fromkeys(("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"),
+                    "a training loss (legato imports inference graphs)"),
+    "ImageDecoder": "decodes compressed image bytes, whose decoded size is in the data "
+                    "(legato has static shapes)",
+}
+
+
+def check_supported(proto) -> None:
+    missing = unsupported_ops(proto)
+    if missing:
+        lines = [f"  {op}: {', '.join(names[:8])}" + (f" (+{len(names) - 8} more)"
+                                                      if len(names) > 8 else "")
+                 + (f": {REFUSED_BY_DESIGN[op]}" if op in REFUSED_BY_DESIGN else "")
+                 for op, names in sorted(missing.items())]
+        raise LegatoError(f"the model uses {len(missing)} ONNX op type(s) legato cannot "
+                          "import:\n" + "\n".join(lines))
+
+
+def model_opset(proto) -> int:
+    """The default-domain opset the model imports, within what legato and onnx support."""
+    onnx = _onnx()
+    newest = onnx.defs.onnx_opset_version()
+    versions = {o.domain: o.version for o in proto.opset_import}
+    opset = next((versions[d] for d in DEFAULT_DOMAINS if d in versions), None)
+    check_opset_range(opset)
+    if opset > newest:
+        raise LegatoError(f"ONNX opset {opset} is not supported: legato imports opsets "
+                          f"{MIN_OPSET} to {newest} (the newest the installed onnx "
+                          f"{onnx.__version__} knows; older ones are upgraded)")
+    return opset
+
+
+def upgrade(proto, opset: int):
+    """(model, opset): opsets below 13 are upgraded with onnx's version converter, which
+    is only handed models that `check_graph` accepted."""
+    if opset >= MIN_OPSET:
+        return proto, opset
+    if opset < 9 and any(n.op_type == "Scan" for _, n in all_nodes(proto.graph)):
+        # onnx's Scan 8 -> 9 adapter drops the batch axis from the graph's own inputs
+        raise Refused(f"Scan of ONNX opset {opset} (batched, with sequence_lens) is not "
+                      "imported: onnx's version converter changes the model's input shapes "
+                      "when upgrading it; export the model at opset 9 or newer")
+    proto = _flat_hardmax(proto)
+    upgraded = run_isolated(b"C", proto, "onnx's version converter", f"ONNX opset {opset} "
+                            f"is older than {MIN_OPSET} and could not be upgraded")
+    check_graph(upgraded.graph, MIN_OPSET)
+    return upgraded, MIN_OPSET
+
+
+def _flat_hardmax(proto):
+    """The model with each Hardmax of opset < 13 spelled as that opset defines it, which
+    the version converter leaves to mean opset 13's per-axis Hardmax: one hardmax over the
+    input flattened to 2-D at `axis` (default 1), reshaped back."""
+    if not any(n.op_type == "Hardmax" and n.domain in DEFAULT_DOMAINS
+               for _, n in all_nodes(proto.graph)):
+        return proto
+    import onnx
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())  # the caller's stays
+    _flatten_hardmax_in(proto.graph, onnx.helper)
+    return proto
+
+
+def _flatten_hardmax_in(graph, helper) -> None:
+    nodes = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == attr.GRAPH else \
+                    attr.graphs if attr.type == attr.GRAPHS else ():
+                _flatten_hardmax_in(body, helper)
+        if node.op_type != "Hardmax" or node.domain not in DEFAULT_DOMAINS:
+            nodes.append(node)
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        x, (y,) = node.input[0], node.output
+        flat, hard, shape = (f"{y}__hardmax_{part}" for part in ("flat", "2d", "shape"))
+        nodes += [helper.make_node("Flatten", [x], [flat], axis=axis),
+                  helper.make_node("Hardmax", [flat], [hard], axis=1),
+                  helper.make_node("Shape", [x], [shape]),
+                  helper.make_node("Reshape", [hard, shape], [y])]
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def check_input_shapes(input_shapes) -> dict:
+    """`input_shapes` with each value checked: a size, or a sequence of sizes."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise LegatoError(f"input_shapes must be a mapping of names to sizes or shapes, not "
+                          f"{type(input_shapes).__name__}")
+    checked = {}
+    for key, value in input_shapes.items():
+        if not isinstance(key, str):
+            raise LegatoError(f"input_shapes key {quote(key)} is not a name")
+        where = f"input_shapes[{quote(key)}]"
+        checked[key] = check_size(value, where) if isinstance(value, numbers.Integral) \
+            and not isinstance(value, bool) else check_shape(value, where)
+    return checked
+
+
+def check_shapes(proto, input_shapes: Mapping) -> None:
+    """Run ONNX's strict shape inference with the bound input shapes; refuse on failure."""
+    initializers = {t.name for t in proto.graph.initializer}
+    shapes = {value.name: input_shape(value, input_shapes) for value in proto.graph.input
+              if value.name not in initializers}
+    bound, _ = without_large_data(proto)
+    spell_out_defaults(bound.graph)
+    for value in bound.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for size in shapes[value.name]:
+                if isinstance(size, int):
+                    dims.add().dim_value = size
+                else:
+                    dims.add().dim_param = str(size)
+    run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
+
+
+# attributes whose default onnx's shape inference gets wrong when left unset
+# (MeanVarianceNormalization's function body refers to `axes`; STFT's inference takes
+# onesided as 0 once frame_length is a constant)
+INFERENCE_DEFAULTS = {"MeanVarianceNormalization": ("axes", [0, 2, 3]),
+                      "STFT": ("onesided", 1)}
+
+
+def spell_out_defaults(graph) -> None:
+    """Give the nodes of INFERENCE_DEFAULTS their default attribute explicitly."""
+    from onnx import helper
+    for node in graph.node:
+        name, value = INFERENCE_DEFAULTS.get(node.op_type, (None, None))
+        if name and node.domain in DEFAULT_DOMAINS and \
+                all(a.name != name for a in node.attribute):
+            node.attribute.append(helper.make_attribute(name, value))
+
+
+def input_shape(value, input_shapes: Mapping) -> tuple[int, ...]:
+    """The static shape of a graph input, with symbolic dimensions bound."""
+    where = f"input {quote(value.name)}"
+    declared = value.type.tensor_type.shape.dim
+    has_shape = value.type.tensor_type.HasField("shape")
+    if value.name in input_shapes:
+        shape = input_shapes[value.name]
+        if not isinstance(shape, tuple):
+            raise LegatoError(f"input_shapes[{quote(value.name)}]: {where} needs a shape (a "
+                              f"sequence of sizes), got {quote(shape)}")
+        if has_shape and len(shape) != len(declared):
+            raise LegatoError(f"input_shapes[{quote(value.name)}]: {where} has rank "
+                              f"{len(declared)}, the bound shape {list(shape)} rank {len(shape)}")
+        return shape
+    if not has_shape:
+        raise LegatoError(f"{where} declares no shape; bind it with "
+                          f"input_shapes={{{quote(value.name)}: (...)}}")
+    shape = []
+    for i, dim in enumerate(declared):
+        if dim.HasField("dim_value"):
+            shape.append(dim.dim_value)
+        elif dim.dim_param and dim.dim_param in input_shapes:
+            size = input_shapes[dim.dim_param]
+            if isinstance(size, tuple):
+                raise LegatoError(f"input_shapes[{quote(dim.dim_param)}]: dimension {i} of "
+                                  f"{where} needs a size, got the shape {list(size)}")
+            shape.append(size)
+        else:  # left symbolic: named after its dim_param, or after the input and axis
+            shape.append(symbol(symbol_name(dim.dim_param or f"{value.name}_{i}")))
+    return tuple(shape)
+
+
+def symbol_name(text: str) -> str:
+    """An identifier for a dim_param or input name ('batch_size', 'input:0_1' -> input_0_1)."""
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", text)[:MAX_NAME]
+    return name if re.match(r"[A-Za-z_]", name) else f"d_{name}"[:MAX_NAME]
+
+
+def attribute_value(attr):
+    """An ONNX attribute as a Python value (strings decoded, tensors as numpy arrays)."""
+    from onnx import helper
+    if attr.type == attr.TENSOR:
+        return tensor_array(attr.t, f"attribute {quote(attr.name)}")
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def check_no_symbolic_consts(calls, results) -> None:
+    """Symbolic sizes shape the model (reshape targets) or are computed at run time where
+    a call reads them (sizes.py); none is left as a call's operand or a graph output."""
+    for call in calls:
+        if any(is_symbolic_const(v) for v in call.inputs):
+            node = call.origin.source if call.origin is not None else call.op
+            raise LegatoError(f"{node}: {call.op} reads symbolic sizes as data")
+    if any(is_symbolic_const(v) for v in results):
+        raise LegatoError("a graph output is a shape with symbolic sizes")
+
+
+def _from_node(call: Call, node_name: str) -> Call:
+    """`call` with the ONNX node it came from as its origin (no rules yet: the call is as
+    imported), so reports and errors can name the node; decompositions keep the name."""
+    if call.origin is not None:
+        return call
+    return Call(call.op, call.inputs, call.attrs, call.outputs,
+                Origin(call.op, call.attrs, node_name))
+
+
+class _Importer:
+    """Walks the graph in order, converting each node with its converter."""
+
+    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None, weights=None):
+        self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
+        self.weights = weights
+        self.b = GraphBuilder(registry)
+        self.env: dict[str, Value] = {}
+        self.nodes: list[tuple[str, str, list[str]]] = []
+        self.sizes: dict = {}  # symbolic sizes computed at run time (sizes.py)
+
+    def run(self) -> Module:
+        for tensor in self.graph.initializer:
+            self.env[tensor.name] = self.initializer(tensor)
+        for value in self.graph.input:
+            if value.name not in self.env:
+                dtype = onnx_dtype(value.type.tensor_type.elem_type, f"input {quote(value.name)}")
+                self.env[value.name] = self.b.input(value.name,
+                                                    input_shape(value, self.input_shapes), dtype)
+        with collecting_guards() as guards:  # what symbolic slices assumed of the sizes
+            for node in self.graph.node:
+                self.convert(node)
+        results = [self.lookup(out.name, "graph output") for out in self.graph.output]
+        check_no_symbolic_consts(self.b.calls, results)
+        if not guards:
+            return self.b.build(*results)
+        module = Module({"main": self.b.function(*results, attrs={GUARDS: guards})})
+        return verify(module, self.b.registry)
+
+    def initializer(self, tensor) -> Const:
+        where = f"initializer {quote(tensor.name)}"
+        if self.weights is not None and self.weights.owns(tensor):
+            check_tensor(tensor, where)
+            return Const.of(self.weights.array(tensor, where), copy=False)
+        return Const.of(tensor_array(tensor, where))
+
+    def lookup(self, name: str, where: str) -> Value:
+        if name not in self.env:
+            raise LegatoError(f"{where} {quote(name)} is not defined by any node, input or "
+                              "initializer")
+        return self.env[name]
+
+    def convert(self, proto) -> None:
+        inputs = [self.lookup(n, f"{proto.op_type} node {quote(proto.name)} input") if n else None
+                  for n in proto.input]
+        node = Node(self.b, proto, inputs, {}, self.opset)
+        node.scope = self
+        start = len(self.b.calls)
+        try:
+            node.attrs = {a.name: attribute_value(a) for a in proto.attribute}
+            result = converter_of(proto.domain, proto.op_type).fn(node)
+        except LegatoError as err:
+            text = str(err)
+            prefix = f"{proto.op_type} node {node.label}"
+            raise type(err)(text if text.startswith(prefix) else f"{prefix}: {text}") from None
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
+            results = self.fold(start, results)
+        calls = self.b.calls[start:]
+        del self.b.calls[start:]  # the calls computing sizes come first
+        self.b.calls.extend(with_sizes_computed(self.b, calls, self.sizes))
+        self.nodes.append((proto.op_type, node.name, [c.op for c in self.b.calls[start:]]))
+        self.b.calls[start:] = [_from_node(c, node.name) for c in self.b.calls[start:]]
+        for name, value in zip(proto.output, results):
+            if name and value is None:
+                node.fail(f"output {name!r} is not produced by legato's converter")
+            if name:
+                self.env[name] = value
+
+    def subgraph(self, graph, bound: Mapping[str, Value]) -> list[Value]:
+        """The outputs of a control-flow body `graph` converted inline: its inputs are
+        `bound`, names of the enclosing scopes stay visible, its own names do not leak."""
+        outer = self.env
+        self.env = {**outer, **bound}
+        try:
+            for tensor in graph.initializer:
+                self.env[tensor.name] = Const.of(tensor_array(
+                    tensor, f"initializer {quote(tensor.name)}"))
+            for node in graph.node:
+                self.convert(node)
+            return [self.lookup(out.name, "subgraph output") for out in graph.output]
+        finally:
+            self.env = outer
+
+    def fold(self, start: int, results) -> tuple:
+        """Evaluate shape arithmetic on constants now, so later shape operands are known."""
+        values = [v for v in results if v is not None]
+        if not foldable(values) or all(isinstance(v, Const) for v in values):
+            return tuple(results)
+        arrays = fold_calls(self.b.calls[start:], values, self.b.registry)
+        if arrays is None:
+            return tuple(results)
+        del self.b.calls[start:]
+        consts = iter(shape_const(a) if a.dtype == object else Const.of(a) for a in arrays)
+        return tuple(None if v is None else next(consts) for v in results)

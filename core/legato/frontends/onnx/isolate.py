@@ -1,0 +1,145 @@
+"""Run onnx's C++ passes in a separate process, so a crash in them cannot take the caller
+down.
+
+The importer checks a model against the operator schemas before onnx's version converter
+and shape inference see it, but those passes also index by attribute *values* (a Split
+whose `num_outputs` differs from its outputs aborts shape inference). Every value of every
+operator cannot be checked up front, so the passes run in a long-lived worker process
+(`worker.py`), started on first use and restarted after a crash. The worker is sent
+the model without the data of large tensors (shapes do not depend on weights); the
+converter's result gets that data back by tensor name.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from ...errors import LegatoError
+from .worker import ANSWER, HEADER, read_exactly
+
+WORKER = Path(__file__).with_name("worker.py")
+LARGE_TENSOR = 1024   # elements; larger tensors are sent as dims and type only
+# run the worker's file without putting its directory on sys.path, where this package's
+# math.py and signal.py would shadow the standard library's modules
+BOOT = "import sys; p = sys.argv[1]; exec(compile(open(p).read(), p, 'exec'), {'__name__': '__main__'})"
+
+
+class _Worker:
+    """The worker process of this process (a forked child starts its own)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen | None = None
+        self.owner = None
+
+    def ask(self, command: bytes, payload: bytes) -> tuple[int, bytes] | int:
+        """(status, answer), or the worker's exit code when it died on this request."""
+        with self.lock:
+            process = self._running()
+            try:
+                process.stdin.write(HEADER.pack(command, len(payload)))
+                process.stdin.write(payload)
+                process.stdin.flush()
+                status, size = ANSWER.unpack(read_exactly(process.stdout, ANSWER.size))
+                return status, read_exactly(process.stdout, size)
+            except (OSError, EOFError, ValueError):
+                self.process = None
+                return process.wait()
+
+    def _running(self) -> subprocess.Popen:
+        if self.process is None or self.owner != os.getpid() or self.process.poll() is not None:
+            path = os.pathsep.join(p for p in sys.path if p and Path(p) != WORKER.parent)
+            env = dict(os.environ, PYTHONPATH=path)
+            try:
+                self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(WORKER)],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, env=env)
+            except OSError as err:
+                raise LegatoError(f"cannot start the process that runs onnx's checks "
+                                  f"({sys.executable}): {err}") from None
+            self.owner = os.getpid()
+        return self.process
+
+    def forget(self) -> None:
+        """In a forked child: the parent's worker and lock are the parent's, never used."""
+        self.lock, self.process = threading.Lock(), None
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and self.owner == os.getpid():
+            process.stdin.close()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+_WORKER = _Worker()
+atexit.register(_WORKER.close)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER.forget)
+
+
+def run_isolated(command: bytes, model, what: str, failed: str):
+    """Shape inference (b"I", returns None) or version conversion (b"C", returns the
+    converted ModelProto) of `model` in the worker. onnx's errors become a LegatoError
+    "<failed>: <message>"; a worker that dies, one saying that `what` crashed."""
+    import onnx
+    light, stripped = without_large_data(model)
+    answer = _WORKER.ask(command, light.SerializeToString())
+    if isinstance(answer, int):
+        raise LegatoError(f"{what} crashed on this model ({describe(answer)}); the model "
+                          "is malformed in a way legato's checks do not name")
+    status, payload = answer
+    if status:
+        raise LegatoError(f"{failed}: {payload.decode(errors='replace')}")
+    if command != b"C":
+        return None
+    converted = onnx.ModelProto.FromString(payload)
+    for tensor in converted.graph.initializer:
+        if tensor.name in stripped:
+            tensor.CopyFrom(stripped[tensor.name])
+    return converted
+
+
+def without_large_data(model):
+    """(a copy of `model` whose large initializers hold no data, {name: original tensor})."""
+    import onnx
+    light, graph = onnx.ModelProto(), model.graph
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)   # local functions: no node can use them
+    target = light.graph
+    target.name = "graph"   # the model's own name need not even be valid UTF-8
+    for field in ("node", "input", "output", "value_info"):
+        getattr(target, field).extend(getattr(graph, field))
+    stripped = {}
+    for tensor in graph.initializer:
+        if _elements(tensor) > LARGE_TENSOR:
+            stripped[tensor.name] = tensor
+            target.initializer.add(name=tensor.name, dims=tensor.dims,
+                                   data_type=tensor.data_type)
+        else:
+            target.initializer.append(tensor)
+    return light, stripped
+
+
+def _elements(tensor) -> int:
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count
+
+
+def describe(code: int) -> str:
+    """A Popen return code: negative for a signal."""
+    if code < 0:
+        import signal
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
