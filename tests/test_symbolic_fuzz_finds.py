@@ -101,3 +101,49 @@ def test_slices_from_the_end_of_a_symbolic_dim(tmp_path):
     compiled = legato.compile(str(tmp_path / "model.onnx"), "cpu_ref")
     with pytest.raises(legato.ExecutionError, match="2<=seq"):
         compiled(np.ones((2, 1), np.float32))  # (onnxruntime clamps: legato refuses)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge"])
+def test_pad_over_symbolic_dims(tmp_path, mode):
+    """Pad of [batch, seq, 3] by constant pads, one negative on seq: batch+3, seq+1, 3+1
+    (a symbolic dim was compared with 0 and the model refused at import; fuzz seed 36),
+    the negative pad kept as a guard (seq >= 1)."""
+    nodes = [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)]
+    inits = [ints("pads", [1, 2, 0, 2, -1, 1]),
+             numpy_helper.from_array(np.array(1.5, np.float32), "value")]
+    model = model_of(nodes, {"x": ["batch", "seq", 3]}, inits)
+    sizes = [(1, 2), (2, 5)] + ([(1, 1), (0, 3)] if mode == "constant" else [])  # (edge: of
+    # nothing onnxruntime refuses)
+    check_every_size(model, tmp_path, [{"x": (b, s, 3)} for b, s in sizes])
+
+
+def test_constant_of_shape_over_symbolic_sizes(tmp_path):
+    """ConstantOfShape(Shape(x)) (exporters' masks) at every size: the fill broadcast to
+    [batch, seq, 3] (the symbolic shape was read as values and refused; fuzz seed 400s)."""
+    fill = helper.make_tensor("fill", TensorProto.FLOAT, [1], [2.5])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["c"], value=fill),
+             helper.make_node("Mul", ["x", "c"], ["y"])]
+    model = model_of(nodes, {"x": ["batch", "seq", 3]})
+    check_every_size(model, tmp_path, [{"x": (b, s, 3)} for b, s in [(1, 1), (2, 5), (0, 3)]])
+
+
+def test_a_reshape_to_sizes_read_as_data_that_reach_zero_is_refused(tmp_path):
+    """Reshape of [4, batch, batch] to [4*batch] + Shape[2:] from Shape: at batch=0 ONNX's
+    0 copies the input's dim (onnxruntime: [4, 0]); legato made [0, 0] (symbolic fuzz seed
+    1593). The size is guarded >= 1 and batch=0 refused; dims equal to the input's are not
+    guarded (copying them gives the same size)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["d0"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["d1"], axis=0),
+             helper.make_node("Mul", ["d0", "d1"], ["merged"]),
+             helper.make_node("Slice", ["shape", "two", "big"], ["rest"]),
+             helper.make_node("Concat", ["merged", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [ints("i0", [0]), ints("i1", [1]), ints("two", [2]), ints("big", [2 ** 63 - 1])]
+    model = model_of(nodes, {"x": [4, "batch", "batch"]}, inits)
+    check_every_size(model, tmp_path, [{"x": (4, b, b)} for b in (1, 3)])
+    compiled = legato.compile(str(tmp_path / "model.onnx"), "cpu_ref")
+    assert compiled.module.main.attrs["guards"] == ["1<=4*batch"]
+    with pytest.raises(legato.ExecutionError, match="1<=4\\*batch"):
+        compiled(np.ones((4, 0, 0), np.float32))

@@ -30,9 +30,12 @@ def cast_like(node):
 
 @converter("ConstantOfShape", const_inputs=(0,))
 def constant_of_shape(node):
-    shape = node.ints(0)
     value = node.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    if node.const(0).dtype == object:  # symbolic sizes: the value broadcast at run time
+        return node.call("broadcast_to", Const.of(fill[:1].reshape(())),
+                         shape=[d if isinstance(d, Expr) else int(d) for d in node.const(0)])
+    shape = node.ints(0)
     node.budget(math.prod(shape), "ConstantOfShape")
     return Const.of(np.full(shape, fill[0], dtype=fill.dtype))
 

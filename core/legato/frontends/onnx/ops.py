@@ -9,6 +9,7 @@ import numpy as np
 from ...ir import Const
 from ...ops import REGISTRY
 from ...shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
+from ...symbols import Expr, assume_le
 from ..common.fold import shape_const
 from ..common.indexing import one_hot_values
 from .convert import converter, onnx_dtype
@@ -125,6 +126,9 @@ def reshape(node):
                      f"shape {quote(shape)} copies a dimension (0) that the rank-{x.rank} "
                      "input does not have")
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        for i, d in enumerate(shape):  # a size read as data: at 0 it would copy instead
+            if isinstance(d, Expr) and not (i < x.rank and d == x.shape[i]):
+                assume_le(1, d, f"Reshape node {node.label} to {d} (0 copies a dimension)")
     return node.call("reshape", x, shape=shape)
 
 
@@ -231,18 +235,29 @@ def pad(node):
     full = [0] * (2 * x.rank)
     for i, axis in enumerate(axes):
         full[axis], full[x.rank + axis] = pads[i], pads[len(axes) + i]
-    node.require(all(d + full[i] + full[x.rank + i] >= 0 for i, d in enumerate(x.shape)),
+    node.require(all(_holds(-full[i] - full[x.rank + i], d, f"pads {quote(pads)}")
+                     for i, d in enumerate(x.shape)),
                  f"pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
     grow = [max(p, 0) for p in full]
     crop = [min(p, 0) for p in full]  # negative pads remove elements
     if mode == "constant":  # pad, then remove: a removal may reach into the padding
         return _crop(node, node.call("pad", x, pads=grow, value=float(value), mode=mode), crop)
-    node.require(all(-crop[i] - crop[x.rank + i] <= d for i, d in enumerate(x.shape)),
+    node.require(all(_holds(-crop[i] - crop[x.rank + i], d, f"negative pads {quote(pads)}")
+                     for i, d in enumerate(x.shape)),
                  f"negative pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
     x = _crop(node, x, crop)
     if mode == "wrap":
         return _wrap_pad(node, x, grow)
     return node.call("pad", x, pads=grow, value=float(value), mode=mode)
+
+
+def _holds(removed: int, dim, what: str) -> bool:
+    """`removed <= dim`: decided for a size, a guard for a symbolic dim (padding never
+    compares it)."""
+    if isinstance(dim, int):
+        return removed <= dim
+    assume_le(removed, dim, f"{what} removing {removed} of {dim}")
+    return True
 
 
 def _crop(node, x, crop):
