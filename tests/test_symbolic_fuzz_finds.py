@@ -147,3 +147,30 @@ def test_a_reshape_to_sizes_read_as_data_that_reach_zero_is_refused(tmp_path):
     assert compiled.module.main.attrs["guards"] == ["1<=4*batch"]
     with pytest.raises(legato.ExecutionError, match="1<=4\\*batch"):
         compiled(np.ones((4, 0, 0), np.float32))
+
+
+def test_a_difference_of_sizes_divided_as_data(tmp_path):
+    """x[:, 1:][:, :(seq - 1) // 2] with the end computed from Shape - 1 and Div (a
+    truncating integer Div in ONNX, floor for the guarded seq - 1 >= 0; it was refused as
+    a 'division of symbolic sizes', fuzz seed 302); and a negative difference next to a
+    symbolic size in one vector truncates ((3 - 8) / 2 is -2, not floor's -3: Slice to -2
+    keeps 3 of 5 columns)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i1"], ["seq"], axis=0),
+             helper.make_node("Sub", ["seq", "one"], ["less"]),
+             helper.make_node("Slice", ["x", "one", "seq", "i1"], ["a"]),
+             helper.make_node("Div", ["less", "two"], ["half"]),
+             helper.make_node("Slice", ["a", "zero", "half", "i1"], ["b"]),
+             helper.make_node("Gather", ["shape", "i0"], ["rows"], axis=0),
+             helper.make_node("Sub", ["rows", "eight"], ["short"]),
+             helper.make_node("Concat", ["short", "seq"], ["pair"], axis=0),
+             helper.make_node("Div", ["pair", "two"], ["halves"]),
+             helper.make_node("Gather", ["halves", "i0"], ["cut"], axis=0),
+             helper.make_node("Slice", ["y5", "zero", "cut", "i1"], ["c"]),
+             helper.make_node("ReduceSum", ["c", "i1"], ["s"], keepdims=1),
+             helper.make_node("Mul", ["b", "s"], ["y"])]
+    inits = [ints("i0", [0]), ints("i1", [1]), ints("one", [1]), ints("two", [2]),
+             ints("zero", [0]), ints("eight", [8]),
+             numpy_helper.from_array(np.arange(15, dtype=np.float32).reshape(3, 5), "y5")]
+    model = model_of(nodes, {"x": [3, "seq"]}, inits)
+    check_every_size(model, tmp_path, [{"x": (3, s)} for s in (1, 2, 5, 8)])

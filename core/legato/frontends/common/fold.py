@@ -16,7 +16,7 @@ from ...calls import Emitter, run_decomposition
 from ...errors import LegatoError
 from ...ir import Call, Const, TensorType, Value
 from ...shapes import norm_axes, norm_axis, slice_params, split_sizes
-from ...symbols import Expr, never_negative
+from ...symbols import Expr, assume_le, never_negative
 
 FOLD_DTYPES = ("int64", "int32", "int8", "uint8", "bool")
 # float results fold only through the kernels below (each one IEEE-exact, as on any
@@ -151,10 +151,15 @@ def _divide(a, b):
 
 
 def _divide_size(x, y):
-    if isinstance(y, (int, np.integer)) and y > 0 and \
-            (never_negative(x) or not isinstance(x, Expr)):
-        return x // int(y)  # floor and truncation agree on sizes
-    raise _CannotFold("division of symbolic sizes")
+    """ONNX's integer Div (truncating) of a size: floor division where the dividend is
+    not negative, which a difference of sizes (seq - 1) is guarded to be."""
+    if not (isinstance(y, (int, np.integer)) and y > 0):
+        raise _CannotFold("division of symbolic sizes")
+    if not isinstance(x, Expr):
+        return int(x) // int(y) if x >= 0 else -(-int(x) // int(y))
+    if not never_negative(x):
+        assume_le(0, x, f"a division of {x} by {y}")
+    return x // int(y)
 
 
 def _power(a, b):
