@@ -6,8 +6,8 @@ import pytest
 
 import legato
 from legato import docgen
-from legato.frontends import torch_ops
 from legato.frontends.onnx import convert as onnx_convert
+from legato.frontends.torch import ops as torch_ops
 from legato.ops import REGISTRY
 from legato.registry import OpDef, Registry
 

@@ -192,7 +192,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_aten_op_matches_eager(name):
     from legato.frontends.torch import _Importer
-    from legato.frontends.torch_conformance import _export, aten_ops
+    from legato.testing.torch_conformance import _export, aten_ops
     fn, make, op = CASES[name]
     torch.manual_seed(0)
     inputs = make()
@@ -227,7 +227,7 @@ DIRECT = [
 @pytest.mark.parametrize("case", range(len(DIRECT)))
 def test_converter_matches_the_aten_op(case):
     from legato.builder import GraphBuilder
-    from legato.frontends.torch_ops import ATEN
+    from legato.frontends.torch.ops import ATEN
     packet, shape, args = DIRECT[case]
     x = torch.randn(*shape)
     b = GraphBuilder()
@@ -247,7 +247,7 @@ def test_random_layers_in_training_mode_are_refused():
 
 def test_shifts_of_floats_and_det_of_integers_are_refused():
     from legato.builder import GraphBuilder
-    from legato.frontends.torch_ops import ATEN
+    from legato.frontends.torch.ops import ATEN
     b = GraphBuilder()
     x, n = b.input("x", (3,), "float32"), b.input("n", (2, 2), "int64")
     with pytest.raises(legato.LegatoError, match="bit shifts need integer operands, got "

@@ -1,5 +1,5 @@
 """`torch.compile(model, backend="legato")` against eager: the dynamo backend
-(legato.frontends.dynamo), found through the `torch_dynamo_backends` entry point. Hugging
+(legato.frontends.torch.dynamo), found through the `torch_dynamo_backends` entry point. Hugging
 Face models through it: tests/zoo/test_zoo_torch_compile.py."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from legato import LegatoError  # noqa: E402
-from legato.frontends import dynamo  # noqa: E402
+from legato.frontends.torch import dynamo  # noqa: E402
 
 BACKENDS = ("cpu_ref", "c_kernels")
 
@@ -190,7 +190,7 @@ def test_backend_name_works_without_importing_legato():
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).eval()
         x = torch.randn(2, 8)
         got = torch.compile(model, backend="legato")(x)
-        assert "legato.frontends.dynamo" in sys.modules  # it ran through legato
+        assert "legato.frontends.torch.dynamo" in sys.modules  # it ran through legato
         print(float((got - model(x)).abs().max()))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from legato.frontends import torch_conformance as tc  # noqa: E402
+from legato.testing import torch_conformance as tc  # noqa: E402
 
 COMMON = ("add", "mul", "sin", "exp", "softmax", "nn.functional.layer_norm", "matmul",
           "where", "cat", "sum")

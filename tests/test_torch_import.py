@@ -126,7 +126,7 @@ def test_training_batch_norm_has_eagers_results_not_its_mutations(op, count):
 
 def test_functional_batch_norm_converter_updates_the_running_statistics():
     # the converter's running-statistics results against eager's in-place updates
-    from legato.frontends.torch_ops import ATEN
+    from legato.frontends.torch.ops import ATEN
     x, mean, var = torch.randn(6, 3, 2), torch.randn(3), torch.rand(3) + 0.5
     b = legato.GraphBuilder()
     values = [b.input(n, tuple(t.shape)) for n, t in (("x", x), ("m", mean), ("v", var))]
@@ -151,7 +151,7 @@ def test_a_failing_pytorch_decomposition_is_a_legato_error_naming_the_node():
 
 
 def test_decomposition_table_is_built_once_without_the_kept_ops():
-    from legato.frontends.torch_ops import KEEP
+    from legato.frontends.torch.ops import KEEP
     table = torch_frontend.decomposition_table()
     assert table is torch_frontend.decomposition_table()
     assert torch.ops.aten.gelu.default not in table and len(KEEP) > 5

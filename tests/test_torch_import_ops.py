@@ -292,7 +292,7 @@ def test_data_dependent_ops_are_refused_clearly():
 
 
 def test_refused_ops_say_why():
-    from legato.frontends.torch_ops import refusal
+    from legato.frontends.torch.ops import refusal
     assert "random" in refusal("aten.bernoulli.p")
     assert "depends on the data" in refusal("aten.nonzero.default")
     assert "backward" in refusal("aten.gelu_backward.default")
@@ -312,7 +312,7 @@ def test_refused_ops_say_why():
 def test_torch_conformance_runs_opinfo_samples():
     """The OpInfo harness on a few ops: every case passes or is excluded with a reason."""
     pytest.importorskip("expecttest")  # torch's OpInfo database needs it
-    from legato.frontends import torch_conformance
+    from legato.testing import torch_conformance
     outcomes = torch_conformance.run(["sign", "remainder", "topk", "tril"], ("cpu_ref",))
     assert {o.op for o in outcomes} == {"sign", "remainder", "topk", "tril"}
     assert not [o for o in outcomes if o.status == "failed"]

@@ -251,7 +251,7 @@ def test_bad_torch_op_registrations_are_plugin_problems(install_plugins, name, m
 
 
 def test_a_second_plugin_converter_for_one_op_is_refused_and_the_first_kept(install_plugins):
-    from legato.frontends import torch_custom
+    from legato.frontends.torch import custom as torch_custom
     from legato.testing.plugins import plugin_module
 
     def hook(register):

@@ -134,7 +134,7 @@ def _run(fn, inputs, backend):
 
 
 def _exported_ops(fn, inputs) -> set[str]:
-    from legato.frontends.torch_conformance import _export, aten_ops
+    from legato.testing.torch_conformance import _export, aten_ops
     return aten_ops(_export(torch, Fn(fn), inputs))
 
 
@@ -175,7 +175,7 @@ DIRECT = {
 @pytest.mark.parametrize("name", sorted(DIRECT))
 def test_converter_matches_the_aten_op(name):
     from legato.builder import GraphBuilder
-    from legato.frontends.torch_ops import ATEN
+    from legato.frontends.torch.ops import ATEN
     tensors, args = DIRECT[name]
     b = GraphBuilder()
     inputs = [b.input(f"x{i}", tuple(t.shape), str(t.dtype).removeprefix("torch."))
@@ -200,8 +200,8 @@ def test_every_core_aten_op_is_mapped_or_refused_with_a_reason():
     """Core ATen (the ops tagged torch.Tag.core): each has a converter (the FFTs in the
     table for complex values), or the importer refuses it on purpose and says why
     (backward, random, data-dependent, ...)."""
-    from legato.frontends.torch_fft import COMPLEX
-    from legato.frontends.torch_ops import ATEN, refusal
+    from legato.frontends.torch.fft import COMPLEX
+    from legato.frontends.torch.ops import ATEN, refusal
     # torch.ops.aten creates its packets on first use: load every one, so the set does not
     # depend on which tests ran before
     for schema in torch._C._jit_get_all_schemas():

@@ -22,7 +22,7 @@ from .backend import Backend
 from .backend_checks import backend_problems, fallback_problems, hook_problems
 from .capability import parse_capability
 from .errors import LegatoError, PluginError, RegistrationError, clip, quote
-from .frontends import torch_registry
+from .frontends.torch import registry as torch_registry
 from .ops import REGISTRY
 from .registry import OpDef, Registry
 from .validators import make_validator

@@ -15,7 +15,7 @@ is exported with `torch.export` on the call's inputs, decomposed with the import
 (`legato.frontends.torch.exported`) and imported by its `_Importer`. Support is decided at that
 ATen level, not on dynamo's torch-level calls: one torch call becomes several ATen calls,
 and only at ATen level is the question "does legato convert this call" answered by the
-importer's own table (`torch_ops.ATEN`, the complex table, custom-op converters). When
+importer's own table (`ops.ATEN`, the complex table, custom-op converters). When
 some ATen calls have no converter, the ATen graph is split
 (`CapabilityBasedPartitioner`): each connected run of supported calls becomes one legato
 module, the rest runs in eager PyTorch between them, and the `legato.dynamo` logger says
@@ -48,11 +48,11 @@ from collections import Counter
 
 import numpy as np
 
-from ..api import compile as legato_compile, get_backend, list_backends
-from ..errors import LegatoError
-from . import torch as torch_frontend
-from . import torch_custom, torch_fft
-from .torch_ops import ATEN, refusal
+from ...api import compile as legato_compile, get_backend, list_backends
+from ...errors import LegatoError
+from . import custom, fft
+from . import importer as torch_frontend
+from .ops import ATEN, refusal
 
 log = logging.getLogger("legato.dynamo")
 OPTIONS = ("backend", "config", "max_level")
@@ -286,13 +286,13 @@ def unsupported(graph) -> dict:
             continue
         if str(node.target) in torch_frontend.ASSERTS:
             continue
-        if torch_custom.is_custom(node.target):
-            if torch_custom.converter(node, torch_frontend._Importer) is None:
-                out[node] = torch_custom.why(str(node.target)) or \
+        if custom.is_custom(node.target):
+            if custom.converter(node, torch_frontend._Importer) is None:
+                out[node] = custom.why(str(node.target)) or \
                     "a custom op with no converter or traceable implementation"
             continue
-        on_complex = torch_fft.touches_complex(node)
-        if str(node.target) not in (torch_fft.COMPLEX if on_complex else ATEN):
+        on_complex = fft.touches_complex(node)
+        if str(node.target) not in (fft.COMPLEX if on_complex else ATEN):
             out[node] = refusal(str(node.target)) or (
                 "no converter for it on complex values" if on_complex
                 else "no converter for it in legato's torch importer")
@@ -307,7 +307,7 @@ class Part:
         self.module = torch_frontend._Importer(program).run()
         self.compiled = legato_compile(self.module, **options)
         outputs = program.graph_module.graph.output_node().args[0]
-        self.complex = [torch_fft.is_complex(getattr(out, "meta", {}).get("val"))
+        self.complex = [fft.is_complex(getattr(out, "meta", {}).get("val"))
                         for out in outputs]
 
     def __call__(self, tensors):
@@ -395,7 +395,7 @@ def to_numpy(tensor):
     import torch
     tensor = tensor.detach()
     if tensor.is_complex():
-        tensor = torch_fft.as_pairs(tensor)
+        tensor = fft.as_pairs(tensor)
     if tensor.dtype is torch.bfloat16:  # numpy has none: ml_dtypes' through float32
         import ml_dtypes
         return tensor.float().numpy().astype(ml_dtypes.bfloat16)

@@ -1,14 +1,14 @@
 """ATen's running maxima, minima and log-sum-exps (cummax, cummin, logcumsumexp) over a
 static axis of n elements, as reductions over the pairs (i, j <= i): n * n work, exact, and
 free of the underflow a single shift by the overall maximum would have. They register in
-torch_ops.ATEN."""
+ops.ATEN."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Const
-from ..shapes import norm_axis
-from .torch_ops import aten
+from ...ir import Const
+from ...shapes import norm_axis
+from .ops import aten
 
 
 def _pairs(b, x, axis: int):

@@ -1,14 +1,14 @@
 """ATen's determinants and nn.Bilinear's product: `_linalg_det`, `_linalg_slogdet` (by
 elimination, linalg.py) and `_trilinear` (as an einsum of three operands, contracted
-pairwise by matmuls). They register in torch_ops.ATEN."""
+pairwise by matmuls). They register in ops.ATEN."""
 from __future__ import annotations
 
 import string
 
-from ..errors import LegatoError
-from .common import linalg
-from .common.einsum import contract
-from .torch_ops import aten
+from ...errors import LegatoError
+from ..common import linalg
+from ..common.einsum import contract
+from .ops import aten
 
 
 def _square(a, op: str):

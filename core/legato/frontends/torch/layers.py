@@ -3,18 +3,18 @@
 and the nearest and linear `.vec` ones through them), rounded as eager's CPU kernels
 round, which is not always as PyTorch's own decompositions do; and random layers in eval
 mode (`rrelu_with_noise`, `native_dropout`), which are then deterministic. They register
-in torch_ops.ATEN."""
+in ops.ATEN."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from .common import resample
-from .torch_nn import convolution
-from .torch_ops import RANDOM, aten
+from ...errors import LegatoError
+from ...ir import Const
+from ..common import resample
+from .nn import convolution
+from .ops import RANDOM, aten
 
 
 @aten("aten._convolution.default", "aten._convolution.deprecated")

@@ -1,17 +1,17 @@
 """ATen converters for tensor factories (folded to constants: legato has static shapes),
-no-op asserts, indexing, scans and selection. They register in torch_ops.ATEN."""
+no-op asserts, indexing, scans and selection. They register in ops.ATEN."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from ..shapes import norm_axis
-from ..symbols import Expr, assume_le
-from .common.indexing import one_hot_values
-from .torch_ops import ATEN, aten, empty_reduction, wrapped
+from ...errors import LegatoError
+from ...ir import Const
+from ...shapes import norm_axis
+from ...symbols import Expr, assume_le
+from ..common.indexing import one_hot_values
+from .ops import ATEN, aten, empty_reduction, wrapped
 
 # --- factories: static shapes, so their results are constants -------------------------------
 

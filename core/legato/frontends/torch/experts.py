@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from .torch_registry import register
-from .torch_ops import aten
+from ...errors import LegatoError
+from ...ir import Const
+from .registry import register
+from .ops import aten
 
 
 @aten("aten.histc.default")

@@ -1,14 +1,14 @@
 """ATen's advanced indexing: index (x[indices]) and index_put (x[indices] = values, or +=),
 index tensors on any dims with None (a whole dim) before, between and after them, or (for
-index_put) one boolean mask. They register in torch_ops.ATEN."""
+index_put) one boolean mask. They register in ops.ATEN."""
 from __future__ import annotations
 
 import math
 
-from ..errors import LegatoError
-from ..shapes import broadcast_shapes
-from .common.indexing import flat_index, scatter_rows
-from .torch_ops import aten
+from ...errors import LegatoError
+from ...shapes import broadcast_shapes
+from ..common.indexing import flat_index, scatter_rows
+from .ops import aten
 
 
 @aten("aten.index.Tensor")

@@ -1,12 +1,12 @@
 """ATen's bit shifts (`x << s`, `x >> s`, bitwise_left/right_shift) on integer tensors, as
 integer arithmetic (shifts.shift): torch shifts in the operands' promoted dtype, and a
 count outside [0, bits) gives 0, or -1 for a negative value shifted right. They register
-in torch_ops.ATEN."""
+in ops.ATEN."""
 from __future__ import annotations
 
-from ..errors import LegatoError
-from .common import shifts
-from .torch_ops import _in_dtype, aten, result_dtype
+from ...errors import LegatoError
+from ..common import shifts
+from .ops import _in_dtype, aten, result_dtype
 
 
 def _shift(left: bool):

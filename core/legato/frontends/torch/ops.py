@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from ..ops import REGISTRY
-from ..shapes import broadcast_shapes, chunk_sizes, norm_axis
+from ...errors import LegatoError
+from ...ir import Const
+from ...ops import REGISTRY
+from ...shapes import broadcast_shapes, chunk_sizes, norm_axis
 
 ATEN: dict = {}
 # ops legato has whole: kept out of PyTorch's decomposition table so they stay high-level
@@ -140,7 +140,7 @@ def wrapped(value, dtype: str):
 def _needs_float(opdef, dtype: str, count: int, attrs: dict) -> bool:
     """Whether `opdef` refuses `dtype`'s integers or bools as a float function does (sin,
     exp, ...): torch computes those in float32."""
-    from ..ir import TensorType
+    from ...ir import TensorType
     try:
         opdef.infer_types([TensorType((), dtype)] * count, opdef.normalize_attrs(attrs))
     except LegatoError as err:

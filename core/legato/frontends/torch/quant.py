@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from ..ops.qnn import QUANT_RANGES
-from .torch_registry import register
+from ...errors import LegatoError
+from ...ir import Const
+from ...ops.qnn import QUANT_RANGES
+from .registry import register
 
 NS = "quantized_decomposed::"
 # decomposed elsewhere, kept whole in a quantized program: PyTorch writes a batched matmul

@@ -7,9 +7,9 @@ import inspect
 import operator
 import re
 
-from ..errors import LegatoError, ShapeError
-from ..symbols import Expr, parse_dim
-from .torch_ops import ATEN
+from ...errors import LegatoError, ShapeError
+from ...symbols import Expr, parse_dim
+from .ops import ATEN
 
 _TORCH_SYMBOL = re.compile(r"\b[su]\d+\b")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,9 +1,9 @@
 """Hold the PyTorch importer against PyTorch's own OpInfo database.
 
-    python -m legato.frontends.torch_conformance [--op NAME ...] [--backend B ...]
+    python -m legato.testing.torch_conformance [--op NAME ...] [--backend B ...]
         [--dtype D ...] [--max-samples N] [--max-seconds S] [--shard I/N] [--failures]
         [--json OUT]
-    python -m legato.frontends.torch_conformance --merge OUT1 OUT2 ... [--failures]
+    python -m legato.testing.torch_conformance --merge OUT1 OUT2 ... [--failures]
 
 Each OpInfo of `op_db` has its sample inputs (float32 and the integer and bool dtypes
 legato has) wrapped in a one-op module: tensor arguments become inputs, the others are
@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import LegatoError
-from ..testing.outcomes import outcome_rows
-from .torch import flat_items
+from ..frontends.torch.importer import flat_items
+from .outcomes import outcome_rows
 
 BACKENDS = ("cpu_ref", "c_kernels")
 DTYPES = ("float32", "int64", "int32", "int8", "uint8", "bool")  # --dtype float64 adds one
@@ -84,7 +84,7 @@ def _module(torch, op, sample):
 
 def _export(torch, module, tensors):
     """The module exported and decomposed as the importer does it."""
-    from .torch import decomposition_table
+    from ..frontends.torch.importer import decomposition_table
     try:
         program = torch.export.export(module, tuple(tensors))
     except Exception as err:  # noqa: BLE001 - export raises many error types
@@ -211,7 +211,7 @@ def _refusal(text: str) -> str:
 def _check_mapped(ops: set[str]) -> None:
     """Excluded when the program calls an ATen op the importer has no converter for: one
     it refuses by design, or one not mapped (yet), named."""
-    from .torch_ops import ATEN, refusal
+    from ..frontends.torch.ops import ATEN, refusal
     missing = sorted(ops - set(ATEN))
     for op in missing:
         if refusal(op):
@@ -222,7 +222,7 @@ def _check_mapped(ops: set[str]) -> None:
 
 
 def _import(program):
-    from .torch import _Importer
+    from ..frontends.torch.importer import _Importer
     return _Importer(program).run()
 
 
@@ -288,7 +288,7 @@ def compare(ops: list[str], got: np.ndarray, want: np.ndarray) -> str | None:
     the loosest error bound of the legato ops the sample imported to (exact for integers
     and bools, NaN equal to NaN)."""
     from ..ops.tolerance import error_bound
-    from ..testing import difference
+    from . import difference
     problem = _type_problem(got, want)
     if problem:
         return problem

@@ -1,12 +1,12 @@
 """ATen converters for activations with parameters, padding, the generic convolution,
-resizing and adaptive pooling. They register in torch_ops.ATEN."""
+resizing and adaptive pooling. They register in ops.ATEN."""
 from __future__ import annotations
 
 import math
 
-from ..errors import LegatoError
-from .common import conv_nd, resample
-from .torch_ops import ATEN, aten
+from ...errors import LegatoError
+from ..common import conv_nd, resample
+from .ops import ATEN, aten
 
 
 # --- activations ----------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def _resize(b, x, output_size, scale_factors, mode, coordinates, nearest_mode="f
     return x
 
 
-@aten("aten.upsample_nearest1d.vec")  # 2-d: torch_layers, as its kernel rounds
+@aten("aten.upsample_nearest1d.vec")  # 2-d: layers.py, as its kernel rounds
 def upsample_nearest(b, x, output_size=None, scale_factors=None):
     return _resize(b, x, output_size, scale_factors, "nearest", "asymmetric", "floor")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from ..errors import RegistrationError, quote
+from ...errors import RegistrationError, quote
 
 OP_NAME = re.compile(r"(?P<ns>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
-# the custom ops with a converter in legato itself (frontends.torch_experts, torch_quant)
+# the custom ops with a converter in legato itself (experts.py, quant.py)
 OWN = frozenset({"transformers::grouped_mm_fallback",
                  *(f"quantized_decomposed::{op}" for op in (
                      "quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
@@ -39,7 +39,7 @@ def register(op_name: str, converter: Callable, source: str = "legato") -> None:
         raise RegistrationError(
             f"torch op {op_name} already has a converter, registered by legato"
             if op_name in OWN else f"torch op {op_name}: legato's own converters must be "
-            "named in torch_registry.OWN")
+            "named in legato.frontends.torch.registry.OWN")
     if op_name in CONVERTERS:
         raise RegistrationError(f"torch op {op_name} already has a converter, registered "
                                 f"by {CONVERTERS[op_name][1]}")

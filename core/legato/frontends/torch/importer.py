@@ -24,19 +24,15 @@ import operator
 import os
 import re
 
-from ..builder import GraphBuilder
-from ..errors import LegatoError
-from ..ir import Call, Const, Module, Origin
-from ..symbols import GUARDS, collecting_guards
-from ..verify import verify
-# imported for their converters, which join ATEN
-from . import (torch_bits, torch_index, torch_layers, torch_linalg, torch_more,  # noqa: F401
-               torch_nn, torch_scans, torch_tensors)
-from . import torch_fft
-from . import torch_custom, torch_experts, torch_quant  # noqa: F401  (custom ops' converters)
-from . import torch_symbolic
-from .common.fold import fold_calls, foldable
-from .torch_ops import ATEN, KEEP, refusal
+from ...builder import GraphBuilder
+from ...errors import LegatoError
+from ...ir import Call, Const, Module, Origin
+from ...symbols import GUARDS, collecting_guards
+from ...verify import verify
+from ..common.fold import fold_calls, foldable
+from . import converters  # noqa: F401  (every converter registers)
+from . import custom, fft, quant, symbolic, views
+from .ops import ATEN, KEEP, refusal
 
 
 class TorchModule(Module):
@@ -71,7 +67,7 @@ def load(module, example_inputs, *, registry=None, dynamic_shapes=None) -> Modul
     `torch.export.Dim`s) keeps those sizes symbolic: the module runs at every size in
     their ranges."""
     program = exported(module, example_inputs, dynamic_shapes=dynamic_shapes)
-    names = torch_symbolic.dim_names(program, module, example_inputs, dynamic_shapes) \
+    names = symbolic.dim_names(program, module, example_inputs, dynamic_shapes) \
         if dynamic_shapes else {}
     return _Importer(program, registry, names).run()
 
@@ -95,7 +91,7 @@ def exported(module, example_inputs, decompositions=None, dynamic_shapes=None):
     try:
         table = {**decomposition_table(), **decompositions} if decompositions else \
             decomposition_table()
-        program = program.run_decompositions(torch_quant.kept_whole(program, table))
+        program = program.run_decompositions(quant.kept_whole(program, table))
     except Exception as err:  # noqa: BLE001 - PyTorch's decompositions raise many types
         raise LegatoError(f"PyTorch's decompositions of the exported module failed: "
                           f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") \
@@ -138,7 +134,7 @@ def _aten_overload(torch, name: str):
 
 
 def _why(op: str) -> str:
-    reason = refusal(op) or torch_custom.why(op)
+    reason = refusal(op) or custom.why(op)
     return f" (refused: {reason})" if reason else ""
 
 
@@ -171,7 +167,7 @@ def live_calls(calls, results) -> list:
 def _const(tensor) -> Const:
     """A parameter or buffer as a constant; bfloat16 through float32 (numpy has none)."""
     if tensor.is_complex():
-        tensor = torch_fft.as_pairs(tensor)
+        tensor = fft.as_pairs(tensor)
     if str(tensor.dtype) == "torch.bfloat16":
         import ml_dtypes
         return Const.of(tensor.float().numpy().astype(ml_dtypes.bfloat16))
@@ -219,7 +215,7 @@ class _Importer:
         self.b.calls[:] = live_calls(self.b.calls, results)
         symbols = {name for p in self.b.params for d in p.shape if not isinstance(d, int)
                    for name in d.symbols()}
-        assumed = [*torch_symbolic.guards(self.program, symbols, self.names), *inferred] \
+        assumed = [*symbolic.guards(self.program, symbols, self.names), *inferred] \
             if symbols else []
         if not assumed:
             return TorchModule(self.b.build(*results).functions, nones)
@@ -227,7 +223,7 @@ class _Importer:
         return TorchModule(verify(Module({"main": main}), self.b.registry).functions, nones)
 
     def dim(self, size):
-        return torch_symbolic.dim(size, self.names)
+        return symbolic.dim(size, self.names)
 
     def convert_nodes(self, constants):
         """Each node converted in order; the output node's arguments."""
@@ -236,7 +232,7 @@ class _Importer:
             if node.op == "placeholder" and node.name in constants:
                 self.env[node] = constants[node.name]
             elif node.op == "placeholder":
-                shape, dtype = torch_fft.value_type(node.meta["val"])
+                shape, dtype = fft.value_type(node.meta["val"])
                 self.env[node] = self.b.input(node.name, tuple(map(self.dim, shape)), dtype)
             elif node.op == "call_function" and node not in self.dropped:
                 self.env[node] = self.convert(node)
@@ -275,12 +271,12 @@ class _Importer:
         for node in self.graph.nodes:
             if node in self.dropped:
                 continue
-            if torch_custom.is_custom(node.target) and torch_custom.converter(node, _Importer):
+            if custom.is_custom(node.target) and custom.converter(node, _Importer):
                 continue
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
-            on_complex = torch_fft.touches_complex(node)  # complex operands: their own table
-            if str(node.target) not in (torch_fft.COMPLEX if on_complex else ATEN):
+            on_complex = fft.touches_complex(node)  # complex operands: their own table
+            if str(node.target) not in (fft.COMPLEX if on_complex else ATEN):
                 op = f"{node.target} on complex values" if on_complex else str(node.target)
                 missing.setdefault(op, []).append(node.name)
         if missing:
@@ -322,11 +318,11 @@ class _Importer:
         if node.target is operator.getitem:
             return args[0][args[1]]
         if getattr(ATEN.get(str(node.target)), "reads_site", False):  # torch's strides
-            kwargs["site"] = torch_more.Site(node, self.env)
+            kwargs["site"] = views.Site(node, self.env)
         start = len(self.b.calls)
         try:
-            if torch_fft.touches_complex(node):
-                result = torch_fft.convert(self.b, node, args, kwargs)
+            if fft.touches_complex(node):
+                result = fft.convert(self.b, node, args, kwargs)
             else:
                 result = self.converter(node)(self.b, *args, **kwargs)
         except LegatoError as err:
@@ -342,7 +338,7 @@ class _Importer:
         return result
 
     def converter(self, node):
-        return ATEN.get(str(node.target)) or torch_custom.converter(node, _Importer)
+        return ATEN.get(str(node.target)) or custom.converter(node, _Importer)
 
     def fold(self, start: int, result):
         """Index arithmetic on folded factories (arange, full, ...) becomes constants too,
@@ -364,7 +360,7 @@ class _Importer:
         val = node.meta.get("val")
         if val is None or not hasattr(val, "shape") or isinstance(result, (tuple, list)):
             return
-        shape, dtype = torch_fft.value_type(val)
+        shape, dtype = fft.value_type(val)
         want = tuple(self.dim(d) for d in shape), dtype
         if (tuple(result.shape), result.dtype) != want:
             raise LegatoError(f"{node.target} ({node.name}) converted to {result.type}, torch "

@@ -1,15 +1,15 @@
 """ATen converters for windowed ops the core has no op for: 3-d and adaptive max pooling
 (2-d pools over (H, W) then D, or gathers of each window's taps where torch's indices are
-wanted), embedding bags and col2im. They register in torch_ops.ATEN."""
+wanted), embedding bags and col2im. They register in ops.ATEN."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..errors import LegatoError
-from ..ir import Const
-from .torch_ops import aten
+from ...errors import LegatoError
+from ...ir import Const
+from .ops import aten
 
 
 # --- 3-d pooling: a 2-d pool over (H, W), then one over D -------------------------------------
@@ -259,7 +259,7 @@ def _pool1d_as_2d(convert, b, x, *args):
 
 @aten("aten.avg_pool1d.default")
 def avg_pool1d(b, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
-    from .torch_ops import ATEN
+    from .ops import ATEN
     (k,), (p,) = _single(kernel), _single(padding)
     (s,) = _single(stride) if stride else (k,)
     return _pool1d_as_2d(ATEN["aten.avg_pool2d.default"], b, x, [1, k], [1, s], [0, p],
@@ -268,7 +268,7 @@ def avg_pool1d(b, x, kernel, stride=(), padding=0, ceil_mode=False, count_includ
 
 @aten("aten.adaptive_avg_pool1d.default")
 def adaptive_avg_pool1d(b, x, output_size):
-    from .torch_ops import ATEN
+    from .ops import ATEN
     (m,) = _single(output_size)
     return _pool1d_as_2d(ATEN["aten.adaptive_avg_pool2d.default"], b, x, [1, m])
 
