@@ -499,8 +499,9 @@ def empty_reduction(x, dims, keepdim: bool, value, dtype: str | None = None):
     """The constant torch gives for reducing `x` over `dims` (None or []: all) when one of
     them has no elements (0 for a sum, NaN for a mean or a variance, ...), None otherwise:
     shapes are static, so that is known here and legato's reductions, which refuse empty
-    axes, are not needed."""
-    if x.type.size or x.rank == 0:  # a 0-d tensor holds one element
+    axes, are not needed. Over symbolic dims that is left to the reductions, which refuse
+    a binding that empties an axis."""
+    if x.type.symbolic or x.type.size or x.rank == 0:  # a 0-d tensor holds one element
         return None
     axes = range(x.rank) if not dims else _axes(dims, x.rank)
     if all(x.shape[a] for a in axes):
