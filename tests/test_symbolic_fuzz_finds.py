@@ -196,3 +196,27 @@ def test_torch_reductions_over_symbolic_dims():
             x = torch.randn(*shape)
             np.testing.assert_allclose(compiled(x.numpy()), model(x).numpy(),
                                        rtol=1e-5, atol=1e-5)
+
+
+def test_a_reshape_minus_one_divides_out_a_sum_of_terms():
+    """[2*seq+2, batch+1] to [2, seq+1, -1]: the -1 is the quotient batch+1 of two sums of
+    terms (long division; it was refused as 'cannot tell how ... divide', fuzz seed
+    30000s)."""
+    b, s = parse_dim("batch"), parse_dim("seq")
+    assert ((7 * s + 7) * (b + 1)).exact_div(7 * s + 7) == b + 1
+    assert (b * b - 1).exact_div(b + 1) == b - 1
+    assert (b * b + 1).exact_div(b + 1) is None
+    assert ((s // 2 + 1) * (b + 3)).exact_div(s // 2 + 1) == b + 3
+
+
+def test_a_reshape_of_padded_copies_to_minus_one(tmp_path):
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]),
+             helper.make_node("Concat", ["p", "p"], ["pp"], axis=0),
+             helper.make_node("Shape", ["p"], ["shape"]),
+             helper.make_node("Slice", ["shape", "zero", "one"], ["rows"]),
+             helper.make_node("Concat", ["two", "rows", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["pp", "target"], ["y"])]
+    inits = [ints("pads", [0, 0, 1, 1]), ints("zero", [0]), ints("one", [1]),
+             ints("two", [2]), ints("minus1", [-1])]
+    model = model_of(nodes, {"x": ["seq", "batch"]}, inits)
+    check_every_size(model, tmp_path, [{"x": (s, b)} for s, b in [(1, 1), (4, 2), (0, 3)]])

@@ -163,21 +163,34 @@ class Expr:
         return Expr._make(table, const)
 
     def _term_quotient(self, other: "Expr") -> Dim | None:
-        """The one term q with `q * other == self` (`(2*s-4) / (s-2)` is 2, `(b*s-b) / (s-1)`
-        is b), else None: q times other's first term must be one of self's terms."""
-        if not other.terms:
-            return None
-        (first, coeff) = other.terms[0]
-        for mono, c in self.terms:
-            rest = list(mono)
-            if c % coeff or any(rest.count(a) < first.count(a) for a in set(first)):
-                continue
-            for atom in first:
-                rest.remove(atom)
-            quotient = Expr._make({tuple(rest): c // coeff}, 0) if rest else c // coeff
-            if quotient * other == self:
-                return quotient
-        return None
+        """The polynomial q with `q * other == self` (`(2*s-4) / (s-2)` is 2, `(b*s-b) / (s-1)`
+        is b, `(7*s+7)*(b+1) / (7*s+7)` is b+1), else None: long division by other's
+        greatest term (by degree, then atoms), checked by multiplying back."""
+        def order(mono):
+            return len(mono), [_atom_key(a) for a in mono]
+
+        divisor = {**dict(other.terms), (): other.const}
+        divisor = {m: c for m, c in divisor.items() if c}
+        lead = max(divisor, key=order)
+        rest, quotient = {**dict(self.terms), (): self.const}, {}
+        for _ in range(MAX_NESTING):
+            rest = {m: c for m, c in rest.items() if c}
+            if not rest:
+                break
+            top = max(rest, key=order)
+            left = list(top)
+            if rest[top] % divisor[lead] or any(left.count(a) < lead.count(a) for a in lead):
+                return None
+            for atom in lead:
+                left.remove(atom)
+            step, coeff = tuple(left), rest[top] // divisor[lead]
+            quotient[step] = quotient.get(step, 0) + coeff
+            for mono, c in divisor.items():
+                product = tuple(sorted(step + mono, key=_atom_key))
+                rest[product] = rest.get(product, 0) - coeff * c
+        const = quotient.pop((), 0)
+        result = Expr._make(quotient, const)
+        return result if result * other == self else None
 
     # --- values ----------------------------------------------------------------------------
 

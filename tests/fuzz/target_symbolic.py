@@ -3,7 +3,8 @@
 Each case builds a small ONNX model whose inputs have symbolic dims (dim_params such as
 batch and seq, sometimes an unnamed dynamic dim, sometimes two inputs sharing a symbol)
 and a short random chain of shape-polymorphic ops: elementwise and broadcast ops,
-MatMul/Gemm against constant weights and attention-like x @ x^T, Transpose, Softmax,
+MatMul/Gemm against constant weights, attention-like x @ x^T and softmax(x @ k^T) @ k
+against an input of another length, Transpose, Softmax,
 LayerNormalization, ReduceMean/ReduceSum (keepdims either way), Concat along a symbolic
 axis, Slice with constant ends or ends read from Shape, the exporters' Shape -> Gather ->
 Mul -> Concat -> Reshape to [batch*seq, -1] and back, Expand to a Shape, Where,
@@ -427,10 +428,24 @@ def gen_expand_built(g: Graph):
     return g.add(out, dims[:1] + (k,) + dims[1:])
 
 
+def gen_cross_attention(g: Graph):
+    """softmax(x @ k^T) @ k against a fresh input k whose length is another symbol (a
+    cache's past), sharing x's batch dims."""
+    x, dims = g.value(min_rank=2)
+    if not isinstance(dims[-1], int) or not all(plain(d) for d in dims[:-2]):
+        return None
+    k = g.input(dims[:-2] + (g.symbol(), dims[-1]))
+    perm = list(range(len(dims)))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    scores = g.node("MatMul", [x, g.node("Transpose", [k], perm=perm)])
+    return g.add(g.node("MatMul", [g.node("Softmax", [scores], axis=-1), k]), dims)
+
+
 GENERATORS = [gen_binary, gen_unary, gen_matmul, gen_gemm, gen_transpose, gen_softmax,
               gen_layernorm, gen_reduce, gen_concat, gen_slice, gen_merge_reshape, gen_expand,
               gen_where, gen_range, gen_embedding, gen_unsqueeze, gen_flatten, gen_pad,
-              gen_constant_of_shape, gen_last, gen_shifted_range, gen_expand_built]
+              gen_constant_of_shape, gen_last, gen_shifted_range, gen_expand_built,
+              gen_cross_attention]
 
 
 def build(seed: int):
