@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from legato import shapes
-from legato.errors import LegatoError
+from legato.plugin_api import LegatoError, norm_axis
 
 
 def _fresh(x, dtype=None) -> np.ndarray:
@@ -14,7 +13,7 @@ def _fresh(x, dtype=None) -> np.ndarray:
 
 
 def _axis(axis, ndim: int) -> int:
-    return shapes.norm_axis(int(axis), ndim, "axis")
+    return norm_axis(int(axis), ndim, "axis")
 
 
 def wrapped_indices(indices, dim: int) -> np.ndarray:

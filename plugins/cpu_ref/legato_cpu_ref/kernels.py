@@ -16,8 +16,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from legato import shapes
-from legato.errors import LegatoError
+from legato.plugin_api import (LegatoError, channel_view, norm_axes, norm_axis, resolve_reshape,
+                              slice_params, split_sizes, window)
 
 from .indexing import KERNELS as INDEXING_KERNELS, arg_extreme, wrapped_indices
 from .quantized import KERNELS as QUANTIZED_KERNELS
@@ -41,12 +41,12 @@ def _f64(x) -> np.ndarray:
 
 
 def _axis(axis, ndim: int, what: str = "axis") -> int:
-    return shapes.norm_axis(int(axis), ndim, what)
+    return norm_axis(int(axis), ndim, what)
 
 
 def _axes(axes, ndim: int) -> tuple[int, ...]:
     """Normalized axes in the given order; None means every axis."""
-    return shapes.norm_axes(None if axes is None else [int(a) for a in axes], ndim,
+    return norm_axes(None if axes is None else [int(a) for a in axes], ndim,
                             keep_order=True)
 
 
@@ -70,7 +70,7 @@ def _along_axis(param, ndim: int, axis: int) -> np.ndarray:
         return param.reshape(())
     if param.ndim != 1:
         raise LegatoError(f"parameter must be a scalar or 1-D, got shape {list(param.shape)}")
-    return param.reshape(shapes.channel_view(param.shape[0], ndim, int(axis)))
+    return param.reshape(channel_view(param.shape[0], ndim, int(axis)))
 
 
 # --- elementwise --------------------------------------------------------------------------
@@ -418,7 +418,7 @@ def _along_one_axis(fn):
 
 
 def reshape(data, *, shape):
-    return _fresh(data.reshape(shapes.resolve_reshape(data.shape, [int(d) for d in shape])))
+    return _fresh(data.reshape(resolve_reshape(data.shape, [int(d) for d in shape])))
 
 
 def permute_dims(data, *, axes=None):
@@ -440,12 +440,12 @@ def concat(*data, axis=0):
 
 def split(data, *, sections=2, axis=0):
     axis = _axis(axis, data.ndim)
-    bounds = np.cumsum(shapes.split_sizes(data.shape[axis], sections))[:-1]
+    bounds = np.cumsum(split_sizes(data.shape[axis], sections))[:-1]
     return tuple(_fresh(part) for part in np.split(data, bounds, axis=axis))
 
 
 def strided_slice(data, *, begin, end, strides=None, axes=None):
-    params = shapes.slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
+    params = slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
                                               "axes": axes})
     return _fresh(data[tuple(p.as_slice() for p in params)])
 
@@ -615,7 +615,7 @@ def _conv_nchw(x, w, strides, padding, dilation, groups):
             or channels // groups != group_channels):
         raise LegatoError(f"groups={groups} does not fit {channels} input channels and weight "
                           f"{list(w.shape)} (OIHW, I must be C/groups)")
-    win = shapes.window(x.shape[2:], (kh, kw), strides, dilation, padding, what="conv2d")
+    win = window(x.shape[2:], (kh, kw), strides, dilation, padding, what="conv2d")
     (top, left), (bottom, right) = win.pads_begin, win.pads_end
     x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
     patches = _windows(x, win)
@@ -636,7 +636,7 @@ def conv2d(data, weight, bias=None, *, strides=(1, 1), padding=(0, 0, 0, 0), dil
 
 
 def _pool_window(x, pool_size, strides, padding, dilation, ceil_mode):
-    return shapes.window(x.shape[2:], pool_size, strides, dilation, padding, ceil_mode,
+    return window(x.shape[2:], pool_size, strides, dilation, padding, ceil_mode,
                          what="pool", kernel_name="pool_size")
 
 

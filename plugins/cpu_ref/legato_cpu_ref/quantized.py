@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from legato import shapes
+from legato.plugin_api import channel_view
 
 
 def _f32(x) -> np.ndarray:
@@ -26,7 +26,7 @@ def _param(param, ndim: int, axis: int) -> np.ndarray:
     param = np.asarray(param)
     if param.ndim == 0 or param.shape == (1,):
         return param.reshape(())
-    return param.reshape(shapes.channel_view(param.shape[0], ndim, int(axis)))
+    return param.reshape(channel_view(param.shape[0], ndim, int(axis)))
 
 
 def _shifted(x, zero, axis: int = 0) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from legato.ops.spectral import dft_axis, dft_sizes
+from legato.plugin_api import dft_axis, dft_sizes
 
 
 def dft(data, *, axis=-2, inverse=False, onesided=False, length=None, norm="backward"):

@@ -1,0 +1,61 @@
+"""The supported surface for legato plugins: a plugin imports `legato` and this module only.
+
+What a plugin may rely on is named in `__all__` below, grouped as:
+
+- IR: the value types a kernel, emitter or decomposition sees (`Call`, `Const`, `Function`,
+  `Module`, `TensorType`, `Value`), `make_call` to build a call, `CUSTOM_OP` and
+  `decode_custom` for custom ops carried through a model.
+- Errors: the `LegatoError` family a plugin raises, `clip` / `quote` to keep messages short.
+- Op definitions: `OpDef` and `REQUIRED` (what `legato_register_ops`' register takes),
+  `is_float`, `fail`, `float_unary_infer` for infer functions, `REGISTRY` / `default_registry`
+  to read the core ops' definitions.
+- Shapes: the axis, broadcast, slice, split, window and reshape rules core ops use, so a
+  kernel agrees with the op's inference (`norm_axis`, `window`, ...), and op helpers that
+  kernels share with the core (`dft_axis`, `dft_sizes`, `window_counts`).
+- Backends: `Backend`, `parse_capability`, the `Interpreter` an executor can fall back to
+  (with `as_tuple`, `bind_inputs`, `describe_call`), memory planning (`flatten`, `Flat`,
+  `Arena`, `last_uses`, `view_roots`), `ToolsMissing` for validators.
+- Testing: `Sample` (what a `samples` generator yields), `samples` and `difference`.
+
+Stability: these names keep their meaning and signatures across minor versions; a change
+is announced by a deprecation warning first. Everything else under `legato.*` is internal
+and may move without notice (the plugin packages' own test, tests/test_plugin_api.py,
+fails on any other import).
+"""
+from legato.backend import Backend
+from legato.builder import GraphBuilder, default_registry
+from legato.calls import make_call
+from legato.capability import parse_capability
+from legato.custom_ops import decode_custom
+from legato.errors import (ConfigError, ExecutionError, LegalizationError, LegatoError,
+                           ShapeError, clip, quote)
+from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
+from legato.ir import CUSTOM_OP, Call, Const, Function, Module, TensorType, Value
+from legato.ops.base import REGISTRY, fail, float_unary_infer, is_float
+from legato.ops.conv import _window_counts as window_counts
+from legato.ops.spectral import dft_axis, dft_sizes
+from legato.planning import Arena, Flat, flatten, last_uses, view_roots
+from legato.registry import REQUIRED, OpDef
+from legato.shapes import (Window, broadcast_shapes, channel_view, norm_axes, norm_axis,
+                           resolve_reshape, slice_params, split_sizes, window)
+from legato.testing import Sample, difference, samples
+from legato.validators import ToolsMissing
+
+__all__ = [
+    # IR
+    "CUSTOM_OP", "Call", "Const", "Function", "GraphBuilder", "Module", "TensorType", "Value",
+    "decode_custom", "make_call",
+    # errors
+    "ConfigError", "ExecutionError", "LegalizationError", "LegatoError", "ShapeError", "clip",
+    "quote",
+    # op definitions
+    "OpDef", "REGISTRY", "REQUIRED", "default_registry", "fail", "float_unary_infer", "is_float",
+    # shapes and shared op helpers
+    "Window", "broadcast_shapes", "channel_view", "dft_axis", "dft_sizes", "norm_axes",
+    "norm_axis", "resolve_reshape", "slice_params", "split_sizes", "window", "window_counts",
+    # backends
+    "Arena", "Backend", "Flat", "Interpreter", "ToolsMissing", "as_tuple", "bind_inputs",
+    "describe_call", "flatten", "last_uses", "parse_capability", "view_roots",
+    # testing
+    "Sample", "difference", "samples",
+]
