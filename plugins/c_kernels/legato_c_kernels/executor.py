@@ -26,10 +26,9 @@ from typing import Any, Callable
 import numpy as np
 
 import legato
-from legato import planning
-from legato.errors import ExecutionError, LegatoError
-from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
-from legato.ir import CUSTOM_OP, Const
+from legato.plugin_api import (Arena, CUSTOM_OP, Const, ExecutionError, Flat, Interpreter,
+                              LegatoError, as_tuple, bind_inputs, describe_call, flatten,
+                              last_uses, view_roots)
 
 from . import kernels as K
 from . import program
@@ -124,8 +123,8 @@ class _PlannedInstance:
         self._has_kernel: dict[str, bool] = {}  # op -> the backend has a kernel for it
         self._said: dict[tuple[str, str], bool] = {}  # (op, flag) -> its kernel's flag
         self.fn = module.main
-        flat = planning.flatten(module)
-        self.arena = planning.Arena()
+        flat = flatten(module)
+        self.arena = Arena()
         self.buffers: dict[Any, np.ndarray] = {}
         self.params = [self._own(p) for p in flat.params]
         self.steps: list[_Step] = []
@@ -149,11 +148,11 @@ class _PlannedInstance:
             return value.data
         return self.buffers[value]
 
-    def _plan(self, flat: planning.Flat) -> dict:
+    def _plan(self, flat: Flat) -> dict:
         """Plan buffers and bind every step; returns the view roots."""
         calls = flat.calls
-        roots = planning.view_roots(calls, self._is_view)
-        last_use = planning.last_uses(calls, roots)
+        roots = view_roots(calls, self._is_view)
+        last_use = last_uses(calls, roots)
         pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
         results = set(flat.results)
         index = 0

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from legato.ops.base import REGISTRY
+from legato.plugin_api import REGISTRY
 
 from . import casts, elementwise, movement, qnn, qnn_elementwise
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from legato.errors import ExecutionError
+from legato.plugin_api import ExecutionError
 
 from .._lib import ffi, lib
 

@@ -6,8 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from legato.errors import ShapeError
-from legato.shapes import Window, window
+from legato.plugin_api import ShapeError, Window, window
 
 from .._lib import ffi, lib
 from .common import (OUT, Array, CCall, bound, check_status, dense, detach, error, f32, ints,

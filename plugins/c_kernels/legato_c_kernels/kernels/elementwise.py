@@ -135,8 +135,7 @@ def _code(op: str, variants: dict[tuple, int], attrs: dict) -> int:
 def _attr_defaults(op: str, names: list[str]) -> dict[str, Any]:
     """Defaults of a variant op's attributes, from the core's op definition (an
     attribute without one must be given)."""
-    from legato.builder import default_registry
-    from legato.registry import REQUIRED
+    from legato.plugin_api import REQUIRED, default_registry
     registry = default_registry()
     if op not in registry:
         return {}

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 import legato
-from legato import shapes
+from legato.plugin_api import norm_axis, slice_params, split_sizes
 
 from .common import Array, error
 
@@ -55,7 +55,7 @@ def _strided_slice(data: Array, *, begin: Sequence[int], end: Sequence[int],
                    strides: Optional[Sequence[int]] = None,
                    axes: Optional[Sequence[int]] = None) -> Array:
     """strided_slice: a copy of data[begin:end:strides] along `axes`."""
-    params = shapes.slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
+    params = slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
                                               "axes": axes})
     return data[tuple(p.as_slice() for p in params)]
 
@@ -77,7 +77,7 @@ def concat(*data: Array, axis: int = 0, out: Optional[Array] = None) -> Array:
     """concat: the inputs joined along `axis`."""
     if not data:
         raise error("concat", "needs at least one input")
-    axis = shapes.norm_axis(int(axis), data[0].ndim, "axis")
+    axis = norm_axis(int(axis), data[0].ndim, "axis")
     if out is None:
         return np.concatenate(data, axis=axis)
     np.concatenate(data, axis=axis, out=out)
@@ -87,7 +87,7 @@ def concat(*data: Array, axis: int = 0, out: Optional[Array] = None) -> Array:
 def _concat_bind(*data: Array, out: Array, axis: int = 0) -> Callable[[], None]:
     if not data:
         raise error("concat", "needs at least one input")
-    axis = shapes.norm_axis(int(axis), data[0].ndim, "axis")
+    axis = norm_axis(int(axis), data[0].ndim, "axis")
     return functools.partial(np.concatenate, data, axis=axis, out=out)
 
 
@@ -95,8 +95,8 @@ concat.bind = _concat_bind
 
 
 def _split_parts(data: Array, sections: Any, axis: int) -> list[Array]:
-    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
-    bounds = np.cumsum(shapes.split_sizes(data.shape[axis], sections))[:-1]
+    axis = norm_axis(int(axis), data.ndim, "axis")
+    bounds = np.cumsum(split_sizes(data.shape[axis], sections))[:-1]
     return np.split(data, bounds, axis=axis)
 
 
@@ -183,7 +183,7 @@ def _gather(data: Array, indices: Array, axis: int, out: Optional[Array]) -> Arr
 def take(data: Array, indices: Array, *, axis: int = 0, out: Optional[Array] = None) -> Array:
     """take: data's entries at `indices` along `axis` (negative ids count from the end;
     ids outside [-dim, dim) are an error)."""
-    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    axis = norm_axis(int(axis), data.ndim, "axis")
     try:
         return _gather(data, _indices(indices), axis, out)
     except IndexError as err:
@@ -192,7 +192,7 @@ def take(data: Array, indices: Array, *, axis: int = 0, out: Optional[Array] = N
 
 def _take_bind(data: Array, indices: Array, *, out: Array, axis: int = 0) -> Callable[[], None]:
     _indices(indices)
-    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    axis = norm_axis(int(axis), data.ndim, "axis")
 
     def run() -> None:
         try:
@@ -241,7 +241,7 @@ def _scatter_setup(op: str, data: Array, indices: Array, updates: Array, axis: i
     if indices.shape != updates.shape or indices.ndim != data.ndim:
         raise error(op, f"indices {indices.shape} and updates {updates.shape} must have one "
                         f"shape, of data's rank {data.ndim}")
-    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    axis = norm_axis(int(axis), data.ndim, "axis")
     return axis, list(np.indices(indices.shape, sparse=True)) if indices.ndim else []
 
 
@@ -327,7 +327,7 @@ def cumsum(data: Array, *, axis: int = 0, exclusive: bool = False, reverse: bool
     as the reference does, integers wrapping in their dtype. A decoder's positions are
     such a count over a symbolic length, which the op's decomposition (log2(n) shifted
     adds) cannot express before n is known."""
-    axis = shapes.norm_axis(int(axis), data.ndim, "axis")
+    axis = norm_axis(int(axis), data.ndim, "axis")
     out = _result(out, data.shape, data.dtype, "cumsum")
     if np.may_share_memory(out, data):
         data = data.copy()
