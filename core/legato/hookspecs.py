@@ -1,14 +1,21 @@
 """The hooks a legato plugin implements. Each takes a `register` callback; the core
 validates what is registered and owns the error messages."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
 import pluggy
+
+if TYPE_CHECKING:
+    from .registry import OpDef
 
 hookspec = pluggy.HookspecMarker("legato")
 hookimpl = pluggy.HookimplMarker("legato")
 
 
 @hookspec
-def legato_register_ops(register):
-    """Register op definitions: register(name, inputs, infer, kind, level=0, decompose=None, examples=(), attrs=None, *, doc="", onnx=(), aten=(), tolerance=None, samples=None, layout_rule=None)."""
+def legato_register_ops(register: Callable[[OpDef], None]) -> None:
+    """Register ops: register(OpDef(...)); OpDef's fields and checks are the contract."""
 
 
 @hookspec

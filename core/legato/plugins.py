@@ -11,9 +11,8 @@ checked once every plugin has registered, and `legato_*` functions pluggy would 
 from __future__ import annotations
 
 import importlib.metadata
-import re
 import traceback
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import pluggy
 
@@ -29,7 +28,6 @@ from .validators import make_validator
 from .yamlsource import hint
 
 GROUP = "legato"
-OP_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # what a plugin's code may raise that the host records as that plugin's problem; a plugin
 # module that calls sys.exit() while importing must not end the host process
 PLUGIN_FAILURES = (Exception, SystemExit)
@@ -126,18 +124,13 @@ class PluginHost:
                 self.backends.pop(name, None)
 
     def _op_registrar(self, plugin: str, added: list) -> Callable:
-        def register(name, inputs, infer, kind, level=0, decompose=None, examples=(),
-                     attrs=None, *, doc="", onnx=(), aten=(), tolerance=None, samples=None,
-                     layout_rule=None):
-            _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs,
-                           doc, samples, layout_rule)
-            opdef = OpDef(name, inputs, dict(attrs or {}), infer, kind, level, decompose,
-                          examples, doc, onnx=onnx, aten=aten, tolerance=tolerance,
-                          samples=samples, layout_rule=layout_rule)
+        def register(opdef, *args, **kwargs):
+            if not isinstance(opdef, OpDef) or args or kwargs:
+                opdef = _positional_opdef(opdef, *args, **kwargs)
             opdef.plugin = plugin
             self.registry.register(opdef)
-            self._ops_added.append(name)
-            added.append(("op", name))
+            self._ops_added.append(opdef.name)
+            added.append(("op", opdef.name))
         return register
 
     def _torch_registrar(self, plugin: str, added: list) -> Callable:
@@ -234,32 +227,11 @@ def _entry_points() -> list:
     return found
 
 
-def _check_op_args(name, inputs, infer, kind, level, decompose, examples, attrs, doc,
-                   samples, layout_rule) -> None:
-    """The types of register(...)'s arguments, so a plugin's slip is a RegistrationError
-    naming the op rather than an op with a strange name or a crash deep in the registry."""
-    if not isinstance(name, str) or not OP_NAME.fullmatch(name):
-        raise RegistrationError(f"op name {quote(name)} is not a dotted identifier")
-    checks = [
-        ("inputs", inputs, isinstance(inputs, str), "a string such as 'data, gamma?'"),
-        ("infer", infer, callable(infer), "a function (input types, attrs) -> output types"),
-        ("kind", kind, isinstance(kind, str), "a pattern kind"),
-        ("level", level, isinstance(level, int) and not isinstance(level, bool)
-         and level >= 0, "an int >= 0"),
-        ("decompose", decompose, decompose is None or callable(decompose),
-         "a function or None"),
-        ("examples", examples, isinstance(examples, (list, tuple)),
-         "a list of (input types, attrs)"),
-        ("attrs", attrs, attrs is None or isinstance(attrs, Mapping), "a mapping"),
-        ("doc", doc, isinstance(doc, str), "a string (one line)"),
-        ("samples", samples, samples is None or callable(samples),
-         "a function rng -> samples, or None"),
-        ("layout_rule", layout_rule, layout_rule is None or callable(layout_rule),
-         "a function or None"),
-    ]
-    for arg, value, ok, wanted in checks:
-        if not ok:
-            raise RegistrationError(f"op {name}: {arg} must be {wanted}, got {quote(value)}")
+def _positional_opdef(name, inputs, infer, kind, level=0, decompose=None, examples=(),
+                     attrs=None, **keywords) -> OpDef:
+    """The older form register(name, inputs, infer, kind, ...) builds the same OpDef
+    (its arguments in the order plugins written before OpDef was public use)."""
+    return OpDef(name, inputs, attrs, infer, kind, level, decompose, examples, **keywords)
 
 
 def _describe(hook: str, err: BaseException) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .calls import trace_decomposition
 from .errors import OpError, RegistrationError, ShapeError, quote
@@ -20,6 +21,7 @@ from .symbols import Expr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")
 REQUIRED = object()
+OP_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,31 +103,66 @@ def _names(names, op: str, what: str) -> tuple[str, ...]:
     return names
 
 
+def _check_args(name, inputs, attrs, infer, kind, level, decompose, examples, doc,
+                samples, layout_rule, const_check, generator) -> None:
+    """The types of OpDef's arguments, so a slip (in a plugin or the core) is a
+    RegistrationError naming the op rather than a crash deep in the registry."""
+    if not isinstance(name, str) or not OP_NAME.fullmatch(name):
+        raise RegistrationError(f"op name {quote(name)} is not a dotted identifier")
+    function = "a function or None"
+    checks = [
+        ("inputs", inputs, isinstance(inputs, str), "a string such as 'data, gamma?'"),
+        ("infer", infer, callable(infer), "a function (input types, attrs) -> output types"),
+        ("kind", kind, isinstance(kind, str), "a pattern kind"),
+        ("level", level, isinstance(level, int) and not isinstance(level, bool)
+         and level >= 0, "an int >= 0"),
+        ("decompose", decompose, decompose is None or callable(decompose), function),
+        ("examples", examples, isinstance(examples, (list, tuple)),
+         "a list of (input types, attrs)"),
+        ("attrs", attrs, attrs is None or isinstance(attrs, Mapping), "a mapping"),
+        ("doc", doc, isinstance(doc, str), "a string (one line)"),
+        ("samples", samples, samples is None or callable(samples),
+         "a function rng -> samples, or None"),
+        ("layout_rule", layout_rule, layout_rule is None or callable(layout_rule), function),
+        ("const_check", const_check, const_check is None or callable(const_check), function),
+        ("generator", generator, generator is None or callable(generator), function),
+    ]
+    for arg, value, ok, wanted in checks:
+        if not ok:
+            raise RegistrationError(f"op {name}: {arg} must be {wanted}, got {quote(value)}")
+
+
 def _show(value):
     return quote(list(value) if isinstance(value, tuple) else value)
 
 
 class OpDef:
     """The definition of one operator: everything the core, the frontends, the docs and
-    the test kit know about it.
+    the test kit know about it. A plugin adds an op with `register(OpDef(...))` from its
+    `legato_register_ops` hook; the checks below are the whole contract.
 
     Besides its signature, inference and decomposition, an op may name the ONNX op types
     (`onnx`) and ATen op packets (`aten`) that map onto it one to one (same inputs in the
     same order, attributes by name), from which the importers derive their converters; a
     `tolerance` (the largest error of a float32 result relative to max(|reference|, 1),
     None for the default); a `layout_rule` (legato.layout); a `samples(rng)` hook for
-    ops whose inputs need values the test kit cannot guess (legato.testing); and
+    ops whose inputs need values the test kit cannot guess (legato.testing), or a
+    `generator(ctx, op)` drawing one call on the test kit's context, which fuzz programs
+    chain too (legato.testing.generators); and
     `patterns`, other forms of the op that exporters write (legato.recompose); and
     `const_check(inputs, attrs)`, a check of the values of constant inputs that raises
     ShapeError where a value makes the op undefined (a NaN quantization scale).
     """
 
-    def __init__(self, name: str, inputs: str, attrs: dict, infer: Callable, kind: str,
+    def __init__(self, name: str, inputs: str, attrs: Mapping | None, infer: Callable, kind: str,
                  level: int = 0, decompose: Callable | None = None,
                  examples: Sequence = (), doc: str = "", *, onnx: Sequence[str] = (),
                  aten: Sequence[str] = (), tolerance: float | None = None,
                  layout_rule: Callable | None = None, samples: Callable | None = None,
-                 patterns: Sequence[Callable] = (), const_check: Callable | None = None):
+                 patterns: Sequence[Callable] = (), const_check: Callable | None = None,
+                 generator: Callable | None = None):
+        _check_args(name, inputs, attrs, infer, kind, level, decompose, examples, doc,
+                    samples, layout_rule, const_check, generator)
         if kind not in PATTERN_KINDS:
             raise RegistrationError(f"op {name}: pattern kind {kind!r} is not one of "
                                     f"{', '.join(PATTERN_KINDS)}")
@@ -136,10 +173,10 @@ class OpDef:
         self.name, self.kind, self.level = name, kind, level
         self.inputs = parse_inputs(inputs)
         self.attr_specs = {k: AttrSpec(k, *v) if isinstance(v, tuple) else AttrSpec(k, v)
-                           for k, v in attrs.items()}
+                           for k, v in (attrs or {}).items()}
         self.infer = infer
         self.decompose = decompose
-        self.layout_rule, self.samples = layout_rule, samples
+        self.layout_rule, self.samples, self.generator = layout_rule, samples, generator
         self.const_check = const_check
         # other ways exporters write the op, used only to find it again (legato.recompose);
         # each has the decomposition's signature (b, *inputs, **attrs)

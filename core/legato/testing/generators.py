@@ -61,9 +61,9 @@ def gen_divide(ctx, op):
     return ctx.call(op, a, ctx.fresh(ctx.broadcast_partner(a.shape), a.dtype, "nonzero"))
 
 
-@generator("power", "tosa.pow")
+@generator("power")
 def gen_power(ctx, op):
-    dtype = ctx.choice([ctx.float, ctx.float, "int32", "int64"]) if op == "power" else ctx.float
+    dtype = ctx.choice([ctx.float, ctx.float, "int32", "int64"])
     base = ctx.value(dtype, kind="positive")
     exponent = ctx.data(ctx.broadcast_partner(base.shape), dtype)
     exponent = np.abs(exponent) % 4 if dtype != ctx.float else exponent.clip(-2, 2)
@@ -147,19 +147,14 @@ def gen_inside_unit(ctx, op):
     return ctx.call(op, ctx.feed(values.astype(ctx.float)))
 
 
-@generator("tosa.reciprocal")
-def gen_reciprocal(ctx, op):
-    return ctx.call(op, ctx.value(ctx.float, kind="nonzero"))
-
-
 @generator("round", "floor", "ceil", "trunc")
 def gen_rounding(ctx, op):
     return ctx.call(op, ctx.value(ctx.float, exact=True))
 
 
-@generator("cast", "tosa.cast")
+@generator("cast")
 def gen_cast(ctx, op):
-    dtype = ctx.choice(ctx.all) if op == "cast" else ctx.choice(["int32", "int8", ctx.float])
+    dtype = ctx.choice(ctx.all)
     source = ctx.choice(ctx.all)
     kind = "positive" if dtype == "uint8" and source == ctx.float else "normal"
     return ctx.call(op, ctx.value(source, exact=True, kind=kind), dtype=dtype)
@@ -306,14 +301,6 @@ def gen_take(ctx, op):
     indices = ctx.rng.integers(-d, d, size=shape) if d else np.zeros(shape)
     dtype = ctx.choice(["int32", "int64"])
     return ctx.call(op, data, ctx.feed(indices.astype(dtype)), axis=axis)
-
-
-@generator("tosa.gather")
-def gen_tosa_gather(ctx, op):
-    n, k, c, w = ctx.dim(), ctx.dim(nonzero=True), ctx.dim(), ctx.dim()
-    values = ctx.fresh((n, k, c), ctx.choice([ctx.float, "int32", "int8"]))
-    indices = ctx.rng.integers(0, k, size=(n, w)).astype("int32")
-    return ctx.call(op, values, ctx.feed(indices))
 
 
 @generator("pad")
@@ -635,8 +622,11 @@ def from_examples(ctx, op):
 
 
 def generator_for(opdef):
-    """The generator of an op: its own, the generic elementwise one, or one from its
-    examples; None when the op has none of these (it needs a `samples` hook)."""
+    """The generator of an op: its definition's, the kit's own, the generic elementwise
+    one, or one from its examples; None when the op has none of these (it needs a
+    `samples` hook)."""
+    if getattr(opdef, "generator", None) is not None:
+        return opdef.generator
     if opdef.name in GENERATORS:
         return GENERATORS[opdef.name]
     tensors_only = all(not s.variadic for s in opdef.inputs)

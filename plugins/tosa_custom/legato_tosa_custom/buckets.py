@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from legato.errors import LegatoError
+from legato.plugin_api import LegatoError
 
 from .mlir import parse_tensor_type
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import legato
-import legato.testing
-from legato.custom_ops import CUSTOM_OP
+from legato.plugin_api import CUSTOM_OP, difference, samples
 
 from . import ops
 from .emitter import BACKEND
@@ -39,7 +38,7 @@ def keep(*ops_kept) -> dict:
 def own_ops() -> set[str]:
     """The ops this plugin registers (TOSA semantics; cpu_ref has no kernels for them)."""
     names: set[str] = set()
-    ops.register_all(lambda name, *args, **kwargs: names.add(name))
+    ops.register_all(lambda opdef: names.add(opdef.name))
     return names
 
 
@@ -60,7 +59,7 @@ def tosa_sample(op: str):
     """The first sample of `op` whose inputs TOSA 1.0 pro_fp holds (non-empty, rank up
     to 6, in CASE_DTYPES) and whose results a tosa.custom can carry, with a first input of
     rank >= 1 (it becomes a module input)."""
-    drawn = legato.testing.samples(op)
+    drawn = samples(op)
     for dtypes in CASE_DTYPES:
         for sample in drawn:
             inputs = [t for t in sample.input_types() if t is not None]
@@ -102,7 +101,7 @@ def assert_within_bound(op: str, actual, expected):
     for i, (a, e) in enumerate(zip(actual, expected)):
         a = widened(a, e.dtype)
         assert a.shape == e.shape and a.dtype == e.dtype, (i, a.shape, a.dtype, e.shape, e.dtype)
-        problem = legato.testing.difference(op, a, e)
+        problem = difference(op, a, e)
         assert problem is None, f"{op} result {i}: {problem}"
 
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 import re
 
 import legato
-from legato.calls import make_call
-from legato.custom_ops import CUSTOM_OP, decode_custom
-from legato.errors import LegatoError
-from legato.ir import Call, Value
+from legato.plugin_api import CUSTOM_OP, Call, LegatoError, Value, decode_custom, make_call
 
 from . import mlir
 from .narrowing import tosa_type

@@ -17,10 +17,8 @@ import json
 import numpy as np
 
 import legato
-from legato.custom_ops import CUSTOM_OP
-from legato.errors import LegalizationError, LegatoError, clip
-from legato.ir import Const, Function, Module, TensorType, Value
-from legato.shapes import norm_axes, norm_axis, slice_params
+from legato.plugin_api import (CUSTOM_OP, Const, Function, LegalizationError, LegatoError, Module,
+                              TensorType, Value, clip, norm_axes, norm_axis, slice_params)
 
 from . import mlir
 from .limits import INT_DTYPES, custom_problem, type_problem, value_problem

@@ -10,7 +10,7 @@ the boundaries of a quantized model) use pro_fp's CASTs and the float rules (rul
 from __future__ import annotations
 
 import numpy as np
-from legato.calls import make_call
+from legato.plugin_api import make_call
 
 from .limits import INT_DTYPES, checked, shaped_rule
 from .narrowing import tosa_dtype

@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from legato.ir import Const
-from legato.shapes import norm_axis
+from legato.plugin_api import Const, norm_axis
 
 from . import rules
 from .integers import INT_DTYPES, integer_fmod

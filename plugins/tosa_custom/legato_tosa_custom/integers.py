@@ -7,9 +7,7 @@ counts as the int32 it is printed as (narrowing.py).
 """
 from __future__ import annotations
 
-from legato.calls import make_call
-from legato.errors import clip
-from legato.ir import Const
+from legato.plugin_api import Const, clip, make_call
 
 from .limits import shaped_rule
 from .narrowing import float_exact

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import legato
-from legato.backend import Backend
-from legato.executor import Interpreter
+from legato.plugin_api import Backend, Interpreter
 
 
 def reciprocal(a):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from legato.ir import Const, TensorType
+from legato.plugin_api import Const, TensorType
 
 from .narrowing import tosa_dtype
 

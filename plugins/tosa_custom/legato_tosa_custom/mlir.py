@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from legato.errors import LegatoError
-from legato.ir import TensorType
+from legato.plugin_api import LegatoError, TensorType
 
 ELEMENT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
                  "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",

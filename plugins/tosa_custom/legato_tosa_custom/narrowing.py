@@ -26,8 +26,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from legato.errors import LegalizationError, clip
-from legato.ir import TensorType
+from legato.plugin_api import LegalizationError, TensorType, clip
 
 NARROWED = {"int64": "int32", "uint8": "int8"}
 VIEWED = {"uint8": "int8"}  # the same bits as the other type (no values change)

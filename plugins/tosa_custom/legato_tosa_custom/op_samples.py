@@ -4,7 +4,7 @@ multiplier/shift pairs, divisors that are never zero)."""
 from __future__ import annotations
 
 import numpy as np
-from legato.testing import Sample
+from legato.plugin_api import Sample
 
 WINDOW = {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1]}
 

@@ -5,11 +5,10 @@ inference, and only this backend declares them legal.
 """
 from __future__ import annotations
 
-from legato.ir import TensorType
-from legato.ops.base import fail, float_unary_infer, is_float
-from legato.shapes import broadcast_shapes, window
+from legato.plugin_api import (OpDef, TensorType, broadcast_shapes, fail, float_unary_infer,
+                              is_float, window)
 
-from . import op_samples
+from . import op_generators, op_samples
 
 INDEX_DTYPE = "int32"
 
@@ -106,21 +105,26 @@ WINDOW = {"strides": ("ints",), "padding": ("ints",), "dilation": ("ints", [1, 1
 
 def register_all(register):
     # 1/x: TOSA has no float divide; legato's divide becomes multiply by this
-    register("tosa.reciprocal", "a", float_unary_infer, "elemwise")
-    register("tosa.gather", "values, indices", _gather, "injective")
+    register(OpDef("tosa.reciprocal", "a", {}, float_unary_infer, "elemwise",
+                   generator=op_generators.reciprocal))
+    register(OpDef("tosa.gather", "values, indices", {}, _gather, "injective",
+                   generator=op_generators.gather))
     # TOSA POW: defined for a finite base > 0 (or 0 to a positive power) and a finite exponent
-    register("tosa.pow", "a, b", _pow, "broadcast")
+    register(OpDef("tosa.pow", "a, b", {}, _pow, "broadcast", generator=op_generators.pow_))
     # TOSA CAST: float to int rounds to nearest (legato's cast truncates toward zero)
-    register("tosa.cast", "data", _cast, "elemwise", attrs={"dtype": ("dtype", "int32")})
+    register(OpDef("tosa.cast", "data", {"dtype": ("dtype", "int32")}, _cast, "elemwise",
+                   generator=op_generators.cast))
     # profile pro_int (quantized.py): the integer operators, zero points as operands
-    register("tosa.rescale", "data, multiplier, shift, input_zp, output_zp", _rescale,
-             "elemwise", attrs={"dtype": ("dtype", "int8")}, samples=op_samples.rescale)
-    register("tosa.qconv2d", "data, weight, bias, input_zp, weight_zp", _qconv2d, "opaque",
-             attrs=WINDOW, samples=op_samples.qconv2d)
-    register("tosa.qdepthwise_conv2d", "data, weight, bias, input_zp, weight_zp",
-             _qdepthwise, "opaque", attrs=WINDOW, samples=op_samples.qdepthwise_conv2d)
-    register("tosa.qmatmul", "a, b, a_zp, b_zp", _qmatmul, "opaque",
-             samples=op_samples.qmatmul)
-    register("tosa.table", "data, table", _table, "elemwise", samples=op_samples.table)
+    register(OpDef("tosa.rescale", "data, multiplier, shift, input_zp, output_zp",
+                   {"dtype": ("dtype", "int8")}, _rescale, "elemwise",
+                   samples=op_samples.rescale))
+    register(OpDef("tosa.qconv2d", "data, weight, bias, input_zp, weight_zp", WINDOW,
+                   _qconv2d, "opaque", samples=op_samples.qconv2d))
+    register(OpDef("tosa.qdepthwise_conv2d", "data, weight, bias, input_zp, weight_zp",
+                   WINDOW, _qdepthwise, "opaque", samples=op_samples.qdepthwise_conv2d))
+    register(OpDef("tosa.qmatmul", "a, b, a_zp, b_zp", {}, _qmatmul, "opaque",
+                   samples=op_samples.qmatmul))
+    register(OpDef("tosa.table", "data, table", {}, _table, "elemwise",
+                   samples=op_samples.table))
     # TOSA INTDIV: int32, toward zero; a zero divisor is an error (rules keep it out)
-    register("tosa.intdiv", "a, b", _intdiv, "broadcast", samples=op_samples.intdiv)
+    register(OpDef("tosa.intdiv", "a, b", {}, _intdiv, "broadcast", samples=op_samples.intdiv))

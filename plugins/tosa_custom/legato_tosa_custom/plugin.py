@@ -11,7 +11,7 @@ from importlib.resources import files
 import yaml
 
 import legato
-from legato.capability import parse_capability
+from legato.plugin_api import parse_capability
 
 from . import ops
 from .emitter import make_emitter

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from legato.errors import ConfigError, quote
+from legato.plugin_api import ConfigError, quote
 
 PROFILES = ("pro_fp", "pro_int")
 DEFAULT = frozenset({"pro_fp"})

@@ -23,9 +23,8 @@ instead, which needs int32 ops TOSA does not have, so legalization names the op.
 from __future__ import annotations
 
 import numpy as np
-from legato.ir import Const
+from legato.plugin_api import Const, window_counts
 
-from legato.ops.conv import _window_counts
 
 from .rules import NCHW_TO_NHWC, NHWC_TO_NCHW, TO_OHWI, _fit_windows, _level_problem, \
     broadcast, call_window, permute, reshape
@@ -232,7 +231,7 @@ def _grouped(b, x, w, bias, groups: int, zps, props):
 
 def _conv_window(call):
     """The window of a qnn.conv2d call (call_window reads nn.conv2d's operands)."""
-    from legato.shapes import window
+    from legato.plugin_api import window
     x, w, a = call.inputs[0], call.inputs[3], call.attrs
     hw = x.shape[1:3] if a["data_layout"] == "NHWC" else x.shape[2:4]
     kernel = [w.shape[a["kernel_layout"].index(k)] for k in "HW"]
@@ -375,7 +374,7 @@ def qavg_pool2d(b, call):
     total = b.call("tosa.qdepthwise_conv2d", x, b.const(np.ones((kh, kw, channels, 1), np.int8)),
                    b.const(np.zeros(channels, np.int32)), *zps, strides=list(win.strides),
                    padding=padding, dilation=[1, 1])
-    counts = _window_counts(win, a["count_include_pad"])
+    counts = window_counts(win, a["count_include_pad"])
     f32 = np.float32
     even = None
     for count in sorted(set(counts.flat), reverse=True):
@@ -395,7 +394,7 @@ def _table_of(call) -> np.ndarray:
     """The call's results for each of the 256 values of its input dtype, computed by
     legato's reference (cpu_ref, as onnxruntime's own lookup tables)."""
     import legato
-    from legato.builder import GraphBuilder
+    from legato.plugin_api import GraphBuilder
     x = call.inputs[0]
     lo = -128 if x.dtype == "int8" else 0
     values = np.arange(lo, lo + 256).astype(x.dtype)

@@ -20,11 +20,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from legato.errors import clip
-from legato.ir import Const
-from legato.ops.base import is_float
-from legato.shapes import broadcast_shapes, norm_axes, norm_axis, slice_params, split_sizes, \
-    window
+from legato.plugin_api import (Const, broadcast_shapes, clip, is_float, norm_axes, norm_axis,
+                              slice_params, split_sizes, window)
 
 from .limits import MAX_TENSOR_LIST, TOSA_DTYPES, checked, shaped_rule, window_problem
 from .integers import INT_DTYPES, back, int_division, trunc, via_float_call

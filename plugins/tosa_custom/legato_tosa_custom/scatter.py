@@ -10,9 +10,7 @@ Integer and bool data go through float32 (integers.py).
 from __future__ import annotations
 
 import numpy as np
-from legato.ir import Const
-from legato.ops.base import is_float
-from legato.shapes import norm_axis
+from legato.plugin_api import Const, is_float, norm_axis
 
 from .integers import INT_DTYPES, via_float_call
 from .limits import shaped_rule

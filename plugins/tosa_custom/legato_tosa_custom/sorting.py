@@ -7,8 +7,7 @@ per row, so axes whose pairs would exceed MAX_PAIRS elements are declined.
 from __future__ import annotations
 
 import numpy as np
-from legato.ops.base import is_float
-from legato.shapes import norm_axis
+from legato.plugin_api import is_float, norm_axis
 
 from .integers import INT_DTYPES, via_float_call
 from .limits import shaped_rule

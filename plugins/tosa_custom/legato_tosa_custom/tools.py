@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from legato.errors import LegatoError, clip
-from legato.validators import ToolsMissing
+from legato.plugin_api import LegatoError, ToolsMissing, clip
 
 from .buckets import bucket_text
 from .narrowing import narrow_inputs, widen_results

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from legato.ops.base import is_float
+from legato.plugin_api import is_float
 
 # asin(x) = x + x^3 P(x^2) on |x| <= 0.5 (highest power first)
 ASIN = (4.2163199048e-2, 2.4181311049e-2, 4.5470025998e-2, 7.4953002686e-2, 1.6666752422e-1)
