@@ -20,7 +20,8 @@ def _legato_imports(path: Path):
     """(line, module) of every import of a legato module in one source file, at any depth."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            yield from ((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "legato")
+            yield from ((node.lineno, a.name) for a in node.names
+                        if a.name.split(".")[0] == "legato")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
                 and node.module.split(".")[0] == "legato":
             if node.module == "legato":  # `from legato import shapes` reaches a submodule too
@@ -30,18 +31,21 @@ def _legato_imports(path: Path):
 
 
 def _sources():
-    return sorted(p for pkg in PLUGINS.glob("*/legato_*") if pkg.is_dir() and pkg.suffix != ".egg-info"
-                  for p in pkg.rglob("*.py"))
+    return sorted(p for pkg in PLUGINS.glob("*/legato_*")
+                  if pkg.is_dir() and pkg.suffix != ".egg-info" for p in pkg.rglob("*.py"))
 
 
 def test_the_plugin_packages_are_found():
-    assert {p.parts[len(PLUGINS.parts)] for p in _sources()} >= {"cpu_ref", "c_kernels", "tosa_custom"}
+    found = {p.parts[len(PLUGINS.parts)] for p in _sources()}
+    assert found >= {"cpu_ref", "c_kernels", "tosa_custom"}
 
 
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(PLUGINS)))
 def test_plugins_import_only_the_plugin_api(path):
-    bad = [f"line {line}: {module}" for line, module in _legato_imports(path) if module not in ALLOWED]
-    assert not bad, f"{path.relative_to(PLUGINS)} imports legato internals (use legato.plugin_api): {bad}"
+    bad = [f"line {line}: {module}" for line, module in _legato_imports(path)
+           if module not in ALLOWED]
+    assert not bad, (f"{path.relative_to(PLUGINS)} imports legato internals "
+                     f"(use legato.plugin_api): {bad}")
 
 
 def test_every_name_of_the_plugin_api_exists():
@@ -52,8 +56,10 @@ def test_every_name_of_the_plugin_api_exists():
 
 def test_the_check_catches_an_internal_import(tmp_path):
     source = tmp_path / "mod.py"
-    source.write_text("import legato\nfrom legato import shapes\ndef f():\n    from legato.ir import Const\n")
-    assert [m for _, m in _legato_imports(source) if m not in ALLOWED] == ["legato.shapes", "legato.ir"]
+    source.write_text("import legato\nfrom legato import shapes\n"
+                      "def f():\n    from legato.ir import Const\n")
+    found = [m for _, m in _legato_imports(source) if m not in ALLOWED]
+    assert found == ["legato.shapes", "legato.ir"]
 
 
 # --- register(OpDef(...)): the one way a plugin adds an op, checked by OpDef alone

@@ -47,7 +47,7 @@ def _axis(axis, ndim: int, what: str = "axis") -> int:
 def _axes(axes, ndim: int) -> tuple[int, ...]:
     """Normalized axes in the given order; None means every axis."""
     return norm_axes(None if axes is None else [int(a) for a in axes], ndim,
-                            keep_order=True)
+                     keep_order=True)
 
 
 def _ints(values, count: int, name: str, minimum: int) -> tuple[int, ...]:
@@ -446,7 +446,7 @@ def split(data, *, sections=2, axis=0):
 
 def strided_slice(data, *, begin, end, strides=None, axes=None):
     params = slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
-                                              "axes": axes})
+                                       "axes": axes})
     return _fresh(data[tuple(p.as_slice() for p in params)])
 
 
@@ -637,7 +637,7 @@ def conv2d(data, weight, bias=None, *, strides=(1, 1), padding=(0, 0, 0, 0), dil
 
 def _pool_window(x, pool_size, strides, padding, dilation, ceil_mode):
     return window(x.shape[2:], pool_size, strides, dilation, padding, ceil_mode,
-                         what="pool", kernel_name="pool_size")
+                  what="pool", kernel_name="pool_size")
 
 
 def _pool_windows(x, win, fill):

@@ -56,7 +56,7 @@ def _strided_slice(data: Array, *, begin: Sequence[int], end: Sequence[int],
                    axes: Optional[Sequence[int]] = None) -> Array:
     """strided_slice: a copy of data[begin:end:strides] along `axes`."""
     params = slice_params(data.shape, {"begin": begin, "end": end, "strides": strides,
-                                              "axes": axes})
+                                       "axes": axes})
     return data[tuple(p.as_slice() for p in params)]
 
 
