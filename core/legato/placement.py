@@ -241,8 +241,8 @@ def _at_nominal_sizes(module, fallback_calls, registry):
     bounds = {}
     for text in module.main.attrs.get(GUARDS, ()):
         small, large = text.split("<=")
-        if large.strip().isdigit() and lone_symbol(parse_dim(small)) is not None:
-            name = lone_symbol(parse_dim(small))
+        name = lone_symbol(parse_dim(small))
+        if large.strip().isdigit() and name is not None:
             bounds[name] = min(bounds.get(name, int(large)), int(large))
     names = sorted({s for p in module.main.params for d in p.shape if isinstance(d, Expr)
                     for s in d.symbols()})
