@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 import legato
-from legato import plugins
+from legato.plugins import host as plugins
 from legato.testing.plugins import write_distributions
 
 # make test runs the same examples every time; HYPOTHESIS_PROFILE=explore draws new ones

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 import legato
-from legato.examples import transformer
+from legato.frontends.examples import transformer
 
 TARGET_US = 10
 EXPECTED_BLOCK = Counter({"matmul": 8, "reshape": 4, "permute_dims": 4, "add": 3,

@@ -14,7 +14,7 @@ import json
 import time
 
 import legato
-from legato.examples import transformer
+from legato.frontends.examples import transformer
 
 MB = 1_000_000
 

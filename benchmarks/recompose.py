@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 import legato  # noqa: E402
-from legato.recompose import RecomposePass, recompose_for  # noqa: E402
+from legato.passes.recompose import RecomposePass, recompose_for  # noqa: E402
 
 KINDS = {"nn.attention": "attention", "nn.layer_norm": "layer_norm", "nn.rms_norm": "rms_norm",
          "nn.gelu": "gelu", "nn.silu": "silu", "nn.softmax": "softmax", "nn.linear": "linear"}
@@ -162,7 +162,7 @@ def synthetic(blocks: int, repeat: int) -> str:
     """The legalize benchmark's transformer (constant weights), decomposed to primitives
     and recomposed: time per call of the decomposed module, next to legalize's time per
     source call measured now (both slow down alike on a loaded machine)."""
-    from legato.examples import transformer
+    from legato.frontends.examples import transformer
     module = transformer(batch=1, seq=128, d_model=768, heads=12, ffn=3072, blocks=blocks,
                          use_linear=False)
     flat = legato.legalize(module, max_level=0).module

@@ -2,4 +2,4 @@
 # (a test fails when they are out of date).
 .PHONY: docs
 docs: $(STAMP)
-	$(BIN)/python -m legato.docgen docs/ops.md
+	$(BIN)/python -m legato.ops.docgen docs/ops.md

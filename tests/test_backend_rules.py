@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import ConfigError, LegalizationError
+from legato.ir.errors import ConfigError, LegalizationError
 
 
 def matmul_3d(b, call):

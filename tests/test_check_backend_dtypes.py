@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from legato.cli import main
+from legato.cli.commands import main
 from legato.testing.conformance import error_bound
 from legato.testing.generators import LONG_K
 from legato.testing.plugins import installed_plugins, plugin_module
@@ -127,7 +127,7 @@ def test_attribute_values_no_generator_draws_are_put_in():
 
 def test_combinations_past_the_cap_are_counted_not_dropped(monkeypatch):
     import legato
-    from legato.backend import Backend, Condition
+    from legato.legalization.backend import Backend, Condition
     from legato.testing import check_backend, conformance
     legal = {"add": Condition(dtypes=frozenset({"float32", "float64", "int32"}))}
     backend = Backend("capped_npu", legal, fallback="cpu_ref", kernels={"add": np.add})

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import legato
-from legato.cli import main
-from legato.cli_model import parse_shapes
-from legato.progress import Progress, size_text, timer
+from legato.cli.commands import main
+from legato.cli.model import parse_shapes
+from legato.cli.progress import Progress, timer
+from legato.ir.errors import size_text
 
 
 def test_compile_prints_the_summary_not_the_module(capsys, tmp_path):

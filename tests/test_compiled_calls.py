@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.executor import Interpreter
+from legato.runtime.interpreter import Interpreter
 
 
 class _Counting:

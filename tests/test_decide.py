@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import legato
-from legato.backend import DECLINED, KEPT, TAKEN
-from legato.config import BackendConfig
-from legato.partition import PartitionPass, owner, partition
+from legato.legalization.backend import DECLINED, KEPT, TAKEN
+from legato.legalization.config import BackendConfig
+from legato.passes.partition import PartitionPass, owner, partition
 
 
 def unary(data, **attrs):
@@ -49,7 +49,7 @@ def test_decide_answers_each_route(backend_factory):
     b = legato.GraphBuilder()
     x = b.input("x", (2,), "float16")
     half, tanh = b.build(b.call("tanh", b.call("exp", x))).main.calls
-    assert backend.decide(half) == legato.report.Decision(
+    assert backend.decide(half) == legato.legalization.report.Decision(
         "failed", "npu lists exp as legal but not for dtype float16 not in ['float32']",
         DECLINED)
     assert backend.decide(tanh).rule == "backend-rule"

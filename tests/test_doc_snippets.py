@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import legato
-from legato.cli import main as cli
+from legato.cli.commands import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.cli import main
+from legato.cli.commands import main
 
 
 def mlp_and_inputs():
@@ -144,7 +144,7 @@ def test_max_level_must_be_an_int(max_level):
 
 
 def test_random_inputs_for_bfloat16():
-    from legato.examples import random_inputs
+    from legato.frontends.examples import random_inputs
     b = legato.GraphBuilder()
     mod = b.build(b.call("abs", b.input("x", (2, 3), "bfloat16")))
     (x,) = random_inputs(mod)
@@ -186,7 +186,7 @@ def test_an_executor_or_emitter_that_raises_is_named(backend_factory):
 
 
 def test_random_inputs_refuse_a_huge_declared_input(tmp_path, capsys):
-    from legato.examples import random_inputs
+    from legato.frontends.examples import random_inputs
     b = legato.GraphBuilder()
     mod = b.build(b.call("abs", b.input("big", (4, 2**30), "float32")))
     with pytest.raises(legato.ExecutionError, match=r"input 'big' \(float32\[4, 1073741824\], "

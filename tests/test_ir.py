@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import EXAMPLES
+from legato.frontends.examples import EXAMPLES
 from legato.ir import Attrs, Call, Function, Module, TensorType, Value
 
 

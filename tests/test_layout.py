@@ -1,6 +1,7 @@
-"""The importers' layout: legato.frontends.onnx and legato.frontends.torch never import each
-other (what both need is in legato.frontends.common), each lists every converter module in
-its `converters` module, and no module is named for being "more" of something."""
+"""The core's layout: its top level holds only packages and the public entry points; the
+importers legato.frontends.onnx and legato.frontends.torch never import each other (what
+both need is in legato.frontends.common), each lists every converter module in its
+`converters` module, and no module is named for being "more" of something."""
 from __future__ import annotations
 
 import ast
@@ -16,6 +17,30 @@ FRONTENDS = Path(legato.__file__).parent / "frontends"
 IMPORTERS = ("onnx", "torch")
 # functions whose call at a module's top level (as a decorator or not) registers a converter
 REGISTRARS = {"converter", "contrib", "aten", "complex_op", "register"}
+
+
+# the public entry points: the package, the Python API, the plugin API (the command line is
+# the package legato.cli)
+TOP_LEVEL_MODULES = {"__init__.py", "api.py", "plugin_api.py"}
+
+
+def test_the_core_top_level_holds_packages_and_entry_points():
+    root = Path(legato.__file__).parent
+    assert {p.name for p in root.glob("*.py")} == TOP_LEVEL_MODULES
+    packages = {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+    assert {"ir", "ops", "legalization", "passes", "runtime", "plugins", "frontends", "testing",
+            "cli", "show"} <= packages
+
+
+@pytest.mark.parametrize("name", ["legato.shapes", "legato.frontends.torch_conformance",
+                                  "legato.frontends.onnx_conformance", "legato.cli.__main__"])
+def test_published_module_names_still_import(name):
+    if name.endswith("__main__"):
+        assert (Path(legato.__file__).parent / "cli" / "__main__.py").exists()
+        return
+    module = importlib.import_module(name)
+    assert module.__name__ == name or name == "legato.shapes"
+    assert hasattr(module, "main") or hasattr(module, "broadcast_shapes")
 
 
 def test_no_module_is_named_more():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import random_inputs
+from legato.frontends.examples import random_inputs
 from legato.ops.base import f32
 
 LEVEL0 = {op for op in legato.list_ops() if legato.get_op(op).level == 0}

@@ -4,12 +4,12 @@ reads a constant input's data or asks whether two inputs are one value."""
 import numpy as np
 
 import legato
-from legato.calls import SMALL_CONST
+from legato.ir.calls import SMALL_CONST
 from legato.ir import Const
-from legato.legalize import legalize_module
+from legato.legalization.loop import legalize_module
 from legato.ops import base
 from legato.ops.base import f32, float_unary_infer
-from legato.registry import OpDef, Registry
+from legato.ops.registry import OpDef, Registry
 
 
 def _first_infer(types, attrs):
@@ -72,7 +72,7 @@ def test_replays_follow_constant_data_and_aliasing():
 def test_a_replayed_transformer_is_the_decomposed_one():
     """Layers replay the first layer's decompositions: the numbers stay eager numpy's
     (the reference of the source module) and every call's origin names its source."""
-    from legato.examples import random_inputs, transformer
+    from legato.frontends.examples import random_inputs, transformer
     module = transformer(seq=8, d_model=16, heads=2, ffn=32, blocks=3)
     feeds = random_inputs(module)
     want = _run(module, feeds)

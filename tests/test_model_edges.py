@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.cli import main
+from legato.cli.commands import main
 
 
 def float16_onnx(path):
@@ -221,7 +221,7 @@ def float64_table_module():
 
 
 def test_constant_calls_fold_with_the_reference_kernels():
-    from legato.constfold import fold_constants
+    from legato.passes.constfold import fold_constants
     module = float64_table_module()
     folded = fold_constants(module, legato.context())
     assert [c.op for c in folded.main.calls] == ["add"]  # divide, sin and cast folded
@@ -234,7 +234,7 @@ def test_constant_calls_fold_with_the_reference_kernels():
 
 
 def test_constant_folding_stops_at_the_size_limit_and_at_inputs():
-    from legato.constfold import fold_constants
+    from legato.passes.constfold import fold_constants
     b = legato.GraphBuilder()
     x = b.input("x", (64, 64), "float32")
     row = b.cos(b.const(np.linspace(0, 1, 64, dtype=np.float64)))  # 64 elements: folded

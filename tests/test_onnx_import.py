@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
 from legato import LegatoError  # noqa: E402
-from legato.cli import main as cli  # noqa: E402
+from legato.cli.commands import main as cli  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
 
 F = TensorProto.FLOAT

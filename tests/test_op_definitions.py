@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 import legato
-from legato import docgen
+from legato.ops import docgen
 from legato.frontends.onnx import convert as onnx_convert
 from legato.frontends.torch import ops as torch_ops
 from legato.ops import REGISTRY
-from legato.registry import OpDef, Registry
+from legato.ops.registry import OpDef, Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def test_docs_ops_md_is_generated_from_the_definitions():
     path = ROOT / "docs" / "ops.md"
     current = path.read_text(encoding="utf-8")
     assert docgen.render(current, docgen.ops_tables(docgen.core_ops())) == current, \
-        "docs/ops.md is out of date: run `make docs` (python -m legato.docgen docs/ops.md)"
+        "docs/ops.md is out of date: run `make docs` (python -m legato.ops.docgen docs/ops.md)"
 
 
 def test_docs_check_command_reports_a_stale_file(tmp_path):
@@ -80,7 +80,7 @@ def test_definitions_register_in_any_order_and_validate_once():
 
 
 def test_a_failing_deferred_definition_is_removed_and_named():
-    from legato.errors import RegistrationError
+    from legato.ir.errors import RegistrationError
     from legato.ir import TensorType
     registry = Registry()
     t = (TensorType((2,), "float32"),)
@@ -92,7 +92,7 @@ def test_a_failing_deferred_definition_is_removed_and_named():
 
 
 def test_op_facts_are_validated():
-    from legato.errors import RegistrationError
+    from legato.ir.errors import RegistrationError
     with pytest.raises(RegistrationError, match="tolerance"):
         OpDef("x", "a", {}, lambda ts, a: ts[0], "elemwise", tolerance=-1)
     with pytest.raises(RegistrationError, match="onnx"):
@@ -110,8 +110,8 @@ def test_layout_propagation_reads_a_scalar_operand_in_its_converted_form():
     the converted module read the dropped sqrt's result)."""
     import numpy as np
     from legato.ir import Const
-    from legato.layout import convert_layout
-    from legato.verify import verify
+    from legato.passes.layout import convert_layout
+    from legato.ir.verify import verify
 
     b = legato.GraphBuilder()
     x = b.input("x", (1, 2, 3, 4))

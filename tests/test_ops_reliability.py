@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import ShapeError
+from legato.ir.errors import ShapeError
 from legato_cpu_ref.kernels import KERNELS
 
 F32 = np.float32

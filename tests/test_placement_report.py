@@ -160,7 +160,7 @@ def test_transitions_and_implement_next_of_a_chain(install_plugins):
 
 
 def test_conv_flops_from_its_shapes():
-    from legato.placement import call_flops
+    from legato.legalization.placement import call_flops
     b = legato.GraphBuilder()
     x = b.input("x", (2, 6, 9, 9))
     w = b.input("w", (4, 3, 3, 3))

@@ -1,9 +1,9 @@
-"""legato.planning: liveness, buffer reuse and whole-module flattening shared by the
+"""legato.runtime.planning: liveness, buffer reuse and whole-module flattening shared by the
 reference interpreter and planned executors."""
 import numpy as np
 
 import legato
-from legato import planning
+from legato.runtime import planning
 from legato.ir import CALL_OP
 
 TWO_CALLS = """

@@ -223,7 +223,7 @@ def test_add_plugin_with_a_hook_of_the_wrong_signature_is_a_plugin_error():
     import types
     module = types.ModuleType("wrong_signature")
     module.legato_register_backends = legato.hookimpl(lambda reg: None)
-    host = legato.plugins.PluginHost(legato.ops.REGISTRY)
+    host = legato.plugins.host.PluginHost(legato.ops.REGISTRY)
     with pytest.raises(legato.PluginError, match=r"plugin 'wrong': PluginValidationError"):
         host.add_plugin(module, "wrong")
 

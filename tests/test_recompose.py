@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.recompose import (RecomposePass, default_ops, explain, ops_for_backend, recompose,
+from legato.passes.recompose import (RecomposePass, default_ops, explain, ops_for_backend, recompose,
                               recompose_for, resolve_setting, summary)
 from legato.testing.samples import samples
 
@@ -249,7 +249,7 @@ def test_attention_with_a_boolean_mask_and_causal():
 def test_plugin_composite_is_recoverable_without_extra_code():
     """A composite registered now (as a plugin would) is found in its decomposition."""
     from legato.ops.base import composite, f32, float_unary_infer
-    from legato.registry import Registry
+    from legato.ops.registry import Registry
     from legato.ops import base
 
     registry = Registry()
@@ -384,7 +384,7 @@ def test_compile_wiring_helpers():
 
 def test_cli_command(tmp_path, capsys):
     import argparse
-    from legato import cli_recompose
+    from legato.cli import recompose as cli_recompose
     path = tmp_path / "m.legato"
     path.write_text(str(rms_norm_module(lambda b: 1e-6)))
     parser = argparse.ArgumentParser()

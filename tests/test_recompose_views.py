@@ -6,7 +6,7 @@ import pytest
 
 import legato
 from legato.ir import Const
-from legato.recompose import recompose
+from legato.passes.recompose import recompose
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import random_inputs
+from legato.frontends.examples import random_inputs
 from legato.ir import Function, Module
 
 CPU = "legato_cpu_ref.kernels:KERNELS"
@@ -222,7 +222,7 @@ def test_function_passes_skip_external_and_primitive_unless_they_opt_in(qnn_back
 
 
 def test_pass_manager_fixpoint_and_divergence():
-    from legato.passes import LambdaFunctionPass
+    from legato.passes.manager import LambdaFunctionPass
 
     def drop_one_relu(name, fn, module):
         calls = list(fn.calls)
@@ -251,7 +251,7 @@ def test_pass_manager_fixpoint_and_divergence():
 
 
 def test_cli_explain_shows_regions_and_fused_functions(capsys, qnn_backend, tmp_path):
-    from legato.cli import main
+    from legato.cli.commands import main
     path = tmp_path / "qnn.txt"
     path.write_text(str(qnn_model()))
     assert main(["compile", str(path), "--backend", "qnnpu,cpu_ref", "--explain"]) == 0

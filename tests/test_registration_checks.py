@@ -9,7 +9,7 @@ import types
 import pytest
 
 import legato
-from legato.backend_checks import HOOKS, hook_problems
+from legato.legalization.backend_checks import HOOKS, hook_problems
 
 
 def exp(data):

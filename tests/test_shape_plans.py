@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
-from legato.specialize import ShapeSpecializing  # noqa: E402
+from legato.runtime.specialize import ShapeSpecializing  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W1 = RNG.standard_normal((16, 32)).astype(np.float32)
@@ -186,9 +186,9 @@ def test_runners_that_are_not_thread_safe_run_one_call_at_a_time():
 
 
 def test_a_binding_is_checked_as_the_verifier_checks_it():
-    from legato.errors import IRError
+    from legato.ir.errors import IRError
     from legato.ir import Attrs, Call, Function, Module, TensorType, Value
-    from legato.specialize import check_types, specialize
+    from legato.runtime.specialize import check_types, specialize
     registry = legato.context().registry
     module = onnx_frontend.load(mlp_model())
     concrete, calls = specialize(module, {"rows": 5}, registry)
@@ -223,10 +223,10 @@ def _relu_chain(rows, count: int, wrong_at: int = -1):
 
 
 def test_a_binding_infers_each_distinct_call_once_and_still_checks_each(monkeypatch):
-    from legato.errors import IRError
-    from legato.registry import OpDef
-    from legato.specialize import Specializer
-    from legato.symbols import symbol
+    from legato.ir.errors import IRError
+    from legato.ops.registry import OpDef
+    from legato.runtime.specialize import Specializer
+    from legato.ir.symbols import symbol
     registry = legato.context().registry
     inferred: Counter = Counter()
     original = OpDef.infer_types

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from onnx.reference.ops.op_pool_common import (get_output_shape_explicit_padding,
                                                get_pad_shape, get_pad_with_auto_pad)
 
-from legato import shapes
-from legato.errors import ShapeError
+from legato.ir import shapes
+from legato.ir.errors import ShapeError
 
 small = st.integers(0, 12)
 positive = st.integers(1, 6)

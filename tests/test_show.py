@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.cli import main
+from legato.cli.commands import main
 from legato.show import COLOURS, dot_text, graph, write
 
 SVG = "{http://www.w3.org/2000/svg}"

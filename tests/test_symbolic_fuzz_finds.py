@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
-from legato.symbols import parse_dim  # noqa: E402
+from legato.ir.symbols import parse_dim  # noqa: E402
 
 BACKENDS = ("cpu_ref", "c_kernels")
 

@@ -1,4 +1,4 @@
-"""Symbolic dimensions (legato.symbols): canonical forms, evaluation, the text form, and
+"""Symbolic dimensions (legato.ir.symbols): canonical forms, evaluation, the text form, and
 tensor types that hold them."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import random
 import pytest
 
 import legato
-from legato.errors import ParseError, ShapeError
+from legato.ir.errors import ParseError, ShapeError
 from legato.ir import TensorType
-from legato.printer import parse_type
-from legato.symbols import Expr, evaluate, parse_dim, symbol
+from legato.ir.text import parse_type
+from legato.ir.symbols import Expr, evaluate, parse_dim, symbol
 
 s, b = symbol("seq"), symbol("batch")
 
@@ -88,7 +88,7 @@ def test_a_module_with_symbolic_dims_prints_and_parses_back():
 
 
 def test_assumptions_are_checked_recorded_or_refused():
-    from legato.symbols import assume_le, check_guard, collecting_guards
+    from legato.ir.symbols import assume_le, check_guard, collecting_guards
     assume_le(s, s + 1, "trivially")  # decidable: no guard
     with pytest.raises(ShapeError, match="needs 5 <= 4"):
         assume_le(5, 4, "a constant slice")

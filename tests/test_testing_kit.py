@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import legato
-from legato.backend import Backend, Condition
-from legato.cli import main
+from legato.legalization.backend import Backend, Condition
+from legato.cli.commands import main
 from legato.ir import TensorType
 from legato.testing import Sample, SampleError, check_backend, samples, table
 from legato.testing.plugins import installed_plugins, plugin_module

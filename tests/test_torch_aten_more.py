@@ -226,7 +226,7 @@ DIRECT = [
 
 @pytest.mark.parametrize("case", range(len(DIRECT)))
 def test_converter_matches_the_aten_op(case):
-    from legato.builder import GraphBuilder
+    from legato.ir.builder import GraphBuilder
     from legato.frontends.torch.ops import ATEN
     packet, shape, args = DIRECT[case]
     x = torch.randn(*shape)
@@ -246,7 +246,7 @@ def test_random_layers_in_training_mode_are_refused():
 
 
 def test_shifts_of_floats_and_det_of_integers_are_refused():
-    from legato.builder import GraphBuilder
+    from legato.ir.builder import GraphBuilder
     from legato.frontends.torch.ops import ATEN
     b = GraphBuilder()
     x, n = b.input("x", (3,), "float32"), b.input("n", (2, 2), "int64")

@@ -174,7 +174,7 @@ DIRECT = {
 
 @pytest.mark.parametrize("name", sorted(DIRECT))
 def test_converter_matches_the_aten_op(name):
-    from legato.builder import GraphBuilder
+    from legato.ir.builder import GraphBuilder
     from legato.frontends.torch.ops import ATEN
     tensors, args = DIRECT[name]
     b = GraphBuilder()

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 import legato
-from legato.errors import quote
-from legato.yamlsource import MAX_BYTES
+from legato.ir.errors import quote
+from legato.legalization.yamlsource import MAX_BYTES
 
 MAX_MESSAGE = 2000
 

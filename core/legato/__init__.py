@@ -6,23 +6,31 @@
     y = b.call("nn.layer_norm", x, None, None)
     c = legato.compile(b.build(y), backend="cpu_ref")
 """
+import sys as _sys
+
 from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
                   load_model, plugin_problems, reference, register_backend, unregister_backend)
-from .builder import GraphBuilder
-from .context import Context, context
-from .custom_ops import decode_custom, encode_custom
-from .fuse import FusePass, function_pattern, fuse, group_by_origin, op_info
-from .layout import convert_layout, register_layout_rule
-from .partition import PartitionPass, partition
-from .passes import FunctionPass, ModulePass, PassManager, PassResult
-from .errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
+from .ir.builder import GraphBuilder
+from .plugins.context import Context, context
+from .legalization.custom_ops import decode_custom, encode_custom
+from .passes.fuse import FusePass, function_pattern, fuse, group_by_origin, op_info
+from .passes.layout import convert_layout, register_layout_rule
+from .passes.partition import PartitionPass, partition
+from .passes.manager import FunctionPass, ModulePass, PassManager, PassResult
+from .ir.errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
                      LegatoWarning, OpError, ParseError, PluginError, RegistrationError, ShapeError)
-from .hookspecs import hookimpl
+from .plugins.hookspecs import hookimpl
 from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
-from .printer import parse
-from .qdq_fold import QDQFoldPass, fold_qdq  # legato.fold_qdq(module), .explain(module)
-from .recompose import RecomposePass, recompose  # the function: legato.recompose(module)
-from .verify import structural_equal, verify
+from .ir.text import parse
+from .passes.qdq_fold import QDQFoldPass, fold_qdq  # legato.fold_qdq(module), .explain(module)
+from .passes.recompose import RecomposePass, recompose  # the function: legato.recompose(module)
+from .ir.verify import structural_equal, verify
+
+from .ir import shapes
+
+# `legato.shapes` is a documented name (the shape rules plugins and importers share);
+# `import legato.shapes` keeps working now that the module lives in legato.ir
+_sys.modules.setdefault(__name__ + ".shapes", shapes)
 
 __version__ = "0.1.0"
 

@@ -10,29 +10,29 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .backend import Backend
-from .buckets import emit_buckets, guarded, plan_buckets, specialize_buckets
-from .capability import parse_capability
-from .config import BackendConfig, load_config
-from .constfold import fold_constants
-from .context import Context, context as current_context
-from .errors import ExecutionError, LegatoError, PluginError, quote
-from .examples import example
-from .executor import Interpreter
+from .legalization.backend import Backend
+from .runtime.buckets import emit_buckets, guarded, plan_buckets, specialize_buckets
+from .legalization.capability import parse_capability
+from .legalization.config import BackendConfig, load_config
+from .passes.constfold import fold_constants
+from .plugins.context import Context, context as current_context
+from .ir.errors import ExecutionError, LegatoError, PluginError, quote
+from .frontends.examples import example
+from .runtime.interpreter import Interpreter
 from .frontends.onnx import load as load_onnx
-from .builder import GraphBuilder
+from .ir.builder import GraphBuilder
 from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
-from .layout import convert_layout
-from .partition import partition
-from .placement import place, recomposed_sources, runs_on
-from .legalize import LegalizeResult, legalize_module
-from .printer import parse
-from .qdq_fold import QDQFoldPass
-from .recompose import recompose_for
-from .specialize import ShapeSpecializing, is_symbolic
-from .symbols import symbolic_dims
-from .report import Report
-from .verify import verify
+from .passes.layout import convert_layout
+from .passes.partition import partition
+from .legalization.placement import place, recomposed_sources, runs_on
+from .legalization.loop import LegalizeResult, legalize_module
+from .ir.text import parse
+from .passes.qdq_fold import QDQFoldPass
+from .passes.recompose import recompose_for
+from .runtime.specialize import ShapeSpecializing, is_symbolic
+from .ir.symbols import symbolic_dims
+from .legalization.report import Report
+from .ir.verify import verify
 
 
 def list_backends() -> list[str]:
@@ -171,7 +171,7 @@ class Compiled:
         self.fallback_calls = frozenset(fallback_calls)  # calls that run on the fallback
         self.callees: dict = {}  # partitioned: external function name -> its Compiled
         self.targets = (backend.name,)  # the backends asked for, first choice first
-        self.buckets: list = []  # shape buckets: the emitted functions (legato.buckets)
+        self.buckets: list = []  # shape buckets: the emitted functions (legato.runtime.buckets)
         self.fallback: Backend | None = None  # where fallback_calls run
         self._runner = runner
         # a plugin's executor that does not say it is thread-safe gets one call at a time
@@ -216,7 +216,7 @@ def compile(model, backend: str | Backend | Sequence = "cpu_ref", config=None,
     binds the symbolic dimensions of an .onnx file (`{"batch": 1, "seq": 128}`).
     `shape_buckets` (emitting backends) writes one function per binding of the symbolic
     dims, every combination of the sizes given (`{"seq": [64, 128, 256]}`: `main_seq64`,
-    ...; legato.buckets)."""
+    ...; legato.runtime.buckets)."""
     host = context or current_context()
     source = verify(load_model(model, context=host, input_shapes=input_shapes), host.registry)
     _check_max_level(max_level)

@@ -22,24 +22,24 @@ is announced by a deprecation warning first. Everything else under `legato.*` is
 and may move without notice (the plugin packages' own test, tests/test_plugin_api.py,
 fails on any other import).
 """
-from legato.backend import Backend
-from legato.builder import GraphBuilder, default_registry
-from legato.calls import make_call
-from legato.capability import parse_capability
-from legato.custom_ops import decode_custom
-from legato.errors import (ConfigError, ExecutionError, LegalizationError, LegatoError,
+from legato.legalization.backend import Backend
+from legato.ir.builder import GraphBuilder, default_registry
+from legato.ir.calls import make_call
+from legato.legalization.capability import parse_capability
+from legato.legalization.custom_ops import decode_custom
+from legato.ir.errors import (ConfigError, ExecutionError, LegalizationError, LegatoError,
                            ShapeError, clip, quote)
-from legato.executor import Interpreter, as_tuple, bind_inputs, describe_call
+from legato.runtime.interpreter import Interpreter, as_tuple, bind_inputs, describe_call
 from legato.ir import CUSTOM_OP, Call, Const, Function, Module, TensorType, Value
 from legato.ops.base import REGISTRY, fail, float_unary_infer, is_float
 from legato.ops.conv import _window_counts as window_counts
 from legato.ops.spectral import dft_axis, dft_sizes
-from legato.planning import Arena, Flat, flatten, last_uses, view_roots
-from legato.registry import REQUIRED, OpDef
-from legato.shapes import (Window, broadcast_shapes, channel_view, norm_axes, norm_axis,
+from legato.runtime.planning import Arena, Flat, flatten, last_uses, view_roots
+from legato.ops.registry import REQUIRED, OpDef
+from legato.ir.shapes import (Window, broadcast_shapes, channel_view, norm_axes, norm_axis,
                            resolve_reshape, slice_params, split_sizes, window)
 from legato.testing import Sample, difference, samples
-from legato.validators import ToolsMissing
+from legato.plugins.validators import ToolsMissing
 
 __all__ = [
     # IR

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import legato
-from legato.builder import make_call
+from legato.ir.builder import make_call
 from legato.testing.draw import FLOATS, Draw
 
 # ops whose float output is exactly the same everywhere when the inputs are exact

@@ -19,7 +19,7 @@ import numpy as np
 
 import legato
 from legato import LegatoError
-from legato.registry import REQUIRED
+from legato.ops.registry import REQUIRED
 
 from .op_generators import GENERATORS
 from .program_builder import ProgramContext

@@ -37,7 +37,7 @@ PASSES = (legato.fuse, lambda m: legato.partition(m, backends=["c_kernels"]),
 def corpus() -> list[str]:
     """Printed modules to mutate, built once per process."""
     if not _corpus:
-        from legato.examples import EXAMPLES
+        from legato.frontends.examples import EXAMPLES
         for name in sorted(EXAMPLES):
             mod = legato.load_model(f"example:{name}")
             _corpus.append(str(mod))

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 import legato
-from legato.config import load_config
+from legato.legalization.config import load_config
 from legato.ir import DTYPES
 from tests.fuzz import InvalidOutput
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 from tests.zoo import check, export, models, report
 
 pytestmark = pytest.mark.zoo

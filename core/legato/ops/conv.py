@@ -10,9 +10,9 @@ import itertools
 
 import numpy as np
 
-from .. import shapes
+from ..ir import shapes
 from ..ir import TensorType
-from ..shapes import Window, channel_view
+from ..ir.shapes import Window, channel_view
 from . import layout_rules
 from .base import composite, f32, fail, is_float, require_float, same_dtype
 

@@ -1,5 +1,5 @@
 """Layout rules of the core ops: how each layout-sensitive op runs on values laid out in
-another layout (legato.layout's pass calls them). Each op names its rule in its
+another layout (legato.passes.layout's pass calls them). Each op names its rule in its
 definition (`layout_rule=`).
 
 A rule gets the pass's context and the call; it returns (new value, perm) per result, with
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Call, Const
-from ..shapes import norm_axes
+from ..ir.shapes import norm_axes
 
 LAYOUTS = ("NCHW", "NHWC")
 Perm = tuple  # original = permute_dims(new, perm); None is the identity

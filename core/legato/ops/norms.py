@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir import TensorType
-from .. import shapes
+from ..ir import shapes
 from . import layout_rules
 from .base import broadcast_shapes, composite, f32, fail, norm_axes, require_float
 from .composite import count

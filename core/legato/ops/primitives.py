@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import CUSTOM_OP, TensorType
-from ..shapes import resolve_reshape, slice_params, split_sizes  # split and slice: re-exported
+from ..ir.shapes import resolve_reshape, slice_params, split_sizes  # split and slice: re-exported
 from . import layout_rules
 from .base import (broadcast_shapes, fail, is_float, norm_axes, norm_axis, primitive,
                    reduced_shape, same_dtype)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..ir import Const, TensorType
-from ..shapes import channel_view
+from ..ir.shapes import channel_view
 from .base import T, composite, f32, fail, require_float, same_dtype
 
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1)}

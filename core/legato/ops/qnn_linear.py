@@ -7,7 +7,7 @@ that order), rounded half to even, shifted by the output zero point and saturate
 from __future__ import annotations
 
 from ..ir import TensorType
-from ..shapes import broadcast_shapes
+from ..ir.shapes import broadcast_shapes
 from .base import T, composite, f32, fail
 from .conv import CONV_ATTRS, _conv2d
 from .qnn import QUANT_RANGES, _check_qparams, along_axis, one_value, scale_check

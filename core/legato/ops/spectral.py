@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import LegatoError
+from ..ir.errors import LegatoError
 from ..ir import TensorType
 from .base import T, composite, f32, fail
 

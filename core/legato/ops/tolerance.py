@@ -46,7 +46,7 @@ def error_bound(op: str, dtype: str = "float32", registry=None) -> float:
     LOW_PRECISION_ULPS ulps of their own where the op is not exact). The op's definition
     comes from `registry` (default: the current context's, which holds plugin ops)."""
     if registry is None:
-        from ..context import context
+        from ..plugins.context import context
         registry = context().registry
     opdef = registry.find(op)  # a plugin's op may be gone; unknown ops get the default
     bound = DEFAULT_ERROR if opdef is None or opdef.tolerance is None else opdef.tolerance

@@ -5,7 +5,7 @@ node coloured by its decision (legal, kept, decomposed, custom, fallback, failed
 calls a decomposition produced are grouped in a cluster labelled with the op and source
 call they came from; calls of external and primitive functions are boxes naming their
 backend or pattern. Hovering a node shows op, attributes, types and the reason. Beside the
-drawings, a table gives the placement and cost report (legato.placement).
+drawings, a table gives the placement and cost report (legato.legalization.placement).
 
 `graph(...)` builds the picture as plain data (`Picture`); `dot_text` writes Graphviz DOT;
 legato.show.svg lays it out as SVG itself (so no Graphviz install is needed) and wraps
@@ -20,17 +20,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import api
-from ..backend import BACKEND_RULE, DECLINED, TAKEN
-from ..cli_model import add_model_arguments, backends_arg, load
-from ..config import load_config
-from ..context import Context, context as current_context
-from ..errors import LegatoError
+from ..legalization.backend import BACKEND_RULE, DECLINED, TAKEN
+from ..cli.model import add_model_arguments, backends_arg, load
+from ..legalization.config import load_config
+from ..plugins.context import Context, context as current_context
+from ..ir.errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
-from ..layout import convert_layout
-from ..placement import place
-from ..qdq_fold import QDQFoldPass
-from ..recompose import recompose_for
-from ..report import sentence
+from ..passes.layout import convert_layout
+from ..legalization.placement import place
+from ..passes.qdq_fold import QDQFoldPass
+from ..passes.recompose import recompose_for
+from ..legalization.report import sentence
 from .dot import dot_text
 from .picture import COLOURS, Graph, Node, Picture
 from .svg import html_page, svg_text

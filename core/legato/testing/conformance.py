@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api
-from ..backend_checks import signature_problem
-from ..builder import GraphBuilder
-from ..errors import LegatoError, clip
+from ..legalization.backend_checks import signature_problem
+from ..ir.builder import GraphBuilder
+from ..ir.errors import LegatoError, clip
 from ..ir import CUSTOM_OP
 from ..ops.tolerance import ROUNDING_OPS, error_bound
 from .declared import MAX_COMBINATIONS, combinations, declares, draw

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from ..errors import LegatoError
+from ..ir.errors import LegatoError
 from ..ir import thaw_attr
 from .samples import SampleError, checked, default_registry, samples
 

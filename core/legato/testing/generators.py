@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import CUSTOM_OP
-from ..registry import REQUIRED
+from ..ops.registry import REQUIRED
 from .draw import INTS
 
 GENERATORS: dict = {}

@@ -19,8 +19,8 @@ import types
 from pathlib import Path
 from typing import Mapping
 
-from ..hookspecs import hookimpl
-from ..plugins import GROUP, reload_plugins
+from ..plugins.hookspecs import hookimpl
+from ..plugins.host import GROUP, reload_plugins
 
 
 def write_distributions(folder: str | Path, plugins: Mapping[str, object]) -> list[str]:

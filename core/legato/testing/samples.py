@@ -19,11 +19,11 @@ from typing import Mapping
 
 import numpy as np
 
-from ..builder import make_call
-from ..context import context
-from ..errors import LegatoError, OpError, clip
+from ..ir.builder import make_call
+from ..plugins.context import context
+from ..ir.errors import LegatoError, OpError, clip
 from ..ir import CUSTOM_OP, Call, TensorType, Value
-from ..legalize import encode_custom
+from ..legalization.loop import encode_custom
 from .draw import Draw
 from . import generators_qnn  # noqa: F401 - registers the qnn products' generators
 from .generators import generator_for

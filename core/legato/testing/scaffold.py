@@ -16,7 +16,7 @@ import keyword
 import re
 from pathlib import Path
 
-from ..errors import LegatoError
+from ..ir.errors import LegatoError
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 

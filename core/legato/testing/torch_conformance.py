@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..errors import LegatoError
+from ..ir.errors import LegatoError
 from ..frontends.torch.importer import flat_items
 from .outcomes import outcome_rows
 

@@ -1,7 +1,7 @@
 """The planned executor of the c_kernels backend.
 
 Planning happens once, on the whole module as one flat sequence of calls (functions
-that main calls, e.g. fused or partitioned regions, are inlined: `legato.planning`).
+that main calls, e.g. fused or partitioned regions, are inlined: `legato.runtime.planning`).
 Every value gets a buffer (reused by liveness, in place where the op is elementwise or
 its kernel says it computes in place and the input dies there, a view where the kernel
 says its result may be one: reshape);

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import cnn, mlp, random_inputs, transformer
+from legato.frontends.examples import cnn, mlp, random_inputs, transformer
 
 
 def test_c_kernels_is_installed_and_registered():
@@ -220,8 +220,8 @@ def test_modules_with_functions_are_planned_whole(how):
     stats = c._runner.stats()
     assert type(c._runner).__name__ == "PlannedExecutor" and stats["replayed"] == stats["steps"]
     x = random_inputs(mod, 3)
-    for got, want in zip(legato.executor.as_tuple(c(*x)),
-                         legato.executor.as_tuple(legato.reference(mod)(*x))):
+    for got, want in zip(legato.runtime.interpreter.as_tuple(c(*x)),
+                         legato.runtime.interpreter.as_tuple(legato.reference(mod)(*x))):
         assert rel_error(got, want) <= 1e-5
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import random_inputs
+from legato.frontends.examples import random_inputs
 
 BACKENDS = ["c_kernels", ["c_kernels", "cpu_ref"]]
 
@@ -69,8 +69,8 @@ def _check_against_reference(mod, backend, seeds=(1, 2, 3)):
     for seed in seeds:
         inputs = random_inputs(mod, seed)
         before = [a.copy() for a in inputs]
-        got = legato.executor.as_tuple(compiled(*inputs))
-        want = legato.executor.as_tuple(reference(*inputs))
+        got = legato.runtime.interpreter.as_tuple(compiled(*inputs))
+        want = legato.runtime.interpreter.as_tuple(reference(*inputs))
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype

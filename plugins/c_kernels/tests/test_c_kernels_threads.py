@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import cnn, mlp, random_inputs, transformer
+from legato.frontends.examples import cnn, mlp, random_inputs, transformer
 from legato_c_kernels import kernels as K
 from legato_c_kernels.executor import make_executor
 
@@ -33,12 +33,12 @@ def _serial_then_concurrent(compiled, mod):
     """(serial results, concurrent results) for THREADS x CALLS distinct inputs."""
     seeds = range(THREADS * CALLS)
     inputs = {seed: random_inputs(mod, seed) for seed in seeds}
-    serial = {seed: legato.executor.as_tuple(compiled(*inputs[seed])) for seed in seeds}
+    serial = {seed: legato.runtime.interpreter.as_tuple(compiled(*inputs[seed])) for seed in seeds}
     start = threading.Barrier(THREADS)
 
     def worker(first):
         start.wait(timeout=60)
-        return {seed: legato.executor.as_tuple(compiled(*inputs[seed]))
+        return {seed: legato.runtime.interpreter.as_tuple(compiled(*inputs[seed]))
                 for seed in range(first, first + CALLS)}
 
     concurrent = {}

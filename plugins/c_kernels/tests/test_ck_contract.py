@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 
 from ck_util import f32
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 
 from ck_util import assert_close, f32
 
@@ -242,7 +242,7 @@ def test_pool_nan_and_errors(rng):
     ((4, 4), (3, 3), (3, 2), (0, 1, 2, 1)),
 ])
 def test_ceil_mode_windows_follow_the_shared_rule(rng, size, pool, stride, padding):
-    """Output sizes come from legato.shapes (ONNX/PyTorch: a last ceil-mode window must
+    """Output sizes come from legato.ir.shapes (ONNX/PyTorch: a last ceil-mode window must
     start inside the input or the begin padding); values agree with cpu_ref."""
     import legato
     x = f32(rng, 1, 2, *size)

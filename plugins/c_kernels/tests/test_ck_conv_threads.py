@@ -8,7 +8,7 @@ import pytest
 
 import legato
 from ck_util import assert_close, f32
-from legato.examples import cnn, random_inputs
+from legato.frontends.examples import cnn, random_inputs
 from test_ck_conv_pool import conv_ref
 
 from legato_c_kernels import kernels as K
@@ -66,7 +66,7 @@ def test_cnn_on_two_threads_matches_one(monkeypatch):
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
-        results.append(legato.executor.as_tuple(legato.compile(mod, "c_kernels")(*inputs)))
+        results.append(legato.runtime.interpreter.as_tuple(legato.compile(mod, "c_kernels")(*inputs)))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import legato
-from legato.builder import default_registry
-from legato.errors import LegatoError
+from legato.ir.builder import default_registry
+from legato.ir.errors import LegatoError
 from legato.ir import TensorType
 from legato.ops import CORE_OPS
-from legato.registry import REQUIRED
+from legato.ops.registry import REQUIRED
 
 from legato_c_kernels import kernels as K
 from legato_c_kernels.kernels import elementwise

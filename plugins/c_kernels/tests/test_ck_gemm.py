@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 
 from ck_util import ACTS, SIZES, assert_close, f32, gemm_close, mm_ref
 

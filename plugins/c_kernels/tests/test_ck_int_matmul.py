@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import ExecutionError
+from legato.ir.errors import ExecutionError
 from legato_c_kernels.kernels import int_matmul as im
 from legato_c_kernels.kernels import matmul
 

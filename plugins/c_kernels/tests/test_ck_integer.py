@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 from legato.testing import samples
 from legato_c_kernels import kernels as K
 from legato_c_kernels.kernels import casts, elementwise

@@ -38,7 +38,7 @@ def test_every_c_program_entry_matches_its_prototype():
 
 def test_merged_steps_compute_what_the_steps_compute():
     from legato_c_kernels.executor import PlannedExecutor
-    from legato.examples import random_inputs, transformer
+    from legato.frontends.examples import random_inputs, transformer
     mod = transformer(seq=8, d_model=16, heads=2, ffn=32, blocks=2)
     x = random_inputs(mod)
     merged = legato.compile(mod, "c_kernels")
@@ -52,7 +52,7 @@ def test_merged_steps_compute_what_the_steps_compute():
 
 
 def test_a_failing_call_in_a_program_is_named():
-    from legato.errors import ExecutionError
+    from legato.ir.errors import ExecutionError
     from legato_c_kernels import program
     from legato_c_kernels.kernels import elementwise
     from legato_c_kernels._lib import lib

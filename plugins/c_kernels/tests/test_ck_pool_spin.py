@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from legato.errors import ExecutionError
+from legato.ir.errors import ExecutionError
 from legato_c_kernels import kernels as K
 from legato_c_kernels._lib import lib
 

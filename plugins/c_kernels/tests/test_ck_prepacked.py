@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 
 from ck_util import ACTS, SIZES, assert_close, available_isas, f32, gemm_close, mm_ref
 

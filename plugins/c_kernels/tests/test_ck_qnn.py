@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import ExecutionError
+from legato.ir.errors import ExecutionError
 from legato_c_kernels._lib import lib
 from legato_c_kernels.kernels import qnn
 

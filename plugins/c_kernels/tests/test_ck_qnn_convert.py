@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import ExecutionError
+from legato.ir.errors import ExecutionError
 from legato_c_kernels.kernels import qnn_elementwise as qe
 
 onnx = pytest.importorskip("onnx")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 from legato_c_kernels import kernels as K
 from legato_cpu_ref.indexing import scatter_elements as reference
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import legato
-from legato.errors import LegatoError
+from legato.ir.errors import LegatoError
 from legato.testing import Sample, samples
 from legato.testing.samples import checked
 from legato_cpu_ref.kernels import KERNELS

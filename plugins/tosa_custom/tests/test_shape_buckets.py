@@ -13,8 +13,8 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
-from legato.cli import main as cli_main  # noqa: E402
-from legato.cli_model import parse_shapes  # noqa: E402
+from legato.cli.commands import main as cli_main  # noqa: E402
+from legato.cli.model import parse_shapes  # noqa: E402
 from legato_tosa_custom.buckets import functions, parameter_shapes  # noqa: E402
 from legato_tosa_custom.tools import ToolError  # noqa: E402
 

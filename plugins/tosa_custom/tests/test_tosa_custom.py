@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import legato
-from legato.cli import main as cli_main
-from legato.errors import LegalizationError
+from legato.cli.commands import main as cli_main
+from legato.ir.errors import LegalizationError
 from legato.testing import backend_conformance
 from legato_tosa_custom import decode_tosa_custom, emit_mlir
 from legato_tosa_custom.kernels import simulate

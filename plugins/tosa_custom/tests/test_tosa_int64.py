@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import LegalizationError
+from legato.ir.errors import LegalizationError
 from legato_tosa_custom import emit_mlir, narrow_inputs
 from legato_tosa_custom.cases import KEEP, assert_matches
 from legato_tosa_custom.kernels import simulate

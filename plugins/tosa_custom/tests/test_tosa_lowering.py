@@ -10,7 +10,7 @@ import yaml
 
 import legato
 import legato.testing
-from legato.capability import parse_capability
+from legato.legalization.capability import parse_capability
 from legato_tosa_custom import emit_mlir, lowering
 from legato_tosa_custom.cases import KEEP, core_ops, own_ops
 from legato_tosa_custom.emitter import FORMS, emit_function
@@ -126,5 +126,5 @@ def test_an_empty_function_result_is_still_refused():
     b = legato.GraphBuilder()
     x = b.input("x", (2, 3))
     module = b.build(b.call("strided_slice", x, begin=[3], end=[3], strides=[1], axes=[1]))
-    with pytest.raises(legato.errors.LegatoError, match="empty"):
+    with pytest.raises(legato.ir.errors.LegatoError, match="empty"):
         legato.compile(module, "tosa_custom")

@@ -16,7 +16,7 @@ import pytest
 
 import legato
 from legato import GraphBuilder
-from legato.errors import ConfigError
+from legato.ir.errors import ConfigError
 from legato_tosa_custom import backend
 from legato_tosa_custom.quantized import apply_scale_32, multiplier_shift
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.errors import LegalizationError
+from legato.ir.errors import LegalizationError
 from legato_tosa_custom import emit_mlir
 from legato_tosa_custom.kernels import simulate
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import legato
-from legato.examples import random_inputs
+from legato.frontends.examples import random_inputs
 from legato_tosa_custom import emit_mlir
 from legato_tosa_custom.cases import KEEP, MODEL_KEEPS, assert_matches, assert_within_bound, \
     core_ops, keep, lowered_ops, sample_module

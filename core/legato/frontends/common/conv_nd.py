@@ -4,7 +4,7 @@ these) as a stride-1 convolution of the input with zeros inserted between its el
 padded by the kernel's reach, with the kernel flipped and its channel axes swapped."""
 from __future__ import annotations
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 
 
 def pad_axis(b, x, axis: int, before: int, after: int):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...calls import Emitter, run_decomposition
-from ...errors import LegatoError
+from ...ir.calls import Emitter, run_decomposition
+from ...ir.errors import LegatoError
 from ...ir import Call, Const, TensorType, Value
-from ...shapes import norm_axes, norm_axis, slice_params, split_sizes
-from ...symbols import Expr, assume_le, never_negative
+from ...ir.shapes import norm_axes, norm_axis, slice_params, split_sizes
+from ...ir.symbols import Expr, assume_le, never_negative
 
 FOLD_DTYPES = ("int64", "int32", "int8", "uint8", "bool")
 # float results fold only through the kernels below (each one IEEE-exact, as on any

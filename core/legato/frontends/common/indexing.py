@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ...ir import Const
-from ...shapes import norm_axis
+from ...ir.shapes import norm_axis
 
 
 def flat_index(b, indices, dims):

@@ -9,7 +9,7 @@ integer. Tensor data is checked by `tensors`.
 """
 from __future__ import annotations
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const, Value
 from ..common.fold import dequantized
 from .tensors import onnx_dtype, quote

@@ -17,11 +17,11 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from ...builder import GraphBuilder
-from ...errors import LegatoError
+from ...ir.builder import GraphBuilder
+from ...ir.errors import LegatoError
 from ...ir import Call, Const, Module, Origin, Value
-from ...symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_dims
-from ...verify import verify
+from ...ir.symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_dims
+from ...ir.verify import verify
 from ..common.fold import fold_calls, foldable, is_symbolic_const, shape_const
 from . import converters  # noqa: F401  (every converter registers)
 from .check import check_graph, check_opset_range, check_text

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ...ir import Const
-from ...shapes import broadcast_shapes
+from ...ir.shapes import broadcast_shapes
 from ..common.einsum import contract, sum_others
 from ..common.indexing import flat_index, scatter_rows
 from .convert import converter

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from .worker import ANSWER, HEADER, read_exactly
 
 WORKER = Path(__file__).with_name("worker.py")

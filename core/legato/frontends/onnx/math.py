@@ -8,8 +8,8 @@ from functools import reduce
 import numpy as np
 
 from ...ir import Const, TensorType
-from ...shapes import norm_axes
-from ...symbols import Expr, assume_le
+from ...ir.shapes import norm_axes
+from ...ir.symbols import Expr, assume_le
 from ..common import linalg, shifts
 from ..common.indexing import one_hot_values
 from .convert import converter, onnx_dtype

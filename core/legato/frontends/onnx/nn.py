@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import shapes
+from ...ir import shapes
 from ..common import conv_nd, resample
-from ...errors import quote
+from ...ir.errors import quote
 from ...ir import Const
 from ...ops.conv import pad_spatial, window_slices
 from .convert import converter, onnx_dtype

@@ -8,8 +8,8 @@ import numpy as np
 
 from ...ir import Const
 from ...ops import REGISTRY
-from ...shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
-from ...symbols import Expr, assume_le
+from ...ir.shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
+from ...ir.symbols import Expr, assume_le
 from ..common.fold import shape_const
 from ..common.indexing import one_hot_values
 from .convert import converter, onnx_dtype

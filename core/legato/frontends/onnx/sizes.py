@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Call, Const
-from ...symbols import Expr, never_negative
+from ...ir.symbols import Expr, never_negative
 from ..common.fold import is_symbolic_const
 
 

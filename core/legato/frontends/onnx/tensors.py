@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import LegatoError, quote
+from ...ir.errors import LegatoError, quote
 from ...ir import DTYPES
 
 EXTERNAL = 1   # TensorProto.EXTERNAL

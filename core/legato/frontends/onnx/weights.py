@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 
 MIN_MAPPED_BYTES = 16 * 1024   # smaller tensors stay in the message (shape inference reads them)
 # TensorProto element types whose raw data is a plain little-endian numpy array

@@ -4,7 +4,7 @@ count outside [0, bits) gives 0, or -1 for a negative value shifted right. They 
 in ops.ATEN."""
 from __future__ import annotations
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ..common import shifts
 from .ops import _in_dtype, aten, result_dtype
 

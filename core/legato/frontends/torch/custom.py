@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from ...errors import LegatoError, quote
+from ...ir.errors import LegatoError, quote
 from .registry import CONVERTERS, register, unregister  # noqa: F401 - re-exported
 
 _TRACED: dict = {}   # (op, argument kinds) -> the decomposed program, or why there is none
@@ -36,7 +36,7 @@ def _names(target) -> tuple[str, str]:
 
 
 def registered(target) -> tuple[Callable, str] | None:
-    from ...plugins import get_host
+    from ...plugins.host import get_host
     from . import converters  # noqa: F401 - legato's own converters register
     get_host()  # plugins register their converters when they load
     exact, every = _names(target)

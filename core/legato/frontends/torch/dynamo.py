@@ -49,7 +49,7 @@ from collections import Counter
 import numpy as np
 
 from ...api import compile as legato_compile, get_backend, list_backends
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from . import custom, fft
 from . import importer as torch_frontend
 from .ops import ATEN, refusal

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
 from .registry import register
 from .ops import aten

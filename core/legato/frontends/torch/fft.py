@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const, Value
-from ...shapes import broadcast_shapes, norm_axis
+from ...ir.shapes import broadcast_shapes, norm_axis
 from .ops import ATEN
 
 COMPLEX_FLOAT = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}

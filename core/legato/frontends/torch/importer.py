@@ -24,11 +24,11 @@ import operator
 import os
 import re
 
-from ...builder import GraphBuilder
-from ...errors import LegatoError
+from ...ir.builder import GraphBuilder
+from ...ir.errors import LegatoError
 from ...ir import Call, Const, Module, Origin
-from ...symbols import GUARDS, collecting_guards
-from ...verify import verify
+from ...ir.symbols import GUARDS, collecting_guards
+from ...ir.verify import verify
 from ..common.fold import fold_calls, foldable
 from . import converters  # noqa: F401  (every converter registers)
 from . import custom, fft, quant, symbolic, views

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from ...errors import LegatoError
-from ...shapes import broadcast_shapes
+from ...ir.errors import LegatoError
+from ...ir.shapes import broadcast_shapes
 from ..common.indexing import flat_index, scatter_rows
 from .ops import aten
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
 from ..common import resample
 from .nn import convolution

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import string
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ..common import linalg
 from ..common.einsum import contract
 from .ops import aten

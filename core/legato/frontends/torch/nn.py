@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ..common import conv_nd, resample
 from .ops import ATEN, aten
 

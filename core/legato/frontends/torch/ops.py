@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
 from ...ops import REGISTRY
-from ...shapes import broadcast_shapes, chunk_sizes, norm_axis
+from ...ir.shapes import broadcast_shapes, chunk_sizes, norm_axis
 
 ATEN: dict = {}
 # ops legato has whole: kept out of PyTorch's decomposition table so they stay high-level

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
 from .ops import aten
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
 from ...ops.qnn import QUANT_RANGES
 from .registry import register

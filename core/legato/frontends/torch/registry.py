@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from ...errors import RegistrationError, quote
+from ...ir.errors import RegistrationError, quote
 
 OP_NAME = re.compile(r"(?P<ns>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
 # the custom ops with a converter in legato itself (experts.py, quant.py)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Const
-from ...shapes import norm_axis
+from ...ir.shapes import norm_axis
 from .ops import aten
 
 

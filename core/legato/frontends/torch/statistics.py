@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ...ir import Const
-from ...shapes import norm_axis
+from ...ir.shapes import norm_axis
 from .ops import aten
 from .tensors import zeros
 

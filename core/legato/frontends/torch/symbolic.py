@@ -7,8 +7,8 @@ import inspect
 import operator
 import re
 
-from ...errors import LegatoError, ShapeError
-from ...symbols import Expr, parse_dim
+from ...ir.errors import LegatoError, ShapeError
+from ...ir.symbols import Expr, parse_dim
 from .ops import ATEN
 
 _TORCH_SYMBOL = re.compile(r"\b[su]\d+\b")

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
-from ...shapes import norm_axis
-from ...symbols import Expr, assume_le
+from ...ir.shapes import norm_axis
+from ...ir.symbols import Expr, assume_le
 from ..common.indexing import one_hot_values
 from .ops import ATEN, aten, empty_reduction, wrapped
 

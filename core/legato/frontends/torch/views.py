@@ -8,9 +8,9 @@ import operator
 
 import numpy as np
 
-from ...errors import LegatoError
+from ...ir.errors import LegatoError
 from ...ir import Const
-from ...shapes import broadcast_shapes, norm_axis
+from ...ir.shapes import broadcast_shapes, norm_axis
 from .ops import ATEN, aten
 from .tensors import full_like, zeros
 

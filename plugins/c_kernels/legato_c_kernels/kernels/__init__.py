@@ -10,7 +10,7 @@ returned (for executors that plan buffers). ``out`` may alias an input.
 Before any call into C the inputs are validated: dtype float32, consistent shapes,
 valid attributes. Non-contiguous inputs are passed as strided views where the C kernel
 supports it (GEMM operands, broadcasting binary ops, permute) and copied otherwise.
-Every failure raises :class:`legato.errors.ExecutionError` (a ``LegatoError``) whose
+Every failure raises :class:`legato.ir.errors.ExecutionError` (a ``LegatoError``) whose
 message names the op; attribute combinations a kernel does not implement (e.g. NHWC
 conv) raise it too, saying so.
 

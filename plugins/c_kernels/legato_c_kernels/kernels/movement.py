@@ -7,7 +7,7 @@ the memory; what makes them fast in a planned executor is `bind`: the view of th
 input a result copies (a slice, a broadcast, a split part, the interior of a pad) is
 worked out once, on the planned buffer, and each run is one numpy copy or ufunc with
 `out=` (no attribute parsing, no temporaries). Semantics follow the reference kernels
-(cpu_ref) through the same `legato.shapes` rules.
+(cpu_ref) through the same `legato.ir.shapes` rules.
 """
 from __future__ import annotations
 

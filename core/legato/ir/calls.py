@@ -1,0 +1,258 @@
+"""Creating calls: `make_call` validates arity and attributes and infers the result types
+at once, so a mistake is reported where it is made; `Emitter` records the calls a
+decomposition or a rewrite writes; `Recipes` replays a decomposition recorded on inputs
+alike (repeated layers). All take the registry explicitly: this module sits
+below the registries, the plugin host and the context, and imports none of them.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import OpError
+from .graph import Attrs, Call, Const, Origin, Value
+
+
+def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
+              origin: Origin | None = None) -> Call:
+    """Create a call: check arity and optional inputs, normalize attributes, infer types."""
+    opdef = registry.get(op)
+    if len(inputs) < len(opdef.inputs) and all(s.optional for s in opdef.inputs[len(inputs):]):
+        inputs = tuple(inputs) + (None,) * (len(opdef.inputs) - len(inputs))  # omitted optionals
+    opdef.check_arity(len(inputs))
+    for index, value in enumerate(inputs):
+        if value is None:
+            if not opdef.input_spec(index).optional:
+                raise OpError(f"{op}: input {index} ({opdef.input_spec(index).name}) "
+                              f"is required but got None; signature is {opdef.signature()}")
+        elif not isinstance(value, Value):
+            raise OpError(f"{op}: input {index} is a {type(value).__name__}, not a Value")
+    if not isinstance(attrs, Attrs):
+        attrs = opdef.normalize_attrs(attrs)
+    types = opdef.infer_types([None if v is None else v.type for v in inputs], attrs)
+    opdef.check_consts(inputs, attrs)
+    return Call(op, tuple(inputs), attrs, tuple(Value(t) for t in types), origin)
+
+
+_SCALARS: dict = {}
+
+
+def scalar_const(value, dtype: str) -> Const:
+    """A rank-0 constant; shared between uses, as constants are immutable."""
+    key = (type(value), value, dtype)
+    const = _SCALARS.get(key)
+    if const is None:
+        if len(_SCALARS) >= 4096:
+            _SCALARS.clear()
+        const = _SCALARS[key] = Const.of(value, dtype=dtype)
+    return const
+
+
+class Recorder:
+    """Shared core of GraphBuilder and Emitter: records calls, turns literals into consts."""
+
+    def __init__(self, registry):
+        self.registry = registry
+        self.calls: list[Call] = []
+
+    def const(self, array, dtype: str | None = None, name: str | None = None) -> Const:
+        return Const.of(array, name, dtype)
+
+    def scalar(self, value, dtype: str) -> Const:
+        """A rank-0 constant of the given dtype (or of a value's dtype)."""
+        if isinstance(dtype, Value):
+            dtype = dtype.dtype
+        return scalar_const(value, dtype)
+
+    def _with_literals(self, inputs) -> list:
+        # a literal takes the dtype of the data it meets: where(cond, x, 0.0) is x's dtype
+        tensors = [v for v in inputs if isinstance(v, Value)]
+        dtype = next((v.dtype for v in tensors if v.dtype != "bool"),
+                     tensors[0].dtype if tensors else "float32")
+        return [self._as_value(v, dtype) for v in inputs]
+
+    def _as_value(self, item, dtype: str | None):
+        if item is None or isinstance(item, Value):
+            return item
+        if isinstance(item, (bool, int, float)):
+            return scalar_const(item, dtype)
+        if isinstance(item, (np.ndarray, np.generic, list)):
+            return Const.of(item, dtype=dtype if not isinstance(item, np.ndarray) else None)
+        raise OpError(f"cannot use {type(item).__name__} as an op input")
+
+    def call(self, op: str, *inputs, **attrs):
+        """Append a call of `op`; returns its result (a tuple for several results)."""
+        values = inputs
+        for item in inputs:  # decompositions mostly pass values: no literals to convert
+            if item is not None and not isinstance(item, Value):
+                values = self._with_literals(inputs)
+                break
+        call = make_call(self.registry, op, values, attrs, self._origin())
+        self.calls.append(call)
+        return call.outputs[0] if len(call.outputs) == 1 else call.outputs
+
+    def _origin(self):
+        return None
+
+    def __getattr__(self, name: str):
+        # b.add(x, y), b.nn_softmax(x, axis=-1): sugar for b.call("add"/"nn.softmax", ...)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        op = name.replace("nn_", "nn.", 1).replace("qnn_", "qnn.", 1) \
+            if name.startswith(("nn_", "qnn_")) else name
+        if op not in self.registry:
+            raise AttributeError(f"{type(self).__name__} has no attribute or op {name!r}")
+        return lambda *inputs, **attrs: self.call(op, *inputs, **attrs)
+
+
+class Emitter(Recorder):
+    """What a decomposition writes into; stamps every call with its origin."""
+
+    def __init__(self, registry, origin: Origin | None = None):
+        super().__init__(registry)
+        self.origin = origin
+
+    def _origin(self):
+        return self.origin
+
+
+def run_decomposition(emitter: Emitter, opdef, inputs, attrs: Attrs,
+                      recipes: "Recipes | None" = None) -> tuple[Value, ...]:
+    """Run `opdef`'s decomposition on `inputs`, recording into `emitter`; with `recipes`,
+    a decomposition already run on inputs alike is replayed instead (see Recipes)."""
+    if recipes is not None:
+        return recipes.run(emitter, opdef, inputs, attrs)[0]
+    result = opdef.decompose(emitter, *inputs, **attrs)
+    results = result if isinstance(result, tuple) else (result,)
+    for r in results:
+        if not isinstance(r, Value):
+            raise OpError(f"decomposition of {opdef.name} returned {type(r).__name__}, "
+                          "not a Value")
+    return results
+
+
+SMALL_CONST = 4096  # elements: a constant input up to this size is keyed by its contents
+
+
+class Recipe:
+    """A decomposition's calls with their inputs as references: ("in", i) an input of the
+    op, ("out", k, j) output j of recorded call k, ("const", c) a constant it made."""
+
+    __slots__ = ("calls", "results")
+
+    def __init__(self, calls: tuple, results: tuple):
+        self.calls, self.results = calls, results
+
+    @staticmethod
+    def record(inputs, calls, results) -> "Recipe | None":
+        """The recipe of `calls` on `inputs`, or None where a call reads a value that is
+        neither an input, a result of an earlier call nor a constant."""
+        where: dict = {}
+        for i, v in enumerate(inputs):
+            if v is not None and v not in where:
+                where[v] = ("in", i)
+        steps = []
+        for k, call in enumerate(calls):
+            refs = []
+            for v in call.inputs:
+                ref = None if v is None else where.get(v)
+                if ref is None and v is not None:
+                    if not isinstance(v, Const):
+                        return None
+                    ref = ("const", v)
+                refs.append(ref)
+            steps.append((call.op, tuple(refs), call.attrs,
+                          tuple(o.type for o in call.outputs)))
+            for j, out in enumerate(call.outputs):
+                where[out] = ("out", k, j)
+        refs = []
+        for r in results:
+            ref = where.get(r, ("const", r) if isinstance(r, Const) else None)
+            if ref is None:
+                return None
+            refs.append(ref)
+        return Recipe(tuple(steps), tuple(refs))
+
+    def replay(self, emitter: Emitter, inputs) -> tuple[Value, ...]:
+        """The recorded calls made again on `inputs` (fresh results, the emitter's origin)."""
+        made: list[tuple] = []
+        origin = emitter._origin()
+        out = emitter.calls
+
+        def resolve(ref):
+            if ref is None:
+                return None
+            kind = ref[0]
+            return inputs[ref[1]] if kind == "in" else ref[1] if kind == "const" else \
+                made[ref[1]][ref[2]]
+
+        for op, refs, attrs, types in self.calls:
+            outputs = tuple([Value(t) for t in types])
+            out.append(Call(op, tuple([resolve(r) for r in refs]), attrs, outputs, origin))
+            made.append(outputs)
+        return tuple([resolve(r) for r in self.results])
+
+
+class Recipes:
+    """Decompositions recorded once and replayed: the layers of a model decompose the same
+    op, attributes and input types over and over, and a decomposition is a function of
+    those (and of its constant inputs' contents, and of which inputs are one value). A
+    replay makes the recorded calls on the new inputs without running the decomposition
+    again: their arity, attributes and types were checked when recorded, on the same
+    types and attributes. Kept in `registry.derived`, so a change of the definitions
+    forgets them; a constant input larger than SMALL_CONST elements is keyed by itself,
+    and such recipes stay in this object (they would keep the constant alive)."""
+
+    LIMIT = 4096
+
+    def __init__(self, registry):
+        self.shared = registry.derived("decompositions")
+        self.local: dict = {}
+
+    @staticmethod
+    def key(opdef, inputs, attrs: Attrs):
+        """The op, the attributes, and per input: its type and the first input that is the
+        same value (constants: their contents, or themselves when large)."""
+        parts = []
+        for i, v in enumerate(inputs):
+            if v is None:
+                parts.append(None)
+            elif isinstance(v, Const):
+                parts.append((v.type, v.data.tobytes() if v.data.size <= SMALL_CONST else v))
+            else:
+                parts.append((v.type, next(j for j, w in enumerate(inputs) if w is v)))
+        return (opdef.name, attrs.key(), tuple(parts))
+
+    def run(self, emitter: Emitter, opdef, inputs, attrs: Attrs):
+        """(results, recipe) of the decomposition on `inputs`: replayed when recorded
+        before, else run and recorded (recipe None: it cannot be recorded)."""
+        key = self.key(opdef, inputs, attrs)
+        table = self._table(key)
+        entry = table.get(key)
+        if entry is not None and entry[0] is opdef:
+            return entry[1].replay(emitter, inputs), entry[1]
+        first = len(emitter.calls)
+        results = run_decomposition(emitter, opdef, inputs, attrs)
+        recipe = Recipe.record(inputs, emitter.calls[first:], results)
+        if recipe is not None:
+            if len(table) >= self.LIMIT:
+                table.clear()
+            table[key] = (opdef, recipe)
+        return results, recipe
+
+    def _table(self, key) -> dict:
+        large = any(isinstance(p, tuple) and isinstance(p[1], Const) for p in key[2])
+        return self.local if large else self.shared
+
+
+def trace_decomposition(registry, opdef, input_types, attrs: Attrs):
+    """Run a decomposition on fresh parameters; returns (calls, results)."""
+    params = [None if t is None else Value(t) for t in input_types]
+    emitter = Emitter(registry)
+    results = run_decomposition(emitter, opdef, params, attrs)
+    return emitter.calls, results
+
+
+def literal(value: Any, dtype: str) -> Const:
+    return Const.of(value, dtype=dtype)

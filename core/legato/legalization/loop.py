@@ -1,0 +1,354 @@
+"""Legalization: rewrite every call until the target runs all of them, in one call.
+
+For each call, in order:
+1. kept by the user config: the backend lowers it natively, or tunnels it as a custom op;
+2. level above max_level: decompose;
+3. supported by the backend and not forced to decompose: legal;
+   otherwise, if the backend has a lowering rule for the op (docs/plugins.md), the rule
+   rewrites it into the backend's form (the new calls go through the same steps);
+4. has a decomposition: decompose (the new calls go through the same steps);
+5. supported by the fallback backend: legal there;
+6. otherwise: an error naming the op, attributes, types, backend and each failed route.
+
+Decompositions only use lower-level ops (checked at registration), so the recursion ends.
+External functions are never entered. A decomposition already run on a call alike (same
+op, attributes, input types and constant inputs: the next layer) is replayed rather than
+run again (calls.Recipes), and its calls keep the decisions they got the first time.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
+from ..ir.calls import Emitter, Recipes
+from .config import EMPTY_CONFIG, BackendConfig
+from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
+from ..ir.errors import LegalizationError, LegatoError, ShapeError
+from ..ir import CALL_OP, Call, Function, Module, Origin, Value
+from ..passes.manager import FunctionPass
+from .report import Decision, Report
+
+__all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text",
+           "decode_custom", "encode_custom", "legalize_module"]  # the codec: custom_ops.py
+
+MODES = ("full", "partial", "analysis")
+LEGAL = Decision("legal", "no backend: at or below max_level", "")
+# the rule of a decision that waits for the sizes: a backend's check of a call over
+# symbolic dims needed their values (the call is deferred, decided once they are bound)
+NEEDS_SIZES = "needs sizes"
+
+
+@dataclass
+class LegalizeResult:
+    """The legalized module, the report, and which calls run on the fallback backend."""
+
+    module: Module
+    report: Report
+    fallback_calls: set = field(default_factory=set)  # calls that run on the fallback
+    # calls over symbolic dims whose decomposition needs sizes: left as they are, to be
+    # legalized once the symbols are bound (legato.compile does it per binding)
+    deferred: set = field(default_factory=set)
+
+
+class _Legalizer:
+    def __init__(self, registry, backend, fallback, config: BackendConfig, max_level, mode):
+        self.registry, self.backend, self.fallback = registry, backend, fallback
+        # an explicit max_level overrides the config's; the backend reads it from there
+        self.config = config if max_level is None else replace(config, max_level=max_level)
+        self.mode = mode
+        self.by_value = backend is not None and backend.reads_values
+        self.report = Report(backend.name if backend else None, mode)
+        self.fallback_calls: set[Call] = set()
+        self.deferred: set[Call] = set()
+        self._decisions: dict = {}
+        self.recipes = Recipes(registry)  # decompositions replayed on repeated layers
+        self._replayed: dict = {}  # recipe -> the decisions of its calls
+        # the attribute conditions of the backend's legal ops, to report those no call meets
+        self.watch = {op: c for op, c in backend.legal.items() if c.attrs} if backend else {}
+        # kept calls the backend can neither run nor tunnel: reason -> (op, calls), raised
+        # together so the author sees every op at once
+        self.kept_failures: dict[str, list] = {}
+
+    # --- deciding ---------------------------------------------------------------------------
+
+    def decide(self, call: Call) -> Decision:
+        # a list comprehension: faster than a generator for the few inputs of a call
+        key = value_key(call) if self.by_value else \
+            (call.op, call.attrs, tuple([None if v is None else v.type for v in call.inputs]))
+        decision = self._decisions.get(key)
+        if decision is None:
+            try:
+                decision = self._decide(call)
+            except LegatoError as err:  # a backend's check needs the sizes: decided later
+                if not _needs_sizes(call, err):
+                    raise
+                decision = Decision("legal", str(err), NEEDS_SIZES)
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(self, call: Call, use_rules: bool = True) -> Decision:
+        op, backend, config = call.op, self.backend, self.config
+        if op == CALL_OP:
+            return Decision("legal", "a call of a module function")
+        opdef = self.registry.get(op)
+        level = opdef.level
+        if backend is None:
+            if op in config.keep:
+                return Decision("kept", "kept by config")
+            if config.max_level is not None and level > config.max_level:
+                return Decision("decomposed", f"level {level} is above max_level "
+                                              f"{config.max_level}", "max_level")
+            return LEGAL
+        decision = backend.decide(call, config, level, use_rules)
+        if decision.rule == KEPT:
+            return Decision("failed", self._routes(call, [
+                f"kept by config {config.source}".rstrip(), decision.reason]), KEPT)
+        if decision.rule != DECLINED:
+            return decision
+        why = decision.reason
+        if opdef.decompose is not None:
+            return Decision("decomposed", why, "unsupported")
+        fallback_why = self.fallback.why_not(call) if self.fallback else \
+            f"{backend.name} has no fallback backend"
+        if fallback_why is None:
+            return Decision("fallback", f"{why}; runs on fallback {self.fallback.name}")
+        return Decision("failed", self._routes(call, [
+            f"native: {why}", "decompose: none, it is a primitive (level 0)",
+            f"fallback: {fallback_why}",
+            "custom op: not kept by the config" if backend.custom_ops else
+            f"custom op: {backend.name} does not take custom ops"]))
+
+    def kept_text(self) -> str:
+        """Every kept op the backend can neither run nor tunnel, and the ways out; '' when
+        there is none."""
+        if not self.kept_failures:
+            return ""
+        ops: dict[str, int] = {}
+        for op, n in self.kept_failures.values():
+            ops[op] = ops.get(op, 0) + n
+        name = self.backend.name
+        tunnel = "widen its custom_ops conditions" if self.backend.custom_ops else \
+            "set `custom_ops: true` in its capability file"
+        return (f"backend {name} cannot take {len(ops)} op(s) the config keeps: "
+                + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
+                + f". For each, give {name} a kernel for it (its kernel table) so it runs "
+                f"natively, or {tunnel} to tunnel it as a custom op, or drop it from the "
+                "config's keep.\n" + "\n".join(self.kept_failures) + "\n")
+
+    def _routes(self, call: Call, routes: list[str]) -> str:
+        text = f"cannot legalize {call_text(call)} for backend {self.backend.name}"
+        if call.origin is not None:
+            text += f" (part of {call.origin.op} at {call.origin.source})"
+        return text + ":\n  - " + "\n  - ".join(routes)
+
+    # --- rewriting --------------------------------------------------------------------------
+
+    def function(self, name: str, fn: Function) -> Function:
+        remap: dict[Value, Value] = {}  # keyed by identity; keeps old values alive
+        out: list[Call] = []
+        for index, call in enumerate(fn.calls):
+            self.report.before[call.op] += 1
+            self.emit(_rewire(call, remap), remap, out, f"{name}#{index}", True)
+        results = tuple(remap.get(r, r) for r in fn.results)
+        if len(out) == len(fn.calls) and all(a is b for a, b in zip(out, fn.calls)):
+            return fn
+        return Function(fn.params, tuple(out), results, fn.kind, fn.attrs)
+
+    def emit(self, call: Call, remap, out: list, source: str, from_input: bool,
+             decision: Decision | None = None) -> None:
+        if decision is None:
+            decision = self.decide(call)
+        if decision.rule == NEEDS_SIZES:
+            self._defer(call, out)
+            return
+        if call.op in self.watch:
+            self.report.condition(call.op, self.watch[call.op], call)
+        if decision.rule == BACKEND_RULE:
+            if call.origin is not None and f"lower:{call.op}" in call.origin.rules:
+                # the rule made a call of its own op that is still not legal: it would loop
+                decision = Decision("failed", self._routes(call, [
+                    f"native: {decision.reason}", f"rule lower:{call.op}: produced "
+                    f"{call.op} that is still not legal (rewrite loop)"]))
+            elif self._lower(call, decision, remap, out, source, from_input):
+                return
+            else:  # the rule declined: the other routes
+                decision = self._decide(call, use_rules=False)
+        self.report.record(call.op, decision, from_input,
+                           call.origin.op if call.origin else None)
+        action = decision.action
+        if action == "decomposed":
+            self._decompose(call, decision, remap, out, source)
+            return
+        if action == "failed":
+            if self.mode == "full" and decision.rule == KEPT:
+                self.kept_failures.setdefault(decision.reason, [call.op, 0])[1] += 1
+            elif self.mode == "full":
+                raise LegalizationError(self.kept_text() + decision.reason)
+            else:
+                self.report.failures.append(decision.reason)
+        elif action == "custom" and call.op != CUSTOM_OP:
+            call = self._custom(call, remap, source)
+        elif action == "fallback":
+            self.fallback_calls.add(call)
+        self.report.after[call.op] += 1
+        out.append(call)
+
+    def _decompose(self, call: Call, decision: Decision, remap, out, source) -> None:
+        opdef = self.registry.get(call.op)
+        rule = f"decompose:{call.op}"
+        origin = _child_origin(call, source, rule)
+        emitter = Emitter(self.registry, origin)
+        try:
+            results, recipe = self.recipes.run(emitter, opdef, call.inputs, call.attrs)
+        except Exception as err:
+            if not _needs_sizes(call, err):
+                raise _rule_failed(rule, call, err) from err
+            self._defer(call, out)
+            return
+        _check_types(call, results, rule)
+        # a replayed recipe's calls get the decisions of its first replay here (the same
+        # ops, attributes, input types and constant inputs)
+        known = self._replayed.get(recipe) if recipe is not None else None
+        decisions = []
+        for index, produced in enumerate(emitter.calls):
+            if self.registry.get(produced.op).level >= opdef.level:
+                raise LegalizationError(f"rule {rule} produced {produced.op}, which is not of "
+                                        f"a lower level than {call.op}: rewrite loop")
+            produced = _rewire(produced, remap)
+            decision = self.decide(produced) if known is None else known[index]
+            decisions.append(decision)
+            self.emit(produced, remap, out, source, False, decision)
+        if recipe is not None and known is None:
+            self._replayed[recipe] = decisions
+        for old, new in zip(call.outputs, results):
+            remap[old] = remap.get(new, new)
+
+    def _lower(self, call: Call, decision: Decision, remap, out, source, from_input) -> bool:
+        """Apply the backend's rule `rule(b, call)`; False when it returns None (declines)."""
+        rule = f"lower:{call.op}"
+        emitter = Emitter(self.registry, _child_origin(call, source, rule))
+        try:
+            results = self.backend.rule(call.op)(emitter, call)
+        except Exception as err:
+            if not _needs_sizes(call, err):
+                raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
+            self.report.record(call.op, decision, from_input,
+                               call.origin.op if call.origin else None)
+            self._defer(call, out)
+            return True
+        if results is None:
+            return False
+        self.report.record(call.op, decision, from_input,
+                           call.origin.op if call.origin else None)
+        results = results if isinstance(results, tuple) else (results,)
+        _check_types(call, results, rule)
+        for produced in emitter.calls:
+            self.emit(_rewire(produced, remap), remap, out, source, False)
+        for old, new in zip(call.outputs, results):
+            remap[old] = remap.get(new, new)
+        return True
+
+    def _defer(self, call: Call, out: list) -> None:
+        """Keep `call` as it is: its rewrite needs the sizes, so it is legalized once the
+        symbols are bound."""
+        self.deferred.add(call)
+        self.report.after[call.op] += 1
+        out.append(call)
+
+    def _custom(self, call: Call, remap, source) -> Call:
+        custom = encode_custom(call, self.backend.domain, self.registry)
+        custom = Call(custom.op, custom.inputs, custom.attrs, custom.outputs,
+                      _child_origin(call, source, "custom"))
+        for old, new in zip(call.outputs, custom.outputs):
+            remap[old] = new
+        return custom
+
+
+def _rewire(call: Call, remap: dict) -> Call:
+    """The call with inputs replaced by what they were rewritten to (same call if none)."""
+    if not remap:
+        return call
+    # None (an absent input) is never a key; values compare by identity
+    inputs = tuple([remap.get(v, v) for v in call.inputs])
+    if inputs == call.inputs:
+        return call
+    return Call(call.op, inputs, call.attrs, call.outputs, call.origin)
+
+
+def _rule_failed(rule: str, call: Call, err: Exception) -> LegalizationError:
+    """A rule that raised: a LegatoError is the rule refusing the call; anything else is a
+    bug in the rule, reported with its type so it can be told apart."""
+    what = str(err) if isinstance(err, LegatoError) else \
+        f"{type(err).__name__}: {err} (a bug in the rule)"
+    return LegalizationError(f"rule {rule} failed on {call_text(call)}: {what}")
+
+
+def call_text(call: Call) -> str:
+    """A call as messages show it: op(input types) {attributes}."""
+    types = ", ".join("None" if v is None else str(v.type) for v in call.inputs)
+    return f"{call.op}({types}) {json.dumps(call.attrs.to_json())}"
+
+
+def _child_origin(call: Call, source: str, rule: str) -> Origin:
+    if call.origin is None:
+        return Origin(call.op, call.attrs, source, (rule,))
+    parent = call.origin
+    return Origin(parent.op, parent.attrs, parent.source, parent.rules + (rule,))
+
+
+def _check_types(call: Call, results, rule: str) -> None:
+    got = tuple(r.type for r in results)
+    want = tuple(o.type for o in call.outputs)
+    if got != want:
+        raise LegalizationError(
+            f"rule {rule} changed the types of {call.op} {json.dumps(call.attrs.to_json())}: "
+            f"it produced {[str(t) for t in got]} where the call has {[str(t) for t in want]}")
+
+
+# --- entry point --------------------------------------------------------------------------
+
+def legalize_module(module: Module, registry, backend=None, fallback=None,
+                    config: BackendConfig = EMPTY_CONFIG, max_level: int | None = None,
+                    mode: str = "full") -> LegalizeResult:
+    if mode not in MODES:
+        raise LegatoError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if backend is None and max_level is None and config.max_level is None:
+        raise LegatoError("legalize needs a backend, a max_level, or both")
+    worker = _Legalizer(registry, backend, fallback, config, max_level, mode)
+    legalized, changed = LegalizePass(worker).run(module)
+    if worker.kept_failures:
+        raise LegalizationError(worker.kept_text().rstrip("\n"))
+    worker.report.changed = changed
+    if worker.deferred:
+        ops = sorted({c.op for c in worker.deferred})
+        worker.report.notes.append(f"{len(worker.deferred)} calls ({', '.join(ops)}) need "
+                                   "their symbolic dims bound to be legalized")
+    return LegalizeResult(module if mode == "analysis" else legalized, worker.report,
+                          worker.fallback_calls, worker.deferred)
+
+
+def _needs_sizes(call: Call, err: Exception) -> bool:
+    """A rule failed on a call over symbolic dims for want of their values (a ShapeError,
+    raised by the rule or by a plugin's rule, which wraps it)."""
+    return _symbolic(call) and (isinstance(err, ShapeError) or
+                                isinstance(err.__cause__, ShapeError))
+
+
+def _symbolic(call: Call) -> bool:
+    return any(v is not None and v.type.symbolic for v in (*call.inputs, *call.outputs))
+
+
+class LegalizePass(FunctionPass):
+    """Legalization as a function pass: enters fused (primitive) functions, never external."""
+
+    name = "legalize"
+    enters_primitive = True
+
+    def __init__(self, worker: _Legalizer):
+        self.worker = worker
+
+    def run_function(self, name, fn, module):
+        new = self.worker.function(name, fn)
+        return new, new is not fn
+

@@ -1,0 +1,393 @@
+"""Matching a template against a function's canonical view (legato.passes.patterns).
+
+`Matcher(template, view, claimed, concrete)` finds the template at a call of the view:
+ops and edges always; constants (within a relative 1e-5, broadcast scalars included),
+attributes and result types too when `concrete`. Sums, products, maxima, minima and
+logical and/or are compared as multisets of operands. A transpose of an input in the
+template matches a constant (folded by the rewrite) or a chain of reshapes and transposes
+in the view (the input becomes a `Rearranged` value the rewrite computes).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..ir import Call, Const, TensorType, Value
+from .patterns import Template, View
+from ..ir.shapes import norm_axes
+
+# associative and commutative: operand trees are compared as multisets of leaves
+ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
+SWAP = frozenset({"equal"})
+
+RTOL = 1e-5
+
+
+class Rearranged(NamedTuple):
+    """An op input the rewrite computes from a graph value: `base` reshaped to `shape`
+    (None: as it is), then transposed by `axes` (None: not). Exporters move attention's
+    heads and keys around with reshapes and transposes the op's form writes differently."""
+
+    base: Value
+    shape: tuple | None
+    axes: tuple | None
+
+    @property
+    def type(self) -> TensorType:
+        shape = self.shape if self.shape is not None else self.base.shape
+        if self.axes is not None:
+            shape = tuple(shape[a] for a in self.axes)
+        return TensorType(shape, self.base.dtype)
+
+
+_REARRANGEMENTS: dict = {}
+
+
+def _rearrangement(base: Value, chain: list[Call], inverse: tuple):
+    """`base` through the reshapes and transposes of `chain`, then transposed by
+    `inverse`, as one Rearranged (or `base` itself), or None if it is not one."""
+    key = (base.shape, inverse, tuple((c.op, c.outputs[0].shape, _perm(c, c.outputs[0].rank)
+                                       if c.op == "permute_dims" else None) for c in chain))
+    found = _REARRANGEMENTS.get(key, False)
+    if found is False:  # shapes and permutations decide it: layers repeat them
+        if len(_REARRANGEMENTS) > 1024:
+            _REARRANGEMENTS.clear()
+        found = _REARRANGEMENTS[key] = _solve_rearrangement(base.shape, chain, inverse)
+    if found is None:
+        return None
+    shape, axes = found
+    return base if shape is None and axes is None else Rearranged(base, shape, axes)
+
+
+def _solve_rearrangement(shape: tuple, chain: list[Call], inverse: tuple):
+    """(reshape to, then transpose by) that `_rearrangement` describes, by following the
+    element indices through the chain; None if no such pair exists."""
+    size = int(np.prod(shape, dtype=np.int64))
+    index = np.arange(size).reshape(shape)
+    for call in chain:
+        index = index.reshape(call.outputs[0].shape) if call.op == "reshape" else \
+            np.transpose(index, _perm(call, index.ndim))
+    wanted = np.transpose(index, inverse)
+    if np.array_equal(wanted.ravel(), np.arange(wanted.size)):
+        return (None if wanted.shape == shape else wanted.shape), None
+    if wanted.ndim != len(shape):
+        return None
+    strides = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major strides of base
+    axes, free = [], set(range(len(shape)))
+    for i, n in enumerate(wanted.shape):
+        step = int(wanted[(0,) * i + (1,) + (0,) * (wanted.ndim - i - 1)]) if n > 1 else None
+        match = next((a for a in sorted(free) if shape[a] == n and
+                      (step is None or strides[a] == step)), None)
+        if match is None:
+            return None
+        axes.append(match)
+        free.discard(match)
+    axes = tuple(axes)
+    ok = np.array_equal(np.transpose(np.arange(size).reshape(shape), axes), wanted)
+    return (None, axes) if ok else None
+
+
+class Env:
+    """One partial match: pattern values bound to graph values, pattern calls to graph
+    calls (-1: absorbed into an operand tree), extra graph calls of operand trees."""
+
+    __slots__ = ("binds", "calls", "taken", "extra")
+
+    def __init__(self, binds=None, calls=None, taken=frozenset(), extra=()):
+        self.binds, self.calls = binds or {}, calls or {}
+        self.taken, self.extra = taken, extra
+
+    def bind(self, pid, value) -> "Env":
+        return Env({**self.binds, pid: value}, self.calls, self.taken, self.extra)
+
+    def with_call(self, pi, gi, extra=()) -> "Env":
+        taken = self.taken | {gi} | set(extra) if gi >= 0 else self.taken | set(extra)
+        return Env(self.binds, {**self.calls, pi: gi}, taken, self.extra + tuple(extra))
+
+    def region(self) -> set[int]:
+        return {g for g in self.calls.values() if g >= 0} | set(self.extra)
+
+
+def same_value(a, b) -> bool:
+    return a is b or (isinstance(a, Rearranged) and isinstance(b, Rearranged) and
+                      a.base is b.base and a.shape == b.shape and a.axes == b.axes)
+
+
+def _type_of(value) -> TensorType:
+    return value.type
+
+
+def consts_close(p: Const, g: Const) -> bool:
+    pd, gd = p.data, g.data
+    if pd.size == 1 and gd.size == 1 and pd.dtype != bool and gd.dtype != bool:
+        a, b = float(pd.ravel()[0]), float(gd.ravel()[0])
+        return a == b or math.isclose(a, b, rel_tol=RTOL) or (a != a and b != b)
+    if pd.dtype == bool or gd.dtype == bool:
+        return pd.shape == gd.shape and bool(np.array_equal(pd, gd)) or \
+            (pd.size == 1 or gd.size == 1) and bool(np.all(pd == gd))
+    if pd.size != gd.size and pd.size != 1 and gd.size != 1:
+        return False
+    if pd.size == gd.size and pd.squeeze().shape != gd.squeeze().shape:
+        return False
+    try:
+        a, b = np.broadcast_arrays(pd.astype(np.float64).ravel() if pd.size == gd.size
+                                   else pd.astype(np.float64),
+                                   gd.astype(np.float64).ravel() if pd.size == gd.size
+                                   else gd.astype(np.float64))
+    except ValueError:
+        return False
+    return bool(np.allclose(a, b, rtol=RTOL, atol=0.0, equal_nan=True))
+
+
+def _perm(call: Call, rank: int) -> tuple:
+    axes = call.attrs.get("axes")
+    return tuple(range(rank - 1, -1, -1)) if axes is None else \
+        tuple(a % rank for a in axes)
+
+
+def attrs_equal(pc: Call, gc: Call) -> bool:
+    if pc.op in ("reshape", "broadcast_to"):
+        return True  # the output types say it all
+    for key, pa in pc.attrs.items():
+        ga = gc.attrs.get(key)
+        if key in ("axes", "axis") and pc.op != "permute_dims" and pc.inputs and \
+                pc.inputs[0] is not None and pa is not None and ga is not None:
+            rank = pc.inputs[0].rank
+            try:
+                pa = sorted(norm_axes(pa if isinstance(pa, tuple) else [pa], rank))
+                ga = sorted(norm_axes(ga if isinstance(ga, tuple) else [ga], gc.inputs[0].rank))
+            except Exception:  # noqa: BLE001 - out of range: not equal
+                return False
+        if pa != ga:
+            return False
+    return True
+
+
+class Matcher:
+    """Finds `template` at a graph call; `concrete` also compares constants, attributes
+    and types (the template's trace is then on the real input types)."""
+
+    def __init__(self, template: Template, graph: View, claimed: set, concrete: bool):
+        self.t, self.p, self.g = template, template.view, graph
+        self.claimed, self.concrete = claimed, concrete
+        self.params = template.param_ids
+        # the pattern side is the template's: worked out once for every pass
+        self._leaves: dict[int, tuple] = template.matching.setdefault("leaves", {})
+        self._need = template.matching.get("need")
+
+    def at(self, gi: int):
+        """Matches of the template whose result is made by graph call `gi`."""
+        root = self.t.root
+        gc = self.g.calls[gi]
+        if gc.op != root.op or len(gc.outputs) != len(root.outputs):
+            return
+        k = next(i for i, out in enumerate(root.outputs) if out is self.t.result)
+        yield from self.value(self.t.result, gc.outputs[k], Env())
+
+    def _kind(self, view: View, value) -> str:
+        if value is None:
+            return "none"
+        if id(value) in self.params and view is self.p:
+            return "any"
+        j = view.producer.get(id(value))
+        if j is None:
+            return "const" if isinstance(value, Const) else "value"
+        call = view.calls[j]
+        if view is self.p and call.op == "permute_dims" and id(call.inputs[0]) in self.params:
+            return "any"
+        return call.op
+
+    def _operands(self, view: View, call: Call) -> list:
+        if call.op in ASSOC and len(call.inputs) == 2:
+            leaves: list = []
+            self._tree(view, call, leaves, [], None if view is self.p else Env())
+            return leaves
+        return list(call.inputs)
+
+    def plausible(self, gi: int, kinds: dict) -> bool:
+        """A quick look one level down before the full match: the ops that make the
+        root's operands (all leaves of an operand tree) must be there. `kinds` caches
+        the graph side across templates."""
+        if self._need is None:
+            need = [self._kind(self.p, v) for v in self._operands(self.p, self.t.root)]
+            self._need = self.t.matching["need"] = (len(need), [k for k in need if k != "any"])
+        have = kinds.get(gi)
+        if have is None:
+            have = kinds[gi] = [self._kind(self.g, v)
+                                for v in self._operands(self.g, self.g.calls[gi])]
+        count, need = self._need
+        if count != len(have):
+            return False
+        have = list(have)
+        for kind in need:
+            if kind not in have:
+                return False
+            have.remove(kind)
+        return True
+
+    def bind(self, pv, gv, env: Env):
+        have = env.binds.get(id(pv))
+        if have is None:
+            if self.concrete and _type_of(gv) != pv.type:
+                return
+            yield env.bind(id(pv), gv)
+        elif same_value(have, gv):
+            yield env
+
+    def value(self, pv, gv, env: Env):
+        if id(pv) in self.params:
+            yield from self.bind(pv, gv, env)
+            return
+        if isinstance(pv, Const):
+            if isinstance(gv, Const) and (not self.concrete or consts_close(pv, gv)):
+                yield env
+            return
+        pi = self.p.producer[id(pv)]
+        if pi in env.calls:
+            if env.calls[pi] == self.g.producer.get(id(gv), -2):
+                yield env
+            return
+        pc = self.p.calls[pi]
+        if pc.op == "permute_dims" and id(pc.inputs[0]) in self.params:
+            yield from self.permuted(pi, pc, gv, env)
+            return
+        gi = self.g.producer.get(id(gv))
+        if gi is None or gi in self.claimed or gi in env.taken:
+            return
+        gc = self.g.calls[gi]
+        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
+                pc.outputs.index(pv) != _index(gc.outputs, gv):
+            return
+        if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
+            return
+        if pc.op in ASSOC and len(pc.inputs) == 2:
+            yield from self.operand_tree(pi, pc, gi, gc, env)
+            return
+        env = env.with_call(pi, gi)
+        orders = [pc.inputs, pc.inputs[::-1]] if pc.op in SWAP else [pc.inputs]
+        for p_ins in orders:
+            yield from self.inputs(list(zip(p_ins, gc.inputs)), env)
+
+    def inputs(self, pairs, env: Env):
+        if not pairs:
+            yield env
+            return
+        (pv, gv), rest = pairs[0], pairs[1:]
+        if pv is None or gv is None:
+            if pv is None and gv is None:
+                yield from self.inputs(rest, env)
+            return
+        for e in self.value(pv, gv, env):
+            yield from self.inputs(rest, e)
+
+    def permuted(self, pi, pc, gv, env: Env):
+        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv."""
+        param, rank = pc.inputs[0], pc.outputs[0].rank
+        if gv.rank != rank:
+            return
+        perm = _perm(pc, rank)
+        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))  # argsort
+        chain, value = [], gv  # reshapes and transposes that make gv, last first
+        while len(chain) < 4:
+            j = self.g.producer.get(id(value))
+            call = self.g.calls[j] if j is not None else None
+            if call is None or call.op not in ("reshape", "permute_dims") or \
+                    j in self.claimed or j in env.taken or not self.g.single_use(value):
+                break
+            chain.append(j)
+            value = call.inputs[0]
+        for depth in range(len(chain), 0, -1):  # absorb as many of them as possible
+            base = self.g.calls[chain[depth - 1]].inputs[0]
+            bound = _rearrangement(base, [self.g.calls[j] for j in reversed(chain[:depth])],
+                                   inverse)
+            if bound is not None:
+                yield from self.bind(param, bound,
+                                     env.with_call(pi, chain[0], chain[1:depth]))
+                return
+        if isinstance(gv, Const):  # folded into a transposed constant by the rewrite
+            bound = gv if inverse == tuple(range(rank)) else Rearranged(gv, None, inverse)
+            yield from self.bind(param, bound, env.with_call(pi, -1))
+
+    def operand_tree(self, pi, pc, gi, gc, env: Env):
+        p_leaves, p_inner = self.pattern_leaves(pi)
+        g_leaves, g_inner = [], []
+        self._graph_leaves(gc, g_leaves, g_inner, env)
+        if len(p_leaves) != len(g_leaves):
+            return
+        env = env.with_call(pi, gi, g_inner)
+        for inner in p_inner:
+            env = env.with_call(inner, -1)
+        yield from self.assign(p_leaves, g_leaves, env)
+
+    def assign(self, p_leaves, g_leaves, env: Env):
+        if not p_leaves:
+            yield env
+            return
+        first, rest = p_leaves[0], p_leaves[1:]
+        for j, gv in enumerate(g_leaves):
+            if gv is None:
+                continue
+            remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
+            for e in self.value(first, gv, env):
+                yield from self.assign(rest, remaining, e)
+
+    def pattern_leaves(self, pi):
+        cached = self._leaves.get(pi)
+        if cached is None:
+            leaves, inner = [], []
+            self._tree(self.p, self.p.calls[pi], leaves, inner, None)
+            # calls first (they constrain most), then constants, then parameters
+            leaves.sort(key=lambda v: 2 if id(v) in self.params else
+                        1 if isinstance(v, Const) else 0)
+            cached = self._leaves[pi] = (leaves, inner)
+        return cached
+
+    def _graph_leaves(self, gc, leaves, inner, env):
+        self._tree(self.g, gc, leaves, inner, env)
+
+    def _tree(self, view: View, call: Call, leaves, inner, env):
+        for v in call.inputs:
+            j = view.producer.get(id(v))
+            sub = view.calls[j] if j is not None else None
+            if sub is not None and sub.op == call.op and view.single_use(v) and \
+                    v.dtype == call.outputs[0].dtype and \
+                    (env is None or (j not in self.claimed and j not in env.taken)):
+                inner.append(j)
+                self._tree(view, sub, leaves, inner, env)
+            else:
+                leaves.append(v)
+
+
+def _index(outputs, value) -> int:
+    for i, out in enumerate(outputs):
+        if out is value:
+            return i
+    return -1
+
+
+def region_problem(view: View, gi: int, env: Env, values) -> str | None:
+    """Why the region of `env` (rooted at view call `gi`) cannot become one call, or None:
+    an interior value is used outside it, it covers part of an input call, or an input
+    of the op is computed inside it."""
+    region = env.region()
+    root_value = view.calls[gi].outputs[0]
+    for i in region:
+        for out in view.calls[i].outputs:
+            if out is not root_value and (id(out) in view.results or any(
+                    u not in region for u in view.users.get(id(out), ()))):
+                return "an interior value is used outside the region"
+    covered: dict[int, int] = {}
+    for i in region:
+        for o in view.owners[i]:
+            covered[o] = covered.get(o, 0) + 1
+    counts = view.owner_counts()
+    if any(counts[o] != n for o, n in covered.items()):
+        return "the region covers part of an input call"
+    made = {id(out) for i in region for out in view.calls[i].outputs}
+    for v in values:
+        base = v.base if isinstance(v, Rearranged) else v
+        if base is not None and id(base) in made:
+            return "an input of the op is computed inside the region"
+    return None

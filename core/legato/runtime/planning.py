@@ -1,0 +1,145 @@
+"""Liveness and memory planning, shared by the executors.
+
+A plan works on a flat sequence of steps that each read some values and write others
+(`Call`s of one function, or `flatten`'s calls of a whole module with the functions
+that main calls inlined). `last_uses` says where each value is read for the last time,
+`frees` which values die after each step (what the reference interpreter drops, what
+a buffer-planning executor may reuse), and `Arena` hands out buffers, reusing the ones
+given back. Values may be aliases of others (`roots`: a reshape that is a view of its
+input's buffer): liveness then counts the reads of every alias against the owner.
+Constants never die.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+import numpy as np
+
+from ..ir import CALL_OP, Call, Const, Module, Value
+
+
+# ---------------------------------------------------------------------------------
+# liveness
+
+
+def view_roots(steps: Sequence[Any], is_view: Callable[[Any], bool]) -> dict:
+    """value -> the value owning its buffer, for the outputs of steps that are views of
+    their first input (chains of views resolve to the first owner)."""
+    roots: dict = {}
+    for step in steps:
+        if is_view(step):
+            source = step.inputs[0]
+            roots[step.outputs[0]] = roots.get(source, source)
+    return roots
+
+
+def last_uses(steps: Sequence[Any], roots: dict | None = None) -> dict:
+    """Index of the last step reading each value (through any of its views); constants
+    and absent inputs (None) are left out."""
+    roots = roots or {}
+    last: dict = {}
+    for index, step in enumerate(steps):
+        for value in step.inputs:
+            if value is not None and not isinstance(value, Const):
+                last[roots.get(value, value)] = index
+    return last
+
+
+def frees(steps: Sequence[Any], keep: Iterable, roots: dict | None = None
+          ) -> list[tuple]:
+    """Per step, the values (buffer owners) no later step reads, except those in `keep`
+    (a function's parameters and results)."""
+    roots = roots or {}
+    kept = {roots.get(v, v) for v in keep}
+    dying: list[list] = [[] for _ in steps]
+    for value, index in last_uses(steps, roots).items():
+        if value not in kept:
+            dying[index].append(value)
+    return [tuple(values) for values in dying]
+
+
+class Arena:
+    """Buffers by size and dtype: a buffer given back serves a later value of the same
+    size. `allocated` counts the bytes of the buffers it had to make."""
+
+    def __init__(self):
+        self._free: dict[tuple[int, str], list[np.ndarray]] = {}
+        self.allocated = 0
+
+    def take(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        size = math.prod(shape)  # (np.prod costs several times more, once per buffer)
+        kind = np.dtype(dtype)  # the key: a dtype's .name costs several us, its hash not
+        pool = self._free.get((size, kind))
+        if pool:
+            return pool.pop().reshape(shape)
+        self.allocated += size * kind.itemsize
+        return np.zeros(shape, dtype)  # zeros: nothing uninitialised is ever read
+
+    def give(self, buffer: np.ndarray) -> None:
+        self._free.setdefault((buffer.size, buffer.dtype), []).append(buffer)
+
+
+# ---------------------------------------------------------------------------------
+# whole modules as one flat sequence
+
+
+class FlatCall:
+    """One call of a flattened module: the original call (op, attrs, origin), its
+    inputs and outputs as flat values (main's own Values, fresh copies of an inlined
+    function's values, Consts, None) and where it is (`@fn call i`)."""
+
+    __slots__ = ("call", "inputs", "outputs", "where")
+
+    def __init__(self, call: Call, inputs: tuple, outputs: tuple, where: str):
+        self.call, self.inputs, self.outputs, self.where = call, inputs, outputs, where
+
+    @property
+    def op(self) -> str:
+        return self.call.op
+
+    @property
+    def attrs(self):
+        return self.call.attrs
+
+    @property
+    def output(self) -> Hashable:
+        return self.outputs[0]
+
+
+@dataclass(frozen=True)
+class Flat:
+    """A module as one sequence of calls: main's params, the calls (every `call` of a
+    module function replaced by that function's calls) and main's results."""
+
+    params: tuple
+    calls: tuple
+    results: tuple
+
+
+def flatten(module: Module) -> Flat:
+    """Inline every function main calls (recursively; the values of each inlined copy
+    are fresh Values of the same types, so two call sites never share one)."""
+    calls: list[FlatCall] = []
+
+    def inline(name: str, env: dict, main: bool) -> None:
+        fn = module.functions[name]
+        for index, call in enumerate(fn.calls):
+            inputs = tuple(None if v is None else env.get(v, v) for v in call.inputs)
+            if call.op == CALL_OP:
+                callee = module.functions[call.attrs["callee"]]
+                inner_env = dict(zip(callee.params, inputs))
+                inline(call.attrs["callee"], inner_env, False)
+                for out, result in zip(call.outputs, callee.results):
+                    env[out] = inner_env.get(result, result)
+                continue
+            outputs = tuple(out if main else env.setdefault(out, Value(out.type, out.name))
+                            for out in call.outputs)
+            calls.append(FlatCall(call, inputs, outputs, f"@{name} call {index}"))
+
+    main_env: dict = {}
+    inline("main", main_env, True)
+    main = module.main
+    results = tuple(main_env.get(r, r) for r in main.results)
+    return Flat(tuple(main.params), tuple(calls), results)
