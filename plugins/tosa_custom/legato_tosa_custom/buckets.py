@@ -15,6 +15,7 @@ import numpy as np
 from legato.plugin_api import LegatoError
 
 from .mlir import parse_tensor_type
+from .resources import replace_text, text_of
 
 _HEAD = re.compile(r'^  "func\.func"\(\) <\{.*sym_name = "(?P<name>[^"]*)"\}> \(\{$')
 _ARGS = re.compile(r'^\s*\^bb0\((?P<args>.*)\):$')
@@ -43,19 +44,20 @@ def parameter_shapes(lines: list[str]) -> list[tuple[int, ...]]:
             for arg in filter(None, args["args"].split(", %"))]
 
 
-def bucket_text(text: str, inputs) -> str:
-    """`text` when it holds one function; else a module of the one function whose
+def bucket_text(artifact, inputs):
+    """`artifact` when it holds one function; else a module of the one function whose
     parameters have the inputs' shapes, named main (LegatoError listing the buckets when
-    none has)."""
+    none has), with the constants out of line the artifact has (resources.py)."""
+    text = text_of(artifact)
     found = functions(text)
     if len(found) <= 1:
-        return text
+        return artifact
     shapes = [tuple(np.shape(x)) for x in inputs]
     for name, lines in found.items():
         if parameter_shapes(lines) == shapes:
             lines = [lines[0].replace(f'sym_name = "{name}"', 'sym_name = "main"'), *lines[1:]]
             module = text.splitlines()
-            return "\n".join([module[0], *lines, module[-1]]) + "\n"
+            return replace_text(artifact, "\n".join([module[0], *lines, module[-1]]) + "\n")
     have = "; ".join(f"{name} {[list(s) for s in parameter_shapes(lines)]}"
                      for name, lines in found.items())
     raise LegatoError(f"no shape bucket of the module takes inputs of shapes "

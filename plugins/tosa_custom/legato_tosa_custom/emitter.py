@@ -9,6 +9,9 @@ before anything is printed for it: the printer never writes a module tosa-opt re
 
 int64 tensors are printed as i32 (narrowing.py): parameters and results in the signature,
 constants after a check that their values fit, casts between int64 and int32 as nothing.
+
+Large constants of a large model go out of line as `dense_resource` blobs (resources.py):
+the emitter then returns a TosaArtifact (the text and the arrays) instead of a str.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from .limits import INT_DTYPES, custom_problem, type_problem, value_problem
 from .lowering import rows
 from .profiles import DEFAULT, module_attrs
 from .narrowing import narrow_array, signature_attrs, tosa_dtype, tosa_type
+from .resources import Placement, Resources, as_weights, finish, placement_of
 from .rules import call_window
 
 BACKEND = "tosa_custom"
@@ -32,9 +36,11 @@ BINDINGS_ATTR = "legato.shape_bindings"  # a shape bucket function's sizes of th
 
 
 class _Body:
-    """The operations of one function: names values, materializes constants once."""
+    """The operations of one function: names values, materializes constants once (the
+    large ones as handles of `resources`, when given)."""
 
-    def __init__(self):
+    def __init__(self, resources: "Placement | None" = None):
+        self.resources = resources
         self.lines: list[str] = []
         self.names: dict[Value, str] = {}
         self.types: dict[str, str] = {}
@@ -50,7 +56,7 @@ class _Body:
         if name is None:
             if not isinstance(value, Const):
                 raise LegatoError(f"tosa_custom emitter: {value!r} is used before it is defined")
-            name = self.const(narrow_array(value.data, _const_text(value)))
+            name = self.const(narrow_array(value.data, _const_text(value)), value.name)
             self.names[value] = name
         return name
 
@@ -80,12 +86,20 @@ class _Body:
     def call_op(self, op: str, call, operands, props: str = "") -> list[str]:
         return self.op(op, operands, [_type_text(o.type) for o in call.outputs], props)
 
-    def const(self, array: np.ndarray) -> str:
+    def const(self, array: np.ndarray, hint: str | None = None) -> str:
+        """A tosa.const of `array` (out of line when large: named after `hint`)."""
         array = narrow_array(array, "a constant")
+        type_text = mlir.tensor_type(_type_of(array))
+        if self.resources is not None and self.resources.weights.large(array):
+            key = ("resource", *Resources.key(array))  # no copy of the bytes as a key
+            return self._cached(key, lambda: self._const_op(
+                f"dense_resource<{self.resources.table.handle(array, hint)}> : {type_text}",
+                type_text))
         key = ("const", array.dtype.name, array.shape, array.tobytes())
-        return self._cached(key, lambda: self._append(
-            "tosa.const", [], [mlir.tensor_type(_type_of(array))],
-            f"values = {mlir.dense(array)}")[0])
+        return self._cached(key, lambda: self._const_op(mlir.dense(array), type_text))
+
+    def _const_op(self, values: str, type_text: str) -> str:
+        return self._append("tosa.const", [], [type_text], f"values = {values}")[0]
 
     def shape(self, values) -> str:
         values = tuple(int(v) for v in values)
@@ -356,15 +370,16 @@ def _backend(name: str = BACKEND):
 # --- functions and the module -------------------------------------------------------------
 
 def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT,
-                  attrs: str = "") -> list[str]:
+                  attrs: str = "", resources: "Placement | None" = None) -> list[str]:
     """The function's lines; `attrs`, an MLIR attribute dictionary's entries, is added to
-    the func.func's discardable attributes (a shape bucket's bindings)."""
+    the func.func's discardable attributes (a shape bucket's bindings). With `resources`
+    its large constants are out of line there."""
     backend = backend or _backend()
     table = rows(profile)
     for call in fn.calls:
         _check_call(call, backend, table)
     _check_signature(name, fn, profile)
-    body = _Body()
+    body = _Body(resources)
     args = []
     for index, param in enumerate(fn.params):
         body.bind(param, f"%arg{index}")
@@ -387,24 +402,30 @@ def emit_function(name: str, fn: Function, backend=None, profile=DEFAULT,
     return [head, f"^bb0({', '.join(args)}):", *("  " + line for line in body.lines), tail]
 
 
-def emit_module(module: Module, backend, profile=DEFAULT) -> str:
-    """The module as TOSA 1.0 MLIR text (generic op form) for `profile`; main first."""
+def emit_module(module: Module, backend, profile=DEFAULT, weights=None):
+    """The module as TOSA 1.0 MLIR text (generic op form) for `profile`; main first. With
+    `weights` (resources.Weights or a mode; default $LEGATO_TOSA_WEIGHTS, else auto) its
+    large constants may go out of line: a TosaArtifact instead of a str."""
     names = ["main"] + [n for n in module.functions if n != "main"]
+    placement = placement_of(module.functions.values(), weights)
     lines = ['"builtin.module"() ({']
     for name in names:
         fn = module.functions[name]
         if fn.kind == "external":
             raise LegatoError(f"tosa_custom emitter: function {name} is external "
                               f"(codegen {fn.attrs.get('codegen')!r}); it has no TOSA form")
-        lines += ["  " + line for line in emit_function(name, fn, backend, profile)]
+        lines += ["  " + line for line in emit_function(name, fn, backend, profile,
+                                                          resources=placement)]
     lines.append(f"}}){module_attrs(profile)} : () -> ()")
-    return "\n".join(lines) + "\n"
+    return finish(lines, placement)
 
 
-def emit_buckets(buckets, backend, profile=DEFAULT) -> str:
-    """One module with a function per shape bucket (legato.buckets.Bucket: `main_seq64`
+def emit_buckets(buckets, backend, profile=DEFAULT, weights=None):
+    """One module with a function per shape bucket (legato.runtime.buckets.Bucket: `main_seq64`
     for seq=64), each carrying its symbols' sizes as `legato.shape_bindings = {seq = 64 :
-    i64}`; tosa-opt validates them all, the reference model runs one at a time."""
+    i64}`; tosa-opt validates them all, the reference model runs one at a time. A
+    constant the buckets share is one blob when out of line."""
+    placement = placement_of([b.module.main for b in buckets], weights)
     lines = ['"builtin.module"() ({']
     for bucket in buckets:
         extra = sorted(set(bucket.module.functions) - {"main"})
@@ -415,19 +436,24 @@ def emit_buckets(buckets, backend, profile=DEFAULT) -> str:
                              for k, v in sorted(bucket.bindings.items()))
         lines += ["  " + line for line in emit_function(
             bucket.name, bucket.module.main, backend, profile,
-            f"{BINDINGS_ATTR} = {{{bindings}}}")]
+            f"{BINDINGS_ATTR} = {{{bindings}}}", resources=placement)]
     lines.append(f"}}){module_attrs(profile)} : () -> ()")
-    return "\n".join(lines) + "\n"
+    return finish(lines, placement)
 
 
-def make_emitter(profile=DEFAULT, backend_name: str = BACKEND):
+def make_emitter(profile=DEFAULT, backend_name: str = BACKEND, weights=None):
     """The emitter of the backend `backend_name`, which targets `profile` (it looks the
-    backend up when it runs; `emitter.backend`, when set, is used instead)."""
-    def emit(module: Module) -> str:
-        return emit_module(module, emit.backend or _backend(backend_name), profile)
+    backend up when it runs; `emitter.backend`, when set, is used instead) and places
+    constants as `weights` says (resources.Weights or a mode; None: $LEGATO_TOSA_WEIGHTS
+    when it emits, else auto)."""
+    weights = None if weights is None else as_weights(weights)
 
-    def buckets(entries) -> str:  # legato.buckets: a function per binding of the symbols
-        return emit_buckets(entries, emit.backend or _backend(backend_name), profile)
+    def emit(module: Module):
+        return emit_module(module, emit.backend or _backend(backend_name), profile, weights)
+
+    def buckets(entries):  # legato.runtime.buckets: a function per binding of the symbols
+        return emit_buckets(entries, emit.backend or _backend(backend_name), profile,
+                            weights)
     emit.backend, emit.buckets = None, buckets
     # the ops it prints: registration checks every legal op of the backend is among them
     emit.ops = frozenset(rows(profile)) | {CUSTOM_OP}

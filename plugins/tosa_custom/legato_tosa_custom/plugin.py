@@ -43,12 +43,14 @@ def _profile(value) -> frozenset:
     return value if isinstance(value, frozenset) else parse_profile(value)
 
 
-def backend(profile="pro_fp+pro_int", name: str | None = None):
+def backend(profile="pro_fp+pro_int", name: str | None = None, weights=None):
     """A tosa_custom Backend for `profile` ('pro_fp', 'pro_int' or 'pro_fp+pro_int'),
-    named `name` (default tosa_custom_<profile>); ConfigError for an unknown profile."""
+    named `name` (default tosa_custom_<profile>); ConfigError for an unknown profile.
+    `weights` places constants (resources.Weights, or 'auto' (default), 'inline' or
+    'resources'): large ones of a large model out of line as dense_resource blobs."""
     profile = _profile(profile)
     name = name or "tosa_custom_" + spelled(profile).replace("+", "_")
-    emitter = make_emitter(profile, name)
+    emitter = make_emitter(profile, name, weights)
     be = parse_capability({**capability(profile), "backend": name},
                           legato.context().registry, emitter=emitter,
                           plugin="legato_tosa_custom")

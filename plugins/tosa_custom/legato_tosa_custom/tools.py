@@ -5,6 +5,8 @@ tosa-tools pins its own numpy, so it usually lives in a venv of its own (`make t
 creates `.venv-tosa`); the reference model runs there as a subprocess on .npy files.
 `validate_text` and `run_text` are what the plugin registers as legato's "tosa"
 validator (`legato validate FILE.mlir`, `legato compile -b tosa_custom --validate`).
+Each takes the emitter's str or its TosaArtifact (large constants out of line,
+resources.py), which goes to tosa-opt with its resource section.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from legato.plugin_api import LegatoError, ToolsMissing, clip
 from .buckets import bucket_text
 from .narrowing import narrow_inputs, widen_results
 from .profiles import DEFAULT, profile_of, target
+from .resources import text_of, write_mlir
 
 TARGET = target(DEFAULT)  # a module naming no profile (legato.tosa_profiles) is pro_fp
 STRICT = "--tosa-validate=strict-op-spec-alignment"
@@ -62,18 +65,19 @@ class TosaTools:
             raise ToolError(f"tosa-opt {' '.join(flags)} failed on {name}:\n{errors}")
         return proc.stdout
 
-    def validate(self, text: str, strict: bool = True, name: str | None = None) -> None:
+    def validate(self, text, strict: bool = True, name: str | None = None) -> None:
         """tosa-opt --tosa-attach-target=... --tosa-validate for the profiles the module
         names (legato.tosa_profiles; pro_fp if none); raises ToolError if invalid (naming
         the module `name` in the error lines, rather than a temporary file)."""
         validate = STRICT if strict else "--tosa-validate"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "module.mlir"
-            path.write_text(text)
-            self._opt(path, f"--tosa-attach-target={target(profile_of(text))}", validate,
+            write_mlir(path, text)
+            profile = profile_of(text_of(text))
+            self._opt(path, f"--tosa-attach-target={target(profile)}", validate,
                       name=name)
 
-    def run_reference(self, text: str, inputs, validate: bool = False) -> list[np.ndarray]:
+    def run_reference(self, text, inputs, validate: bool = False) -> list[np.ndarray]:
         """Serialize with tosa-opt and run the TOSA reference model on `inputs`; int64
         arrays are narrowed to the int32 the module takes (checked) and results marked as
         narrowed (res_attrs) come back as int64. With `validate`, the same tosa-opt call
@@ -82,9 +86,10 @@ class TosaTools:
         text = bucket_text(text, inputs)
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            (tmp / "module.mlir").write_text(text)
+            write_mlir(tmp / "module.mlir", text)
             flatbuffer = tmp / "module.tosa"
-            checks = (f"--tosa-attach-target={target(profile_of(text))}", STRICT) \
+            profile = profile_of(text_of(text))
+            checks = (f"--tosa-attach-target={target(profile)}", STRICT) \
                 if validate else ()
             self._opt(tmp / "module.mlir", *checks, "--tosa-serialize",
                       f"--tosa-flatbuffer-filename={flatbuffer}")
@@ -95,7 +100,7 @@ class TosaTools:
             if proc.returncode != 0:
                 raise ToolError(f"TOSA reference model failed:\n{proc.stderr.strip()}")
             outputs = sorted(tmp.glob("out*.npy"), key=lambda p: int(p.stem[3:]))
-            return widen_results(text, [np.load(p) for p in outputs])
+            return widen_results(text_of(text), [np.load(p) for p in outputs])
 
 
 def find_tools() -> TosaTools:
@@ -114,11 +119,11 @@ def find_tools() -> TosaTools:
         f"legato-tosa-custom[tools]` there, and set {ENV} to that venv")
 
 
-def validate_text(text: str, name: str = "module.mlir") -> None:
+def validate_text(text, name: str = "module.mlir") -> None:
     """The "tosa" validator: strict TOSA 1.0 validation by tosa-opt."""
     find_tools().validate(text, name=name)
 
 
-def run_text(text: str, inputs) -> list[np.ndarray]:
+def run_text(text, inputs) -> list[np.ndarray]:
     """The "tosa" validator's runner: the TOSA reference model on `inputs`."""
     return find_tools().run_reference(text, list(inputs))
