@@ -1,11 +1,11 @@
 """Large constants out of line, as MLIR `dense_resource` blobs.
 
 Printed inline, each constant is hex in its `tosa.const` (`dense<"0x...">`): BERT-base
-becomes 870 MB of text that takes seconds and gigabytes to build and to parse. Out of
+becomes 828 MiB of text that takes seconds and gigabytes to build and to parse. Out of
 line, a constant of more than `Weights.threshold` bytes is printed as
 `dense_resource<name> : tensor<...>` and its array is kept as it is (no copy): the
-emitter returns a `TosaArtifact`, the MLIR text of the operations (a few MB for BERT-base)
-and the arrays by name. Written out (`TosaArtifact.write`, which is what
+emitter returns a `TosaArtifact`, the MLIR text of the operations (0.1 MiB for
+BERT-base) and the arrays by name. Written out (`TosaArtifact.write`, which is what
 `legato compile -b tosa_custom -o out.mlir` calls), the file is that text followed by the
 standard MLIR resource section, which every MLIR tool reads as part of the module:
 

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
 from legato_tosa_custom import TosaArtifact, Weights, backend  # noqa: E402
+from legato_tosa_custom.buckets import bucket_text, functions  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W1 = (RNG.standard_normal((256, 256)) / 16).astype(np.float32)   # 256 KiB
@@ -54,6 +55,7 @@ def test_large_constants_go_out_of_line_validate_and_run(model, tools):
     assert artifact.text.count("dense_resource<") == 2
     assert blobs_hold(artifact, W1, W2)  # B1 (1 KiB, not over it) stays inline
     assert len(artifact.text) < 8000 < W2.nbytes
+    assert str(artifact).startswith(artifact.text + "{-#\n  dialect_resources: {")
     tools.validate(artifact)
     x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
     (got,) = tools.run_reference(artifact, [x])
@@ -99,6 +101,10 @@ def test_shape_buckets_share_each_blob(model, tools):
     x = np.random.default_rng(2).standard_normal((3, 256)).astype(np.float32)
     (got,) = tools.run_reference(artifact, [x], validate=True)
     np.testing.assert_allclose(got, numpy_mlp(x), rtol=1e-5, atol=1e-5)
+    # the text of a file (as `legato validate FILE` reads it) keeps its blobs when cut
+    cut = bucket_text(str(artifact), [x])
+    assert list(functions(cut)) == ["main"] and cut.count("dense_resource<") == 2
+    assert cut.endswith(str(artifact)[len(artifact.text):])
 
 
 def test_unknown_modes_are_refused(monkeypatch):
