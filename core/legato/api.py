@@ -4,14 +4,13 @@ Each function works on a context (the registry and the backends): the one passed
 `context=`, else the process-wide `legato.context()`."""
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .legalization.backend import Backend
-from .runtime.buckets import emit_buckets, guarded, plan_buckets, specialize_buckets
+from .runtime.buckets import guarded, plan_buckets
 from .legalization.capability import parse_capability
 from .legalization.config import BackendConfig, load_config
 from .passes.constfold import fold_constants
@@ -22,11 +21,12 @@ from .runtime.interpreter import Interpreter
 from .frontends.onnx import load as load_onnx
 from .ir.builder import GraphBuilder
 from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
-from .passes.layout import convert_layout
 from .passes.partition import partition
-from .legalization.placement import place, recomposed_sources, runs_on
+from .legalization.placement import place, recomposed_sources
 from .legalization.loop import LegalizeResult, legalize_module
 from .ir.text import parse
+from .passes.pipeline import (Lowered, Lowering, backend_step, compile_pipeline,
+                              count_per_backend, executor_for, first_line, runnable_on)
 from .passes.qdq_fold import QDQFoldPass
 from .passes.recompose import recompose_for
 from .runtime.specialize import ShapeSpecializing, is_symbolic
@@ -59,11 +59,13 @@ def get_op(name: str):
 
 
 def register_backend(capability, kernels=None, executor=None, emitter=None,
-                     replace: bool = False) -> Backend:
-    """Register a backend in-process from a capability dict or YAML path; errors raise."""
+                     replace: bool = False, passes=()) -> Backend:
+    """Register a backend in-process from a capability dict or YAML path; errors raise.
+    `passes`: the backend's own passes (factories `lowering -> pass`), run on the legal
+    module by compile."""
     host = current_context()
     backend = parse_capability(capability, host.registry, kernels=kernels, executor=executor,
-                               emitter=emitter, plugin="in-process")
+                               emitter=emitter, passes=passes, plugin="in-process")
     return host.add_backend(backend, replace=replace)
 
 
@@ -122,31 +124,6 @@ def _model_label(model) -> str:
     return f"model {str(model)[:80]!r}" if isinstance(model, (str, Path)) else type(model).__name__
 
 
-def _runs_on(be: Backend, cfg: BackendConfig, host: Context):
-    """`runnable(call)` for the QDQ folding: None when `be` legalizes the qnn call (whole,
-    by its integer decomposition or on its fallback), else why not, e.g. an emitter without
-    integer convolutions; one trial legalization per op and operand types."""
-    seen: dict = {}
-
-    def runnable(call: Call) -> str | None:
-        key = (call.op, tuple(None if v is None else (v.type, isinstance(v, Const))
-                              for v in call.inputs), repr(sorted(call.attrs.items())))
-        if key not in seen:
-            b = GraphBuilder(host.registry)
-            inputs = [v if v is None or isinstance(v, Const) else b.input(f"x{i}", v.shape,
-                                                                         v.dtype)
-                      for i, v in enumerate(call.inputs)]
-            try:
-                legalize_module(b.build(b.call(call.op, *inputs, **call.attrs)),
-                                host.registry, be, host.fallback_of(be) if be.executes
-                                else None, cfg)
-                seen[key] = None
-            except LegatoError as err:
-                seen[key] = f"{be.name} cannot run {call.op}: {str(err).splitlines()[0]}"
-        return seen[key]
-    return runnable
-
-
 def legalize(module, backend: str | Backend | None = None, config=None,
              max_level: int | None = None, mode: str = "full", *,
              context: Context | None = None) -> LegalizeResult:
@@ -190,7 +167,7 @@ class Compiled:
             raise
         except Exception as err:  # e.g. inputs numpy cannot turn into arrays
             raise ExecutionError(f"running the model compiled for {self.backend.name} "
-                                 f"failed: {type(err).__name__}: {_first_line(err)}") from err
+                                 f"failed: {type(err).__name__}: {first_line(err)}") from err
 
     @property
     def plan_stats(self) -> dict | None:
@@ -262,98 +239,22 @@ def _compile_per_binding(host: Context, source: Module, be: Backend, config, max
         return _compile_one(host, module, be, config, max_level)._runner
     report = Report(be.name, "full")
     report.notes.append(f"compiled per binding of the symbolic dims at run time, since "
-                        f"compiling over them failed: {_first_line(why)}")
+                        f"compiling over them failed: {first_line(why)}")
     return Compiled(source, report, be, ShapeSpecializing(source, (), plan, host.registry),
                     None, source)
 
 
 def _compile_one(host: Context, source: Module, be: Backend, config, max_level,
                  buckets=None) -> Compiled:
-    """compile() for one backend; `buckets`: the bindings an emitter writes a function for."""
-    cfg = load_config(config, be.name, host.registry, host.backends)
-    # dequantize -> op -> quantize regions become qnn calls on the integers (what
-    # onnxruntime's int8 kernels compute); then composite ops the model spells out in
-    # primitives are found, so the backend can keep them
-    folding = QDQFoldPass(host.registry, runnable=_runs_on(be, cfg, host))
-    folded, _ = folding(source)
-    module, recovered = recompose_for(folded, be, cfg.recompose, cfg.keep, host.registry)
-    sources = recomposed_sources(folded, module)  # (before layout and constant folding)
-    if be.layout:  # kept ops reach the backend exactly as the user wrote them
-        module = convert_layout(module, be.layout, host.registry, cfg.keep)
-    if not be.executes:  # an emitted artifact holds what constants compute, in any dtype
-        module = fold_constants(module, host, cfg.keep)
-    result = legalize(module, be, config=cfg, max_level=max_level, mode="full", context=host)
-    result.report.recovered.update(recovered.recovered)
-    result.report.qdq = folding.report
-    fallback = host.fallback_of(be) if be.executes else None
-    result.report.per_backend = count_per_backend(result.module, be, fallback,
-                                                  result.fallback_calls, host.registry)
-    result.report.fallback = fallback.name if fallback is not None else None
-    result.report.placement = place(result.module, be, fallback, result.fallback_calls,
-                                    host.registry, sources=sources)
-    if not be.executes:
-        if be.emitter is None:
-            raise LegatoError(f"backend {be.name} neither executes nor emits")
-        if buckets is None:
-            artifact = _backend_step(be, "emitter", be.emitter, result.module)
-            return Compiled(result.module, result.report, be, None, artifact, source)
-
-        def finish(module):  # what waited for the sizes
-            return legalize_module(fold_constants(module, host, cfg.keep), host.registry, be,
-                                   None, cfg, max_level, "full").module
-        specialized = specialize_buckets(result.module, buckets, host.registry, finish)
-        result.report.notes.append(f"emitted {len(specialized)} shape buckets, legalized for "
-                                   "their sizes: " + ", ".join(b.name for b in specialized))
-        compiled = Compiled(result.module, result.report, be, None,
-                            _backend_step(be, "emitter", emit_buckets, be, specialized), source)
-        compiled.buckets = specialized
-        return compiled
-    factory = be.executor or Interpreter
-    pack, shared = getattr(factory, "pack_constants", None), {}
-    if pack is not None:  # one packing of each constant weight for every binding's plan
-        factory = functools.partial(factory, shared=shared)
-
-    deferred_ops = {c.op for c in result.deferred}
-
-    def plan(module, fallback_calls):
-        if result.deferred:  # calls whose decomposition needed the sizes: legalized now
-            module = fold_constants(module, host, cfg.keep)
-            # unless folding took them all (a position-table slice) and no call runs on
-            # the fallback (folding may rewrite such calls): the rest is legal already
-            if fallback_calls or any(c.op in deferred_ops for fn in module.functions.values()
-                                     for c in fn.calls):
-                bound = legalize_module(module, host.registry, be, fallback, cfg, max_level,
-                                        "full")
-                module, fallback_calls = bound.module, bound.fallback_calls
-        return _backend_step(be, "executor", factory, module, be, fallback, fallback_calls,
-                             host.registry)
-    # symbolic dims: legalized once, planned per binding of the symbols at call time
-    if is_symbolic(result.module) and pack is not None:  # the weights packed now, not then
-        _backend_step(be, "executor", pack, result.module, be, result.fallback_calls, shared)
-    runner = ShapeSpecializing(result.module, result.fallback_calls, plan, host.registry) \
-        if is_symbolic(result.module) else plan(result.module, result.fallback_calls)
-    compiled = Compiled(result.module, result.report, be, runner, None, source,
-                        result.fallback_calls)
-    compiled.fallback = fallback
+    """compile() for one backend, through its pass pipeline; `buckets`: the bindings an
+    emitter writes a function for."""
+    lowering = Lowering(host, be, load_config(config, be.name, host.registry, host.backends),
+                        max_level)
+    module, _ = compile_pipeline(lowering, buckets)(source)
+    compiled = Compiled(module, lowering.report, be, lowering.runner, lowering.artifact,
+                        source, lowering.fallback_calls)
+    compiled.fallback, compiled.buckets = lowering.fallback, lowering.buckets
     return compiled
-
-
-def count_per_backend(module: Module, backend: Backend, fallback: Backend | None,
-                      fallback_calls, registry) -> dict[str, dict[str, int]]:
-    """Backend name -> {op: calls it runs} for a legalized module (external functions,
-    which run elsewhere, and calls of module functions are not counted). A custom call
-    counts as "custom <op>" under the backend whose kernel for <op> runs it, when the
-    backend executes custom calls by decoding them (it has no kernel for CUSTOM_OP)."""
-    counts: dict[str, Counter] = {backend.name: Counter()}
-    for fn in module.functions.values():
-        if fn.kind == "external":
-            continue
-        for call in fn.calls:
-            if call.op == CALL_OP:
-                continue
-            where, op = runs_on(call, backend, fallback, fallback_calls, registry)
-            counts.setdefault(where.name, Counter())[op] += 1
-    return {name: dict(c) for name, c in counts.items() if c}
 
 
 def with_every_result(compiled: Compiled, *, context: Context | None = None) -> Compiled:
@@ -372,27 +273,12 @@ def with_every_result(compiled: Compiled, *, context: Context | None = None) -> 
         runner = Interpreter(module, be, host.fallback_of(be), compiled.fallback_calls,
                              host.registry, callees=compiled.callees)
     else:
-        factory = be.executor or Interpreter
-        runner = _backend_step(be, "executor", factory, module, be, host.fallback_of(be),
-                               compiled.fallback_calls, host.registry)
+        runner = executor_for(Lowered(module, compiled.report, be, host.fallback_of(be),
+                                      compiled.fallback_calls, host.registry))
     probe = Compiled(module, compiled.report, be, runner, None, compiled.source,
                      compiled.fallback_calls)
     probe.callees = compiled.callees
     return probe
-
-
-def _backend_step(be: Backend, what: str, fn, *args):
-    """Run a backend's emitter or executor factory; what it raises names the backend."""
-    try:
-        return fn(*args)
-    except LegatoError:
-        raise
-    except MemoryError as err:
-        raise ExecutionError(f"backend {be.name}'s {what} ran out of memory: "
-                             f"{_first_line(err)}") from err
-    except Exception as err:
-        raise PluginError(f"backend {be.name}'s {what} raised {type(err).__name__}: "
-                          f"{_first_line(err)}") from err
 
 
 def _compile_multi(host: Context, source: Module, backends: list, config,
@@ -408,7 +294,7 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     members = [host.backend(name) for name in backends]
     backends = [be.name for be in members]  # (Backend objects may be passed)
     configs = [load_config(config, be.name, host.registry, host.backends) for be in members]
-    folding = QDQFoldPass(host.registry, runnable=_runs_on_any(members, configs, host))
+    folding = QDQFoldPass(host.registry, runnable=_runnable_on_any(members, configs, host))
     folded, _ = folding(source)   # qnn calls, so backends can claim them
     first, first_cfg = members[0], configs[0]
     recomposed, recovered = recompose_for(folded, first, first_cfg.recompose,
@@ -461,10 +347,10 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     return compiled
 
 
-def _runs_on_any(members: list[Backend], configs: list[BackendConfig], host: Context):
+def _runnable_on_any(members: list[Backend], configs: list[BackendConfig], host: Context):
     """`runnable(call)` for the QDQ folding of a partitioned build: None when one of the
     backends legalizes the qnn call, else each backend's reason."""
-    trials = [_runs_on(be, cfg, host) for be, cfg in zip(members, configs)]
+    trials = [runnable_on(be, cfg, host) for be, cfg in zip(members, configs)]
 
     def runnable(call: Call) -> str | None:
         reasons = []
@@ -489,11 +375,6 @@ def _check_max_level(max_level) -> None:
                                   not isinstance(max_level, int) or max_level < 0):
         # (below 0 even the primitives would have to decompose, and they cannot)
         raise LegatoError(f"max_level must be an int >= 0 or None, got {max_level!r:.40}")
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else ""
 
 
 def reference(model, *, context: Context | None = None) -> Interpreter:

@@ -22,28 +22,32 @@ is announced by a deprecation warning first. Everything else under `legato.*` is
 and may move without notice (the plugin packages' own test, tests/test_plugin_api.py,
 fails on any other import).
 """
-from legato.legalization.backend import Backend
+from legato.ir import CALL_OP, CUSTOM_OP, Attrs, Call, Const, Function, Module, TensorType, Value
 from legato.ir.builder import GraphBuilder, default_registry
 from legato.ir.calls import make_call
+from legato.ir.errors import (ConfigError, ExecutionError, LegalizationError, LegatoError,
+                              ShapeError, clip, quote)
+from legato.ir.shapes import (Window, broadcast_shapes, channel_view, norm_axes, norm_axis,
+                              resolve_reshape, slice_params, split_sizes, window)
+from legato.legalization.backend import Backend
 from legato.legalization.capability import parse_capability
 from legato.legalization.custom_ops import decode_custom
-from legato.ir.errors import (ConfigError, ExecutionError, LegalizationError, LegatoError,
-                           ShapeError, clip, quote)
-from legato.runtime.interpreter import Interpreter, as_tuple, bind_inputs, describe_call
-from legato.ir import CUSTOM_OP, Call, Const, Function, Module, TensorType, Value
 from legato.ops.base import REGISTRY, fail, float_unary_infer, is_float
 from legato.ops.conv import _window_counts as window_counts
-from legato.ops.spectral import dft_axis, dft_sizes
-from legato.runtime.planning import Arena, Flat, flatten, last_uses, view_roots
 from legato.ops.registry import REQUIRED, OpDef
-from legato.ir.shapes import (Window, broadcast_shapes, channel_view, norm_axes, norm_axis,
-                           resolve_reshape, slice_params, split_sizes, window)
-from legato.testing import Sample, difference, samples
+from legato.ops.spectral import dft_axis, dft_sizes
+from legato.passes.manager import ModulePass, PassResult
+from legato.passes.pipeline import Lowering
+from legato.passes.regions import lift_regions
 from legato.plugins.validators import ToolsMissing
+from legato.runtime.interpreter import Interpreter, as_tuple, bind_inputs, describe_call
+from legato.runtime.planning import Arena, Flat, FlatCall, flatten, last_uses, view_roots
+from legato.testing import Sample, difference, samples
 
 __all__ = [
     # IR
-    "CUSTOM_OP", "Call", "Const", "Function", "GraphBuilder", "Module", "TensorType", "Value",
+    "CALL_OP", "CUSTOM_OP", "Attrs", "Call", "Const", "Function", "GraphBuilder", "Module",
+    "TensorType", "Value",
     "decode_custom", "make_call",
     # errors
     "ConfigError", "ExecutionError", "LegalizationError", "LegatoError", "ShapeError", "clip",
@@ -54,8 +58,10 @@ __all__ = [
     "Window", "broadcast_shapes", "channel_view", "dft_axis", "dft_sizes", "norm_axes",
     "norm_axis", "resolve_reshape", "slice_params", "split_sizes", "window", "window_counts",
     # backends
-    "Arena", "Backend", "Flat", "Interpreter", "ToolsMissing", "as_tuple", "bind_inputs",
+    "Arena", "Backend", "Flat", "FlatCall", "Interpreter", "ToolsMissing", "as_tuple", "bind_inputs",
     "describe_call", "flatten", "last_uses", "parse_capability", "view_roots",
+    # a backend's own passes (register(..., passes=[factory])): factory(Lowering) -> pass
+    "Lowering", "ModulePass", "PassResult", "lift_regions",
     # testing
     "Sample", "difference", "samples",
 ]

@@ -223,7 +223,11 @@ def _explain_structure(module) -> None:
         if fn.kind == "primitive":
             sources = sorted({i["origin"]["op"] for i in op_info(fn)  # (not as imported)
                               if i["origin"] and i["origin"]["rules"]})
-            print(f"fused @{name} ({fn.attrs['pattern']}): {', '.join(fn.attrs['ops'])}"
+            # a backend's own fusion (its passes made it) names itself; legato.fuse's
+            # groups say their pattern kind
+            what = fn.attrs.get("fusion") or fn.attrs.get("pattern", "primitive")
+            ops = fn.attrs.get("ops") or [c.op for c in fn.calls]
+            print(f"fused @{name} ({what}): {', '.join(ops)}"
                   + (f"  [from {', '.join(sources)}]" if sources else ""), file=sys.stderr)
 
 

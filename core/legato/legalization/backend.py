@@ -91,7 +91,8 @@ class Backend:
                  layout: str | None = None, executor: Callable | None = None,
                  emitter: Callable | None = None, source: str = "", description: str = "",
                  rules: Mapping[str, Any] | None = None,
-                 custom_condition: Condition | None = None, borrowed=frozenset()):
+                 custom_condition: Condition | None = None, borrowed=frozenset(),
+                 passes=()):
         self.name, self.executes, self.fallback = name, executes, fallback
         self.custom_ops, self.domain, self.layout = custom_ops, domain, layout
         self.custom_condition = custom_condition  # which calls it tunnels (None: any)
@@ -105,6 +106,9 @@ class Backend:
         self._rules = dict(rules or {})
         self._ready_rules: dict[str, Callable | None] = {}
         self.executor, self.emitter = executor, emitter
+        # the backend's own passes (its fusions), run on the legal module by compile: each
+        # a factory taking the compile's shared state (legato.passes.pipeline.Lowering)
+        self.passes = tuple(passes)
         self.source, self.description = source, description
         self._cache: dict = {}
 

@@ -24,7 +24,7 @@ NAME = re.compile(r"[A-Za-z_]\w{0,63}")                 # a backend's name
 
 
 def parse_capability(source, registry, *, kernels=None, executor=None, emitter=None,
-                     plugin: str = "") -> Backend:
+                     passes=(), plugin: str = "") -> Backend:
     """Validate a capability file (path or dict) and build the Backend."""
     data, label = load_yaml(source, "capability file")
     check_keys(data, CAPABILITY_KEYS, label, "")
@@ -45,6 +45,8 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
     rules = _function_table(data.get("rules"), registry, label, "rules")
     for key, fn in (("executor", executor), ("emitter", emitter)):
         expect(fn is None or callable(fn), fn, label, f"{key} argument", "a callable")
+    expect(isinstance(passes, (list, tuple)) and all(callable(p) for p in passes), passes,
+           label, "passes argument", "a list of pass factories (lowering -> pass)")
     custom_condition = _custom_condition(data.get("custom_ops"), label)
     backend = Backend(name, legal, executes=data.get("executes", True),
                       fallback=data.get("fallback"), custom_ops=bool(data.get("custom_ops")),
@@ -52,7 +54,7 @@ def parse_capability(source, registry, *, kernels=None, executor=None, emitter=N
                       domain=data.get("domain") or "legato", kernels=table,
                       layout=data.get("layout"), executor=executor, emitter=emitter,
                       source=plugin or label, description=data.get("description") or "",
-                      rules=rules, borrowed=borrowed)
+                      rules=rules, borrowed=borrowed, passes=passes)
     backend.capability_file = label  # where registration problems point the author
     return backend
 

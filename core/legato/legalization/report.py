@@ -40,6 +40,7 @@ class Report:
         self.targets: tuple[str, ...] = ()  # partitioned: the backends, first choice first
         self.placement = None  # after compile: legato.legalization.placement.Placement (calls, cost)
         self.notes: list[str] = []  # how the model was compiled, when that is not the usual
+        self.passes: list[tuple[str, str]] = []  # after compile: (pass, what it did), in order
 
     def drop(self, op: str) -> None:
         """Forget the calls of `op` (a partitioned build's calls of its regions)."""
@@ -146,6 +147,8 @@ class Report:
         target = " + ".join(self.targets) or self.backend or "(no backend)"
         lines = [f"legalization for {target} ({self.mode} mode): "
                  f"{sum(self.before.values())} calls -> {sum(self.after.values())} calls"]
+        if self.passes:
+            lines.append("  passes: " + ", ".join(f"{name} ({did})" for name, did in self.passes))
         if self.recovered:
             lines.append("  recomposed before legalization: " + _counts(self.recovered))
         if self.qdq is not None and (self.qdq.folded or self.qdq.not_folded):
@@ -167,7 +170,7 @@ class Report:
                              f"fallback {name}, as {self.backend} has no kernel for them)")
         if self.placement is not None:
             lines += ["  " + line for line in self.placement.text().splitlines()]
-        lines.extend(f"  {line}" for line in self.unmatched())
+        lines.extend(f"  {line}" for line in self.unmatched() + self.notes)
         lines.extend(f"  FAILED: {f}" for f in self.failures)
         return "\n".join(lines)
 

@@ -1,6 +1,11 @@
 """Pass infrastructure: module passes and function passes return a `PassResult`, a
 (module, modified) pair, so `module, modified = p(module)` reads either way.
 
+A pass may declare what must hold before it runs (`requires`) and what holds after it
+(`ensures`), as names such as "legal"; a PassManager checks the order of its passes
+against them when it is built, so a pass wired in the wrong place fails before anything
+runs, naming the pass and what it lacks.
+
 Function passes never see `external` functions (a backend has claimed them) and see
 `primitive` functions (fusion results) only when they say so with
 `enters_primitive = True`. The verifier and printer are not passes: they see everything.
@@ -24,6 +29,8 @@ class ModulePass:
     """A whole-module transformation. Subclasses implement `run`."""
 
     name = "module-pass"
+    requires: tuple[str, ...] = ()  # properties that must hold before this pass runs
+    ensures: tuple[str, ...] = ()  # properties that hold after it
 
     def run(self, module: Module) -> PassResult:
         raise NotImplementedError
@@ -68,20 +75,38 @@ class LambdaFunctionPass(FunctionPass):
 class PassManager(ModulePass):
     """Runs passes in order; with `fixpoint=True`, repeats the sequence until nothing
     changes, and raises naming the passes still changing after `max_iterations`. It is a
-    pass itself, so pipelines nest."""
+    pass itself, so pipelines nest: it requires what its passes require that none of them
+    ensures before, and ensures what they ensure. `given`: properties the input has."""
 
     name = "pass-manager"
 
     def __init__(self, passes: Sequence[ModulePass], fixpoint: bool = False,
-                 max_iterations: int = 20):
+                 max_iterations: int = 20, given: Sequence[str] = ()):
         self.passes, self.fixpoint, self.max_iterations = list(passes), fixpoint, max_iterations
+        self.requires, self.ensures = self._check_order(set(given))
+
+    def _check_order(self, established: set) -> tuple[tuple, tuple]:
+        needed: list[str] = []
+        for index, p in enumerate(self.passes):
+            missing = [r for r in getattr(p, "requires", ()) if r not in established]
+            if missing and index:
+                before = ", ".join(q.name for q in self.passes[:index])
+                raise LegatoError(f"pass {p.name} requires {', '.join(missing)}, which no pass "
+                                  f"before it ensures (before it: {before})")
+            needed += missing  # the first pass's needs are the pipeline's own
+            established.update(getattr(p, "ensures", ()))
+        return tuple(needed), tuple(sorted(established))
+
+    def run_pass(self, p: ModulePass, module: Module) -> PassResult:
+        """Run one pass (a subclass may time or trace it)."""
+        return p.run(module)
 
     def run(self, module: Module) -> PassResult:
         any_change = False
         for _ in range(self.max_iterations if self.fixpoint else 1):
             changed_by = []
             for p in self.passes:
-                module, modified = p.run(module)
+                module, modified = self.run_pass(p, module)
                 if modified:
                     changed_by.append(p.name)
             any_change |= bool(changed_by)

@@ -20,7 +20,7 @@ def legato_register_ops(register: Callable[[OpDef], None]) -> None:
 
 @hookspec
 def legato_register_backends(register):
-    """Register backends: register(capability_path_or_dict, kernels=None, executor=None, emitter=None)."""
+    """Register backends: register(capability_path_or_dict, kernels=None, executor=None, emitter=None, passes=()), passes: factories lowering -> ModulePass run on the legal module (legato.plugin_api.Lowering)."""
 
 
 @hookspec

@@ -141,10 +141,10 @@ class PluginHost:
         return register
 
     def _backend_registrar(self, plugin: str, added: list) -> Callable:
-        def register(capability, kernels=None, executor=None, emitter=None):
+        def register(capability, kernels=None, executor=None, emitter=None, passes=()):
             backend = self.add_backend(parse_capability(
                 capability, self.registry, kernels=kernels, executor=executor,
-                emitter=emitter, plugin=plugin), check_fallback=False)
+                emitter=emitter, passes=passes, plugin=plugin), check_fallback=False)
             added.append(("backend", backend.name))
         return register
 

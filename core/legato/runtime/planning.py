@@ -17,7 +17,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from ..ir import CALL_OP, Call, Const, Module, Value
+from ..ir import CALL_OP, Call, Const, Function, Module, Value
 
 
 # ---------------------------------------------------------------------------------
@@ -118,16 +118,19 @@ class Flat:
     results: tuple
 
 
-def flatten(module: Module) -> Flat:
+def flatten(module: Module, opaque: Callable[[Function], bool] | None = None) -> Flat:
     """Inline every function main calls (recursively; the values of each inlined copy
-    are fresh Values of the same types, so two call sites never share one)."""
+    are fresh Values of the same types, so two call sites never share one). A call of a
+    function for which `opaque(function)` holds stays one step (its op is `call`): an
+    executor runs such a function whole (a fused GEMM epilogue)."""
     calls: list[FlatCall] = []
 
     def inline(name: str, env: dict, main: bool) -> None:
         fn = module.functions[name]
         for index, call in enumerate(fn.calls):
             inputs = tuple(None if v is None else env.get(v, v) for v in call.inputs)
-            if call.op == CALL_OP:
+            if call.op == CALL_OP and not (
+                    opaque is not None and opaque(module.functions[call.attrs["callee"]])):
                 callee = module.functions[call.attrs["callee"]]
                 inner_env = dict(zip(callee.params, inputs))
                 inline(call.attrs["callee"], inner_env, False)

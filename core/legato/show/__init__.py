@@ -26,10 +26,8 @@ from ..legalization.config import load_config
 from ..plugins.context import Context, context as current_context
 from ..ir.errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
-from ..passes.layout import convert_layout
-from ..legalization.placement import place
-from ..passes.qdq_fold import QDQFoldPass
-from ..passes.recompose import recompose_for
+from ..passes.manager import PassManager
+from ..passes.pipeline import Lowering, lowering_passes
 from ..legalization.report import sentence
 from .dot import dot_text
 from .picture import COLOURS, Graph, Node, Picture
@@ -46,28 +44,22 @@ def graph(model, backend: str, config=None, max_level: int | None = None, *,
     source = api.load_model(model, context=host)
     be = host.backend(backend)
     cfg = load_config(config, be.name, host.registry, host.backends)
-    # what compile does before legalizing: fold QDQ regions, recompose, then the layout
-    folding = QDQFoldPass(host.registry)
-    module, _ = folding(source)
-    module, recovered = recompose_for(module, be, cfg.recompose, cfg.keep, host.registry)
-    if be.layout:
-        module = convert_layout(module, be.layout, host.registry, cfg.keep)
-    result = api.legalize(module, be, config=cfg, max_level=max_level, mode="partial",
-                          context=host)
+    # compile's own passes up to a placed module, the backend's fusions included
+    lowering = Lowering(host, be, cfg, max_level, mode="partial")
+    module, _ = PassManager(lowering_passes(lowering))(source)
     if max_level is not None:
         cfg = replace(cfg, max_level=max_level)
-    fallback = host.fallback_of(be) if be.executes else None
-    judge = _Judge(host.registry, be, cfg, fallback, result.fallback_calls)
+    judge = _Judge(host.registry, be, cfg, lowering.fallback, lowering.fallback_calls)
     before = _draw(source, "b", f"before: {_count(source)} calls", judge, grouped=False)
-    title = f"after, for {be.name}: {_count(result.module)} calls"
-    if recovered.recovered:
+    title = f"after, for {be.name}: {_count(module)} calls"
+    if lowering.recovered:
         title += " (recomposed first: " + ", ".join(
-            f"{op} x{n}" for op, n in sorted(recovered.recovered.items())) + ")"
-    if folding.report.folded:
+            f"{op} x{n}" for op, n in sorted(lowering.recovered.items())) + ")"
+    if lowering.qdq is not None and lowering.qdq.folded:
         title += " (QDQ folded into " + ", ".join(
-            f"{op} x{n}" for op, n in sorted(folding.report.folded.items())) + ")"
-    after = _draw(result.module, "a", title, judge, grouped=True)
-    placement = place(result.module, be, fallback, result.fallback_calls, host.registry)
+            f"{op} x{n}" for op, n in sorted(lowering.qdq.folded.items())) + ")"
+    after = _draw(module, "a", title, judge, grouped=True)
+    placement = lowering.report.placement
     return Picture(before, after, be.name, placement.text().splitlines())
 
 
@@ -165,7 +157,8 @@ def _call_node(module: Module, call: Call, node_id: str, judge: _Judge) -> Node:
     if call.op == CALL_OP:
         name = call.attrs["callee"]
         fn = module.functions[name]
-        where = fn.attrs.get("codegen") or fn.attrs.get("pattern") or fn.kind
+        where = fn.attrs.get("codegen") or fn.attrs.get("fusion") or fn.attrs.get("pattern") \
+            or fn.kind
         ops = ", ".join(c.op for c in fn.calls)
         return Node(node_id, f"@{name}\non {where}" if fn.kind == "external" else
                     f"@{name}\n{where}", fn.kind if fn.kind in COLOURS else "external",

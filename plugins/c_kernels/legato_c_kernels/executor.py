@@ -5,8 +5,9 @@ that main calls, e.g. fused or partitioned regions, are inlined: `legato.runtime
 Every value gets a buffer (reused by liveness, in place where the op is elementwise or
 its kernel says it computes in place and the input dies there, a view where the kernel
 says its result may be one: reshape);
-a GEMM absorbs a following bias add and activation into its epilogue where the C
-library has that activation; constant GEMM weights are packed once. Every step is
+a GEMM epilogue (a primitive function the backend's fusion pass made: fusion.py) is
+one C call; a custom call runs the kernel of the op it carries; constant GEMM weights
+are packed once. Every step is
 then bound to its buffers (`kernel.bind(..., out=...)`, a prepared C call where the
 buffers allow it). A run passes the caller's inputs and fresh result arrays in place
 of the planned buffers where the prepared calls declare those pointers (boundary.py),
@@ -26,26 +27,22 @@ from typing import Any, Callable
 import numpy as np
 
 import legato
-from legato.plugin_api import (Arena, CUSTOM_OP, Const, ExecutionError, Flat, Interpreter,
-                              LegatoError, as_tuple, bind_inputs, describe_call, flatten,
-                              last_uses, view_roots)
+from legato.plugin_api import (CALL_OP, CUSTOM_OP, Arena, Const, ExecutionError, Flat,
+                               FlatCall, LegatoError, as_tuple, bind_inputs, decode_custom,
+                               describe_call, flatten, last_uses, view_roots)
 
 from . import kernels as K
 from . import program
-from .kernels import elementwise
 from .boundary import Boundary, Touch
+from .fusion import is_epilogue
 from .kernels.common import OUT
-from .kernels.gemm import ACTIVATIONS, EPILOGUE_BIAS_OP
 from .pool import RunnerPool
 
 
 def make_executor(module, backend, fallback, fallback_calls, registry, *, shared=None):
-    """The backend's executor factory: the planned executor, or the interpreter for
-    modules with custom-op calls (which it decodes). `shared`: a dict the planned
+    """The backend's executor factory: the planned executor. `shared`: a dict the planned
     executors of one compiled model keep their packed constant weights in, so that a
     plan for another binding of its symbolic dims packs none of them again."""
-    if _has_custom_calls(module):
-        return Interpreter(module, backend, fallback, fallback_calls, registry)
     return PlannedExecutor(module, backend, fallback, fallback_calls, registry, shared=shared)
 
 
@@ -75,8 +72,6 @@ def pack_constants(module, backend, fallback_calls, shared: dict) -> None:
     a model with symbolic dims is planned per binding at call time, and this packs its
     weights at compile time, as a static compile does, rather than in its first call. A
     weight that does not pack is left for the plan to report."""
-    if _has_custom_calls(module):
-        return  # run by the interpreter, which packs nothing
     for fn in module.functions.values():
         for call in fn.calls:
             if call in fallback_calls or not backend.has_kernel(call.op):
@@ -87,18 +82,8 @@ def pack_constants(module, backend, fallback_calls, shared: dict) -> None:
                 pass
 
 
-def _has_custom_calls(module) -> bool:
-    return any(c.op == CUSTOM_OP for fn in module.functions.values() for c in fn.calls)
-
-
 # takes shared=, and fills it at compile time for a model with symbolic dims (legato.api)
 make_executor.pack_constants = pack_constants
-
-
-def _epilogue_activation(step) -> str | None:
-    """The GEMM epilogue name of a unary call the C library applies there, if any."""
-    name = elementwise.variant_name(step.op, step.attrs)
-    return name if name in ACTIVATIONS and ACTIVATIONS[name] else None
 
 
 class _Step:
@@ -122,8 +107,8 @@ class _PlannedInstance:
         self._packed = packed  # (weight, transposed) -> PackedWeight, shared by instances
         self._has_kernel: dict[str, bool] = {}  # op -> the backend has a kernel for it
         self._said: dict[tuple[str, str], bool] = {}  # (op, flag) -> its kernel's flag
-        self.fn = module.main
-        flat = flatten(module)
+        self.fn, self.module = module.main, module
+        flat = flatten(module, opaque=is_epilogue)
         self.arena = Arena()
         self.buffers: dict[Any, np.ndarray] = {}
         self.params = [self._own(p) for p in flat.params]
@@ -155,20 +140,13 @@ class _PlannedInstance:
         last_use = last_uses(calls, roots)
         pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
         results = set(flat.results)
-        index = 0
-        while index < len(calls):
-            call = calls[index]
-            bias, act, absorbed = self._epilogue_chain(calls, index, last_use, results)
-            out_call = calls[index + absorbed]
-            span = range(index, index + absorbed + 1)
-            readers = [v for c in calls[index:index + absorbed + 1] for v in c.inputs]
-            dying = [r for r in {roots.get(v, v) for v in readers if v is not None}
-                     if r in self.buffers and r not in pinned and last_use.get(r) in span]
-            self._assign_outputs(call, out_call, dying, roots, results)
-            self._bind(call, out_call, bias, act)
+        for index, step in enumerate(calls):
+            dying = [r for r in {roots.get(v, v) for v in step.inputs if v is not None}
+                     if r in self.buffers and r not in pinned and last_use.get(r) == index]
+            self._assign_outputs(step, dying, roots, results)
+            self._bind(step)
             for root in dying:  # what was not reused in place goes back to the arena
                 self.arena.give(self.buffers[root])
-            index += absorbed + 1
         return roots
 
     def _is_view(self, call) -> bool:
@@ -194,14 +172,14 @@ class _PlannedInstance:
         registry = self.registry if self.registry is not None else legato.context().registry
         return call.op in registry and registry.get(call.op).elementwise
 
-    def _assign_outputs(self, call, out_call, dying: list, roots, results) -> None:
+    def _assign_outputs(self, call, dying: list, roots, results) -> None:
         if self._is_view(call):
             self.buffers[call.output] = self._buffer(call.inputs[0]).reshape(call.output.shape)
             if roots[call.output] in dying:
                 dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
             return
-        in_place = call is out_call and self._in_place(call)
-        for out in out_call.outputs:
+        in_place = self._in_place(call)
+        for out in call.outputs:
             reuse = next((r for r in dying if in_place and r.type.size == out.type.size
                           and r.dtype == out.dtype), None)
             if reuse is not None:  # in place: the kernel may write over its dying input
@@ -212,39 +190,22 @@ class _PlannedInstance:
             else:
                 self.buffers[out] = self.arena.take(out.shape, out.dtype)
 
-    def _epilogue_chain(self, calls, index, last_use, results) -> tuple[Any, str | None, int]:
-        """(bias, activation, calls absorbed) a GEMM can apply in its epilogue: a
-        following add of a per-column bias (matmul only; nn.linear has its own), then
-        an activation the C epilogue has, each the only reader of the value before it."""
-        call = calls[index]
-        kernel = self.backend.kernel(call.op) if self._native(call) else None
-        if getattr(kernel, "epilogue", None) is None:
-            return None, None, 0
-        column_bias = getattr(kernel, "epilogue_bias", False)  # a GEMM (else: a conv)
-        weight = call.inputs[1]
-        if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
-            return None, None, 0
-        bias, act, product, used = None, None, call.output, 0
-
-        def sole_reader(position):
-            nxt = calls[position] if position < len(calls) else None
-            ok = nxt is not None and self._native(nxt) and product not in results \
-                and last_use.get(product) == position
-            return nxt if ok else None
-
-        nxt = sole_reader(index + 1)
-        if column_bias and len(call.inputs) == 2 and nxt is not None and \
-                nxt.op == EPILOGUE_BIAS_OP:
-            other = nxt.inputs[1] if nxt.inputs[0] is product else nxt.inputs[0]
-            n = product.shape[-1]
-            if product in nxt.inputs and other is not product and other is not None and \
-                    other.shape in ((n,), (1, n)) and nxt.output.type == product.type:
-                bias, product, used = other, nxt.output, 1
-                nxt = sole_reader(index + 2)
-        if nxt is not None and nxt.inputs[0] is product and len(nxt.inputs) == 1:
-            act = _epilogue_activation(nxt)
-            used += act is not None
-        return bias, act, used
+    def _epilogue(self, step) -> tuple[Any, Any, str | None]:
+        """(GEMM step, bias, activation) of a fused epilogue's call: the GEMM reads the
+        call's values and writes its result; (None, None, None) for any other step."""
+        if step.op != CALL_OP:
+            return None, None, None
+        fn = self.module.functions[step.attrs["callee"]]
+        env = dict(zip(fn.params, step.inputs))
+        gemm = fn.calls[0]
+        inputs = tuple(None if v is None else env.get(v, v) for v in gemm.inputs)
+        bias = None
+        if fn.attrs["bias"]:
+            add = fn.calls[1]
+            other = add.inputs[1] if add.inputs[0] is gemm.output else add.inputs[0]
+            bias = env.get(other, other)
+        act = fn.attrs["activation"]
+        return FlatCall(gemm, inputs, step.outputs, step.where), bias, act
 
     # --- steps ------------------------------------------------------------------------
 
@@ -256,34 +217,48 @@ class _PlannedInstance:
             native = self._has_kernel[call.op] = self.backend.has_kernel(call.op)
         return native
 
-    def _bind(self, call, out_call, bias, act) -> None:
-        if self._is_view(call):
+    def _bind(self, step) -> None:
+        if self._is_view(step):
             return  # a view, planned in _assign_outputs
+        gemm, bias, act = self._epilogue(step)
+        call = gemm or self._decoded(step)
         inputs = [self._buffer(v) for v in call.inputs]
-        outs = [self.buffers[o] for o in out_call.outputs]
+        outs = [self.buffers[o] for o in step.outputs]
         if not any(out.size for out in outs):
             return  # an empty result has nothing to compute on any run
         attrs = dict(call.attrs)
         native = self._native(call)
         touches = [Touch(v, i if native else None) for i, v in enumerate(call.inputs)
                    if v is not None and not isinstance(v, Const)]
-        touches += [Touch(o, OUT if native else None) for o in out_call.outputs]
+        touches += [Touch(o, OUT if native else None) for o in step.outputs]
         try:
             if native:
                 kernel = self.backend.kernel(call.op)
                 self._pack_constant_weight(kernel, call, inputs)
-                if out_call is not call:  # a GEMM with its epilogue
+                if gemm is not None:  # a GEMM with its epilogue
                     kernel = kernel.epilogue
                     if bias is not None:
                         attrs["bias"] = self._buffer(bias).reshape(-1)
                         touches.append(Touch(bias, None))  # an attribute: no slot
-                    attrs["activation"] = act or "none"
+                    attrs["activation"] = act
             else:
                 kernel = self._fallback_kernel(call)
             run = self._prepare(kernel, inputs, outs, attrs)
         except LegatoError as err:
-            raise ExecutionError(f"{describe_call(call.call, call.where)}: {err}") from None
-        self.steps.append(_Step(run, call.call, call.where, touches))
+            raise ExecutionError(f"{describe_call(step.call, step.where)}: {err}") from None
+        # a fused epilogue is named by its GEMM (profiles, errors), as the C call is its
+        self.steps.append(_Step(run, call.call, step.where, touches))
+
+    def _decoded(self, step):
+        """A custom call as the call it carries (its kernel runs it: this backend's, or
+        the fallback's), with the tensor inputs back in their positions; any other step
+        as it is."""
+        if step.op != CUSTOM_OP:
+            return step
+        original = decode_custom(step.call, self.registry)
+        tensors = iter(step.inputs)
+        inputs = tuple(None if v is None else next(tensors) for v in original.inputs)
+        return FlatCall(original, inputs, step.outputs, step.where)
 
     def _pack_constant_weight(self, kernel, call, inputs) -> None:
         """A constant weight is packed for the GEMM micro-kernel once, not every run."""

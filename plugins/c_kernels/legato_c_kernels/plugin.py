@@ -1,10 +1,12 @@
-"""The c_kernels plugin: the capability file, the kernel table and the planned executor."""
+"""The c_kernels plugin: the capability file, the kernel table, the planned executor and
+the GEMM epilogue fusion pass."""
 from importlib.resources import files
 
 import legato
 
 from . import kernels
 from .executor import make_executor
+from .fusion import GemmEpilogue
 
 
 def reshape(data, *, shape):
@@ -20,4 +22,5 @@ KERNELS = {**kernels.KERNELS, "reshape": reshape}
 
 @legato.hookimpl
 def legato_register_backends(register):
-    register(str(files("legato_c_kernels") / "capability.yaml"), executor=make_executor)
+    register(str(files("legato_c_kernels") / "capability.yaml"), executor=make_executor,
+             passes=[GemmEpilogue])

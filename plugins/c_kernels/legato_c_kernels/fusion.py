@@ -1,0 +1,124 @@
+"""The c_kernels GEMM epilogue, as IR: a pass that puts a GEMM (matmul, nn.linear,
+nn.conv2d), the bias add that follows it and the activation after that into one
+`primitive` function, which the planned executor runs as one C call.
+
+The pass runs on the legalized module (`legato.compile` runs a backend's passes after
+legalization), so the fusion shows in `compiled.module`, `legato show` and the report
+(`--explain`), and the executor only runs what the IR says. A call joins the epilogue
+only when it is the sole reader of the value before it; the bias is a per-column add of
+a vector (matmul only: nn.linear and conv have their own bias input); the activation is
+one the C epilogue has.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from legato.plugin_api import (CALL_OP, Attrs, Call, Function, ModulePass, PassResult,
+                               ShapeError, lift_regions)
+
+from .kernels import elementwise
+from .kernels.gemm import ACTIVATIONS, EPILOGUE_BIAS_OP
+
+FUSION = "c_kernels.gemm_epilogue"  # the function attribute `fusion` marking one
+
+
+def is_epilogue(fn: Function) -> bool:
+    """Does `fn` hold a GEMM epilogue this backend runs as one call?"""
+    return fn.kind == "primitive" and fn.attrs.get("fusion") == FUSION
+
+
+def activation_name(call: Call) -> str | None:
+    """The epilogue name of a unary call the C library applies there, if any."""
+    if len(call.inputs) != 1:
+        return None
+    name = elementwise.variant_name(call.op, call.attrs)
+    return name if name in ACTIVATIONS and ACTIVATIONS[name] else None
+
+
+class GemmEpilogue(ModulePass):
+    """Fuse GEMM + bias add + activation chains into primitive functions (see module)."""
+
+    name = "gemm-epilogue"
+
+    def __init__(self, lowering):
+        self.backend, self.lowering = lowering.backend, lowering
+
+    def run(self, module):
+        fused: Counter = Counter()
+        for fn_name in [n for n, f in module.functions.items() if f.kind == "default"]:
+            regions = self._regions(module, fn_name, fused)
+            if regions:
+                module = lift_regions(module, fn_name, regions)
+        if fused:
+            self.lowering.notes.append(
+                f"{self.backend.name} fused {sum(fused.values())} GEMM epilogues: " +
+                ", ".join(f"{chain} x{n}" for chain, n in sorted(fused.items())))
+        return PassResult(module, bool(fused))
+
+    def _regions(self, module, fn_name: str, fused: Counter) -> list:
+        fn = module.functions[fn_name]
+        readers: Counter = Counter(v for c in fn.calls for v in c.inputs if v is not None)
+        readers.update(fn.results)  # a returned value is read outside the function
+        reader_of = {v: c for c in fn.calls for v in c.inputs if v is not None}
+        taken: set = set()
+        regions = []
+        for call in fn.calls:
+            if id(call) in taken or not self._native(call):
+                continue
+            members = self._chain(call, readers, reader_of)
+            if len(members) < 2:
+                continue
+            taken.update(map(id, members))
+            act = activation_name(members[-1])
+            has_bias = members[1].op == EPILOGUE_BIAS_OP
+            name = f"{fn_name}_epilogue_{len(regions)}"
+            while name in module.functions:
+                name += "_"
+            regions.append((name, "primitive", Attrs({
+                "fusion": FUSION, "activation": act or "none", "bias": has_bias,
+                "ops": [m.op for m in members]}), members))
+            fused[" + ".join(m.op for m in members)] += 1
+        return regions
+
+    def _native(self, call: Call) -> bool:
+        return call.op != CALL_OP and call not in self.lowering.fallback_calls and \
+            self.backend.has_kernel(call.op)
+
+    def _kernel(self, call: Call):
+        return self.backend.kernel(call.op) if self._native(call) else None
+
+    def _chain(self, call: Call, readers: Counter, reader_of: dict) -> list[Call]:
+        """[GEMM, bias add?, activation?] starting at `call`: each next call the sole
+        reader of the value before it."""
+        kernel = self._kernel(call)
+        if getattr(kernel, "epilogue", None) is None or len(call.outputs) != 1:
+            return [call]
+        column_bias = getattr(kernel, "epilogue_bias", False)  # a GEMM (else: a conv)
+        weight = call.inputs[1]
+        if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
+            return [call]
+        members, product = [call], call.output
+
+        def sole_reader():
+            nxt = reader_of.get(product) if readers[product] == 1 else None
+            return nxt if nxt is not None and self._native(nxt) else None
+        nxt = sole_reader()
+        if column_bias and len(call.inputs) == 2 and nxt is not None and \
+                nxt.op == EPILOGUE_BIAS_OP and self._is_column_bias(nxt, product):
+            members.append(nxt)
+            product = nxt.output
+            nxt = sole_reader()
+        if nxt is not None and nxt.inputs[0] is product and activation_name(nxt):
+            members.append(nxt)
+        return members
+
+    @staticmethod
+    def _is_column_bias(add: Call, product) -> bool:
+        other = add.inputs[1] if add.inputs[0] is product else add.inputs[0]
+        if product not in add.inputs or other is product or other is None:
+            return False
+        try:
+            n = product.shape[-1]
+            return other.shape in ((n,), (1, n)) and add.output.type == product.type
+        except ShapeError:  # a symbolic width that may or may not be the bias's
+            return False
