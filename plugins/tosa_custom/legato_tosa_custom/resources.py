@@ -126,15 +126,14 @@ class Resources:
     @staticmethod
     def _sample(data: np.ndarray) -> tuple:
         """A cheap fingerprint: type and a few bytes (weights differ in their first ones)."""
-        raw = memoryview(data).cast("B")
+        raw = _raw(data)
         middle = len(raw) // 2
         return (data.dtype.str, data.shape, bytes(raw[:64]), bytes(raw[middle:middle + 64]),
                 bytes(raw[-64:]))
 
     def _equal(self, data: np.ndarray) -> str | None:
-        raw = memoryview(data).cast("B")
         for name in self._by_sample.get(self._sample(data), ()):
-            if memoryview(self.blobs[name]).cast("B") == raw:
+            if _same(self.blobs[name], data):
                 return name
         return None
 
@@ -143,6 +142,19 @@ class Resources:
         self.blobs[name] = data
         self._by_sample.setdefault(self._sample(data), []).append(name)
         return name
+
+
+def _raw(data: np.ndarray) -> memoryview:
+    """A contiguous array's bytes (as uint8: bfloat16 has no buffer format of its own)."""
+    return memoryview(data.reshape(-1).view(np.uint8))
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bytes (NaNs alike), compared a few MB at a time."""
+    x, y = _raw(a), _raw(b)
+    return len(x) == len(y) and all(
+        np.array_equal(np.asarray(x[i:i + CHUNK]), np.asarray(y[i:i + CHUNK]))
+        for i in range(0, len(x), CHUNK))
 
 
 def _identifier(hint: str | None) -> str:
@@ -178,7 +190,7 @@ class TosaArtifact:
         for index, (name, array) in enumerate(self.resources.items()):
             alignment = int(array.dtype.itemsize).to_bytes(4, "little")
             yield f'      {name}: "0x{alignment.hex()}'.encode()
-            raw = memoryview(array).cast("B")
+            raw = _raw(array)
             for start in range(0, len(raw), CHUNK):
                 yield binascii.hexlify(raw[start:start + CHUNK])
             yield b'",\n' if index + 1 < len(self.resources) else b'"\n'
