@@ -71,6 +71,10 @@ _BOUNDED = _BoundedRepr()
 def quote(value, limit: int = 80) -> str:
     """A repr of user data for an error message, at most `limit` characters, computed in
     bounded time however large (or deeply shared, or self-containing) the value is."""
+    if type(value) is str and len(value) <= _BOUNDED.maxstring:  # most names: repr() as is
+        text = repr(value)
+        if len(text) <= _BOUNDED.maxstring:
+            return text if len(text) <= limit else text[:limit - 3] + "..."
     try:
         text = _BOUNDED.repr(value)
     except Exception:  # a user object whose __repr__ raises

@@ -253,6 +253,20 @@ def _learn_bfloat16() -> None:
         pass
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """`dtype.name`, remembered for legato's dtypes: numpy computes it in Python on every
+    access, a cost paid per constant of a model."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = dtype.name
+        if name in DTYPES:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Const(Value):
     """A value that carries its data (a read-only numpy array)."""
@@ -269,16 +283,17 @@ class Const(Value):
             _learn_bfloat16()
         try:
             adopt = (not copy and isinstance(array, np.ndarray) and not array.flags.writeable
-                     and dtype in (None, array.dtype.name))
+                     and dtype in (None, _dtype_name(array.dtype)))
             data = array if adopt else np.array(array, dtype=dtype, copy=True)
         except (TypeError, ValueError, OverflowError) as err:  # e.g. bfloat16 without ml_dtypes
             raise IRError(f"cannot make a constant of dtype {quote(dtype)}: "
                           f"{clip(str(err))}") from None
-        if data.dtype.name not in DTYPES:
-            raise IRError(f"constant of unsupported dtype {data.dtype.name}")
+        dtype_name = _dtype_name(data.dtype)
+        if dtype_name not in DTYPES:
+            raise IRError(f"constant of unsupported dtype {dtype_name}")
         if data.flags.writeable:
             data.setflags(write=False)
-        return Const(TensorType(data.shape, data.dtype.name), name, data)
+        return Const(TensorType(data.shape, dtype_name), name, data)
 
     def __repr__(self):
         return f"Const({clip(self.name or hex(id(self)), 60)}: {self.type})"

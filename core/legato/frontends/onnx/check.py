@@ -9,6 +9,8 @@ integer. Tensor data is checked by `tensors`.
 """
 from __future__ import annotations
 
+import functools
+
 from ...ir.errors import LegatoError
 from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
 
@@ -154,18 +156,43 @@ def check_node(node, opset: int, where: str) -> None:
         VALUE_CHECKS[node.op_type](node, where)
 
 
-def node_schema(node, opset: int):
+class Schema:
+    """What the checks read of an onnx OpSchema, read once: onnx rebuilds the attribute
+    table and parameter lists on every access, which cost more than the checks themselves.
+    `attributes` maps each name to (AttributeProto type code, required); `inputs` and
+    `outputs` list each formal parameter as (name, optional)."""
+
+    def __init__(self, schema):
+        from onnx.defs import OpSchema
+        optional = OpSchema.FormalParameterOption.Optional
+        self.since_version = schema.since_version
+        self.attributes = {name: (int(spec.type.value), spec.required)
+                           for name, spec in schema.attributes.items()}
+        self.inputs = [(p.name, p.option == optional) for p in schema.inputs]
+        self.outputs = [(p.name, p.option == optional) for p in schema.outputs]
+        self.min_input, self.max_input = schema.min_input, schema.max_input
+        self.min_output, self.max_output = schema.min_output, schema.max_output
+
+
+def node_schema(node, opset: int) -> Schema | None:
     """onnx's schema of a default-domain op at `opset`, else the one its converter brings
     (onnxruntime's ops, in its domain or in the default one before ONNX defined them)."""
-    from onnx import defs
     from .convert import converter_of
     if node.domain in ("", "ai.onnx"):
-        try:
-            return defs.get_schema(node.op_type, opset, "")
-        except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
-            pass
+        schema = _onnx_schema(node.op_type, opset)
+        if schema is not None:
+            return schema
     known = converter_of(node.domain, node.op_type)
-    return None if known is None or known.schema is None else known.schema()
+    return None if known is None or known.schema is None else Schema(known.schema())
+
+
+@functools.lru_cache(maxsize=4096)
+def _onnx_schema(op_type: str, opset: int) -> Schema | None:
+    from onnx import defs
+    try:
+        return Schema(defs.get_schema(op_type, opset, ""))
+    except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
+        return None
 
 
 def _check_split(node, where: str) -> None:
@@ -198,7 +225,7 @@ def _check_attributes(node, schema, where: str) -> None:
             known = ", ".join(sorted(schema.attributes)) or "none"
             raise LegatoError(f"{label} is not an attribute of {node.op_type} (its "
                               f"attributes since opset {schema.since_version}: {known})")
-        expected = int(spec.type.value)
+        expected = spec[0]
         if attr.ref_attr_name:
             raise LegatoError(f"{label} refers to a function attribute outside a function")
         if attr.type != expected:
@@ -214,8 +241,8 @@ def _check_attributes(node, schema, where: str) -> None:
             check_tensor(attr.t, label)
         if attr.type in (3, 8):
             _check_utf8([attr.s] if attr.type == 3 else attr.strings, label)
-    for name, spec in schema.attributes.items():
-        if spec.required and name not in seen:
+    for name, (_, required) in schema.attributes.items():
+        if required and name not in seen:
             raise LegatoError(f"{where}: required attribute {quote(name)} is missing")
 
 
@@ -239,9 +266,7 @@ def _check_arity(names, params, least: int, most: int, label: str) -> None:
     if not least <= len(names) <= most:
         bound = f"{least}" if least == most else f"{least} to {most}"
         raise LegatoError(f"{label}s: {len(names)} given, the schema takes {bound}")
-    from onnx.defs import OpSchema
-    optional = OpSchema.FormalParameterOption.Optional
     for i, name in enumerate(names):
-        param = params[min(i, len(params) - 1)]
-        if not name and param.option != optional:
-            raise LegatoError(f"{label} {i} ({param.name}) is required but missing")
+        param, optional = params[min(i, len(params) - 1)]
+        if not name and not optional:
+            raise LegatoError(f"{label} {i} ({param}) is required but missing")

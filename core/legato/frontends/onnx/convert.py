@@ -7,6 +7,7 @@ axes, pads): legato has static shapes, so these become attributes.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -71,10 +72,14 @@ class Node:
         self.b, self.proto, self.opset = b, proto, opset
         self.op = proto.op_type
         self.name = proto.name or f"<unnamed {proto.op_type}>"
-        self.label = quote(self.name)  # bounded, for messages
         self.inputs: list[Value | None] = inputs
         self.attrs = attrs
         self.outputs = list(proto.output)
+
+    @functools.cached_property
+    def label(self) -> str:
+        """The node's name for messages (bounded; made when a message needs it)."""
+        return quote(self.name)
 
     def input(self, index: int) -> Value | None:
         """Optional input `index`: None when absent or left empty."""

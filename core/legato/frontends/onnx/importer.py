@@ -26,7 +26,7 @@ from ..common.fold import fold_calls, foldable, is_symbolic_const, shape_const
 from . import converters  # noqa: F401  (every converter registers)
 from .check import check_graph, check_opset_range, check_text
 from .convert import Node, Refused, converter_of, onnx_dtype
-from .isolate import run_isolated, without_large_data
+from .isolate import run_isolated, start_worker, without_large_data
 from .sizes import with_sizes_computed
 from .tensors import (check_shape, check_size, check_tensor, external_tensors,
                       load_external_data, quote, tensor_array)
@@ -61,6 +61,7 @@ def load(model, input_shapes: Mapping | None = None, *, base_dir=None,
 def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None,
                     registry=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
+    start_worker()  # it starts up while the model is read and checked
     proto, base_dir, weights = read_model(model, base_dir)
     try:
         return _import(proto, base_dir, weights, input_shapes, registry)
@@ -469,8 +470,11 @@ class _Importer:
         return self.env[name]
 
     def convert(self, proto) -> None:
-        inputs = [self.lookup(n, f"{proto.op_type} node {quote(proto.name)} input") if n else None
-                  for n in proto.input]
+        env = self.env
+        if not all(n in env for n in proto.input if n):
+            missing = next(n for n in proto.input if n and n not in env)
+            self.lookup(missing, f"{proto.op_type} node {quote(proto.name)} input")
+        inputs = [env[n] if n else None for n in proto.input]
         node = Node(self.b, proto, inputs, {}, self.opset)
         node.scope = self
         start = len(self.b.calls)

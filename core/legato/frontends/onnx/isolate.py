@@ -50,12 +50,22 @@ class _Worker:
                 self.process = None
                 return process.wait()
 
+    def start(self) -> None:
+        """Start the worker now, if it is not running and no request holds it, so that it
+        starts while the caller reads and checks its model."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._running()
+            finally:
+                self.lock.release()
+
     def _running(self) -> subprocess.Popen:
         if self.process is None or self.owner != os.getpid() or self.process.poll() is not None:
             path = os.pathsep.join(p for p in sys.path if p and Path(p) != WORKER.parent)
             env = dict(os.environ, PYTHONPATH=path)
             try:
-                self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(WORKER)],
+                self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(WORKER),
+                                                 _extension()],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 stderr=subprocess.DEVNULL, env=env)
             except OSError as err:
@@ -78,10 +88,24 @@ class _Worker:
                 process.kill()
 
 
+def _extension() -> str:
+    """The file of onnx's C++ extension module, which the worker loads by itself."""
+    try:
+        from onnx import onnx_cpp2py_export
+    except ImportError:
+        return ""
+    return getattr(onnx_cpp2py_export, "__file__", None) or ""
+
+
 _WORKER = _Worker()
 atexit.register(_WORKER.close)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_WORKER.forget)
+
+
+def start_worker() -> None:
+    """Have the worker ready for a model about to be imported (see _Worker.start)."""
+    _WORKER.start()
 
 
 def run_isolated(command: bytes, model, what: str, failed: str):

@@ -52,6 +52,9 @@ def check_shape(shape, where: str) -> tuple[int, ...]:
 
 def onnx_dtype(elem_type: int, where: str) -> str:
     """The legato dtype of an ONNX TensorProto element type, or a LegatoError."""
+    known = _ELEMENT_TYPES.get(elem_type)
+    if known is not None:
+        return known[0]
     from onnx import TensorProto, helper
     try:
         name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
@@ -62,14 +65,19 @@ def onnx_dtype(elem_type: int, where: str) -> str:
             TensorProto.DataType.values() else str(elem_type)
         raise LegatoError(f"{where}: ONNX element type {label} is not supported by legato "
                           f"(supported: {', '.join(DTYPES)})")
+    _ELEMENT_TYPES[elem_type] = name, np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     return name
+
+
+# element type -> (legato dtype, numpy dtype), of the supported types seen: onnx's lookup
+# and numpy's dtype names cost microseconds, paid per tensor and value of a model
+_ELEMENT_TYPES: dict[int, tuple[str, np.dtype]] = {}
 
 
 def element_type(tensor, where: str):
     """(legato dtype, numpy dtype) of a tensor's element type, or a LegatoError."""
-    from onnx import helper
-    dtype = onnx_dtype(tensor.data_type, where)
-    return dtype, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    onnx_dtype(tensor.data_type, where)
+    return _ELEMENT_TYPES[tensor.data_type]
 
 
 def check_tensor(tensor, where: str) -> None:

@@ -1,7 +1,10 @@
 """The process that runs onnx's C++ passes for the importer (see isolate.py).
 
-Run as a script (it imports nothing of legato): reads requests from stdin and answers on
-stdout until stdin closes. A request is a one-byte command, an 8-byte little-endian length
+Run as a script (it imports nothing of legato), with the path of onnx's C++ extension
+module as its argument: it loads that module alone, since importing the onnx package (and
+numpy with it) would take most of a small model's import time, and falls back to the
+package where the module will not load by itself. It reads requests from stdin and answers
+on stdout until stdin closes. A request is a one-byte command, an 8-byte little-endian length
 and a serialized ModelProto:
 
     b"I": strict shape inference (check_type, no data propagation); answers an empty payload
@@ -28,16 +31,41 @@ def read_exactly(stream, size: int) -> bytes:
     return data
 
 
-def handle(command: bytes, payload: bytes) -> bytes:
-    import onnx
-    model = onnx.ModelProto.FromString(payload)
+def extension(path: str):
+    """onnx's C++ extension module, loaded from its file without the onnx package, or None
+    where it will not load so."""
+    if not path:
+        return None
+    try:
+        import importlib.machinery
+        import importlib.util
+        name = "onnx.onnx_cpp2py_export"
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        module = importlib.util.module_from_spec(
+            importlib.util.spec_from_file_location(name, path, loader=loader))
+        loader.exec_module(module)
+        module.shape_inference.infer_shapes  # noqa: B018  (both passes are there)
+        module.version_converter.convert_version  # noqa: B018
+        return module
+    except Exception:  # noqa: BLE001 - any failure: the onnx package instead
+        return None
+
+
+def package_passes():
+    """onnx's C++ module as the onnx package loads it (the wrappers the package puts around
+    its passes only parse and serialize the models they are handed)."""
+    import onnx.onnx_cpp2py_export
+    return onnx.onnx_cpp2py_export
+
+
+def handle(command: bytes, payload: bytes, passes) -> bytes:
     if command == b"I":
         # no data propagation: it materializes 1-D shape data of a declared length, so a
         # large declared dimension would take time and memory in proportion to it
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        passes.shape_inference.infer_shapes(payload, True, True, False)
         return b""
     if command == b"C":
-        return onnx.version_converter.convert_version(model, TARGET_OPSET).SerializeToString()
+        return passes.version_converter.convert_version(payload, TARGET_OPSET)
     raise ValueError(f"unknown command {command!r}")
 
 
@@ -46,7 +74,7 @@ def last_line(err: BaseException) -> str:
     return (text.splitlines()[-1] if text else type(err).__name__)[:300]
 
 
-def serve(requests, answers) -> None:
+def serve(requests, answers, passes) -> None:
     while True:
         try:
             command, size = HEADER.unpack(read_exactly(requests, HEADER.size))
@@ -54,7 +82,7 @@ def serve(requests, answers) -> None:
         except EOFError:
             return
         try:
-            status, result = 0, handle(command, payload)
+            status, result = 0, handle(command, payload, passes)
         except Exception as err:  # noqa: BLE001 - every failure is answered, not raised
             status, result = 1, last_line(err).encode()
         answers.write(ANSWER.pack(status, len(result)) + result)
@@ -62,4 +90,5 @@ def serve(requests, answers) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer,
+          extension(sys.argv[2] if len(sys.argv) > 2 else "") or package_passes())

@@ -1,0 +1,150 @@
+"""legato's ONNX import against onnxruntime's session creation, at published model sizes.
+
+    .venv/bin/python benchmarks/import_speed.py [--models mobilenetv2,resnet50] [--rounds 3]
+    .venv/bin/python benchmarks/import_speed.py --profile mobilenetv2 [--top 30]
+
+The models are benchmarks/real_size.py's (exported once and cached there). Each figure comes
+from a fresh process that has already imported legato, onnx and onnxruntime, so it holds only
+the call: `legato.frontends.onnx.load(path)` or `onnxruntime.InferenceSession(path)` (one
+thread, as real_size.py's session). legato's plugins are loaded first, once per process
+(`legato.context()`, the `plugins s` column), and left out of the import's figure; `cold`
+is the ratio with them counted. Rounds interleave the two, so load from other processes
+falls on both alike; the medians and their ratio are printed with the load average.
+
+Memory: `peak MB` is the most the process's resident memory rose above where it stood
+before the call (the kernel's high-water mark, reset just before it), beside the weights'
+size (the model file's). `--profile MODEL` runs cProfile over one import instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.real_size import MODELS, model_file  # noqa: E402
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's high-water mark of resident memory to what is resident now."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        pass
+
+
+def measure(what: str, path: str) -> dict:
+    """Seconds and peak memory rise of one import or session creation (the child's half)."""
+    import onnx  # noqa: F401  (imported up front, like onnxruntime)
+    import onnxruntime
+
+    import legato
+    from benchmarks.zoo import ort_session
+    from legato.frontends import onnx as onnx_frontend
+    onnxruntime.set_default_logger_severity(3)
+    start = time.perf_counter()
+    if what == "legato":
+        legato.context()  # the plugins, loaded once per process: not the import's own cost
+    setup = time.perf_counter() - start
+    call = (lambda: onnx_frontend.load(path)) if what == "legato" else \
+        (lambda: ort_session(path, 1))
+    before = _status_mb("VmRSS")
+    _reset_peak()
+    start = time.perf_counter()
+    result = call()
+    seconds = time.perf_counter() - start
+    peak = _status_mb("VmHWM") - before
+    del result
+    return {"s": seconds, "setup_s": setup, "peak_mb": peak}
+
+
+def child(what: str, name: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", what, str(model_file(name))],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else "failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(names, rounds: int) -> None:
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of "
+          f"{rounds} interleaved round(s), a fresh process per figure", flush=True)
+    print(f"{'model':14}{'import s':>9}{'ORT s':>8}{'ratio':>7}{'plugins s':>10}{'cold':>6}"
+          f"{'peak MB':>9}{'ORT MB':>8}{'weights':>9}{'peak/w':>8}", flush=True)
+    for name in names:
+        model_file(name)
+        runs: dict[str, list[dict]] = {"legato": [], "ort": []}
+        try:
+            for _ in range(rounds):
+                for what in runs:
+                    runs[what].append(child(what, name))
+        except RuntimeError as err:
+            print(f"{name:14} error: {str(err)[:200]}", flush=True)
+            continue
+        s = {w: statistics.median(r["s"] for r in runs[w]) for w in runs}
+        setup = statistics.median(r["setup_s"] for r in runs["legato"])
+        mb = {w: statistics.median(r["peak_mb"] for r in runs[w]) for w in runs}
+        weights = model_file(name).stat().st_size / 2**20
+        print(f"{name:14}{s['legato']:9.3f}{s['ort']:8.3f}{s['legato'] / s['ort']:7.2f}"
+              f"{setup:10.2f}{(s['legato'] + setup) / s['ort']:6.2f}{mb['legato']:9.0f}{mb['ort']:8.0f}{weights:9.0f}{mb['legato'] / weights:8.2f}",
+              flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
+
+
+def profile(name: str, top: int) -> None:
+    import cProfile
+    import pstats
+
+    import legato
+    from legato.frontends import onnx as onnx_frontend
+    path = str(model_file(name))
+    legato.context()
+    profiler = cProfile.Profile()
+    profiler.runcall(onnx_frontend.load, path)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
+    parser.add_argument("--profile", metavar="MODEL", choices=list(MODELS),
+                        help="cProfile one import of MODEL")
+    parser.add_argument("--top", type=int, default=30, help="rows shown by --profile")
+    parser.add_argument("--child", nargs=2, metavar=("WHAT", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(*args.child)))
+        return
+    if args.profile:
+        profile(args.profile, args.top)
+        return
+    names = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    report(names, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The ONNX importer's fixed and per-node costs: what it does once per model or per op type
+is not repeated per node, and the process that runs onnx's C++ passes starts without
+loading the onnx package. The answers must stay what they were (same errors, same
+results); benchmarks/import_speed.py measures the times."""
+from __future__ import annotations
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper  # noqa: E402
+
+from legato import LegatoError  # noqa: E402
+from legato.frontends import onnx as lonnx  # noqa: E402
+from legato.frontends.onnx import isolate  # noqa: E402
+from legato.ir.errors import _BOUNDED, quote  # noqa: E402
+from tests.test_onnx_import import model, tensor  # noqa: E402
+
+
+def old_model(n: int = 1):
+    """A chain of `n` Unsqueeze nodes at opset 9: the version converter runs on it."""
+    nodes = [helper.make_node("Unsqueeze", [f"v{i}"], [f"v{i + 1}"], axes=[0]) for i in range(n)]
+    return model(nodes, [tensor("v0", [2])], [tensor(f"v{n}", None)], opset=9)
+
+
+def mismatched_model():
+    """Shape inference refuses it: the output declares another element type."""
+    return model([helper.make_node("Relu", ["x"], ["y"], name="r")], [tensor("x", [2])],
+                 [helper.make_tensor_value_info("y", onnx.TensorProto.INT32, [2])], opset=17)
+
+
+def shared_libraries(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as maps:
+        return maps.read()
+
+
+def test_the_onnx_worker_runs_onnx_passes_without_the_onnx_package():
+    # importing onnx (and numpy with it) was most of a small model's import time
+    assert lonnx.load(old_model()).main.results[0].type.shape == (1, 2)
+    libraries = shared_libraries(isolate._WORKER.process.pid)
+    assert "onnx_cpp2py_export" in libraries
+    assert "_multiarray_umath" not in libraries   # numpy never loaded
+
+
+def test_the_onnx_worker_falls_back_to_the_onnx_package(monkeypatch):
+    # where onnx's extension module will not load by itself, the package's passes answer
+    monkeypatch.setattr(isolate, "_extension", lambda: "/nonexistent/onnx_cpp2py_export.so")
+    worker = isolate._Worker()
+    monkeypatch.setattr(isolate, "_WORKER", worker)
+    try:
+        assert lonnx.load(old_model()).main.results[0].type.shape == (1, 2)
+        with pytest.raises(LegatoError, match="the model's shapes do not infer: .*"
+                                              "Inferred elem type differs"):
+            lonnx.load(mismatched_model())
+        assert "_multiarray_umath" in shared_libraries(worker.process.pid)
+    finally:
+        worker.close()
+
+
+def test_shape_inference_errors_read_as_onnx_words_them():
+    with pytest.raises(LegatoError) as caught:
+        lonnx.load(mismatched_model())
+    try:
+        onnx.shape_inference.infer_shapes(mismatched_model(), check_type=True, strict_mode=True)
+    except Exception as err:  # noqa: BLE001 - onnx's own InferenceError
+        want = str(err).strip().splitlines()[-1]
+    assert str(caught.value) == f"the model's shapes do not infer: {want}"
+
+
+def test_the_version_converter_through_the_worker_matches_onnx():
+    converted = isolate.run_isolated(b"C", old_model(3), "onnx's version converter", "failed")
+    sent, _ = isolate.without_large_data(old_model(3))   # what the worker is handed
+    want = onnx.version_converter.convert_version(sent, 13)
+    assert converted.SerializeToString() == want.SerializeToString()
+
+
+def test_onnx_schemas_are_read_once_per_op_and_opset(monkeypatch):
+    calls = []
+    get_schema = onnx.defs.get_schema
+    monkeypatch.setattr(onnx.defs, "get_schema", lambda *a: calls.append(a) or get_schema(*a))
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(40)]
+    lonnx.load(model(nodes, [tensor("v0", [2])], [tensor("v40", None)], opset=16))
+    assert len(calls) <= 1   # was one per node
+
+
+def test_schema_errors_are_worded_as_before():
+    node = helper.make_node("Relu", ["x"], ["y"], name="r", alpha=1.0)
+    with pytest.raises(LegatoError, match=r"^Relu node 'r': attribute 'alpha' is not an "
+                                          r"attribute of Relu \(its attributes since opset "
+                                          r"14: none\)$"):
+        lonnx.load(model([node], [tensor("x", [2])], [tensor("y", None)], opset=17))
+    node = helper.make_node("Gemm", ["a", ""], ["y"], name="g")
+    with pytest.raises(LegatoError, match=r"^Gemm node 'g': input 1 \(B\) is required but "
+                                          r"missing$"):
+        lonnx.load(model([node], [tensor("a", [2, 2])], [tensor("y", None)], opset=17))
+    node = helper.make_node("Cast", ["x"], ["y"], name="c")
+    with pytest.raises(LegatoError, match=r"^Cast node 'c': required attribute 'to' is "
+                                          r"missing$"):
+        lonnx.load(model([node], [tensor("x", [2])], [tensor("y", None)], opset=17))
+
+
+@pytest.mark.parametrize("text", ["", "x", "conv/1", "it's", 'say "hi"', "a\nb", "é\u2028",
+                                  "\x00\x7f", "n" * 59, "n" * 60, "n" * 61, "'" * 59 + '"',
+                                  "\\" * 30, "\\" * 31, "ü" * 60])
+def test_quote_of_a_short_string_is_the_bounded_repr(text):
+    for limit in (80, 20, 3):
+        full = _BOUNDED.repr(text)
+        assert quote(text, limit) == (full if len(full) <= limit else full[:limit - 3] + "...")
