@@ -374,6 +374,29 @@ int lgk_qconv2d_nchw_packed(const lgk_conv2d_params *p, const void *x, int64_t x
 int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
              float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
              int64_t addend_len, void *y, int64_t y_len, int nthreads);
+/* The same with row strides a_rs and b_rs of span (a row per row of y) or 0 (one row read
+ * for every row: an operand broadcast along the rows); y may be a or b itself (rs span). */
+int lgk_qadd_strided(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
+                     int64_t a_rs, float ratio_a, const void *b, int64_t b_len, int64_t b_rs,
+                     float ratio_b, const float *addend, int64_t addend_len, void *y,
+                     int64_t y_len, int nthreads);
+
+/* ---- quantized rescaling kernels (qrescale.c); types LGK_QTYPE_UINT8 / INT8 ---------
+ * qnn.multiply (com.microsoft QLinearMul) on rows x span values of `type` (a, b, y one type):
+ *   y = saturate(round_half_even(float((a - a_zp) * (b - b_zp)) * multiplier) + y_zp),
+ * element (r, j) of a at a[r * a_rs + j * a_cs], a_cs 0 (one value per row) or 1, the
+ * same for b; y dense and may be a or b itself. The multiplier must be finite. */
+int lgk_qmul(int type, int64_t rows, int64_t span, const void *a, int64_t a_len, int64_t a_rs,
+             int64_t a_cs, int32_t a_zero_point, const void *b, int64_t b_len, int64_t b_rs,
+             int64_t b_cs, int32_t b_zero_point, float multiplier, int32_t y_zero_point,
+             void *y, int64_t y_len, int nthreads);
+/* qnn.softmax (com.microsoft QLinearSoftmax) over the last axis of rows x count values:
+ * e = table[255 + x - max(row)] (256 float32s), sum = float32(numpy's pairwise float64 sum
+ * of e), y = saturate(round_half_even(e * ((1 / sum) * quotient) + y_zp)) in float32,
+ * each step rounded (quotient: floor(1 / out_scale)); a NaN gives 0. */
+int lgk_qsoftmax(int type, int64_t rows, int64_t count, const void *x, int64_t x_len,
+                 const float *table, float quotient, int32_t y_zero_point, void *y,
+                 int64_t y_len, int nthreads);
 
 /* ONNX QuantizeLinear / DequantizeLinear on float32 x (outer, channels, inner), the
  * scale and zero point one value (params_len 1) or one per channel:

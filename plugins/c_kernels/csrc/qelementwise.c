@@ -15,7 +15,7 @@
 
 typedef struct {
     int type;
-    int64_t span;
+    int64_t span, a_rs, b_rs; /* row strides of a and b: span, or 0 (one row for all) */
     const void *a, *b;
     float ratio_a, ratio_b;
     const float *addend;
@@ -154,8 +154,8 @@ static int qadd_rows(void *ctx, int64_t begin, int64_t end)
     int isa = qadd_isa();
     for (int64_t r = begin; r < end; ++r) {
         float add = c->addend[c->addend_len == 1 ? 0 : r];
-        const uint8_t *a = c->a == NULL ? NULL : (const uint8_t *)c->a + r * c->span;
-        const uint8_t *b = (const uint8_t *)c->b + r * c->span;
+        const uint8_t *a = c->a == NULL ? NULL : (const uint8_t *)c->a + r * c->a_rs;
+        const uint8_t *b = (const uint8_t *)c->b + r * c->b_rs;
         uint8_t *y = (uint8_t *)c->y + r * c->span;
 #ifdef LGK_QADD_X86
         if (isa == 2) {
@@ -173,12 +173,20 @@ static int qadd_rows(void *ctx, int64_t begin, int64_t end)
     return LGK_OK;
 }
 
-int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
-             float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
-             int64_t addend_len, void *y, int64_t y_len, int nthreads)
+/* The rows an operand of row stride rs (0 or span) spans: 1 or rows. */
+static int64_t qadd_extent(int64_t rows, int64_t span, int64_t rs)
+{
+    return rs == 0 ? LGK_MIN(rows, (int64_t)1) * span : rows * span;
+}
+
+int lgk_qadd_strided(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
+                     int64_t a_rs, float ratio_a, const void *b, int64_t b_len, int64_t b_rs,
+                     float ratio_b, const float *addend, int64_t addend_len, void *y,
+                     int64_t y_len, int nthreads)
 {
     LGK_CHECK(type == LGK_QTYPE_UINT8 || type == LGK_QTYPE_INT8, LGK_ERR_ARG);
     LGK_CHECK(rows >= 0 && span >= 0, LGK_ERR_SHAPE);
+    LGK_CHECK((a_rs == 0 || a_rs == span) && (b_rs == 0 || b_rs == span), LGK_ERR_SHAPE);
     int64_t n;
     const int64_t dims[2] = {rows, span};
     LGK_TRY(lgk_checked_count(2, dims, &n));
@@ -188,16 +196,24 @@ int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
     for (int64_t i = 0; i < addend_len; ++i)
         LGK_CHECK(isfinite(addend[i]), LGK_ERR_ARG);
     if (a != NULL)
-        LGK_TRY(lgk_check_buffer(a, a_len, n));
-    LGK_TRY(lgk_check_buffer(b, b_len, n));
+        LGK_TRY(lgk_check_buffer(a, a_len, qadd_extent(rows, span, a_rs)));
+    LGK_TRY(lgk_check_buffer(b, b_len, qadd_extent(rows, span, b_rs)));
     LGK_TRY(lgk_check_buffer(y, y_len, n));
     if (n == 0)
         return LGK_OK;
-    qadd_ctx c = {type, span, a, b, ratio_a, ratio_b, addend, addend_len, y};
+    qadd_ctx c = {type, span, a_rs, b_rs, a, b, ratio_a, ratio_b, addend, addend_len, y};
     /* about 1 ns an element: below 64 Ki elements a second thread costs more */
     int threads = n < 65536 ? 1 : nthreads;
     int64_t grain = LGK_MAX((int64_t)1, 16384 / LGK_MAX(span, (int64_t)1));
     return lgk_parallel_for(threads, rows, grain, qadd_rows, &c);
+}
+
+int lgk_qadd(int type, int64_t rows, int64_t span, const void *a, int64_t a_len,
+             float ratio_a, const void *b, int64_t b_len, float ratio_b, const float *addend,
+             int64_t addend_len, void *y, int64_t y_len, int nthreads)
+{
+    return lgk_qadd_strided(type, rows, span, a, a_len, span, ratio_a, b, b_len, span, ratio_b,
+                            addend, addend_len, y, y_len, nthreads);
 }
 
 /* ---- quantize / dequantize ----------------------------------------------------------- */

@@ -859,6 +859,7 @@ static void test_subnormals(void) {}
 #include "test_threads.inc"
 #include "test_qgemm.inc"
 #include "test_qelementwise.inc"
+#include "test_qrescale.inc"
 
 int main(void)
 {
@@ -892,6 +893,7 @@ int main(void)
     test_qadd();
     test_quantize();
     test_cast_to_byte();
+    test_qrescale_all();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

@@ -25,7 +25,8 @@ from cffi import FFI
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
 SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c",
-           "movement.c", "qgemm.c", "qconv.c", "qelementwise.c"]
+           "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
+           "qrescale.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno

@@ -10,7 +10,8 @@ from ck_util import f32
 
 from legato.testing import samples
 from legato_c_kernels import kernels as K
-from legato_c_kernels.kernels import casts, elementwise, movement, qnn, qnn_elementwise
+from legato_c_kernels.kernels import (casts, elementwise, movement, qnn, qnn_elementwise,
+                                      qnn_rescale)
 
 
 _rng = np.random.default_rng(7)
@@ -56,9 +57,10 @@ CALLS.update({op: _sampled(op) for op in elementwise.KERNELS if op not in CALLS}
 
 def test_every_kernel_has_a_contract_case():
     # the float32 kernels; data movement of any dtype: tests/test_ck_movement.py, casts:
-    # tests/test_ck_integer.py, the int8 kernels: tests/test_ck_qnn.py, test_ck_qnn_add.py
+    # tests/test_ck_integer.py, the int8 kernels: tests/test_ck_qnn.py, test_ck_qnn_add.py,
+    # test_ck_qnn_rescale.py
     assert set(CALLS) == set(K.KERNELS) - set(movement.KERNELS) - set(casts.KERNELS) \
-        - set(qnn.KERNELS) - set(qnn_elementwise.KERNELS)
+        - set(qnn.KERNELS) - set(qnn_elementwise.KERNELS) - set(qnn_rescale.KERNELS)
 
 
 @pytest.mark.parametrize("op", sorted(CALLS))

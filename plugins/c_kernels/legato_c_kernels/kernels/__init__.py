@@ -52,7 +52,7 @@ from collections.abc import Callable
 
 from legato.plugin_api import REGISTRY
 
-from . import casts, elementwise, movement, qnn, qnn_elementwise
+from . import casts, elementwise, movement, qnn, qnn_elementwise, qnn_rescale
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
 from .casts import cast, isnan
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
@@ -81,7 +81,8 @@ KERNELS: dict[str, Callable[..., Array]] = {
     **movement.KERNELS,
     **casts.KERNELS,
     # the int8 kernels of the qnn ops this legato defines (kernels/qnn.py)
-    **{op: kernel for op, kernel in {**qnn.KERNELS, **qnn_elementwise.KERNELS}.items()
+    **{op: kernel for op, kernel in {**qnn.KERNELS, **qnn_elementwise.KERNELS,
+                                    **qnn_rescale.KERNELS}.items()
        if op in REGISTRY},
 }
 

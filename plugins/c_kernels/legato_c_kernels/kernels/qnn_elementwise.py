@@ -31,15 +31,15 @@ def _one_per_span(shape: tuple, out: tuple) -> bool:
 
 
 class _QAddCall:
-    """One lgk_qadd call; its ratios and addends are recomputed from the scale and
+    """One lgk_qadd_strided call; its ratios and addends are recomputed from the scale and
     zero-point arrays before each run."""
 
-    def __init__(self, full: Array, full_scale: Array, other,
+    def __init__(self, full: tuple, full_scale: Array, other,
                  other_scale: Array, other_zero: Array, full_zero: Array, y_scale: Array,
                  y_zero: Array, out: Array, rows: int, span: int, per_row: bool):
-        # `full`: an operand of every output element; `other`: the second operand, of
-        # every element too (per_row False) or a function giving one value per row at
-        # run time (per_row True)
+        # `full`: (array, row stride) of an operand of every output column; `other`: the
+        # second operand, the same (per_row False) or a function giving one value per row
+        # at run time (per_row True)
         self.full, self.other, self.out, self.per_row = full, other, out, per_row
         self.scales = (full_scale, other_scale, y_scale)
         self.zeros = (full_zero, other_zero, y_zero)
@@ -53,16 +53,48 @@ class _QAddCall:
         fixed = y_z - (ratio_f * full_z + ratio_o * other_z)  # float32 sums commute
         if self.per_row:  # `other` is read now: a bound input's buffer changes per run
             np.add(fixed, self.other().astype(F32) * ratio_o, out=self.addend)
-            a, a_len, ratio_a = ffi.NULL, 0, 0.0
+            (a, a_len, a_rs), ratio_a = (ffi.NULL, 0, 0), 0.0
         else:
             self.addend[0] = fixed
-            a, a_len, ratio_a = _cptr(self.other), self.other.size, float(ratio_o)
-        status = lib.lgk_qadd(QTYPES[self.out.dtype], self.rows, self.span, a, a_len,
-                              ratio_a, _cptr(self.full), self.full.size, float(ratio_f),
-                              ffi.cast("float *", self.addend.ctypes.data), self.addend.size,
-                              _cptr(self.out), self.out.size, num_threads())
+            a, a_len, a_rs = self.other
+            a, ratio_a = _cptr(a), float(ratio_o)
+        b, b_len, b_rs = self.full
+        status = lib.lgk_qadd_strided(QTYPES[self.out.dtype], self.rows, self.span, a, a_len,
+                                      a_rs, ratio_a, _cptr(b), b_len, b_rs, float(ratio_f),
+                                      ffi.cast("float *", self.addend.ctypes.data),
+                                      self.addend.size, _cptr(self.out), self.out.size,
+                                      num_threads())
         if status:
             check_status(OP, status)
+
+
+def rows_view(x: Array, shape: tuple, out: Array, strict: bool) -> tuple:
+    """`x` broadcast to `shape` as (array, row stride, column stride) over rows of
+    shape[-1] elements, strides in elements: (x, span, 1) for a dense operand, row stride 0
+    for one row read for every row, column stride 0 for one value per row. An operand that
+    does not fold so, or overlaps `out` other than as `out` itself, is copied (in strict
+    mode: Unbindable)."""
+    span = shape[-1] if shape else 1
+    view = np.broadcast_to(x, shape)
+    try:
+        view = np.reshape(view, (-1, span), copy=False) if span else None
+    except ValueError:
+        view = None
+    if view is not None and x.flags.aligned and min(view.strides) >= 0 \
+            and view.strides[1] in (0, x.itemsize) and view.strides[0] % x.itemsize == 0:
+        rs, cs = (s // x.itemsize for s in view.strides)
+        in_place = view.ctypes.data == out.ctypes.data and rs == span and cs == 1
+        if in_place or not np.may_share_memory(x, out):
+            return view, rs, cs
+    if strict:
+        raise Unbindable
+    return np.ascontiguousarray(np.broadcast_to(x, shape)).reshape(-1, max(span, 1)), span, 1
+
+
+def extent(view: Array, rs: int, cs: int) -> int:
+    """Elements of the operand a (rows, span) view with these strides reaches."""
+    rows, span = view.shape
+    return 0 if view.size == 0 else (rows - 1) * rs + (span - 1) * cs + 1
 
 
 def _plan_qadd(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any,
@@ -86,10 +118,14 @@ def _plan_qadd(a: Array, a_scale: Any, a_zero_point: Any, b: Array, b_scale: Any
     span = shape[-1] if shape else 1
     rows = out.size // span
 
-    def full(x: Array) -> Array:
-        if x.shape != shape and strict:
-            raise Unbindable
-        return _buffer(_detached(np.broadcast_to(x, shape), out, strict), strict)
+    def full(x: Array) -> tuple:
+        """(array, elements reached, row stride): dense rows, or one row for all."""
+        view, rs, cs = rows_view(x, shape, out, strict)
+        if cs != 1 or rs not in (0, span):
+            if strict:
+                raise Unbindable
+            view, rs = np.ascontiguousarray(np.broadcast_to(x, shape)).reshape(-1, span), span
+        return view, extent(view, rs, 1), rs
 
     def per_row(x: Array):
         """One value per row, read at each run (x may be a bound input's buffer)."""
