@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import legato
-from legato.ir.builder import GraphBuilder
 from legato.cli.commands import main
+from legato.ir.builder import GraphBuilder
 from legato.testing.plugins import installed_plugins, plugin_module
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ reads a constant input's data or asks whether two inputs are one value."""
 import numpy as np
 
 import legato
-from legato.ir.calls import SMALL_CONST
 from legato.ir import Const
+from legato.ir.calls import SMALL_CONST
 from legato.legalization.loop import legalize_module
 from legato.ops import base
 from legato.ops.base import f32, float_unary_infer

@@ -7,8 +7,8 @@ from pathlib import Path
 import legato
 from legato.ops import base
 from legato.ops.base import f32, float_unary_infer
-from legato.passes.recompose import recompose
 from legato.ops.registry import OpDef, Registry
+from legato.passes.recompose import recompose
 
 ROOT = Path(legato.__file__).resolve().parents[2]
 

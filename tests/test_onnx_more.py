@@ -11,8 +11,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import legato  # noqa: E402
-from legato.ir.errors import LegatoError  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
+from legato.ir.errors import LegatoError  # noqa: E402
 
 F = TensorProto.FLOAT
 BACKENDS = ["cpu_ref", "c_kernels"]

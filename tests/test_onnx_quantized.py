@@ -11,8 +11,8 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
-from legato.ir.errors import LegatoError  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
+from legato.ir.errors import LegatoError  # noqa: E402
 
 BACKENDS = ["cpu_ref", "c_kernels"]
 VOCAB, BATCH, TOKENS = 64, 2, 8

@@ -9,9 +9,9 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
-from legato.ir.errors import LegatoError  # noqa: E402
 from legato.frontends import onnx as onnx_frontend  # noqa: E402
 from legato.frontends.onnx.weights import MIN_MAPPED_BYTES  # noqa: E402
+from legato.ir.errors import LegatoError  # noqa: E402
 
 
 def matmul_model(weight: np.ndarray, bias: np.ndarray, raw_weight: bool = True):

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 import legato
-from legato.ops import docgen
 from legato.frontends.onnx import convert as onnx_convert
 from legato.frontends.torch import ops as torch_ops
+from legato.ops import docgen
 from legato.ops import REGISTRY
 from legato.ops.registry import OpDef, Registry
 

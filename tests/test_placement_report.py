@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import legato
-from legato.testing.plugins import plugin_module
 from legato.frontends import onnx as onnx_frontend
+from legato.testing.plugins import plugin_module
 from tests.test_onnx_contrib import BATCH, TOKENS, hf_model
 from tests.test_onnx_quantized import qdq_product_model, run_ort
 

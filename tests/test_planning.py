@@ -3,8 +3,8 @@ reference interpreter and planned executors."""
 import numpy as np
 
 import legato
-from legato.runtime import planning
 from legato.ir import CALL_OP
+from legato.runtime import planning
 
 TWO_CALLS = """
 func @main(%x: float32[2, 3]) -> (float32[2, 3], float32[2, 3]) {

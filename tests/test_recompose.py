@@ -12,7 +12,7 @@ import pytest
 
 import legato
 from legato.passes.recompose import (RecomposePass, default_ops, explain, ops_for_backend, recompose,
-                              recompose_for, resolve_setting, summary)
+                                     recompose_for, resolve_setting, summary)
 from legato.testing.samples import samples
 
 REGISTRY = legato.context().registry

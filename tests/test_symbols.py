@@ -7,10 +7,10 @@ import random
 import pytest
 
 import legato
-from legato.ir.errors import ParseError, ShapeError
 from legato.ir import TensorType
-from legato.ir.text import parse_type
+from legato.ir.errors import ParseError, ShapeError
 from legato.ir.symbols import Expr, evaluate, parse_dim, symbol
+from legato.ir.text import parse_type
 
 s, b = symbol("seq"), symbol("batch")
 

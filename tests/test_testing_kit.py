@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import legato
-from legato.legalization.backend import Backend, Condition
 from legato.cli.commands import main
 from legato.ir import TensorType
+from legato.legalization.backend import Backend, Condition
 from legato.testing import Sample, SampleError, check_backend, samples, table
 from legato.testing.plugins import installed_plugins, plugin_module
 from legato.testing.scaffold import ScaffoldError, scaffold

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
 
 import legato  # noqa: E402
-from legato.ir.errors import LegatoError  # noqa: E402
 from legato.frontends import torch as torch_frontend  # noqa: E402
+from legato.ir.errors import LegatoError  # noqa: E402
 
 BACKENDS = ["cpu_ref", "c_kernels"]
 QD = torch.ops.quantized_decomposed

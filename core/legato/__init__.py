@@ -10,21 +10,21 @@ import sys as _sys
 
 from .api import (Compiled, compile, get_backend, get_op, legalize, list_backends, list_ops,
                   load_model, plugin_problems, reference, register_backend, unregister_backend)
+from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
 from .ir.builder import GraphBuilder
-from .plugins.context import Context, context
+from .ir.errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
+                        LegatoWarning, OpError, ParseError, PluginError, RegistrationError, ShapeError)
+from .ir.text import parse
+from .ir.verify import structural_equal, verify
 from .legalization.custom_ops import decode_custom, encode_custom
 from .passes.fuse import FusePass, function_pattern, fuse, group_by_origin, op_info
 from .passes.layout import convert_layout, register_layout_rule
-from .passes.partition import PartitionPass, partition
 from .passes.manager import FunctionPass, ModulePass, PassManager, PassResult
-from .ir.errors import (ConfigError, ExecutionError, IRError, LegalizationError, LegatoError,
-                     LegatoWarning, OpError, ParseError, PluginError, RegistrationError, ShapeError)
-from .plugins.hookspecs import hookimpl
-from .ir import CALL_OP, Attrs, Call, Const, Function, Module, Origin, TensorType, Value
-from .ir.text import parse
+from .passes.partition import PartitionPass, partition
 from .passes.qdq_fold import QDQFoldPass, fold_qdq  # legato.fold_qdq(module), .explain(module)
 from .passes.recompose import RecomposePass, recompose  # the function: legato.recompose(module)
-from .ir.verify import structural_equal, verify
+from .plugins.context import Context, context
+from .plugins.hookspecs import hookimpl
 
 from .ir import shapes
 

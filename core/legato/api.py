@@ -9,30 +9,30 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .frontends.examples import example
+from .frontends.onnx import load as load_onnx
+from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
+from .ir.builder import GraphBuilder
+from .ir.errors import ExecutionError, LegatoError, PluginError, quote
+from .ir.symbols import symbolic_dims
+from .ir.text import parse
+from .ir.verify import verify
 from .legalization.backend import Backend
-from .runtime.buckets import guarded, plan_buckets
 from .legalization.capability import parse_capability
 from .legalization.config import BackendConfig, load_config
-from .passes.constfold import fold_constants
-from .plugins.context import Context, context as current_context
-from .ir.errors import ExecutionError, LegatoError, PluginError, quote
-from .frontends.examples import example
-from .runtime.interpreter import Interpreter
-from .frontends.onnx import load as load_onnx
-from .ir.builder import GraphBuilder
-from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
-from .passes.partition import partition
-from .legalization.placement import place, recomposed_sources
 from .legalization.loop import LegalizeResult, legalize_module
-from .ir.text import parse
+from .legalization.placement import place, recomposed_sources
+from .legalization.report import Report
+from .passes.constfold import fold_constants
+from .passes.partition import partition
 from .passes.pipeline import (Lowered, Lowering, backend_step, compile_pipeline,
                               count_per_backend, executor_for, first_line, runnable_on)
 from .passes.qdq_fold import QDQFoldPass
 from .passes.recompose import recompose_for
+from .plugins.context import Context, context as current_context
+from .runtime.buckets import guarded, plan_buckets
+from .runtime.interpreter import Interpreter
 from .runtime.specialize import ShapeSpecializing, is_symbolic
-from .ir.symbols import symbolic_dims
-from .legalization.report import Report
-from .ir.verify import verify
 
 
 def list_backends() -> list[str]:

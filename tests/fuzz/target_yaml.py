@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 
 import legato
-from legato.legalization.config import load_config
 from legato.ir import DTYPES
+from legato.legalization.config import load_config
 from tests.fuzz import InvalidOutput
 
 QUICK_CASES = 400

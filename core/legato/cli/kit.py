@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 
 from .. import api
-from .progress import Progress
 from ..testing.conformance import check_backend, ops_to_check, table
 from ..testing.scaffold import scaffold
+from .progress import Progress
 
 
 def add_commands(sub, parents=()) -> None:

@@ -6,9 +6,9 @@ import argparse
 import re
 
 from .. import api
-from ..ir.errors import LegatoError, quote
 from ..frontends.examples import EXAMPLES
 from ..frontends.onnx import load_with_nodes
+from ..ir.errors import LegatoError, quote
 
 DEFAULT_BACKEND = "cpu_ref"
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from .. import api
-from .model import load
 from ..passes.recompose import Recovery, recompose_for, summary
+from .model import load
 
 
 def add_command(sub, parents) -> None:

@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 from .. import api
-from .model import load
-from ..ir.errors import LegatoError
 from ..frontends.examples import random_inputs
-from ..runtime.interpreter import as_tuple
+from ..ir.errors import LegatoError
 from ..ops.tolerance import rel_error, result_tolerance
-from ..runtime.specialize import specialize
 from ..plugins.validators import ToolsMissing, for_backend, for_file
+from ..runtime.interpreter import as_tuple
+from ..runtime.specialize import specialize
+from .model import load
 
 TOOLS_MISSING = 2
 

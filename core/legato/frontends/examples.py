@@ -5,11 +5,11 @@ from typing import Callable
 
 import numpy as np
 
+from ..ir import Module
 from ..ir.builder import GraphBuilder
 from ..ir.errors import ExecutionError, LegatoError
-from ..ir import Module
-from ..ops.registry import suggest
 from ..ir.symbols import symbolic_dims
+from ..ops.registry import suggest
 
 
 class _Weights:

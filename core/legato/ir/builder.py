@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..ops import REGISTRY as CORE_REGISTRY
+from ..plugins.context import context, unknown_op_note
 from .calls import (Emitter, Recorder, literal, make_call, run_decomposition,
                     scalar_const, trace_decomposition)
-from ..plugins.context import context, unknown_op_note
-from ..ops import REGISTRY as CORE_REGISTRY
 from .errors import IRError, OpError, quote
 from .graph import Attrs, Function, Module, TensorType, Value
 from .verify import verify

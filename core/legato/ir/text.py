@@ -24,7 +24,7 @@ import numpy as np
 from ..plugins.context import context
 from .errors import IRError, LegatoError, ParseError, ShapeError, quote
 from .graph import (DIM_KEY, MAX_ATTR_DEPTH, MAX_RANK, Attrs, Call, Const, Function, Module, Origin, TensorType, Value,
-                 print_function, print_module, symbol as _symbol)
+                    print_function, print_module, symbol as _symbol)
 from .symbols import parse_dim
 from .verify import verify
 

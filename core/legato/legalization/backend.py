@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from .config import EMPTY_CONFIG, BackendConfig
-from ..ir.errors import ConfigError, ExecutionError, LegalizationError, clip, quote
 from ..ir import CUSTOM_OP, Call, Const, thaw_attr
+from ..ir.errors import ConfigError, ExecutionError, LegalizationError, clip, quote
+from .config import EMPTY_CONFIG, BackendConfig
 from .report import Decision
 
 MAX_REASON = 500  # characters of a check's reason kept in reports and errors

@@ -13,11 +13,11 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterable
 
+from ..ir import CUSTOM_OP
+from ..ir.errors import quote
+from ..ops.registry import suggest
 from ..plugins import hookspecs
 from .backend import Backend
-from ..ir.errors import quote
-from ..ir import CUSTOM_OP
-from ..ops.registry import suggest
 
 HOOKS = frozenset(name for name in vars(hookspecs) if name.startswith("legato_"))
 MAX_LISTED = 8  # ops named in one message; the rest are counted

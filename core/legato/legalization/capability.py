@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .backend import Backend, Condition, resolve
-from ..ir.errors import ConfigError, LegatoError, clip, quote
 from ..ir import CUSTOM_OP, DTYPES, freeze_attr
+from ..ir.errors import ConfigError, LegatoError, clip, quote
 from ..ops.layout_rules import LAYOUTS
+from .backend import Backend, Condition, resolve
 from .yamlsource import (as_list, check_keys, check_op, dtype_hint, expect, hint, is_int,
                          load_yaml)
 

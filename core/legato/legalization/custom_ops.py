@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 
-from ..ir.calls import make_call
-from ..plugins.context import context
-from ..ir.errors import LegalizationError, LegatoError
 from ..ir import CUSTOM_OP, Call
+from ..ir.calls import make_call
+from ..ir.errors import LegalizationError, LegatoError
+from ..plugins.context import context
 
 __all__ = ["CUSTOM_OP", "decode_custom", "encode_custom"]
 

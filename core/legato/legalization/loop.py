@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
+from ..ir import CALL_OP, Call, Function, Module, Origin, Value
 from ..ir.calls import Emitter, Recipes
+from ..ir.errors import LegalizationError, LegatoError, ShapeError
+from ..passes.manager import FunctionPass
+from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
-from ..ir.errors import LegalizationError, LegatoError, ShapeError
-from ..ir import CALL_OP, Call, Function, Module, Origin, Value
-from ..passes.manager import FunctionPass
 from .report import Decision, Report
 
 __all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text",

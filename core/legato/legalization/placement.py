@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .custom_ops import decode_custom
-from ..ir.errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Value
+from ..ir.errors import LegatoError
 from ..ir.errors import size_text as size
-from ..runtime.specialize import is_symbolic, specialize
 from ..ir.symbols import GUARDS, Expr, lone_symbol, parse_dim
+from ..runtime.specialize import is_symbolic, specialize
+from .custom_ops import decode_custom
 
 SCHEMA = "legato.placement/1"
 # estimated FLOPs per output element of composite ops without an exact formula

@@ -7,10 +7,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..ir.errors import ShapeError
 from ..ir import TensorType
-from .registry import OpDef, Registry
+from ..ir.errors import ShapeError
 from ..ir.shapes import broadcast_shapes, norm_axes, norm_axis, reduced_shape
+from .registry import OpDef, Registry
 
 # The shape helpers live in legato.shapes; op files keep importing them from here.
 __all__ = ["REGISTRY", "T", "broadcast_shapes", "composite", "f32", "fail", "float_unary_infer",

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
 from ..ir.calls import trace_decomposition
 from ..ir.errors import OpError, RegistrationError, ShapeError, quote
-from ..ir import DTYPES, AttrList, Attrs, TensorType, attr_key, freeze_attr
 from ..ir.symbols import Expr
 
 PATTERN_KINDS = ("elemwise", "broadcast", "injective", "reduce", "out_elemwise_fusable", "opaque")

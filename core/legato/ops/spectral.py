@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from ..ir.errors import LegatoError
 from ..ir import TensorType
+from ..ir.errors import LegatoError
 from .base import T, composite, f32, fail
 
 NORMS = ("backward", "ortho", "forward")

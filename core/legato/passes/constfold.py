@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module, Value
+from ..ir.errors import LegatoError
 from .manager import FunctionPass
 
 FOLD_MAX_ELEMENTS = 1 << 20  # elements of one folded result (4 MiB of float32)

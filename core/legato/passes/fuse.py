@@ -8,8 +8,8 @@ claim a fused function by reading facts instead of pattern-matching code.
 """
 from __future__ import annotations
 
-from ..plugins.context import context
 from ..ir import CALL_OP, Attrs, Call, Function, Module
+from ..plugins.context import context
 from .manager import ModulePass, PassResult
 from .regions import group_calls, lift_regions
 

@@ -13,12 +13,12 @@ from typing import Callable
 
 import numpy as np
 
+from ..ir import CALL_OP, Call, Const, Function, Module, Value
 from ..ir.calls import Emitter
 from ..ir.errors import LegatoError
-from ..ir import CALL_OP, Call, Const, Function, Module, Value
 from ..ops import REGISTRY
 from ..ops.layout_rules import (LAYOUTS, Perm, compose_perms, inverse_perm, layout_perm,
-                               propagate)
+                                propagate)
 from .manager import FunctionPass
 
 __all__ = ["LAYOUTS", "ConvertLayout", "convert_layout", "layout_perm",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
-from ..ir.errors import LegatoError
 from ..ir import Function, Module
+from ..ir.errors import LegatoError
 
 
 class PassResult(NamedTuple):

@@ -15,8 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..ir import Call, Const, TensorType, Value
-from .patterns import Template, View
 from ..ir.shapes import norm_axes
+from .patterns import Template, View
 
 # associative and commutative: operand trees are compared as multisets of leaves
 ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})

@@ -9,14 +9,14 @@ external functions.
 """
 from __future__ import annotations
 
+from ..ir import CALL_OP, Attrs, Call, Module
 from ..legalization.backend import DECLINED, TAKEN, Backend
 from ..legalization.config import EMPTY_CONFIG, BackendConfig, load_config
-from ..plugins.context import Context, context as current_context
-from ..ir import CALL_OP, Attrs, Call, Module
 from ..legalization.loop import legalize_module
+from ..legalization.report import Decision
+from ..plugins.context import Context, context as current_context
 from .manager import ModulePass, PassResult
 from .regions import group_calls, lift_regions
-from ..legalization.report import Decision
 
 
 class _AnyOf(Backend):

@@ -18,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.calls import Emitter, Recipes, make_call, run_decomposition
 from ..ir import Call, Const, TensorType, Value
+from ..ir.calls import Emitter, Recipes, make_call, run_decomposition
 from ..ir.errors import ShapeError
-from ..ops.registry import REQUIRED
 from ..ir.shapes import broadcast_shapes
+from ..ops.registry import REQUIRED
 
 # attributes whose values a template enumerates (the structure may depend on them)
 ENUMERABLE = ("bool", "str:")

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.calls import make_call
-from ..plugins.context import context
-from ..ir.errors import LegatoError
 from ..ir import Call, Const, Function, Module
+from ..ir.calls import make_call
+from ..ir.errors import LegatoError
 from ..ops.qnn import QUANT_RANGES
+from ..plugins.context import context
 from .manager import FunctionPass
 from .recompose import recompose
 

@@ -25,10 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..ir.calls import make_call
-from ..plugins.context import context
-from ..ir.errors import ConfigError, quote
 from ..ir import Call, Const, Function, Module, Origin, TensorType, attr_key
+from ..ir.calls import make_call
+from ..ir.errors import ConfigError, quote
+from ..plugins.context import context
 from .manager import FunctionPass, PassResult
 from .matching import RTOL, Matcher, Rearranged, region_problem, same_value
 from .patterns import Form, Template, build_view, derive, scalar_value, trace

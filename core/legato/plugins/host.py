@@ -16,16 +16,16 @@ from typing import Any, Callable
 
 import pluggy
 
-from . import hookspecs
+from ..frontends.torch import registry as torch_registry
+from ..ir.errors import LegatoError, PluginError, RegistrationError, clip, quote
 from ..legalization.backend import Backend
 from ..legalization.backend_checks import backend_problems, fallback_problems, hook_problems
 from ..legalization.capability import parse_capability
-from ..ir.errors import LegatoError, PluginError, RegistrationError, clip, quote
-from ..frontends.torch import registry as torch_registry
+from ..legalization.yamlsource import hint
 from ..ops import REGISTRY
 from ..ops.registry import OpDef, Registry
+from . import hookspecs
 from .validators import make_validator
-from ..legalization.yamlsource import hint
 
 GROUP = "legato"
 # what a plugin's code may raise that the host records as that plugin's problem; a plugin

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
-from ..ir.errors import LegatoError, ShapeError, quote
 from ..ir import Module
-from .specialize import specialize
+from ..ir.errors import LegatoError, ShapeError, quote
 from ..ir.symbols import GUARDS, check_guard, collecting_guards
+from .specialize import specialize
 
 MAX_BUCKETS = 64  # functions in one artifact; a larger cross product is refused
 

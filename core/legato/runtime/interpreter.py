@@ -6,11 +6,11 @@ from typing import Sequence
 
 import numpy as np
 
-from . import planning
+from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module, Value
 from ..ir.errors import ExecutionError, LegatoError, clip
 from ..legalization.custom_ops import decode_custom
-from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module, Value
 from ..legalization.loop import call_text
+from . import planning
 
 
 def describe_call(call: Call, where: str) -> str:

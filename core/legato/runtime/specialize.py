@@ -18,8 +18,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..ir.errors import ExecutionError, IRError, LegatoError, ShapeError
 from ..ir import CALL_OP, Attrs, Call, Function, Module, TensorType, Value
+from ..ir.errors import ExecutionError, IRError, LegatoError, ShapeError
 from ..ir.symbols import GUARDS, Expr, check_guard, evaluate, lone_symbol
 
 MAX_PLANS = 16

@@ -20,15 +20,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import api
-from ..legalization.backend import BACKEND_RULE, DECLINED, TAKEN
 from ..cli.model import add_model_arguments, backends_arg, load
-from ..legalization.config import load_config
-from ..plugins.context import Context, context as current_context
-from ..ir.errors import LegatoError
 from ..ir import CALL_OP, CUSTOM_OP, Call, Const, Module
+from ..ir.errors import LegatoError
+from ..legalization.backend import BACKEND_RULE, DECLINED, TAKEN
+from ..legalization.config import load_config
+from ..legalization.report import sentence
 from ..passes.manager import PassManager
 from ..passes.pipeline import Lowering, lowering_passes
-from ..legalization.report import sentence
+from ..plugins.context import Context, context as current_context
 from .dot import dot_text
 from .picture import COLOURS, Graph, Node, Picture
 from .svg import html_page, svg_text

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api
-from ..legalization.backend_checks import signature_problem
+from ..ir import CUSTOM_OP
 from ..ir.builder import GraphBuilder
 from ..ir.errors import LegatoError, clip
-from ..ir import CUSTOM_OP
+from ..legalization.backend_checks import signature_problem
 from ..ops.tolerance import ROUNDING_OPS, error_bound
 from .declared import MAX_COMBINATIONS, combinations, declares, draw
 from .samples import DEFAULT_COUNT, SampleError, check_draw_args, samples as draw_samples

@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from ..ir.errors import LegatoError
 from ..ir import thaw_attr
+from ..ir.errors import LegatoError
 from .samples import SampleError, checked, default_registry, samples
 
 MAX_COMBINATIONS = 64   # per op: dtype lists crossed with attribute branches grow fast

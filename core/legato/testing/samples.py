@@ -19,13 +19,13 @@ from typing import Mapping
 
 import numpy as np
 
-from ..ir.builder import make_call
-from ..plugins.context import context
-from ..ir.errors import LegatoError, OpError, clip
 from ..ir import CUSTOM_OP, Call, TensorType, Value
+from ..ir.builder import make_call
+from ..ir.errors import LegatoError, OpError, clip
 from ..legalization.loop import encode_custom
-from .draw import Draw
+from ..plugins.context import context
 from . import generators_qnn  # noqa: F401 - registers the qnn products' generators
+from .draw import Draw
 from .generators import generator_for
 
 DEFAULT_COUNT = 12

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..ir.errors import LegatoError
 from ..frontends.torch.importer import flat_items
+from ..ir.errors import LegatoError
 from .outcomes import outcome_rows
 
 BACKENDS = ("cpu_ref", "c_kernels")

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import legato
+from legato.ir import TensorType
 from legato.ir.builder import default_registry
 from legato.ir.errors import LegatoError
-from legato.ir import TensorType
 from legato.ops import CORE_OPS
 from legato.ops.registry import REQUIRED
 

@@ -21,13 +21,13 @@ import numpy as np
 
 import legato
 from legato.plugin_api import (CUSTOM_OP, Const, Function, LegalizationError, LegatoError, Module,
-                              TensorType, Value, clip, norm_axes, norm_axis, slice_params)
+                               TensorType, Value, clip, norm_axes, norm_axis, slice_params)
 
 from . import mlir
 from .limits import INT_DTYPES, custom_problem, type_problem, value_problem
 from .lowering import rows
-from .profiles import DEFAULT, module_attrs
 from .narrowing import narrow_array, signature_attrs, tosa_dtype, tosa_type
+from .profiles import DEFAULT, module_attrs
 from .resources import Placement, Resources, as_weights, finish, placement_of
 from .rules import call_window
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir import Call, Const, TensorType, Value
 from ...ir.calls import Emitter, run_decomposition
 from ...ir.errors import LegatoError
-from ...ir import Call, Const, TensorType, Value
 from ...ir.shapes import norm_axes, norm_axis, slice_params, split_sizes
 from ...ir.symbols import Expr, assume_le, never_negative
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
                     "align_corners", "asymmetric", "tf_crop_and_resize")

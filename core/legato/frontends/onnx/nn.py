@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import shapes
-from ..common import conv_nd, resample
-from ...ir.errors import quote
 from ...ir import Const
+from ...ir.errors import quote
 from ...ops.conv import pad_spatial, window_slices
+from ..common import conv_nd, resample
 from .convert import converter, onnx_dtype
 
 # --- window geometry ------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from functools import reduce
 import numpy as np
 
 from ...ir import Const
-from ...ops import REGISTRY
 from ...ir.shapes import broadcast_shapes, chunk_sizes, norm_axes, norm_axis
 from ...ir.symbols import Expr, assume_le
+from ...ops import REGISTRY
 from ..common.fold import shape_const
 from ..common.indexing import one_hot_values
 from .convert import converter, onnx_dtype

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Call, Const
+from ...ir.errors import LegatoError
 from ...ir.symbols import Expr, never_negative
 from ..common.fold import is_symbolic_const
 

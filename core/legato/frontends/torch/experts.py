@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
-from .registry import register
+from ...ir.errors import LegatoError
 from .ops import aten
+from .registry import register
 
 
 @aten("aten.histc.default")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const, Value
+from ...ir.errors import LegatoError
 from ...ir.shapes import broadcast_shapes, norm_axis
 from .ops import ATEN
 

@@ -24,9 +24,9 @@ import operator
 import os
 import re
 
+from ...ir import Call, Const, Module, Origin
 from ...ir.builder import GraphBuilder
 from ...ir.errors import LegatoError
-from ...ir import Call, Const, Module, Origin
 from ...ir.symbols import GUARDS, collecting_guards
 from ...ir.verify import verify
 from ..common.fold import fold_calls, foldable

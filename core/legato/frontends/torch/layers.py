@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 from ..common import resample
 from .nn import convolution
 from .ops import RANDOM, aten

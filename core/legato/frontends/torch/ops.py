@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
-from ...ops import REGISTRY
+from ...ir.errors import LegatoError
 from ...ir.shapes import broadcast_shapes, chunk_sizes, norm_axis
+from ...ops import REGISTRY
 
 ATEN: dict = {}
 # ops legato has whole: kept out of PyTorch's decomposition table so they stay high-level

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 from .ops import aten
 
 

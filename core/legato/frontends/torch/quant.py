@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 from ...ops.qnn import QUANT_RANGES
 from .registry import register
 

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 from ...ir.shapes import norm_axis
 from ...ir.symbols import Expr, assume_le
 from ..common.indexing import one_hot_values

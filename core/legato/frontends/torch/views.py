@@ -8,8 +8,8 @@ import operator
 
 import numpy as np
 
-from ...ir.errors import LegatoError
 from ...ir import Const
+from ...ir.errors import LegatoError
 from ...ir.shapes import broadcast_shapes, norm_axis
 from .ops import ATEN, aten
 from .tensors import full_like, zeros
