@@ -327,6 +327,14 @@ int lgk_qgemm(int64_t M, int64_t N, int64_t K,
               const void *a, int64_t a_len, int64_t rs_a, int64_t cs_a,
               const void *b, int64_t b_len, int64_t rs_b, int64_t cs_b,
               void *c, int64_t c_len, int64_t ldc, const lgk_qparams *q, int nthreads);
+/* `batch` products as lgk_qgemm's, matrix i of a, b and c starting at element i * a_bs,
+ * i * b_bs, i * c_bs (strides >= 0; 0 repeats one operand; the results must not overlap),
+ * with one set of quantization parameters. */
+int lgk_qgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
+                      const void *a, int64_t a_len, int64_t a_bs, int64_t rs_a, int64_t cs_a,
+                      const void *b, int64_t b_len, int64_t b_bs, int64_t rs_b, int64_t cs_b,
+                      void *c, int64_t c_len, int64_t c_bs, int64_t ldc, const lgk_qparams *q,
+                      int nthreads);
 
 /* Prepacked operands (constant weights): bytes of the packed buffer (64-byte aligned,
  * header included; a negated status for bad sizes), the packing, and the GEMM with B

@@ -712,6 +712,56 @@ int lgk_qgemm(int64_t M, int64_t N, int64_t K,
     return qgemm_with(q, &p, nthreads);
 }
 
+/* The part of an operand from the start of matrix i (batch stride bs) on: its pointer
+ * and the elements left, or LGK_ERR_SHAPE where matrix i starts past the end. */
+static int qbatch_part(const void *p, int64_t len, int64_t i, int64_t bs, size_t esize,
+                       const void **part, int64_t *left)
+{
+    int64_t offset;
+    LGK_TRY(lgk_mul(i, bs, &offset));
+    LGK_CHECK(offset <= len, LGK_ERR_SHAPE);
+    *part = (const char *)p + (size_t)offset * esize;
+    *left = len - offset;
+    return LGK_OK;
+}
+
+int lgk_qgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
+                      const void *a, int64_t a_len, int64_t a_bs, int64_t rs_a, int64_t cs_a,
+                      const void *b, int64_t b_len, int64_t b_bs, int64_t rs_b, int64_t cs_b,
+                      void *c, int64_t c_len, int64_t c_bs, int64_t ldc, const lgk_qparams *q,
+                      int nthreads)
+{
+    LGK_CHECK(batch >= 0 && a_bs >= 0 && b_bs >= 0 && c_bs >= 0, LGK_ERR_SHAPE);
+    LGK_CHECK(q != NULL, LGK_ERR_NULL);
+    /* results of distinct matrices must not overlap: C is written, not accumulated */
+    LGK_CHECK(batch <= 1 || M == 0 || N == 0 || c_bs >= (M - 1) * ldc + N, LGK_ERR_SHAPE);
+    size_t c_size = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
+    const void *ai, *bi, *ci;
+    int64_t a_left, b_left, c_left;
+    for (int64_t i = 0; i < batch; ++i) { /* every matrix checked before any is computed */
+        LGK_TRY(qbatch_part(a, a_len, i, a_bs, 1, &ai, &a_left));
+        LGK_TRY(qbatch_part(b, b_len, i, b_bs, 1, &bi, &b_left));
+        LGK_TRY(qbatch_part(c, c_len, i, c_bs, c_size, &ci, &c_left));
+        LGK_TRY(check_qgemm(M, N, K, ai, a_left, rs_a, cs_a, ci, c_left, ldc, q));
+        LGK_TRY(check_view(K, N, rs_b, cs_b, bi, b_left));
+    }
+    if (batch == 0 || M == 0 || N == 0)
+        return LGK_OK;
+    lgk_qexpanded e;
+    LGK_TRY(lgk_qparams_expand(q, M, N, &e));
+    int status = LGK_OK;
+    for (int64_t i = 0; i < batch && status == LGK_OK; ++i) {
+        const char *pa = (const char *)a + (size_t)(i * a_bs);
+        const char *pb = (const char *)b + (size_t)(i * b_bs);
+        char *pc = (char *)c + (size_t)(i * c_bs) * c_size;
+        lgk_qproblem p = {M, N, K, (const uint8_t *)pa, rs_a, cs_a, (const uint8_t *)pb, rs_b,
+                          cs_b, e.a_flip, e.b_flip, NULL, NULL, NULL, NULL, e.ep, pc, ldc};
+        status = lgk_qgemm_run(&p, nthreads);
+    }
+    lgk_scratch_release(&e.scratch);
+    return status;
+}
+
 /* ---- prepacked operands ----------------------------------------------------------------------
  * Header (64 bytes), sums (int32, rounded up to 64 bytes), then the slivers. */
 

@@ -170,3 +170,26 @@ def test_compiled_multiply_and_softmax_run_on_c_kernels():
     x = rand_q(np.random.default_rng(9), np.int8, (3, 40))
     on_ref = legato.compile(onnx_frontend.load(model), "cpu_ref")
     np.testing.assert_array_equal(compiled(x), on_ref(x))
+
+
+@pytest.mark.parametrize("a_shape, b_shape, one_call", [
+    ((1, 12, 128, 64), (1, 12, 128, 64), True),    # attention's Q @ K^T, K^T a strided view
+    ((2, 3, 5, 7), (7, 4), True),                   # a 2-D b folds every batch dim into M
+    ((2, 1, 5, 7), (1, 3, 7, 4), False),            # a broadcast that does not fold: per matrix
+    ((4, 5, 7), (1, 7, 6), True),                   # b repeated (batch stride 0)
+])
+def test_batched_qnn_matmul_is_one_c_call(a_shape, b_shape, one_call):
+    from legato_c_kernels.kernels import qnn
+    rng = np.random.default_rng(11)
+    a = rand_q(rng, np.int8, a_shape)
+    b = rand_q(rng, np.int8, b_shape)
+    if a_shape == b_shape:
+        b = np.swapaxes(b, -1, -2)
+    args = (a, np.float32(0.02), np.int8(3), b, np.float32(0.03), np.int8(-2),
+            np.float32(0.5), np.int8(1))
+    want = ref("qnn.matmul")(*args)
+    out = np.empty(want.shape, np.int8)
+    run = qnn.qnn_matmul.bind(*args, out=out)
+    run()
+    np.testing.assert_array_equal(out, want)
+    assert isinstance(run.__self__, qnn._QCall) == one_call

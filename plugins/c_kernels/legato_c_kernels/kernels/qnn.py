@@ -380,8 +380,38 @@ def _plan_qproduct(op: str, a: Array, a_scale: Any, a_zero: Any, b: Any, b_scale
     ab = np.broadcast_to(_detached(a2, out, strict), batch + (m, k))
     rb = np.broadcast_to(_detached(r2, out, strict), batch + (k, n))
     cb = out.reshape(batch + (m, n))
+    call = batched_call(op, ab, rb, cb, params)
+    if call is not None:
+        return out, call
     return out, _Calls(gemm_call(op, _matrix(ab[i], strict), _matrix(rb[i], strict), cb[i],
                                  params) for i in np.ndindex(*batch))
+
+
+def _stacked(x: Array) -> Optional[tuple]:
+    """(pointer view, batch stride, row stride, column stride) in elements of a stack of
+    matrices whose batch dims fold into one stride (None where they do not)."""
+    try:
+        flat = np.reshape(x, (-1,) + x.shape[-2:], copy=False)
+    except ValueError:
+        return None
+    if not x.flags.aligned or any(s < 0 or s % x.itemsize for s in flat.strides):
+        return None
+    return (flat, *(s // x.itemsize for s in flat.strides))
+
+
+def batched_call(op: str, a: Array, b: Array, c: Array, params: _Params) -> Optional[_QCall]:
+    """One lgk_qgemm_batched call for c[i] = a[i] @ b[i] over the batch dims (a or b may be
+    broadcast, stride 0), or None where a stack does not fold into one batch stride."""
+    parts = [_stacked(x) for x in (a, b, c)]
+    if any(part is None for part in parts):
+        return None
+    (fa, bsa, rsa, csa), (fb, bsb, rsb, csb), (fc, bsc, ldc, csc) = parts
+    if csc != 1:
+        return None
+    (m, k), n = a.shape[-2:], c.shape[-1]
+    head = (fa.shape[0], m, n, k, _cptr(fa), _extent(fa), bsa, rsa, csa, _cptr(fb),
+            _extent(fb), bsb, rsb, csb, _cptr(fc), _extent(fc), bsc, ldc)
+    return _QCall(op, lib.lgk_qgemm_batched, head, params, (a, b, c))
 
 
 def _plan_qmatmul(a: Array, a_scale: Any, a_zero_point: Any, b: Any, b_scale: Any,
