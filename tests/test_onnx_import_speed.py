@@ -4,14 +4,18 @@ loading the onnx package. The answers must stay what they were (same errors, sam
 results); benchmarks/import_speed.py measures the times."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 from legato import LegatoError  # noqa: E402
+from legato.ir import DTYPES  # noqa: E402
 from legato.frontends import onnx as lonnx  # noqa: E402
 from legato.frontends.onnx import isolate  # noqa: E402
+from legato.frontends.onnx.importer import attribute_value  # noqa: E402
+from legato.frontends.onnx.tensors import check_shape, tensor_array  # noqa: E402
 from legato.ir.errors import _BOUNDED, quote  # noqa: E402
 from tests.test_onnx_import import model, tensor  # noqa: E402
 
@@ -105,3 +109,46 @@ def test_quote_of_a_short_string_is_the_bounded_repr(text):
     for limit in (80, 20, 3):
         full = _BOUNDED.repr(text)
         assert quote(text, limit) == (full if len(full) <= limit else full[:limit - 3] + "...")
+
+
+FLAT_TYPES = [t for t in (np.float32, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64,
+                          np.bool_, np.float16, np.float64, np.uint32, np.uint64)
+              if np.dtype(t).name in DTYPES]   # the element types legato has
+
+
+@pytest.mark.parametrize("dtype", FLAT_TYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3)])
+def test_raw_tensors_read_without_onnx_helpers_as_onnx_reads_them(dtype, shape, monkeypatch):
+    rng = np.random.default_rng(0)
+    data = (rng.standard_normal(shape) * 100).astype(dtype)
+    proto = numpy_helper.from_array(data, "t")
+    want = numpy_helper.to_array(proto)
+    monkeypatch.setattr(numpy_helper, "to_array", None)   # onnx's per-call lookups: not used
+    got = tensor_array(proto, "t")
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_typed_field_tensors_still_decode():
+    proto = helper.make_tensor("t", onnx.TensorProto.FLOAT, [2], [1.5, -2.0])   # float_data
+    np.testing.assert_array_equal(tensor_array(proto, "t"), np.array([1.5, -2.0], np.float32))
+
+
+@pytest.mark.parametrize("value", [3, -(2 ** 40), 0.1, [1, -2], [0.25, 1e30]])
+def test_plain_attributes_read_as_onnx_helper_reads_them(value):
+    attr = helper.make_attribute("a", value)
+    assert attribute_value(attr) == helper.get_attribute_value(attr)
+    assert type(attribute_value(attr)) is type(helper.get_attribute_value(attr))
+
+
+@pytest.mark.parametrize("dims, error", [
+    ([2, -1], r"^w dimension 1: size -1 is negative$"),
+    ([2 ** 41], r"^w dimension 0: size 2199023255552 exceeds the limit of 1099511627776$"),
+    ([2 ** 25] * 2, r"^w: shape \[33554432, 33554432\] has 1125899906842624 elements, more "
+                    r"than the limit of 281474976710656$"),
+    ([1] * 65, r"^w: rank 65 exceeds the limit of 64$"),
+    ([True, 2], r"^w dimension 0: size True is not an integer$")])
+def test_shape_errors_are_worded_as_before(dims, error):
+    with pytest.raises(LegatoError, match=error):
+        check_shape(dims, "w")
+    assert check_shape([np.int64(2), 3], "w") == (2, 3)

@@ -177,11 +177,11 @@ class Schema:
 def node_schema(node, opset: int) -> Schema | None:
     """onnx's schema of a default-domain op at `opset`, else the one its converter brings
     (onnxruntime's ops, in its domain or in the default one before ONNX defined them)."""
-    from .convert import converter_of
     if node.domain in ("", "ai.onnx"):
         schema = _onnx_schema(node.op_type, opset)
         if schema is not None:
             return schema
+    from .convert import converter_of
     known = converter_of(node.domain, node.op_type)
     return None if known is None or known.schema is None else Schema(known.schema())
 

@@ -396,15 +396,23 @@ def symbol_name(text: str) -> str:
 
 def attribute_value(attr):
     """An ONNX attribute as a Python value (strings decoded, tensors as numpy arrays)."""
-    from onnx import helper
-    if attr.type == attr.TENSOR:
+    kind = attr.type
+    if kind == attr.TENSOR:
         return tensor_array(attr.t, f"attribute {quote(attr.name)}")
+    if kind in _PLAIN_ATTRIBUTES and not attr.ref_attr_name:  # as onnx's helper reads them
+        return _PLAIN_ATTRIBUTES[kind](attr)
+    from onnx import helper
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode() for v in value]
     return value
+
+
+# INT, FLOAT, INTS, FLOATS: read as onnx.helper.get_attribute_value reads them
+_PLAIN_ATTRIBUTES = {2: lambda a: a.i, 1: lambda a: a.f, 7: lambda a: list(a.ints),
+                     6: lambda a: list(a.floats)}
 
 
 def check_no_symbolic_consts(calls, results) -> None:

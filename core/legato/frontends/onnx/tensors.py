@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,10 @@ def check_shape(shape, where: str) -> tuple[int, ...]:
     """A whole shape: a sequence of at most MAX_RANK sizes with a bounded element count."""
     if not isinstance(shape, (list, tuple, np.ndarray)):
         raise LegatoError(f"{where}: shape {quote(shape)} is not a sequence of sizes")
+    if len(shape) <= MAX_RANK and all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+        dims = tuple(shape)  # every size plain and in range: the checks below would pass
+        if math.prod(dims) <= MAX_ELEMENTS:
+            return dims
     if len(shape) > MAX_RANK:
         raise LegatoError(f"{where}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
     dims = tuple(check_size(d, f"{where} dimension {i}") for i, d in enumerate(shape))
@@ -101,11 +106,21 @@ def check_tensor(tensor, where: str) -> None:
                           f"but holds {have} {unit}")
 
 
+# element types whose raw data is the array's bytes as they are (what onnx's to_array reads
+# with np.frombuffer on a little-endian machine): float, (u)int8-64, bool, float16, double
+_FLAT_RAW = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
 def tensor_array(tensor, where: str) -> np.ndarray:
     """The data of a checked tensor (external data already loaded) as a numpy array."""
     check_tensor(tensor, where)
     if tensor.data_location == EXTERNAL:
         raise LegatoError(f"{where}: external data was not loaded")
+    if _LITTLE_ENDIAN and tensor.data_type in _FLAT_RAW and tensor.HasField("raw_data"):
+        # as onnx's to_array reads it, without its per-call dtype and field lookups
+        return np.frombuffer(tensor.raw_data, _ELEMENT_TYPES[tensor.data_type][1]) \
+            .reshape(tuple(tensor.dims))
     from onnx import numpy_helper
     try:
         return numpy_helper.to_array(tensor)
