@@ -43,26 +43,27 @@ class _QAddCall:
         self.full, self.other, self.out, self.per_row = full, other, out, per_row
         self.scales = (full_scale, other_scale, y_scale)
         self.zeros = (full_zero, other_zero, y_zero)
-        self.rows, self.span = rows, span
         self.addend = np.empty(rows if per_row else 1, F32)
+        # the C arguments around the ratios, made once (the buffers are fixed)
+        b, b_len, b_rs = full
+        a, a_len, a_rs = (ffi.NULL, 0, 0) if per_row else (_cptr(other[0]), *other[1:])
+        self.head = (QTYPES[out.dtype], rows, span, a, a_len, a_rs)
+        self.b = (_cptr(b), b_len, b_rs)
+        self.tail = (ffi.cast("float *", self.addend.ctypes.data), self.addend.size,
+                     _cptr(out), out.size)
 
     def run(self) -> None:
-        full_s, other_s, y_s = (s.astype(F32).reshape(-1)[0] for s in self.scales)
-        full_z, other_z, y_z = (np.float32(z.reshape(-1)[0]) for z in self.zeros)
+        full_s, other_s, y_s = (F32.type(s.reshape(-1)[0]) for s in self.scales)
+        full_z, other_z, y_z = (F32.type(z.reshape(-1)[0]) for z in self.zeros)
         ratio_f, ratio_o = full_s / y_s, other_s / y_s
         fixed = y_z - (ratio_f * full_z + ratio_o * other_z)  # float32 sums commute
         if self.per_row:  # `other` is read now: a bound input's buffer changes per run
             np.add(fixed, self.other().astype(F32) * ratio_o, out=self.addend)
-            (a, a_len, a_rs), ratio_a = (ffi.NULL, 0, 0), 0.0
+            ratio_a = 0.0
         else:
             self.addend[0] = fixed
-            a, a_len, a_rs = self.other
-            a, ratio_a = _cptr(a), float(ratio_o)
-        b, b_len, b_rs = self.full
-        status = lib.lgk_qadd_strided(QTYPES[self.out.dtype], self.rows, self.span, a, a_len,
-                                      a_rs, ratio_a, _cptr(b), b_len, b_rs, float(ratio_f),
-                                      ffi.cast("float *", self.addend.ctypes.data),
-                                      self.addend.size, _cptr(self.out), self.out.size,
+            ratio_a = float(ratio_o)
+        status = lib.lgk_qadd_strided(*self.head, ratio_a, *self.b, float(ratio_f), *self.tail,
                                       num_threads())
         if status:
             check_status(OP, status)
@@ -165,21 +166,17 @@ class _ConvertCall:
         self.x, self.scale_src, self.zero_src, self.out = x, scale, zero, out
         self.scale = np.empty(scale.size, F32)
         self.zero = np.empty(zero.size, np.int32)
+        out_type = "float *" if out.dtype == F32 else "void *"
+        self.args = (type_, *dims, _cptr(x), x.size, ffi.cast("float *", self.scale.ctypes.data),
+                     ffi.cast("int32_t *", self.zero.ctypes.data), self.scale.size,
+                     ffi.cast(out_type, out.ctypes.data), out.size)
 
     def run(self) -> None:
         self.scale[:] = self.scale_src
         self.zero[:] = self.zero_src
-        status = self.fn(self.type, *self.dims, _cptr(self.x), self.x.size,
-                         ffi.cast("float *", self.scale.ctypes.data),
-                         ffi.cast("int32_t *", self.zero.ctypes.data), self.scale.size,
-                         ffi.cast(self.out_ptr_type, self.out.ctypes.data), self.out.size,
-                         num_threads())
+        status = self.fn(*self.args, num_threads())
         if status:
             check_status(self.op, status)
-
-    @property
-    def out_ptr_type(self) -> str:
-        return "float *" if self.out.dtype == F32 else "void *"
 
 
 def _plan_convert(op: str, x: Array, scale: Any, zero_point: Any, axis: int, out_dtype,

@@ -22,7 +22,7 @@ from .qnn_elementwise import extent, rows_view
 
 
 def _one(x: Array) -> np.float32:
-    return np.float32(x.reshape(-1)[0])
+    return F32.type(x.reshape(-1)[0])
 
 
 def _same_dtype(op: str, *named: tuple) -> None:
@@ -39,8 +39,12 @@ class _QMulCall:
 
     def __init__(self, operands: tuple, scales: tuple, zeros: tuple, out: Array, rows: int,
                  span: int):
-        self.operands, self.scales, self.zeros = operands, scales, zeros
-        self.out, self.rows, self.span = out, rows, span
+        self.operands, self.scales, self.zeros, self.out = operands, scales, zeros, out
+        (a, a_rs, a_cs), (b, b_rs, b_cs) = operands
+        self.head = (QTYPES[out.dtype], rows, span, _cptr(a), extent(a, a_rs, a_cs), a_rs,
+                     a_cs)
+        self.b = (_cptr(b), extent(b, b_rs, b_cs), b_rs, b_cs)
+        self.tail = (_cptr(out), out.size)
 
     def run(self) -> None:
         a_s, b_s, y_s = (_one(s) for s in self.scales)
@@ -50,11 +54,8 @@ class _QMulCall:
         if not np.isfinite(multiplier):
             raise error("qnn.multiply", f"the multiplier a_scale * b_scale / out_scale is "
                         f"{multiplier} (scales {a_s}, {b_s}, {y_s})")
-        (a, a_rs, a_cs), (b, b_rs, b_cs) = self.operands
-        status = lib.lgk_qmul(QTYPES[self.out.dtype], self.rows, self.span, _cptr(a),
-                              extent(a, a_rs, a_cs), a_rs, a_cs, za, _cptr(b),
-                              extent(b, b_rs, b_cs), b_rs, b_cs, zb, float(multiplier), zy,
-                              _cptr(self.out), self.out.size, num_threads())
+        status = lib.lgk_qmul(*self.head, za, *self.b, zb, float(multiplier), zy, *self.tail,
+                              num_threads())
         if status:
             check_status("qnn.multiply", status)
 
@@ -114,6 +115,9 @@ class _QSoftmaxCall:
         self.x, self.scales, self.out_zero, self.out, self.count = x, scales, out_zero, out, count
         self.key: Optional[np.float32] = None
         self.table = np.empty(256, F32)
+        self.head = (QTYPES[out.dtype], out.size // count, count, _cptr(x), x.size,
+                     ffi.cast("float *", self.table.ctypes.data))
+        self.tail = (_cptr(out), out.size)
 
     def run(self) -> None:
         x_s, y_s = (_one(s) for s in self.scales)
@@ -121,11 +125,8 @@ class _QSoftmaxCall:
             self.table[:] = softmax_table(x_s, self.count)
             self.key = x_s
         quotient = np.floor(np.float32(1.0) / y_s)
-        status = lib.lgk_qsoftmax(QTYPES[self.out.dtype], self.out.size // self.count,
-                                  self.count, _cptr(self.x), self.x.size,
-                                  ffi.cast("float *", self.table.ctypes.data), float(quotient),
-                                  int(self.out_zero.reshape(-1)[0]), _cptr(self.out),
-                                  self.out.size, num_threads())
+        status = lib.lgk_qsoftmax(*self.head, float(quotient), int(self.out_zero.reshape(-1)[0]),
+                                  *self.tail, num_threads())
         if status:
             check_status("qnn.softmax", status)
 
