@@ -8,7 +8,9 @@ activation, or a MaxPool) built with onnx.helper; the same model runs on onnxrun
 (intra-op threads = --threads, sequential) and through legato on c_kernels. Printed per
 case: median µs of both, onnxruntime / c_kernels throughput (above 1: c_kernels faster)
 and the largest error of c_kernels relative to onnxruntime's largest magnitude.
-`--cases` keeps the cases whose name contains any of the comma-separated words.
+`--cases` keeps the cases whose name contains any of the comma-separated words; the convs of
+ResNet-50 and MobileNetV2 at 224^2 ("real ...") run only when named (`--cases real`).
+Whole runs are timed in interleaved rounds, so load from other processes falls on both.
 
 `--kernels` times the kernels alone instead of whole runs (no per-run overhead of either
 runtime): c_kernels' plan steps (their medians, summed) against onnxruntime's profiled
@@ -37,7 +39,7 @@ if __name__ == "__main__":  # thread counts before numpy or c_kernels load
 
 import numpy as np  # noqa: E402
 
-from benchmarks.zoo import median_ms, ort_session  # noqa: E402
+from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,40 @@ CASES = [
     _dw("dw mobilevit 3x3 s2 80x4x4", 80, 4, 3, 2, act="silu"),
     _dw("dw segformer 3x3 64x16x16", 64, 16, 3),
     _dw("dw segformer 3x3 128x8x8", 128, 8, 3),
+]
+
+# The heaviest convs of ResNet-50 and MobileNetV2 at 224^2 (benchmarks/real_size.py), by
+# the shape they run at there ("real" selects them all; they are kept apart from the zoo's
+# small cases above, which measure per-call costs instead).
+REAL_CASES = [
+    Case("real resnet50 stem 7x7 s2 3->64 224", 3, 64, 224, 7, 2, 3, act="relu"),
+    Case("real resnet50 3x3 64->64 56", 64, 64, 56, 3, 1, 1, act="relu"),
+    Case("real resnet50 3x3 128->128 28", 128, 128, 28, 3, 1, 1, act="relu"),
+    Case("real resnet50 3x3 256->256 14", 256, 256, 14, 3, 1, 1, act="relu"),
+    Case("real resnet50 3x3 512->512 7", 512, 512, 7, 3, 1, 1, act="relu"),
+    Case("real resnet50 3x3 s2 128->128 56", 128, 128, 56, 3, 2, 1, act="relu"),
+    Case("real resnet50 1x1 64->256 56", 64, 256, 56, 1),
+    Case("real resnet50 1x1 256->64 56", 256, 64, 56, 1, act="relu"),
+    Case("real resnet50 1x1 256->128 56", 256, 128, 56, 1, act="relu"),
+    Case("real resnet50 1x1 s2 256->512 56", 256, 512, 56, 1, 2),
+    Case("real resnet50 1x1 512->256 28", 512, 256, 28, 1, act="relu"),
+    Case("real resnet50 1x1 1024->512 14", 1024, 512, 14, 1, act="relu"),
+    Case("real mobilenetv2 stem 3x3 s2 3->32 224", 3, 32, 224, 3, 2, 1, act="relu6"),
+    _dw("real mobilenetv2 dw 3x3 32x112", 32, 112, 3, act="relu6"),
+    Case("real mobilenetv2 1x1 32->16 112", 32, 16, 112, 1),
+    Case("real mobilenetv2 1x1 16->96 112", 16, 96, 112, 1, act="relu6"),
+    _dw("real mobilenetv2 dw 3x3 s2 96x112", 96, 112, 3, 2, "relu6", TF_S2),
+    Case("real mobilenetv2 1x1 144->24 56", 144, 24, 56, 1),
+    Case("real mobilenetv2 1x1 24->144 56", 24, 144, 56, 1, act="relu6"),
+    _dw("real mobilenetv2 dw 3x3 144x56", 144, 56, 3, act="relu6"),
+    Case("real mobilenetv2 1x1 192->32 28", 192, 32, 28, 1),
+    Case("real mobilenetv2 1x1 32->192 28", 32, 192, 28, 1, act="relu6"),
+    _dw("real mobilenetv2 dw 3x3 192x28", 192, 28, 3, act="relu6"),
+    Case("real mobilenetv2 1x1 384->64 14", 384, 64, 14, 1),
+    Case("real mobilenetv2 1x1 64->384 14", 64, 384, 14, 1, act="relu6"),
+    _dw("real mobilenetv2 dw 3x3 384x14", 384, 14, 3, act="relu6"),
+    Case("real mobilenetv2 1x1 960->160 7", 960, 160, 7, 1),
+    Case("real mobilenetv2 1x1 320->1280 7", 320, 1280, 7, 1, act="relu6"),
 ]
 
 
@@ -228,9 +264,10 @@ def measure(case: Case, threads: int, repeat: int, tmp: Path, kernels: bool = Fa
     if kernels:
         ort_us = ort_kernel_us(path, threads, feeds, repeat, tmp)
         ck_us = ck_kernel_us(compiled, x, repeat)
-    else:
-        ort_us = 1e3 * median_ms(session.run, None, feeds, repeat=repeat)
-        ck_us = 1e3 * median_ms(compiled, x, repeat=repeat)
+    else:  # interleaved: load from other processes falls on both alike
+        ms = interleaved_medians({"ort": (session.run, None, feeds), "ck": (compiled, x)},
+                                 repeat)
+        ort_us, ck_us = 1e3 * ms["ort"], 1e3 * ms["ck"]
     return {"c_kernels": ck_us, "onnxruntime": ort_us, "error": error}
 
 
@@ -245,7 +282,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("LEGATO_NUM_THREADS", str(args.threads))
     words = args.cases.split(",") if args.cases else None
-    cases = [c for c in CASES if words is None or any(w in c.name for w in words)]
+    pool = CASES + REAL_CASES if words is not None else CASES
+    cases = [c for c in pool if words is None or any(w in c.name for w in words)]
     if not cases:
         parser.error(f"no case matches {args.cases!r}")
     print(f"threads: {args.threads}" + ("; kernels alone" if args.kernels else ""))

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/real_size.py [--models bert,resnet50] [--threads 1,2,16]
                                               [--repeat 10] [--no-eager]
+    .venv/bin/python benchmarks/real_size.py --profile resnet50 [--top 15] [--threads 1]
 
 Models (transformers configs at their published sizes, random weights, He-normal conv
 weights, batch 1): BERT-base (sequence 128), GPT-2 small (128), TinyLlama-1.1B widths with 4
@@ -19,7 +20,8 @@ Then latency, median ms of one forward pass in interleaved rounds (each runtime 
 load from other processes falls on all alike) at each thread count (default 1, 2 and every
 core): c_kernels, onnxruntime and torch eager, with c_kernels / onnxruntime per model and
 their geometric mean. The figures are only as quiet as the machine: the load average is
-printed first.
+printed first. `--profile MODEL` prints the model's c_kernels steps by time instead (at the
+first of --threads).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 import numpy as np  # noqa: E402
 
 from benchmarks.published import CACHE, SEED, export_onnx, transformers_model  # noqa: E402
-from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
+from benchmarks.zoo import compiled_profile_lines, interleaved_medians, ort_session  # noqa: E402
 
 TOKENS, IMAGE, MEL_FRAMES = 128, 224, 3000
 TINYLLAMA_4 = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
@@ -208,6 +210,16 @@ def report(names, thread_counts, repeat, eager) -> list[str]:
     return lines
 
 
+def profile_lines(name: str, threads: int, top: int, repeat: int) -> list[str]:
+    """The model's c_kernels steps by median time (see zoo.compiled_profile_lines)."""
+    import legato
+    from legato.frontends import onnx as onnx_frontend
+    os.environ["LEGATO_NUM_THREADS"] = str(threads)
+    compiled = legato.compile(onnx_frontend.load(str(model_file(name))), "c_kernels")
+    return compiled_profile_lines(f"{name} at {threads} thread(s)", compiled,
+                                  list(feeds(name).values()), top, repeat)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -215,6 +227,9 @@ def main(argv=None) -> None:
                         help="comma-separated thread counts (default 1, 2 and every core)")
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per figure")
     parser.add_argument("--no-eager", action="store_true", help="skip torch eager")
+    parser.add_argument("--profile", metavar="MODEL", choices=list(MODELS),
+                        help="per-step c_kernels profile of one model")
+    parser.add_argument("--top", type=int, default=15, help="steps shown by --profile")
     parser.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -225,6 +240,10 @@ def main(argv=None) -> None:
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
     threads = sorted({int(n) for n in args.threads.split(",") if n})
+    if args.profile:
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print("\n".join(profile_lines(args.profile, threads[0], args.top, max(args.repeat, 20))))
+        return
     import onnxruntime
     onnxruntime.set_default_logger_severity(3)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

@@ -284,17 +284,49 @@ static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, i
     }
 }
 
+/* n (<= nr) floats of a B row into a sliver row, zeros after them. The widths in use are
+ * constants here, so whole rows are inline vector moves (a memcpy of a run-time size is
+ * a libc call per sliver row). */
+static inline void sliver_row(int nr, int64_t n, const float *restrict src, float *restrict dst)
+{
+    if (n == 32 && nr == 32) {
+        memcpy(dst, src, 32 * sizeof(float));
+    } else if (n == 16 && nr == 16) {
+        memcpy(dst, src, 16 * sizeof(float));
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        for (int64_t j = n; j < nr; ++j)
+            dst[j] = 0.0f;
+    }
+}
+
+/* pack_b of a B with contiguous rows, row by row: each row of the block is read once,
+ * front to back, and dealt out to the slivers. Sliver by sliver, every sliver row came
+ * from another row of B (a 1x1 conv's input channels, a plane apart): as many streams
+ * as rows, which the prefetchers do not follow (pack_b was 40% of a 1x1 conv of
+ * 256 -> 64 channels on 56 x 56). */
+static void pack_b_by_rows(int nr, int64_t kc, int64_t nc, const float *b, int64_t rs,
+                           float *restrict dst)
+{
+    for (int64_t k = 0; k < kc; ++k) {
+        const float *row = b + k * rs;
+        for (int64_t j0 = 0; j0 < nc; j0 += nr)
+            sliver_row(nr, LGK_MIN((int64_t)nr, nc - j0), row + j0, dst + j0 * kc + k * nr);
+    }
+}
+
 /* B[0:kc, 0:nc] -> NR-column slivers, k-major inside a sliver. */
 static void pack_b(int nr, int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs,
                    float *restrict dst)
 {
+    if (cs == 1) {
+        pack_b_by_rows(nr, kc, nc, b, rs, dst);
+        return;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += nr * kc) {
         int n = (int)LGK_MIN((int64_t)nr, nc - j0);
         const float *cols = b + j0 * cs;
-        if (cs == 1 && n == nr) { /* rows of the sliver are contiguous */
-            for (int64_t k = 0; k < kc; ++k)
-                memcpy(dst + k * nr, cols + k * rs, (size_t)nr * sizeof(float));
-        } else if (rs == 1) { /* transposed B: walk each column contiguously */
+        if (rs == 1) { /* transposed B: walk each column contiguously */
             for (int j = 0; j < n; ++j)
                 for (int64_t k = 0; k < kc; ++k)
                     dst[k * nr + j] = cols[j * cs + k];
@@ -606,6 +638,18 @@ static const float *b_panel(const gemm_impl *g, const gemm_problem *p, int64_t p
     return scratch;
 }
 
+/* Columns of a B panel packed by the call: at most B_PANEL_FLOATS (half a 1 MiB L2, so
+ * the panel is still there when the micro-kernels read it; a 256 x 2048 panel of 2 MiB
+ * went out to L3 in between: 1x1 convs at 56^2, whose B is their input, ran 6% slower),
+ * whole slivers, at most the family's nc. */
+#define B_PANEL_FLOATS ((int64_t)128 * 1024)
+
+static int64_t packed_panel_cols(const gemm_impl *g, int64_t kc)
+{
+    int64_t cols = B_PANEL_FLOATS / LGK_MAX(kc, (int64_t)1) / g->nr * g->nr;
+    return LGK_MAX((int64_t)g->nr, LGK_MIN(g->nc, cols));
+}
+
 /* C[m0:m1, n0:n1] on the calling thread, with private packing buffers. */
 static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
                             int64_t n0, int64_t n1)
@@ -623,8 +667,9 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
     if (small_n_fits(p, n1 - n0))
         return gemm_small_n(p, m0, m1, n0, n1);
     int64_t kc_max = block_depth(g, p->K);
+    int64_t nc_step = p->packed_b != NULL ? g->nc : packed_panel_cols(g, kc_max);
     int64_t mc_max = LGK_MIN(g->mc, (m1 - m0 + g->mr - 1) / g->mr * g->mr);
-    int64_t nc_max = LGK_MIN(g->nc, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
+    int64_t nc_max = LGK_MIN(nc_step, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
     /* Rounded to 16 floats: keeps pb 64-byte aligned. */
     int64_t a_size = p->packed_a != NULL ? 0 : (mc_max * kc_max + 15) / 16 * 16;
     int64_t b_size = p->packed_b != NULL ? 0 : nc_max * kc_max;
@@ -633,8 +678,8 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
         LGK_TRY(lgk_scratch_acquire(a_size + b_size, &scratch));
     const float *pa = scratch.data;
     const epilogue *ep = epilogue_is_noop(&p->ep) ? NULL : &p->ep;
-    for (int64_t jc = n0; jc < n1; jc += g->nc) {
-        int64_t nc = LGK_MIN(g->nc, n1 - jc);
+    for (int64_t jc = n0; jc < n1; jc += nc_step) {
+        int64_t nc = LGK_MIN(nc_step, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += kc_max) {
             int64_t kc = LGK_MIN(kc_max, p->K - pc);
             int last = pc + kc == p->K;

@@ -854,6 +854,7 @@ static void test_subnormals(void) {}
 #endif
 
 #include "test_conv.inc"
+#include "test_conv_bands.inc"
 #include "test_depthwise.inc"
 #include "test_elementwise.inc"
 #include "test_threads.inc"
@@ -884,6 +885,8 @@ int main(void)
     test_strerror();
     test_subnormals();
     test_conv_more();
+    test_conv_l2_bands();
+    test_gemm_packed_panels();
     test_depthwise_more();
     test_elementwise_more();
     test_thread_pool();
