@@ -4,6 +4,9 @@ loading the onnx package. The answers must stay what they were (same errors, sam
 results); benchmarks/import_speed.py measures the times."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -152,3 +155,14 @@ def test_shape_errors_are_worded_as_before(dims, error):
     with pytest.raises(LegatoError, match=error):
         check_shape(dims, "w")
     assert check_shape([np.int64(2), 3], "w") == (2, 3)
+
+
+def test_the_schema_warm_up_thread_ends_with_the_first_import():
+    # onnx builds its schema table on a thread while the model is read; load() joins it
+    script = ("import threading\nfrom onnx import helper\nfrom legato.frontends import onnx as lonnx\n"
+              "from tests.test_onnx_import_speed import old_model\n"
+              "print(lonnx.load(old_model()).main.results[0].type.shape)\n"
+              "print(sorted(t.name for t in threading.enumerate()))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.splitlines() == ["(1, 2)", "['MainThread']"], done.stderr

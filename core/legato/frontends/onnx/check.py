@@ -10,6 +10,7 @@ integer. Tensor data is checked by `tensors`.
 from __future__ import annotations
 
 import functools
+import threading
 
 from ...ir.errors import LegatoError
 from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
@@ -184,6 +185,28 @@ def node_schema(node, opset: int) -> Schema | None:
     from .convert import converter_of
     known = converter_of(node.domain, node.op_type)
     return None if known is None or known.schema is None else Schema(known.schema())
+
+
+_WARMED: list = []
+
+
+def warm_schemas():
+    """On a process's first import: a started thread that has onnx build its operator
+    schemas (tens of milliseconds, spent outside the GIL) while the caller reads the model,
+    else None. The caller joins it; a lookup made meanwhile waits for the build."""
+    if _WARMED:
+        return None
+    _WARMED.append(True)
+    thread = threading.Thread(target=_build_schemas, daemon=True, name="legato-onnx-schemas")
+    thread.start()
+    return thread
+
+
+def _build_schemas() -> None:
+    try:
+        _onnx_schema("Relu", 14)   # any op: the whole table is built on first use
+    except ImportError:
+        pass   # no onnx: the importer says so
 
 
 @functools.lru_cache(maxsize=4096)

@@ -24,7 +24,7 @@ from ...ir.symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_
 from ...ir.verify import verify
 from ..common.fold import fold_calls, foldable, is_symbolic_const, shape_const
 from . import converters  # noqa: F401  (every converter registers)
-from .check import check_graph, check_opset_range, check_text
+from .check import check_graph, check_opset_range, check_text, warm_schemas
 from .convert import Node, Refused, converter_of, onnx_dtype
 from .isolate import run_isolated, start_worker, without_large_data
 from .sizes import with_sizes_computed
@@ -62,12 +62,16 @@ def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None
                     registry=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
     start_worker()  # it starts up while the model is read and checked
-    proto, base_dir, weights = read_model(model, base_dir)
+    warming = warm_schemas()  # and onnx's schemas are built meanwhile
+    weights = None
     try:
+        proto, base_dir, weights = read_model(model, base_dir)
         return _import(proto, base_dir, weights, input_shapes, registry)
     finally:
         if weights is not None:
             weights.close()
+        if warming is not None:
+            warming.join()
 
 
 def _import(proto, base_dir, weights, input_shapes, registry):
