@@ -166,3 +166,12 @@ def test_the_schema_warm_up_thread_ends_with_the_first_import():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.splitlines() == ["(1, 2)", "['MainThread']"], done.stderr
+
+
+@pytest.mark.parametrize("value", [[], (), (5,), [1, -2], [0] * 6, [0] * 7, (1,) * 6,
+                                   [2 ** 63 - 1, -2 ** 63], [2 ** 63], [True, 1], [1.0],
+                                   [10 ** 18] * 6, ["a"]])
+def test_quote_of_a_short_list_of_ints_is_the_bounded_repr(value):
+    for limit in (80, 20, 3):
+        full = _BOUNDED.repr(value)
+        assert quote(value, limit) == (full if len(full) <= limit else full[:limit - 3] + "...")

@@ -71,7 +71,7 @@ _BOUNDED = _BoundedRepr()
 def quote(value, limit: int = 80) -> str:
     """A repr of user data for an error message, at most `limit` characters, computed in
     bounded time however large (or deeply shared, or self-containing) the value is."""
-    if type(value) is str and len(value) <= _BOUNDED.maxstring:  # most names: repr() as is
+    if _plain(value):  # most names and short lists of sizes: what repr() gives
         text = repr(value)
         if len(text) <= _BOUNDED.maxstring:
             return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -80,6 +80,16 @@ def quote(value, limit: int = 80) -> str:
     except Exception:  # a user object whose __repr__ raises
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _plain(value) -> bool:
+    """Whether the bounded repr of `value` is its repr(), when that is short: a short str,
+    or a list or tuple of at most six 64-bit ints (as converters quote sizes and axes)."""
+    kind = type(value)
+    if kind is str:
+        return len(value) <= _BOUNDED.maxstring
+    return (kind is list or kind is tuple) and len(value) <= _BOUNDED.maxlist and \
+        all(type(v) is int and -2 ** 63 <= v < 2 ** 63 for v in value)
 
 
 def clip(text: str, limit: int = 300) -> str:
