@@ -2,6 +2,7 @@
 replay must compute what running the decomposition computes, also where a decomposition
 reads a constant input's data or asks whether two inputs are one value."""
 import numpy as np
+import pytest
 
 import legato
 from legato.ir import Const
@@ -88,3 +89,64 @@ def test_a_replayed_transformer_is_the_decomposed_one():
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert result.report.after and sum(result.report.before.values()) == \
         len(module.main.calls)
+
+
+def _calls_and_counts(result):
+    """The legalized calls as (op, attributes, input types, origin op and rules), and the
+    report's rows and counts, keyed so that another model's can be compared with them."""
+    main = result.module.main
+    calls = [(c.op, c.attrs, [None if v is None else v.type for v in c.inputs],
+              c.origin and (c.origin.op, c.origin.rules),
+              c in result.fallback_calls) for c in main.calls]
+    rows = {(e["op"], e["action"], e["reason"], e["source"]): (e["count"], e["origins"])
+            for e in result.report.entries}
+    return calls, rows, dict(result.report.before), dict(result.report.after)
+
+
+def _times(rows: dict, n: int) -> dict:
+    return {key: (count * n, {k: v * n for k, v in origins.items()})
+            for key, (count, origins) in rows.items()}
+
+
+def _float64_layers(blocks: int):
+    b = legato.GraphBuilder()
+    y = b.input("x", (4, 8), "float64")
+    for _ in range(blocks):
+        y = b.nn_softmax(b.erf(b.nn_layer_norm(y, axes=[-1])), axis=-1)
+    return b.build(y)
+
+
+@pytest.mark.parametrize("backend, config, mode", [
+    ("cpu_ref", None, "full"),
+    ("tosa_custom", None, "partial"),  # lowering rules, attribute conditions watched
+    ("tosa_custom", {"backends": {"tosa_custom": {"keep": ["nn.softmax"]}}}, "full"),
+    ("c_kernels", {"backends": {"c_kernels": {"decompose": ["nn.gelu"],
+                                              "keep": ["nn.layer_norm"]}}}, "full")])
+def test_each_repeated_layer_is_legalized_as_the_first(backend, config, mode):
+    """Later layers take the short ways (a decision known for its key, a replay whose
+    calls are all kept as they are): their calls, origins and report counts must be the
+    first layer's, as the first layer is legalized the long way."""
+    from legato.frontends.examples import transformer
+
+    def legalize(blocks):
+        module = transformer(seq=8, d_model=16, heads=2, ffn=32, blocks=blocks,
+                             weights_as_inputs=True, use_linear=False)
+        return _calls_and_counts(legato.legalize(module, backend=backend, config=config,
+                                                 mode=mode))
+    one, three = legalize(1), legalize(3)
+    assert three[0] == one[0] * 3
+    assert three[1] == _times(one[1], 3)
+    assert three[2:] == tuple({op: n * 3 for op, n in c.items()} for c in one[2:])
+
+
+@pytest.mark.parametrize("backend", ["c_kernels", "cpu_ref"])
+def test_repeated_layers_on_the_fallback_are_legalized_as_the_first(backend):
+    """float64 layers: c_kernels runs none of their calls, its fallback cpu_ref all."""
+    config = {"backends": {backend: {"decompose": ["nn.layer_norm"]}}}
+    one = _calls_and_counts(legato.legalize(_float64_layers(1), backend=backend,
+                                            config=config))
+    three = _calls_and_counts(legato.legalize(_float64_layers(3), backend=backend,
+                                              config=config))
+    assert three[0] == one[0] * 3
+    assert three[1] == _times(one[1], 3)
+    assert any(fallback for *_, fallback in one[0]) == (backend == "c_kernels")

@@ -20,19 +20,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ..ir import CALL_OP, Call, Function, Module, Origin, Value
+from ..ir import CALL_OP, Call, Const, Function, Module, Origin, Value
 from ..ir.calls import Emitter, Recipes
 from ..ir.errors import LegalizationError, LegatoError, ShapeError
 from ..passes.manager import FunctionPass
-from .backend import BACKEND_RULE, DECLINED, KEPT, value_key
+from .backend import BACKEND_RULE, DECLINED, KEPT
 from .config import EMPTY_CONFIG, BackendConfig
 from .custom_ops import CUSTOM_OP, decode_custom, encode_custom
-from .report import Decision, Report
+from .report import Decision, Report, event_key
 
 __all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text",
            "decode_custom", "encode_custom", "legalize_module"]  # the codec: custom_ops.py
 
 MODES = ("full", "partial", "analysis")
+PLAIN = frozenset({"legal", "kept", "fallback"})  # actions that keep a call as it is
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
 # the rule of a decision that waits for the sizes: a backend's check of a call over
 # symbolic dims needed their values (the call is deferred, decided once they are bound)
@@ -62,8 +63,17 @@ class _Legalizer:
         self.fallback_calls: set[Call] = set()
         self.deferred: set[Call] = set()
         self._decisions: dict = {}
+        # decision key -> the report event of a source call that is simply kept as it is
+        # (legal, kept or fallback; not watched), and whether it runs on the fallback
+        self._plain: dict = {}
         self.recipes = Recipes(registry)  # decompositions replayed on repeated layers
         self._replayed: dict = {}  # recipe -> the decisions of its calls
+        # (recipe, origin op) -> a replay whose calls are all simply kept: their report
+        # events, their ops, and which of them run on the fallback
+        self._plans: dict = {}
+        # the report's events and result ops, in order, counted in one step per function
+        self.events: list = []
+        self.after: list = []
         # the attribute conditions of the backend's legal ops, to report those no call meets
         self.watch = {op: c for op, c in backend.legal.items() if c.attrs} if backend else {}
         # kept calls the backend can neither run nor tunnel: reason -> (op, calls), raised
@@ -72,10 +82,21 @@ class _Legalizer:
 
     # --- deciding ---------------------------------------------------------------------------
 
-    def decide(self, call: Call) -> Decision:
+    def key(self, call: Call) -> tuple:
+        """What a decision about `call` depends on: op, attributes, input types (and with a
+        backend that reads values, which inputs are constants). Types as (shape, dtype)
+        pairs and attributes as Attrs.key(), which hash and compare in C."""
         # a list comprehension: faster than a generator for the few inputs of a call
-        key = value_key(call) if self.by_value else \
-            (call.op, call.attrs, tuple([None if v is None else v.type for v in call.inputs]))
+        if self.by_value:
+            return (call.op, call.attrs.key(), tuple([
+                None if v is None else (v.type.shape, v.type.dtype, isinstance(v, Const))
+                for v in call.inputs]))
+        return (call.op, call.attrs.key(), tuple([
+            None if v is None else (v.type.shape, v.type.dtype) for v in call.inputs]))
+
+    def decide(self, call: Call, key: tuple | None = None) -> Decision:
+        if key is None:
+            key = self.key(call)
         decision = self._decisions.get(key)
         if decision is None:
             try:
@@ -147,9 +168,26 @@ class _Legalizer:
     def function(self, name: str, fn: Function) -> Function:
         remap: dict[Value, Value] = {}  # keyed by identity; keeps old values alive
         out: list[Call] = []
+        self.report.before.update([call.op for call in fn.calls])
+        plain, events, after, append = self._plain, self.events, self.after, out.append
         for index, call in enumerate(fn.calls):
-            self.report.before[call.op] += 1
-            self.emit(_rewire(call, remap), remap, out, f"{name}#{index}", True)
+            if remap:
+                call = _rewire(call, remap)
+            key = self.key(call)
+            known = plain.get(key)
+            if known is None:
+                decision = self.decide(call, key)
+                if not self._is_plain(call.op, decision):
+                    self.emit(call, remap, out, f"{name}#{index}", True, decision)
+                    continue
+                known = plain[key] = (_event(call, decision, True),
+                                      decision.action == "fallback")
+            events.append(known[0])  # what emit does for a call kept as it is
+            after.append(call.op)
+            if known[1]:
+                self.fallback_calls.add(call)
+            append(call)
+        self.flush()
         results = tuple(remap.get(r, r) for r in fn.results)
         if len(out) == len(fn.calls) and all(a is b for a, b in zip(out, fn.calls)):
             return fn
@@ -174,8 +212,7 @@ class _Legalizer:
                 return
             else:  # the rule declined: the other routes
                 decision = self._decide(call, use_rules=False)
-        self.report.record(call.op, decision, from_input,
-                           call.origin.op if call.origin else None)
+        self.events.append(_event(call, decision, from_input))
         action = decision.action
         if action == "decomposed":
             self._decompose(call, decision, remap, out, source)
@@ -191,8 +228,19 @@ class _Legalizer:
             call = self._custom(call, remap, source)
         elif action == "fallback":
             self.fallback_calls.add(call)
-        self.report.after[call.op] += 1
+        self.after.append(call.op)
         out.append(call)
+
+    def _is_plain(self, op: str, decision: Decision) -> bool:
+        """Whether a call of `op` with `decision` is only counted and kept as it is."""
+        return decision.action in PLAIN and decision.rule != NEEDS_SIZES and \
+            op not in self.watch
+
+    def flush(self) -> None:
+        """Count the events and result ops gathered so far into the report."""
+        self.report.count(self.events, self.after)
+        self.events.clear()
+        self.after.clear()
 
     def _decompose(self, call: Call, decision: Decision, remap, out, source) -> None:
         opdef = self.registry.get(call.op)
@@ -207,22 +255,45 @@ class _Legalizer:
             self._defer(call, out)
             return
         _check_types(call, results, rule)
-        # a replayed recipe's calls get the decisions of its first replay here (the same
-        # ops, attributes, input types and constant inputs)
-        known = self._replayed.get(recipe) if recipe is not None else None
-        decisions = []
-        for index, produced in enumerate(emitter.calls):
-            if self.registry.get(produced.op).level >= opdef.level:
-                raise LegalizationError(f"rule {rule} produced {produced.op}, which is not of "
-                                        f"a lower level than {call.op}: rewrite loop")
-            produced = _rewire(produced, remap)
-            decision = self.decide(produced) if known is None else known[index]
-            decisions.append(decision)
-            self.emit(produced, remap, out, source, False, decision)
-        if recipe is not None and known is None:
-            self._replayed[recipe] = decisions
+        plan = self._plans.get((recipe, origin.op)) if recipe is not None else None
+        if plan is None:
+            self._emit_produced(call, opdef, rule, recipe, emitter, remap, out, source)
+        else:  # every call is kept as it is: counted, the decisions of the first replay
+            out.extend(emitter.calls)
+            self.events.extend(plan[0])
+            self.after.extend(plan[1])
+            for index in plan[2]:
+                self.fallback_calls.add(emitter.calls[index])
         for old, new in zip(call.outputs, results):
             remap[old] = remap.get(new, new)
+
+    def _emit_produced(self, call: Call, opdef, rule: str, recipe, emitter: Emitter, remap,
+                       out, source) -> None:
+        """Emit the calls the decomposition of `call` produced. A replayed recipe's calls
+        get the decisions of its first replay here (the same ops, attributes, input types
+        and constant inputs); when all of them keep their call as it is, the replay's
+        events are remembered, and the next replay is counted at once (its calls read
+        only the call's inputs, constants and each other: nothing to rewire)."""
+        produced = emitter.calls
+        known = self._replayed.get(recipe) if recipe is not None else None
+        decisions = []
+        for index, made in enumerate(produced):
+            if self.registry.get(made.op).level >= opdef.level:
+                raise LegalizationError(f"rule {rule} produced {made.op}, which is not of "
+                                        f"a lower level than {call.op}: rewrite loop")
+            made = _rewire(made, remap)
+            decision = self.decide(made) if known is None else known[index]
+            decisions.append(decision)
+            self.emit(made, remap, out, source, False, decision)
+        if recipe is None:
+            return
+        if known is None:
+            self._replayed[recipe] = decisions
+        if all(self._is_plain(c.op, d) for c, d in zip(produced, decisions)):
+            self._plans[(recipe, emitter.origin.op)] = (
+                [_event(c, d, False) for c, d in zip(produced, decisions)],
+                [c.op for c in produced],
+                [i for i, d in enumerate(decisions) if d.action == "fallback"])
 
     def _lower(self, call: Call, decision: Decision, remap, out, source, from_input) -> bool:
         """Apply the backend's rule `rule(b, call)`; False when it returns None (declines)."""
@@ -233,14 +304,12 @@ class _Legalizer:
         except Exception as err:
             if not _needs_sizes(call, err):
                 raise _rule_failed(f"{rule} of {self.backend.name}", call, err) from err
-            self.report.record(call.op, decision, from_input,
-                               call.origin.op if call.origin else None)
+            self.events.append(_event(call, decision, from_input))
             self._defer(call, out)
             return True
         if results is None:
             return False
-        self.report.record(call.op, decision, from_input,
-                           call.origin.op if call.origin else None)
+        self.events.append(_event(call, decision, from_input))
         results = results if isinstance(results, tuple) else (results,)
         _check_types(call, results, rule)
         for produced in emitter.calls:
@@ -253,7 +322,7 @@ class _Legalizer:
         """Keep `call` as it is: its rewrite needs the sizes, so it is legalized once the
         symbols are bound."""
         self.deferred.add(call)
-        self.report.after[call.op] += 1
+        self.after.append(call.op)
         out.append(call)
 
     def _custom(self, call: Call, remap, source) -> Call:
@@ -274,6 +343,11 @@ def _rewire(call: Call, remap: dict) -> Call:
     if inputs == call.inputs:
         return call
     return Call(call.op, inputs, call.attrs, call.outputs, call.origin)
+
+
+def _event(call: Call, decision: Decision, source: bool) -> tuple:
+    """The report's event of one call (Report.record)."""
+    return event_key(call.op, decision, source, call.origin.op if call.origin else None)
 
 
 def _rule_failed(rule: str, call: Call, err: Exception) -> LegalizationError:

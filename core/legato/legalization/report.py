@@ -82,8 +82,13 @@ class Report:
                ) -> None:
         """Count one call of `op` and its decision; `source`: the call was in the input
         module; `origin`: the op whose decomposition produced it (None: unknown)."""
-        self._events[(op, decision.action, decision.reason, source,
-                      None if source else origin)] += 1
+        self._events[event_key(op, decision, source, origin)] += 1
+
+    def count(self, events: list, after: list) -> None:
+        """Count many calls at once: `events` made by event_key, in the order the calls
+        were decided, and `after` the ops of the result's calls."""
+        self._events.update(events)
+        self.after.update(after)
 
     @property
     def entries(self) -> list[dict]:
@@ -189,6 +194,12 @@ class Report:
 
     def __repr__(self):
         return f"Report({self.summary()})"
+
+
+def event_key(op: str, decision: Decision, source: bool, origin: str | None) -> tuple:
+    """What Report.record counts: op, action, reason, whether the call was in the input
+    and, if not, the op whose decomposition produced it."""
+    return (op, decision.action, decision.reason, source, None if source else origin)
 
 
 def condition_text(op: str, attrs) -> str:
