@@ -6,6 +6,7 @@ below the registries, the plugin host and the context, and imports none of them.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -136,23 +137,26 @@ SMALL_CONST = 4096  # elements: a constant input up to this size is keyed by its
 
 
 class Recipe:
-    """A decomposition's calls with their inputs as references: ("in", i) an input of the
-    op, ("out", k, j) output j of recorded call k, ("const", c) a constant it made."""
+    """A decomposition's calls with their inputs as positions in a list of values that a
+    replay fills: None, the op's inputs, the constants the calls read, then each call's
+    outputs as it is made."""
 
-    __slots__ = ("calls", "results")
+    __slots__ = ("consts", "steps", "results")
 
-    def __init__(self, calls: tuple, results: tuple):
-        self.calls, self.results = calls, results
+    def __init__(self, consts: tuple, steps: tuple, results: tuple):
+        # steps: (op, getter of its inputs from the values, whether that gives a tuple,
+        # attributes, output types, the output type when there is one)
+        self.consts, self.steps, self.results = consts, steps, results
 
     @staticmethod
     def record(inputs, calls, results) -> "Recipe | None":
         """The recipe of `calls` on `inputs`, or None where a call reads a value that is
         neither an input, a result of an earlier call nor a constant."""
-        where: dict = {}
+        where: dict = {}  # value -> ("in", i) | ("out", k, j) | ("const", c)
         for i, v in enumerate(inputs):
             if v is not None and v not in where:
                 where[v] = ("in", i)
-        steps = []
+        refs_of = []
         for k, call in enumerate(calls):
             refs = []
             for v in call.inputs:
@@ -162,8 +166,7 @@ class Recipe:
                         return None
                     ref = ("const", v)
                 refs.append(ref)
-            steps.append((call.op, tuple(refs), call.attrs,
-                          tuple(o.type for o in call.outputs)))
+            refs_of.append(refs)
             for j, out in enumerate(call.outputs):
                 where[out] = ("out", k, j)
         refs = []
@@ -172,26 +175,50 @@ class Recipe:
             if ref is None:
                 return None
             refs.append(ref)
-        return Recipe(tuple(steps), tuple(refs))
+        return Recipe._compiled(len(inputs), calls, refs_of, refs)
+
+    @staticmethod
+    def _compiled(arity: int, calls, refs_of: list, result_refs: list) -> "Recipe":
+        """References turned into positions: [None, *inputs, *consts, *outputs...]."""
+        consts = {id(r[1]): r[1] for refs in (*refs_of, result_refs) for r in refs
+                  if r is not None and r[0] == "const"}
+        const_at = {key: 1 + arity + n for n, key in enumerate(consts)}
+        starts, first = [], 1 + arity + len(consts)
+        for call in calls:
+            starts.append(first)
+            first += len(call.outputs)
+
+        def position(ref) -> int:
+            if ref is None:
+                return 0
+            kind = ref[0]
+            return 1 + ref[1] if kind == "in" else const_at[id(ref[1])] if kind == "const" \
+                else starts[ref[1]] + ref[2]
+
+        steps = []
+        for call, refs in zip(calls, refs_of):
+            at = [position(r) for r in refs]
+            types = tuple(o.type for o in call.outputs)
+            steps.append((call.op, itemgetter(*at) if at else _NO_INPUTS, len(at) != 1,
+                          call.attrs, types, types[0] if len(types) == 1 else None))
+        return Recipe(tuple(consts.values()), tuple(steps),
+                      tuple(position(r) for r in result_refs))
 
     def replay(self, emitter: Emitter, inputs) -> tuple[Value, ...]:
         """The recorded calls made again on `inputs` (fresh results, the emitter's origin)."""
-        made: list[tuple] = []
         origin = emitter._origin()
         out = emitter.calls
+        values = [None, *inputs, *self.consts]
+        for op, get, many, attrs, types, one in self.steps:
+            outputs = (Value(one),) if one is not None else tuple([Value(t) for t in types])
+            out.append(Call(op, get(values) if many else (get(values),), attrs, outputs,
+                            origin))
+            values += outputs
+        return tuple([values[i] for i in self.results])
 
-        def resolve(ref):
-            if ref is None:
-                return None
-            kind = ref[0]
-            return inputs[ref[1]] if kind == "in" else ref[1] if kind == "const" else \
-                made[ref[1]][ref[2]]
 
-        for op, refs, attrs, types in self.calls:
-            outputs = tuple([Value(t) for t in types])
-            out.append(Call(op, tuple([resolve(r) for r in refs]), attrs, outputs, origin))
-            made.append(outputs)
-        return tuple([resolve(r) for r in self.results])
+def _NO_INPUTS(values) -> tuple:
+    return ()
 
 
 class Recipes:
@@ -211,24 +238,27 @@ class Recipes:
         self.local: dict = {}
 
     @staticmethod
-    def key(opdef, inputs, attrs: Attrs):
-        """The op, the attributes, and per input: its type and the first input that is the
-        same value (constants: their contents, or themselves when large)."""
-        parts = []
-        for i, v in enumerate(inputs):
+    def key(opdef, inputs, attrs: Attrs) -> tuple[tuple, bool]:
+        """The op, the attributes, and per input: its shape, dtype and the first input
+        that is the same value (constants: their contents, or themselves when large);
+        and whether a large constant is part of it."""
+        parts, large = [], False
+        for v in inputs:
             if v is None:
                 parts.append(None)
             elif isinstance(v, Const):
-                parts.append((v.type, v.data.tobytes() if v.data.size <= SMALL_CONST else v))
-            else:
-                parts.append((v.type, next(j for j, w in enumerate(inputs) if w is v)))
-        return (opdef.name, attrs.key(), tuple(parts))
+                small = v.data.size <= SMALL_CONST
+                large = large or not small
+                parts.append((v.type.shape, v.type.dtype, v.data.tobytes() if small else v))
+            else:  # values compare by identity: index finds the first that is v
+                parts.append((v.type.shape, v.type.dtype, inputs.index(v)))
+        return (opdef.name, attrs.key(), tuple(parts)), large
 
     def run(self, emitter: Emitter, opdef, inputs, attrs: Attrs):
         """(results, recipe) of the decomposition on `inputs`: replayed when recorded
         before, else run and recorded (recipe None: it cannot be recorded)."""
-        key = self.key(opdef, inputs, attrs)
-        table = self._table(key)
+        key, large = self.key(opdef, inputs, attrs)
+        table = self.local if large else self.shared
         entry = table.get(key)
         if entry is not None and entry[0] is opdef:
             return entry[1].replay(emitter, inputs), entry[1]
@@ -240,10 +270,6 @@ class Recipes:
                 table.clear()
             table[key] = (opdef, recipe)
         return results, recipe
-
-    def _table(self, key) -> dict:
-        large = any(isinstance(p, tuple) and isinstance(p[1], Const) for p in key[2])
-        return self.local if large else self.shared
 
 
 def trace_decomposition(registry, opdef, input_types, attrs: Attrs):
