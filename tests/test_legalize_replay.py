@@ -150,3 +150,21 @@ def test_repeated_layers_on_the_fallback_are_legalized_as_the_first(backend):
     assert three[0] == one[0] * 3
     assert three[1] == _times(one[1], 3)
     assert any(fallback for *_, fallback in one[0]) == (backend == "c_kernels")
+
+
+def test_the_fast_constructors_set_every_field():
+    """calls.new_call and new_value set the slots of Call and Value directly: they must
+    set every field, and skip no __post_init__."""
+    from dataclasses import fields
+
+    from legato.ir import Call, Value
+    from legato.ir.calls import new_call, new_value
+    from legato.ir.graph import Attrs, Origin, TensorType
+    assert [f.name for f in fields(Call)] == ["op", "inputs", "attrs", "outputs", "origin"]
+    assert [f.name for f in fields(Value)] == ["type", "name"]
+    assert not hasattr(Call, "__post_init__") and not hasattr(Value, "__post_init__")
+    x = new_value(TensorType((2, 3), "float32"))
+    assert (x.type, x.name, type(x)) == (TensorType((2, 3), "float32"), None, Value)
+    parts = ("exp", (x,), Attrs({}), (new_value(x.type),), Origin("nn.gelu", Attrs({}), "m#0"))
+    made = new_call(*parts)
+    assert type(made) is Call and [getattr(made, f.name) for f in fields(Call)] == list(parts)

@@ -36,6 +36,35 @@ def make_call(registry, op: str, inputs: Sequence[Value | None], attrs,
     return Call(op, tuple(inputs), attrs, tuple(Value(t) for t in types), origin)
 
 
+# Call(...) and Value(...) set each field of a frozen dataclass through object.__setattr__:
+# half the cost of making one. A replay makes one of each per call it writes, from parts
+# checked when it was recorded, so it sets the slots directly (neither class has a
+# __post_init__ to skip; a test holds the fields to these)
+_new = object.__new__
+_SET_OP, _SET_INPUTS, _SET_ATTRS, _SET_OUTPUTS, _SET_ORIGIN = (
+    Call.__dict__[name].__set__ for name in ("op", "inputs", "attrs", "outputs", "origin"))
+_SET_TYPE, _SET_NAME = (Value.__dict__[name].__set__ for name in ("type", "name"))
+
+
+def new_value(type_) -> Value:
+    """Value(type_), made faster."""
+    value = _new(Value)
+    _SET_TYPE(value, type_)
+    _SET_NAME(value, None)
+    return value
+
+
+def new_call(op: str, inputs: tuple, attrs: Attrs, outputs: tuple, origin) -> Call:
+    """Call(op, inputs, attrs, outputs, origin), made faster: all parts as Call holds them."""
+    call = _new(Call)
+    _SET_OP(call, op)
+    _SET_INPUTS(call, inputs)
+    _SET_ATTRS(call, attrs)
+    _SET_OUTPUTS(call, outputs)
+    _SET_ORIGIN(call, origin)
+    return call
+
+
 _SCALARS: dict = {}
 
 
@@ -111,8 +140,7 @@ class Emitter(Recorder):
     """What a decomposition writes into; stamps every call with its origin."""
 
     def __init__(self, registry, origin: Origin | None = None):
-        super().__init__(registry)
-        self.origin = origin
+        self.registry, self.calls, self.origin = registry, [], origin  # Recorder's, inline
 
     def _origin(self):
         return self.origin
@@ -210,9 +238,10 @@ class Recipe:
         out = emitter.calls
         values = [None, *inputs, *self.consts]
         for op, get, many, attrs, types, one in self.steps:
-            outputs = (Value(one),) if one is not None else tuple([Value(t) for t in types])
-            out.append(Call(op, get(values) if many else (get(values),), attrs, outputs,
-                            origin))
+            outputs = (new_value(one),) if one is not None else \
+                tuple([new_value(t) for t in types])
+            out.append(new_call(op, get(values) if many else (get(values),), attrs, outputs,
+                                origin))
             values += outputs
         return tuple([values[i] for i in self.results])
 

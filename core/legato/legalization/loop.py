@@ -171,8 +171,7 @@ class _Legalizer:
         self.report.before.update([call.op for call in fn.calls])
         plain, events, after, append = self._plain, self.events, self.after, out.append
         for index, call in enumerate(fn.calls):
-            if remap:
-                call = _rewire(call, remap)
+            call = _rewire(call, remap)
             key = self.key(call)
             known = plain.get(key)
             if known is None:
@@ -336,9 +335,13 @@ class _Legalizer:
 
 def _rewire(call: Call, remap: dict) -> Call:
     """The call with inputs replaced by what they were rewritten to (same call if none)."""
-    if not remap:
+    # None (an absent input) is never a key; values compare by identity. Most calls read
+    # nothing rewritten: looking each input up is cheaper than building the new inputs
+    for v in call.inputs:
+        if v in remap:
+            break
+    else:
         return call
-    # None (an absent input) is never a key; values compare by identity
     inputs = tuple([remap.get(v, v) for v in call.inputs])
     if inputs == call.inputs:
         return call
@@ -372,9 +375,10 @@ def _child_origin(call: Call, source: str, rule: str) -> Origin:
 
 
 def _check_types(call: Call, results, rule: str) -> None:
-    got = tuple(r.type for r in results)
-    want = tuple(o.type for o in call.outputs)
-    if got != want:
+    # shapes and dtypes compare in C; TensorType's dataclass __eq__ runs in Python
+    if [(r.type.shape, r.type.dtype) for r in results] != \
+            [(o.type.shape, o.type.dtype) for o in call.outputs]:
+        got, want = [r.type for r in results], [o.type for o in call.outputs]
         raise LegalizationError(
             f"rule {rule} changed the types of {call.op} {json.dumps(call.attrs.to_json())}: "
             f"it produced {[str(t) for t in got]} where the call has {[str(t) for t in want]}")
