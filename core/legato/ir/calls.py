@@ -235,13 +235,24 @@ class Recipe:
     def replay(self, emitter: Emitter, inputs) -> tuple[Value, ...]:
         """The recorded calls made again on `inputs` (fresh results, the emitter's origin)."""
         origin = emitter._origin()
-        out = emitter.calls
+        append = emitter.calls.append
         values = [None, *inputs, *self.consts]
         for op, get, many, attrs, types, one in self.steps:
-            outputs = (new_value(one),) if one is not None else \
-                tuple([new_value(t) for t in types])
-            out.append(new_call(op, get(values) if many else (get(values),), attrs, outputs,
-                                origin))
+            # new_value and new_call, inline: this loop makes most of a legalized model
+            if one is not None:
+                value = _new(Value)
+                _SET_TYPE(value, one)
+                _SET_NAME(value, None)
+                outputs = (value,)
+            else:
+                outputs = tuple([new_value(t) for t in types])
+            call = _new(Call)
+            _SET_OP(call, op)
+            _SET_INPUTS(call, get(values) if many else (get(values),))
+            _SET_ATTRS(call, attrs)
+            _SET_OUTPUTS(call, outputs)
+            _SET_ORIGIN(call, origin)
+            append(call)
             values += outputs
         return tuple([values[i] for i in self.results])
 

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from ..ir import CALL_OP, Call, Const, Function, Module, Origin, Value
-from ..ir.calls import Emitter, Recipes
+from ..ir.calls import Emitter, Recipes, new_call
 from ..ir.errors import LegalizationError, LegatoError, ShapeError
 from ..passes.manager import FunctionPass
 from .backend import BACKEND_RULE, DECLINED, KEPT
@@ -345,7 +345,7 @@ def _rewire(call: Call, remap: dict) -> Call:
     inputs = tuple([remap.get(v, v) for v in call.inputs])
     if inputs == call.inputs:
         return call
-    return Call(call.op, inputs, call.attrs, call.outputs, call.origin)
+    return new_call(call.op, inputs, call.attrs, call.outputs, call.origin)
 
 
 def _event(call: Call, decision: Decision, source: bool) -> tuple:
