@@ -175,3 +175,41 @@ def test_quote_of_a_short_list_of_ints_is_the_bounded_repr(value):
     for limit in (80, 20, 3):
         full = _BOUNDED.repr(value)
         assert quote(value, limit) == (full if len(full) <= limit else full[:limit - 3] + "...")
+
+
+def repeated_shape_chains(layers: int):
+    """Each layer reshapes x by a shape computed as Concat(Constant, Constant), the same in
+    every layer, as exports compute a padding or a view per layer."""
+    ints = onnx.TensorProto.INT64
+    nodes = []
+    for i in range(layers):
+        nodes += [helper.make_node("Constant", [], [f"a{i}"], value=helper.make_tensor(
+                      "a", ints, [1], [2])),
+                  helper.make_node("Constant", [], [f"b{i}"], value=helper.make_tensor(
+                      "b", ints, [1], [-1])),
+                  helper.make_node("Concat", [f"a{i}", f"b{i}"], [f"s{i}"], axis=0),
+                  helper.make_node("Reshape", [f"x{i}", f"s{i}"], [f"r{i}"]),
+                  helper.make_node("Relu", [f"r{i}"], [f"x{i + 1}"]),
+                  helper.make_node("Reshape", [f"x{i + 1}", "flat"], [f"f{i}"])]
+    nodes[-1].output[0] = "y"
+    flat = numpy_helper.from_array(np.array([-1], np.int64), "flat")
+    return model([n for n in nodes], [tensor("x0", [4, 3])], [tensor("y", None)], [flat],
+                 opset=17)
+
+
+def test_a_shape_chain_repeated_per_layer_is_folded_once(monkeypatch):
+    from legato.frontends.onnx import importer
+    folds = []
+    fold_calls = importer.fold_calls
+    monkeypatch.setattr(importer, "fold_calls", lambda *a: folds.append(1) or fold_calls(*a))
+    proto = repeated_shape_chains(12)
+    module, nodes = lonnx.load_with_nodes(proto)
+    assert len(folds) == 1   # was one per layer
+    assert [ops for op, _, ops in nodes if op == "Concat"] == [[]] * 12   # all folded away
+    import onnxruntime as ort
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x0": x})[0]
+    import legato
+    got = legato.compile(module, "cpu_ref")(x)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)

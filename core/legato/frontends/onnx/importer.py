@@ -22,7 +22,8 @@ from ...ir.errors import LegatoError
 from ...ir import Call, Const, Module, Origin, Value
 from ...ir.symbols import GUARDS, MAX_NAME, collecting_guards, symbol, symbolic_dims
 from ...ir.verify import verify
-from ..common.fold import fold_calls, foldable, is_symbolic_const, shape_const
+from ..common.fold import (FOLD_MAX_ELEMENTS, fold_calls, foldable, is_symbolic_const,
+                           shape_const)
 from . import converters  # noqa: F401  (every converter registers)
 from .check import check_graph, check_opset_range, check_text, warm_schemas
 from .convert import Node, Refused, converter_of, onnx_dtype
@@ -430,6 +431,25 @@ def check_no_symbolic_consts(calls, results) -> None:
         raise LegatoError("a graph output is a shape with symbolic sizes")
 
 
+def _fold_key(proto, inputs):
+    """What a node's folded results depend on, for a node of small constant inputs (shape
+    arithmetic, where exports repeat the same chain per layer), else None: its op, its
+    attributes, which of its inputs and outputs are present, and its inputs' data."""
+    if not inputs or any(a.type in (5, 10) for a in proto.attribute):  # GRAPH(S): bodies
+        return None
+    data = []
+    for value in inputs:
+        if value is None:
+            data.append(None)
+        elif not isinstance(value, Const) or value.data.size > FOLD_MAX_ELEMENTS or \
+                value.data.dtype == object:
+            return None
+        else:
+            data.append((value.data.dtype.str, value.data.shape, value.data.tobytes()))
+    return (proto.domain, proto.op_type, tuple(a.SerializeToString() for a in proto.attribute),
+            tuple(bool(n) for n in proto.output), tuple(data))
+
+
 def _from_node(call: Call, node_name: str) -> Call:
     """`call` with the ONNX node it came from as its origin (no rules yet: the call is as
     imported), so reports and errors can name the node; decompositions keep the name."""
@@ -449,6 +469,7 @@ class _Importer:
         self.env: dict[str, Value] = {}
         self.nodes: list[tuple[str, str, list[str]]] = []
         self.sizes: dict = {}  # symbolic sizes computed at run time (sizes.py)
+        self.folded: dict = {}  # _fold_key -> the constants a folded node gave
 
     def run(self) -> Module:
         for tensor in self.graph.initializer:
@@ -487,6 +508,11 @@ class _Importer:
             missing = next(n for n in proto.input if n and n not in env)
             self.lookup(missing, f"{proto.op_type} node {quote(proto.name)} input")
         inputs = [env[n] if n else None for n in proto.input]
+        key = _fold_key(proto, inputs)
+        if key in self.folded:  # the same node on the same constants, folded before
+            self.nodes.append((proto.op_type, proto.name or f"<unnamed {proto.op_type}>", []))
+            self.env.update((n, v) for n, v in zip(proto.output, self.folded[key]) if n)
+            return
         node = Node(self.b, proto, inputs, {}, self.opset)
         node.scope = self
         start = len(self.b.calls)
@@ -498,8 +524,10 @@ class _Importer:
             prefix = f"{proto.op_type} node {node.label}"
             raise type(err)(text if text.startswith(prefix) else f"{prefix}: {text}") from None
         results = result if isinstance(result, (tuple, list)) else (result,)
+        made = len(self.b.calls) - start
         if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
             results = self.fold(start, results)
+        folded = made and len(self.b.calls) == start  # its calls became new constants
         calls = self.b.calls[start:]
         del self.b.calls[start:]  # the calls computing sizes come first
         self.b.calls.extend(with_sizes_computed(self.b, calls, self.sizes))
@@ -510,6 +538,8 @@ class _Importer:
                 node.fail(f"output {name!r} is not produced by legato's converter")
             if name:
                 self.env[name] = value
+        if folded and key is not None:
+            self.folded[key] = results
 
     def subgraph(self, graph, bound: Mapping[str, Value]) -> list[Value]:
         """The outputs of a control-flow body `graph` converted inline: its inputs are
