@@ -187,11 +187,15 @@ def cmd_compile(args) -> int:
         data = compiled.artifact if compiled.artifact is not None else str(compiled.module)
         data = data.encode() if isinstance(data, str) else data
         try:
-            Path(args.output).write_bytes(data)
+            if hasattr(data, "write"):  # an artifact in parts writes itself (tosa_custom's
+                data.write(args.output)  # weights out of line: its text, then the blobs)
+            else:
+                Path(args.output).write_bytes(data)
         except (OSError, TypeError) as err:
             raise LegatoError(f"cannot write {args.output}: "
                               f"{getattr(err, 'strerror', None) or err}") from None
-        print(f"wrote {args.output} ({size_text(len(data))})", file=sys.stderr)
+        print(f"wrote {args.output} ({size_text(Path(args.output).stat().st_size)})",
+              file=sys.stderr)
     if args.print_ir:
         print(compiled.module)
     elif not args.output and not args.explain:

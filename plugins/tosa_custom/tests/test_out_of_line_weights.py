@@ -10,6 +10,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import legato  # noqa: E402
+from legato.cli import main as cli_main  # noqa: E402
 from legato_tosa_custom import TosaArtifact, Weights, backend  # noqa: E402
 from legato_tosa_custom.buckets import bucket_text, functions  # noqa: E402
 
@@ -105,6 +106,23 @@ def test_shape_buckets_share_each_blob(model, tools):
     cut = bucket_text(str(artifact), [x])
     assert list(functions(cut)) == ["main"] and cut.count("dense_resource<") == 2
     assert cut.endswith(str(artifact)[len(artifact.text):])
+
+
+def test_the_cli_writes_a_file_that_validates_and_runs(model, tools, tmp_path, monkeypatch,
+                                                       capsys):
+    """`legato compile -o out.mlir` writes the text and its resource section; `legato
+    validate out.mlir --run` reads it back and runs it against cpu_ref."""
+    monkeypatch.setenv("LEGATO_TOSA_WEIGHTS", "resources")
+    out = tmp_path / "out.mlir"
+    shape = ["--shape", "batch=4"]
+    assert cli_main(["compile", str(model), "-b", "tosa_custom", *shape, "-o", str(out)]) == 0
+    text = out.read_text()
+    head, section, blobs = text.partition("{-#\n  dialect_resources: {")
+    assert section and head.count("dense_resource<") == 2 and len(head) < 8000
+    assert W2.tobytes().hex() in blobs
+    capsys.readouterr()
+    assert cli_main(["validate", str(out), "--run", "--model", str(model), *shape]) == 0
+    assert f"{out}: valid" in capsys.readouterr().out
 
 
 def test_unknown_modes_are_refused(monkeypatch):
