@@ -170,9 +170,13 @@ class _Legalizer:
         out: list[Call] = []
         self.report.before.update([call.op for call in fn.calls])
         plain, events, after, append = self._plain, self.events, self.after, out.append
+        key_of = self.key
         for index, call in enumerate(fn.calls):
-            call = _rewire(call, remap)
-            key = self.key(call)
+            for v in call.inputs:  # _rewire's test, inline: most calls read nothing rewritten
+                if v in remap:
+                    call = _rewire(call, remap)
+                    break
+            key = key_of(call)
             known = plain.get(key)
             if known is None:
                 decision = self.decide(call, key)
