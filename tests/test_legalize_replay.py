@@ -168,3 +168,37 @@ def test_the_fast_constructors_set_every_field():
     parts = ("exp", (x,), Attrs({}), (new_value(x.type),), Origin("nn.gelu", Attrs({}), "m#0"))
     made = new_call(*parts)
     assert type(made) is Call and [getattr(made, f.name) for f in fields(Call)] == list(parts)
+
+
+def test_a_failure_names_the_call_of_its_own_legalization(backend_factory):
+    """Decisions are kept between legalizations for a backend and config, but not a
+    failure: its text says where the failing call came from."""
+    backend_factory({"backend": "tiny_keep", "executes": False,
+                     "legal": {"add": {"dtypes": ["float32"]}}})
+    texts = []
+    for extra_adds in (1, 2):  # the softmax at main#1, then at main#2
+        b = legato.GraphBuilder()
+        y = b.input("x", (2, 3))
+        for _ in range(extra_adds):
+            y = b.call("add", y, y)
+        with pytest.raises(legato.LegalizationError) as info:
+            legato.legalize(b.build(b.call("nn.softmax", y, axis=0)), "tiny_keep")
+        texts.append(str(info.value))
+    assert "part of nn.softmax at main#1" in texts[0]
+    assert "part of nn.softmax at main#2" in texts[1]
+
+
+def test_kept_decisions_follow_the_backend_and_config():
+    """A legalization after others of the same model with another config or backend
+    decides as a first one would."""
+    from legato.frontends.examples import transformer
+    module = transformer(seq=8, d_model=16, heads=2, ffn=32, blocks=1)
+    keep = {"backends": {"cpu_ref": {"keep": ["nn.softmax"]}}}
+    runs = [("cpu_ref", None), ("cpu_ref", keep), ("c_kernels", None), ("cpu_ref", None),
+            ("cpu_ref", keep)]
+    reports = [legato.legalize(module, backend=be, config=cfg).report for be, cfg in runs]
+    assert reports[1].ops("kept") == {"nn.softmax": 1} == reports[4].ops("kept")
+    assert reports[0].ops("kept") == {} == reports[3].ops("kept")
+    assert reports[2].ops("decomposed") == {}
+    assert reports[0].entries == reports[3].entries
+    assert reports[1].entries == reports[4].entries

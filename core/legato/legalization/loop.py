@@ -33,6 +33,7 @@ __all__ = ["BACKEND_RULE", "MODES", "LegalizePass", "LegalizeResult", "call_text
            "decode_custom", "encode_custom", "legalize_module"]  # the codec: custom_ops.py
 
 MODES = ("full", "partial", "analysis")
+SHARED_TABLES, SHARED_DECISIONS = 64, 4096  # bounds of the decisions the registry keeps
 PLAIN = frozenset({"legal", "kept", "fallback"})  # actions that keep a call as it is
 LEGAL = Decision("legal", "no backend: at or below max_level", "")
 # the rule of a decision that waits for the sizes: a backend's check of a call over
@@ -62,7 +63,11 @@ class _Legalizer:
         self.report = Report(backend.name if backend else None, mode)
         self.fallback_calls: set[Call] = set()
         self.deferred: set[Call] = set()
-        self._decisions: dict = {}
+        # decisions by key: those of earlier legalizations for this backend, fallback and
+        # config (shared), and this one's that name the call they were made for (failures,
+        # waits for sizes: their text says where the call came from)
+        self._decisions = _shared_decisions(registry, backend, fallback, self.config)
+        self._own_decisions: dict = {}
         # decision key -> the report event of a source call that is simply kept as it is
         # (legal, kept or fallback; not watched), and whether it runs on the fallback
         self._plain: dict = {}
@@ -97,7 +102,7 @@ class _Legalizer:
     def decide(self, call: Call, key: tuple | None = None) -> Decision:
         if key is None:
             key = self.key(call)
-        decision = self._decisions.get(key)
+        decision = self._decisions.get(key) or self._own_decisions.get(key)
         if decision is None:
             try:
                 decision = self._decide(call)
@@ -105,7 +110,12 @@ class _Legalizer:
                 if not _needs_sizes(call, err):
                     raise
                 decision = Decision("legal", str(err), NEEDS_SIZES)
-            self._decisions[key] = decision
+            if decision.action == "failed" or decision.rule == NEEDS_SIZES:
+                self._own_decisions[key] = decision
+            else:
+                if len(self._decisions) >= SHARED_DECISIONS:
+                    self._decisions.clear()
+                self._decisions[key] = decision
         return decision
 
     def _decide(self, call: Call, use_rules: bool = True) -> Decision:
@@ -350,6 +360,24 @@ def _rewire(call: Call, remap: dict) -> Call:
     if inputs == call.inputs:
         return call
     return new_call(call.op, inputs, call.attrs, call.outputs, call.origin)
+
+
+def _shared_decisions(registry, backend, fallback, config: BackendConfig) -> dict:
+    """The decisions earlier legalizations made for `backend`, `fallback` and `config`,
+    kept by the registry (which forgets them when a definition changes): a decision is a
+    function of these, the registry's definitions and the key. At most SHARED_TABLES
+    tables (partitioning makes a backend per build)."""
+    tables = registry.derived("legalization decisions")
+    key = (backend, fallback, config)
+    try:
+        table = tables.get(key)
+    except TypeError:  # a config some plugin made with a list in it: not shared
+        return {}
+    if table is None:
+        if len(tables) >= SHARED_TABLES:
+            tables.clear()
+        table = tables[key] = {}
+    return table
 
 
 def _event(call: Call, decision: Decision, source: bool) -> tuple:
