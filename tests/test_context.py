@@ -217,7 +217,19 @@ def import_graph() -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph[name].add(target)
+                    graph[name].update(_packages_entered(target, name, names))
     return graph
+
+
+def _packages_entered(target: str, importer: str, names) -> set[str]:
+    """The packages whose __init__ runs first when `importer` imports `target` (those
+    `importer` is not already inside): `from legato.cli.model import x` runs legato.cli."""
+    entered, parent = set(), target.rpartition(".")[0]
+    while parent.count("."):
+        if parent in names and not importer.startswith(parent + ".") and parent != importer:
+            entered.add(parent)
+        parent = parent.rpartition(".")[0]
+    return entered
 
 
 def test_the_core_has_no_import_cycles():

@@ -18,18 +18,17 @@ from .. import api
 from ..frontends.examples import random_inputs
 from ..frontends.onnx import coverage
 from ..ir import CALL_OP
-from ..ir.errors import LegatoError
+from ..ir.errors import LegatoError, size_text
 from ..ops.tolerance import rel_error, result_tolerance
 from ..passes.fuse import fuse, op_info
 from ..runtime.interpreter import as_tuple, describe_call
 from .kit import add_commands as add_kit_commands
 from .model import DEFAULT_BACKEND, add_model_arguments, backends_arg, load, shape_buckets
+from .progress import timer
 from .recompose import add_command as add_recompose_command
+from .show import add_command as add_show_command
 from .validate import add_command as add_validate_command, add_compile_options, \
     validate_compiled
-from ..ir.errors import size_text
-from ..show import add_command as add_show_command
-from .progress import timer
 
 DEMO_CONFIG = Path("configs/demo.yaml")
 TOLERANCE = result_tolerance("float32")  # largest relative error `legato run` accepts in float32
