@@ -1,6 +1,7 @@
 """The compile pipeline: what `legato.compile` runs for one backend, as declared passes.
 
-    QDQ folding -> recomposition -> layout -> (constant folding, emitters) -> legalization
+    QDQ folding -> recomposition -> pad folding -> layout -> (constant folding, emitters)
+    -> legalization
     -> the backend's own passes (its fusions) -> placement -> plan or emit
 
 Each pass says what must hold before it (`requires`) and what holds after it (`ensures`);
@@ -33,6 +34,7 @@ from ..runtime.specialize import ShapeSpecializing, is_symbolic
 from .constfold import fold_constants
 from .layout import convert_layout
 from .manager import ModulePass, PassManager, PassResult
+from .pad_fold import FoldPadsPass
 from .qdq_fold import QDQFoldPass
 from .recompose import recompose_for
 
@@ -123,6 +125,15 @@ class Recompose(CompilePass):
         low.recovered.update(recovery.recovered)
         low.sources = recomposed_sources(module, out)
         return PassResult(out, out is not module)
+
+
+class FoldPads(CompilePass):
+    """Pads a convolution does in its own padding (an exporter's Pad before Conv)."""
+
+    name, requires = "fold-pads", ("recomposed",)
+
+    def run(self, module):
+        return FoldPadsPass()(module)
 
 
 class Layout(CompilePass):
@@ -322,7 +333,7 @@ def compile_pipeline(lowering: Lowering, buckets=None) -> Pipeline:
 def lowering_passes(lowering: Lowering) -> list[CompilePass]:
     """The passes up to a legal, placed module, the backend's own passes included."""
     be = lowering.backend
-    passes = [FoldQDQ(lowering), Recompose(lowering), Layout(lowering)]
+    passes = [FoldQDQ(lowering), Recompose(lowering), FoldPads(lowering), Layout(lowering)]
     if not be.executes:
         passes.append(FoldConstants(lowering))
     passes.append(Legalize(lowering))
