@@ -282,6 +282,11 @@ int lgk_reduce(int op, int64_t outer, int64_t r, int64_t inner, const float *x, 
 int lgk_permute_copy(int ndim, const int64_t *shape,
                      const float *src, int64_t src_len, const int64_t *src_strides,
                      float *dst, int64_t dst_len);
+/* The same for elements of elem_size bytes (1, 2, 4 or 8, else LGK_ERR_ARG): any dtype
+ * (int8/uint8/bool, int16, int32, int64 ...); lengths and strides count elements. */
+int lgk_permute_copy_elems(int elem_size, int ndim, const int64_t *shape,
+                           const void *src, int64_t src_len, const int64_t *src_strides,
+                           void *dst, int64_t dst_len);
 
 /* ---- int8 GEMM and convolution (qgemm.c, qconv.c) ---------------------------------
  * Quantized operands are uint8 or int8 bytes; products accumulate in int32 on

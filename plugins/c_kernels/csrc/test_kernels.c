@@ -861,6 +861,7 @@ static void test_subnormals(void) {}
 #include "test_qgemm.inc"
 #include "test_qelementwise.inc"
 #include "test_qrescale.inc"
+#include "test_movement_int8.inc"
 
 int main(void)
 {
@@ -897,6 +898,7 @@ int main(void)
     test_quantize();
     test_cast_to_byte();
     test_qrescale_all();
+    test_movement_elems();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

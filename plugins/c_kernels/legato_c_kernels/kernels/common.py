@@ -250,11 +250,15 @@ def i64(values: Sequence[int]) -> Any:
     return ffi.new("int64_t[]", [int(v) for v in values] or [0])
 
 
-def out_array(op: str, out: Optional[Array], shape: tuple[int, ...]) -> Array:
+def out_array(op: str, out: Optional[Array], shape: tuple[int, ...], dtype: Any = F32) -> Array:
     """A fresh result array, or the validated caller-provided one."""
     if out is None:
-        return np.empty(shape, dtype=F32)
-    out = f32(op, "out", out)
+        return np.empty(shape, dtype=dtype)
+    if dtype == F32:
+        out = f32(op, "out", out)
+    elif not isinstance(out, np.ndarray) or out.dtype != dtype:
+        raise error(op, f"out must be a {np.dtype(dtype)} ndarray, got "
+                        f"{getattr(out, 'dtype', type(out).__name__)}")
     if out.shape != tuple(shape):
         raise error(op, f"out has shape {out.shape}, expected {tuple(shape)}")
     if not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable):

@@ -27,8 +27,9 @@ from typing import Any, Optional
 import numpy as np
 
 from .._lib import ffi, lib
-from .common import (MAX_NDIM, OUT, Array, CCall, bound, broadcast_shape, dense, detach, error,
-                     estrides, extent, f32, i64, norm_axis, out_array, ptr, run_call, strided)
+from .common import (MAX_NDIM, OUT, Array, CCall, Unbindable, bound, broadcast_shape, dense,
+                     detach, error, estrides, extent, f32, i64, norm_axis, out_array, ptr,
+                     run_call, strided)
 
 
 def python_name(op: str) -> str:
@@ -246,10 +247,47 @@ BINARY: dict[str, Callable[..., Array]] = {
 # permute
 
 
+# permute_dims' dtypes (as capability.yaml declares): the C copy moves their elements as
+# raw bytes (1, 2, 4 or 8); float64/float16 are not kernels of this backend
+_MOVED = tuple(np.dtype(t) for t in ("float32", "int64", "int32", "int16", "int8", "uint8",
+                                     "bool"))
+
+
+def _moved(op: str, data: Any) -> Array:
+    """permute_dims' input, an ndarray of one of _MOVED's dtypes."""
+    if isinstance(data, np.generic):
+        data = np.asarray(data)
+    if not isinstance(data, np.ndarray) or data.dtype not in _MOVED:
+        raise error(op, f"data must be a float32, int64/32/16/8, uint8 or bool ndarray, got "
+                        f"{getattr(data, 'dtype', type(data).__name__)}")
+    return data
+
+
+def _elems_call(op: str, x: Array, shape: tuple[int, ...], perm: list[int], out: Array,
+                strict: bool) -> CCall:
+    """lgk_permute_copy_elems of a non-float32 input: strides and extent in its elements."""
+    size = x.itemsize
+    if not (x.flags.aligned and all(s >= 0 and s % size == 0 for s in x.strides)):
+        if strict:
+            raise Unbindable
+        x = np.ascontiguousarray(x)
+    steps = [s // size for s in x.strides]
+    span = 1 + sum((d - 1) * s for d, s in zip(x.shape, steps))
+    return CCall(op, lib.lgk_permute_copy_elems,
+                 (size, len(shape), i64(shape), _byte_ptr(x), span, i64([steps[p] for p in perm]),
+                  _byte_ptr(out), out.size), (x,), ((0, 3), (OUT, 6)))
+
+
+def _byte_ptr(x: Array) -> Any:
+    if x.flags.c_contiguous:
+        return ffi.from_buffer("unsigned char[]", x)
+    return ffi.cast("unsigned char *", x.ctypes.data)
+
+
 def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
                   out: Optional[Array] = None, strict: bool = False):
     op = "permute_dims"
-    data = f32(op, "data", data)
+    data = _moved(op, data)
     if axes is not None and not isinstance(axes, (list, tuple, np.ndarray)):
         raise error(op, f"axes must be a list of ints or None, got {axes!r}")
     perm = list(range(data.ndim))[::-1] if axes is None else [norm_axis(op, a, data.ndim) for a in axes]
@@ -258,6 +296,11 @@ def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
     if data.ndim > MAX_NDIM:
         raise error(op, f"rank {data.ndim} exceeds the supported maximum of {MAX_NDIM}")
     shape = tuple(data.shape[p] for p in perm)
+    if data.dtype != np.float32:
+        out = out_array(op, out, shape, data.dtype)
+        if out.size == 0:
+            return out, None
+        return out, _elems_call(op, detach(data, out, strict=strict), shape, perm, out, strict)
     out = out_array(op, out, shape)
     if out.size == 0:
         return out, None
@@ -270,7 +313,8 @@ def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
 
 def permute_dims(data: Array, *, axes: Optional[Sequence[int]] = None,
                  out: Optional[Array] = None) -> Array:
-    """numpy.transpose into a new dense array (axes=None reverses)."""
+    """numpy.transpose into a new dense array (axes=None reverses), of float32 or any
+    dtype of 1-, 2-, 4- or 8-byte elements."""
     return run_call(*_plan_permute(data, axes=axes, out=out))
 
 
