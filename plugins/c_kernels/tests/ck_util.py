@@ -58,3 +58,24 @@ ACTS = {
     "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x / (1 + np.exp(-x)),
 }
+
+
+def run_qlinear(op: str, values: dict, out_dtype):
+    """onnxruntime's com.microsoft `op` (QLinearAdd, QLinearMul, ...) on `values` (input
+    name -> array, in the op's input order), one thread; the callers skip without onnx."""
+    import onnxruntime as ort
+    from onnx import helper
+    tensor = helper.np_dtype_to_tensor_dtype
+    graph = helper.make_graph(
+        [helper.make_node(op, list(values), ["y"], domain="com.microsoft")], "g",
+        [helper.make_tensor_value_info(n, tensor(np.asarray(v).dtype), np.shape(v))
+         for n, v in values.items()],
+        [helper.make_tensor_value_info("y", tensor(np.dtype(out_dtype)), None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {k: np.asarray(v) for k, v in values.items()})[0]

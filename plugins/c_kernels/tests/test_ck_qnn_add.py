@@ -8,6 +8,7 @@ import pytest
 
 import legato
 from legato.ir.errors import ExecutionError
+from ck_util import run_qlinear
 from legato_c_kernels.kernels import qnn_elementwise
 
 onnx = pytest.importorskip("onnx")
@@ -16,22 +17,9 @@ from onnx import helper  # noqa: E402
 
 
 def run_qlinear_add(a, a_s, a_z, b, b_s, b_z, y_s, y_z):
-    tensor = helper.np_dtype_to_tensor_dtype
     names = ["a", "a_s", "a_z", "b", "b_s", "b_z", "y_s", "y_z"]
-    values = dict(zip(names, (a, a_s, a_z, b, b_s, b_z, y_s, y_z)))
-    graph = helper.make_graph(
-        [helper.make_node("QLinearAdd", names, ["y"], domain="com.microsoft")], "g",
-        [helper.make_tensor_value_info(n, tensor(np.asarray(v).dtype), np.shape(v))
-         for n, v in values.items()],
-        [helper.make_tensor_value_info("y", tensor(a.dtype), None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, {k: np.asarray(v) for k, v in values.items()})[0]
+    return run_qlinear("QLinearAdd", dict(zip(names, (a, a_s, a_z, b, b_s, b_z, y_s, y_z))),
+                       a.dtype)
 
 
 def rand_q(rng, dtype, shape):

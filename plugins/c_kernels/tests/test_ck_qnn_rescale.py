@@ -9,6 +9,7 @@ import pytest
 
 import legato
 from legato.plugin_api import ExecutionError
+from ck_util import run_qlinear
 from legato_c_kernels.kernels import qnn_elementwise, qnn_rescale
 
 onnx = pytest.importorskip("onnx")
@@ -23,23 +24,6 @@ def ref(op: str):
 def rand_q(rng, dtype, shape):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max + 1, shape).astype(dtype)
-
-
-def run_qlinear(op: str, values: dict, out_dtype):
-    tensor = helper.np_dtype_to_tensor_dtype
-    graph = helper.make_graph(
-        [helper.make_node(op, list(values), ["y"], domain="com.microsoft")], "g",
-        [helper.make_tensor_value_info(n, tensor(np.asarray(v).dtype), np.shape(v))
-         for n, v in values.items()],
-        [helper.make_tensor_value_info("y", tensor(np.dtype(out_dtype)), None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, {k: np.asarray(v) for k, v in values.items()})[0]
 
 
 def binary_args(rng, dtype, a_shape, b_shape):
