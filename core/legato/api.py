@@ -11,8 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from .frontends.examples import example
 from .frontends.onnx import load as load_onnx
-from .ir import CALL_OP, CUSTOM_OP, Call, Const, Function, Module
-from .ir.builder import GraphBuilder
+from .ir import CALL_OP, CUSTOM_OP, Call, Function, Module
 from .ir.errors import ExecutionError, LegatoError, PluginError, quote
 from .ir.symbols import symbolic_dims
 from .ir.text import parse
@@ -25,8 +24,8 @@ from .legalization.placement import place, recomposed_sources
 from .legalization.report import Report
 from .passes.constfold import fold_constants
 from .passes.partition import partition
-from .passes.pipeline import (Lowered, Lowering, backend_step, compile_pipeline,
-                              count_per_backend, executor_for, first_line, runnable_on)
+from .passes.pipeline import (Lowered, Lowering, compile_pipeline, count_per_backend,
+                              executor_for, first_line, runnable_on)
 from .passes.qdq_fold import QDQFoldPass
 from .passes.recompose import recompose_for
 from .plugins.context import Context, context as current_context

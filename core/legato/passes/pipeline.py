@@ -251,8 +251,9 @@ class Plan(CompilePass):
                     bound = low.legalize(module)
                     module, fallback_calls = bound.module, bound.fallback_calls
                     module = run_backend_passes(module, low, fallback_calls)
-            return backend_step(be, "executor", factory, module, be, low.fallback,
-                                fallback_calls, low.registry)
+            lowered = Lowered(module, low.report, be, low.fallback, frozenset(fallback_calls),
+                              low.registry)
+            return backend_step(be, "executor", factory, *lowered.executor_args())
         if is_symbolic(module):  # legalized once, planned per binding at call time
             if pack is not None:  # the weights packed now, not in the first call
                 backend_step(be, "executor", pack, module, be, low.fallback_calls, shared)
