@@ -7,6 +7,8 @@
   trunc(lo)), trunc(hi))`, trunc being monotone); int8/int16 through int32 CASTs.
 - argmax: pro_int's ARGMAX takes int8/int16 only; int32 is the first (or last) index
   where the value equals the axis' REDUCE_MAX, found by SELECT and REDUCE_MIN/MAX.
+- max_pool2d: pro_int's MAX_POOL2D takes int8; uint8 (a QDQ model's pooled activations)
+  goes through int8 as `x - 128`, which keeps the order, and back (RESCALEs).
 - divide, fmod: INTDIV truncates toward zero as legato does; a zero divisor, which INTDIV
   may not see, becomes 1 and its quotient 0 (legato's integer x / 0 and fmod(x, 0)).
 """
@@ -20,6 +22,7 @@ from legato.plugin_api import Const, norm_axis
 from . import rules
 from .integers import INT_DTYPES, integer_fmod
 from .limits import shaped_rule
+from .quantized import rescale, to_int8
 
 I32 = np.iinfo(np.int32)
 NATIVE_GATHER = ("int8", "int16", "int32", "int64")
@@ -107,4 +110,15 @@ def take(b, call):
     return rules.gather_along(b, call, b.where(b.less(wide, zero), b.add(wide, count), wide))
 
 
-RULES = {"take": take, "clip": clip, "argmax": argmax, "divide": divide, "fmod": fmod}
+@shaped_rule
+def max_pool2d(b, call):
+    """max_pool2d of uint8 as int8 (`x - 128` keeps the order; padded taps are never the
+    maximum in either); other dtypes as pro_fp's rule (NHWC, windows fitted)."""
+    x = call.inputs[0]
+    if x.dtype != "uint8":
+        return rules.pool2d(b, call)
+    y = rules.pool2d_of(b, call, to_int8(b, x, 0)[0])
+    return None if y is None else rescale(b, y, 1.0, -128, 0, "uint8")
+
+
+RULES = {"take": take, "nn.max_pool2d": max_pool2d, "clip": clip, "argmax": argmax, "divide": divide, "fmod": fmod}

@@ -216,6 +216,7 @@ NATIVE: dict[str, tuple] = {
     **{op: I32 for op in ("maximum", "minimum", "equal", "greater", "abs", "sum", "max",
                           "min")},
     "negative": SMALL + I32, "argmax": SMALL, "where": SMALL + I32,
+    "nn.max_pool2d": ("int8",),  # uint8 through int8 (int_native.max_pool2d)
     "tosa.gather": SMALL + I32,
     **{op: MOVED for op in ("reshape", "permute_dims", "concat", "pad", "broadcast_to",
                             "tile", "strided_slice")},

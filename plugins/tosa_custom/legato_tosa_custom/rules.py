@@ -587,13 +587,19 @@ def conv2d(b, call):
 
 @shaped_rule
 def pool2d(b, call):
+    return pool2d_of(b, call, call.inputs[0])
+
+
+def pool2d_of(b, call, x):
+    """The pool `call` of `x` (its input, or that input in another dtype) as a TOSA pool:
+    NHWC, windows fitted; None where TOSA has no form of it."""
     a, win = dict(call.attrs), call_window(call)
     if any(win.overhang) or win.dilation != (1, 1) or \
             (a.get("count_include_pad") and any(win.padding)) or \
             _pad_problem(win) or _level_problem(win):
         return None  # no TOSA form: the generic decomposition handles it
     nchw = a["data_layout"] == "NCHW"
-    x = permute(b, call.inputs[0], NCHW_TO_NHWC if nchw else None)
+    x = permute(b, x, NCHW_TO_NHWC if nchw else None)
     x, padding = _fit_windows(b, x, win)
     # ceil mode without an overhanging window is floor mode (a kernel larger than the
     # input is cut to it by the window's geometry: one TOSA pool over the whole map)
