@@ -167,7 +167,13 @@ def attrs_equal(pc: Call, gc: Call) -> bool:
 
 class Matcher:
     """Finds `template` at a graph call; `concrete` also compares constants, attributes
-    and types (the template's trace is then on the real input types)."""
+    and types (the template's trace is then on the real input types).
+
+    The search is a depth-first backtracking over a stack of goals (a pattern value to
+    match a graph value; pattern operands to assign to a tree's graph operands), in the
+    order a recursive matcher would take them, with one mutable partial match undone on
+    the way back: no generator chain per value, no copy of the match per step. What it
+    needs of each pattern value is worked out once per template (`_steps`)."""
 
     def __init__(self, template: Template, graph: View, claimed: set, concrete: bool):
         self.t, self.p, self.g = template, template.view, graph
@@ -176,15 +182,197 @@ class Matcher:
         # the pattern side is the template's: worked out once for every pass
         self._leaves: dict[int, tuple] = template.matching.setdefault("leaves", {})
         self._need = template.matching.get("need")
+        steps = template.matching.get("steps")
+        if steps is None:
+            steps = template.matching["steps"] = _steps(template)
+        self._step = steps
+        self._producer, self._gcalls = graph.producer, graph.calls
+        # the partial match: pattern value -> graph value, pattern call -> graph call (-1:
+        # absorbed into an operand tree), graph calls taken, extra calls of operand trees
+        self._binds: dict = {}
+        self._calls: dict = {}
+        self._taken: set = set()
+        self._extra: list = []
+        self._found: list = []
+        self._limit = 1
+        self._accept = None
 
     def at(self, gi: int):
-        """Matches of the template whose result is made by graph call `gi`."""
-        root = self.t.root
-        gc = self.g.calls[gi]
-        if gc.op != root.op or len(gc.outputs) != len(root.outputs):
+        """Matches of the template whose result is made by graph call `gi`, in order."""
+        found = self.find(gi, 1)
+        if not found:
             return
+        yield found[0]
+        more = self.find(gi, 4)  # a caller that asks again seldom asks for many
+        yield from more[1:]
+        if len(more) == 4:
+            yield from self.find(gi, None)[4:]
+
+    def find(self, gi: int, limit: int | None, accept=None) -> list[Env]:
+        """The first `limit` matches at graph call `gi` (all: None); with `accept`, the
+        search stops at the first match it accepts (returned last)."""
+        root = self.t.root
+        gc = self._gcalls[gi]
+        if gc.op != root.op or len(gc.outputs) != len(root.outputs):
+            return []
         k = next(i for i, out in enumerate(root.outputs) if out is self.t.result)
-        yield from self.value(self.t.result, gc.outputs[k], Env())
+        self._found, self._limit, self._accept = [], limit, accept
+        self._run((0, self.t.result, gc.outputs[k], None))
+        return self._found
+
+    def _emit(self) -> bool:
+        env = Env(dict(self._binds), dict(self._calls), frozenset(self._taken),
+                  tuple(self._extra))
+        self._found.append(env)
+        if self._accept is not None:
+            return bool(self._accept(env))
+        return self._limit is not None and len(self._found) >= self._limit
+
+    def _run(self, goals) -> bool:
+        """Solve the goals (a linked list: (0, pattern value, graph value, rest) or
+        (1, pattern leaves, graph leaves, rest)); True once the search should stop."""
+        if goals is None:
+            return self._emit()
+        kind, pv, gv, rest = goals
+        if kind == 1:
+            return self._assign(pv, gv, rest)
+        if pv is None or gv is None:
+            return self._run(rest) if pv is None and gv is None else False
+        step = self._step[id(pv)]
+        what = step[0]
+        if what == PARAM:
+            return self._bind(pv, gv, rest)
+        if what == CONST:
+            if isinstance(gv, Const) and (not self.concrete or consts_close(pv, gv)):
+                return self._run(rest)
+            return False
+        pi = step[1]
+        calls = self._calls
+        if pi in calls:
+            return calls[pi] == self._producer.get(id(gv), -2) and self._run(rest)
+        if what == PERMUTED:
+            return self._permuted(step, gv, rest)
+        gi = self._producer.get(id(gv))
+        if gi is None or gi in self.claimed or gi in self._taken:
+            return False
+        gc = self._gcalls[gi]
+        pc = step[2]
+        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
+                step[3] != _index(gc.outputs, gv):
+            return False
+        if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
+            return False
+        if what == TREE:
+            return self._operand_tree(pi, gi, gc, rest)
+        calls[pi] = gi
+        self._taken.add(gi)
+        stop = False
+        for p_ins in step[4]:
+            goals = rest
+            for pair in reversed(tuple(zip(p_ins, gc.inputs))):
+                goals = (0, pair[0], pair[1], goals)
+            if self._run(goals):
+                stop = True
+                break
+        del calls[pi]
+        self._taken.discard(gi)
+        return stop
+
+    def _bind(self, pv, gv, rest) -> bool:
+        binds = self._binds
+        have = binds.get(id(pv))
+        if have is None:
+            if self.concrete and _type_of(gv) != pv.type:
+                return False
+            binds[id(pv)] = gv
+            stop = self._run(rest)
+            del binds[id(pv)]
+            return stop
+        return same_value(have, gv) and self._run(rest)
+
+    def _with_call(self, pi: int, gi: int, extra) -> list:
+        """Record pattern call `pi` as graph call `gi` (and the extra calls); what was new."""
+        self._calls[pi] = gi
+        added = [] if gi < 0 else [gi]
+        taken = self._taken
+        for j in extra:
+            if j not in taken:
+                added.append(j)
+        taken.update(added)
+        self._extra.extend(extra)
+        return added
+
+    def _undo(self, pi: int, added: list, extra) -> None:
+        del self._calls[pi]
+        self._taken.difference_update(added)
+        if extra:
+            del self._extra[len(self._extra) - len(extra):]
+
+    def _permuted(self, step, gv, rest) -> bool:
+        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv."""
+        _, pi, pc, param, rank, inverse = step
+        if gv.rank != rank:
+            return False
+        g, producer, taken = self.g, self._producer, self._taken
+        chain, value = [], gv  # reshapes and transposes that make gv, last first
+        while len(chain) < 4:
+            j = producer.get(id(value))
+            call = self._gcalls[j] if j is not None else None
+            if call is None or call.op not in ("reshape", "permute_dims") or \
+                    j in self.claimed or j in taken or not g.single_use(value):
+                break
+            chain.append(j)
+            value = call.inputs[0]
+        for depth in range(len(chain), 0, -1):  # absorb as many of them as possible
+            base = self._gcalls[chain[depth - 1]].inputs[0]
+            bound = _rearrangement(base, [self._gcalls[j] for j in reversed(chain[:depth])],
+                                   inverse)
+            if bound is not None:
+                extra = chain[1:depth]
+                added = self._with_call(pi, chain[0], extra)
+                stop = self._bind(param, bound, rest)
+                self._undo(pi, added, extra)
+                return stop
+        if isinstance(gv, Const):  # folded into a transposed constant by the rewrite
+            bound = gv if inverse == tuple(range(rank)) else Rearranged(gv, None, inverse)
+            added = self._with_call(pi, -1, ())
+            stop = self._bind(param, bound, rest)
+            self._undo(pi, added, ())
+            return stop
+        return False
+
+    def _operand_tree(self, pi, gi, gc, rest) -> bool:
+        p_leaves, p_inner = self.pattern_leaves(pi)
+        g_leaves, g_inner = [], []
+        self._tree(self.g, gc, g_leaves, g_inner, self._taken)
+        if len(p_leaves) != len(g_leaves):
+            return False
+        added = self._with_call(pi, gi, g_inner)
+        calls = self._calls
+        before = [(inner, calls.get(inner, _MISSING)) for inner in p_inner]
+        for inner in p_inner:
+            calls[inner] = -1
+        stop = self._assign(p_leaves, g_leaves, rest)
+        for inner, old in reversed(before):
+            if old is _MISSING:
+                calls.pop(inner, None)
+            else:
+                calls[inner] = old
+        self._undo(pi, added, g_inner)
+        return stop
+
+    def _assign(self, p_leaves, g_leaves, rest) -> bool:
+        """Each pattern leaf to one graph leaf (a multiset match), in order."""
+        if not p_leaves:
+            return self._run(rest)
+        first, others = p_leaves[0], p_leaves[1:]
+        for j, gv in enumerate(g_leaves):
+            if gv is None:
+                continue
+            remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
+            if self._run((0, first, gv, (1, others, remaining, rest))):
+                return True
+        return False
 
     def _kind(self, view: View, value) -> str:
         if value is None:
@@ -202,7 +390,7 @@ class Matcher:
     def _operands(self, view: View, call: Call) -> list:
         if call.op in ASSOC and len(call.inputs) == 2:
             leaves: list = []
-            self._tree(view, call, leaves, [], None if view is self.p else Env())
+            self._tree(view, call, leaves, [], None if view is self.p else frozenset())
             return leaves
         return list(call.inputs)
 
@@ -227,112 +415,6 @@ class Matcher:
             have.remove(kind)
         return True
 
-    def bind(self, pv, gv, env: Env):
-        have = env.binds.get(id(pv))
-        if have is None:
-            if self.concrete and _type_of(gv) != pv.type:
-                return
-            yield env.bind(id(pv), gv)
-        elif same_value(have, gv):
-            yield env
-
-    def value(self, pv, gv, env: Env):
-        if id(pv) in self.params:
-            yield from self.bind(pv, gv, env)
-            return
-        if isinstance(pv, Const):
-            if isinstance(gv, Const) and (not self.concrete or consts_close(pv, gv)):
-                yield env
-            return
-        pi = self.p.producer[id(pv)]
-        if pi in env.calls:
-            if env.calls[pi] == self.g.producer.get(id(gv), -2):
-                yield env
-            return
-        pc = self.p.calls[pi]
-        if pc.op == "permute_dims" and id(pc.inputs[0]) in self.params:
-            yield from self.permuted(pi, pc, gv, env)
-            return
-        gi = self.g.producer.get(id(gv))
-        if gi is None or gi in self.claimed or gi in env.taken:
-            return
-        gc = self.g.calls[gi]
-        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
-                pc.outputs.index(pv) != _index(gc.outputs, gv):
-            return
-        if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
-            return
-        if pc.op in ASSOC and len(pc.inputs) == 2:
-            yield from self.operand_tree(pi, pc, gi, gc, env)
-            return
-        env = env.with_call(pi, gi)
-        orders = [pc.inputs, pc.inputs[::-1]] if pc.op in SWAP else [pc.inputs]
-        for p_ins in orders:
-            yield from self.inputs(list(zip(p_ins, gc.inputs)), env)
-
-    def inputs(self, pairs, env: Env):
-        if not pairs:
-            yield env
-            return
-        (pv, gv), rest = pairs[0], pairs[1:]
-        if pv is None or gv is None:
-            if pv is None and gv is None:
-                yield from self.inputs(rest, env)
-            return
-        for e in self.value(pv, gv, env):
-            yield from self.inputs(rest, e)
-
-    def permuted(self, pi, pc, gv, env: Env):
-        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv."""
-        param, rank = pc.inputs[0], pc.outputs[0].rank
-        if gv.rank != rank:
-            return
-        perm = _perm(pc, rank)
-        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))  # argsort
-        chain, value = [], gv  # reshapes and transposes that make gv, last first
-        while len(chain) < 4:
-            j = self.g.producer.get(id(value))
-            call = self.g.calls[j] if j is not None else None
-            if call is None or call.op not in ("reshape", "permute_dims") or \
-                    j in self.claimed or j in env.taken or not self.g.single_use(value):
-                break
-            chain.append(j)
-            value = call.inputs[0]
-        for depth in range(len(chain), 0, -1):  # absorb as many of them as possible
-            base = self.g.calls[chain[depth - 1]].inputs[0]
-            bound = _rearrangement(base, [self.g.calls[j] for j in reversed(chain[:depth])],
-                                   inverse)
-            if bound is not None:
-                yield from self.bind(param, bound,
-                                     env.with_call(pi, chain[0], chain[1:depth]))
-                return
-        if isinstance(gv, Const):  # folded into a transposed constant by the rewrite
-            bound = gv if inverse == tuple(range(rank)) else Rearranged(gv, None, inverse)
-            yield from self.bind(param, bound, env.with_call(pi, -1))
-
-    def operand_tree(self, pi, pc, gi, gc, env: Env):
-        p_leaves, p_inner = self.pattern_leaves(pi)
-        g_leaves, g_inner = [], []
-        self._graph_leaves(gc, g_leaves, g_inner, env)
-        if len(p_leaves) != len(g_leaves):
-            return
-        env = env.with_call(pi, gi, g_inner)
-        for inner in p_inner:
-            env = env.with_call(inner, -1)
-        yield from self.assign(p_leaves, g_leaves, env)
-
-    def assign(self, p_leaves, g_leaves, env: Env):
-        if not p_leaves:
-            yield env
-            return
-        first, rest = p_leaves[0], p_leaves[1:]
-        for j, gv in enumerate(g_leaves):
-            if gv is None:
-                continue
-            remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
-            for e in self.value(first, gv, env):
-                yield from self.assign(rest, remaining, e)
-
     def pattern_leaves(self, pi):
         cached = self._leaves.get(pi)
         if cached is None:
@@ -344,20 +426,52 @@ class Matcher:
             cached = self._leaves[pi] = (leaves, inner)
         return cached
 
-    def _graph_leaves(self, gc, leaves, inner, env):
-        self._tree(self.g, gc, leaves, inner, env)
-
-    def _tree(self, view: View, call: Call, leaves, inner, env):
+    def _tree(self, view: View, call: Call, leaves, inner, taken):
+        """The leaves of the operand tree of `call` (nested single-use calls of its op and
+        dtype); `taken` None on the pattern side, else graph calls a match holds."""
         for v in call.inputs:
             j = view.producer.get(id(v))
             sub = view.calls[j] if j is not None else None
             if sub is not None and sub.op == call.op and view.single_use(v) and \
                     v.dtype == call.outputs[0].dtype and \
-                    (env is None or (j not in self.claimed and j not in env.taken)):
+                    (taken is None or (j not in self.claimed and j not in taken)):
                 inner.append(j)
-                self._tree(view, sub, leaves, inner, env)
+                self._tree(view, sub, leaves, inner, taken)
             else:
                 leaves.append(v)
+
+
+PARAM, CONST, PERMUTED, TREE, CALL = range(5)
+_MISSING = object()
+
+
+def _steps(template: Template) -> dict:
+    """What matching does at each pattern value, by id: (PARAM,), (CONST,), (PERMUTED,
+    call index, call, param, rank, inverse permutation), or (TREE | CALL, call index,
+    call, output index, operand orders)."""
+    view, params = template.view, template.param_ids
+    steps: dict = {}
+    for v in template.params:
+        if v is not None:
+            steps[id(v)] = (PARAM,)
+    for pi, pc in enumerate(view.calls):
+        for v in pc.inputs:
+            if isinstance(v, Const) and id(v) not in params:
+                steps[id(v)] = (CONST,)
+        for k, out in enumerate(pc.outputs):
+            if id(out) in params:
+                continue
+            if pc.op == "permute_dims" and id(pc.inputs[0]) in params:
+                rank = pc.outputs[0].rank
+                perm = _perm(pc, rank)
+                inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))  # argsort
+                steps[id(out)] = (PERMUTED, pi, pc, pc.inputs[0], rank, inverse)
+            elif pc.op in ASSOC and len(pc.inputs) == 2:
+                steps[id(out)] = (TREE, pi, pc, k, None)
+            else:
+                orders = (pc.inputs, pc.inputs[::-1]) if pc.op in SWAP else (pc.inputs,)
+                steps[id(out)] = (CALL, pi, pc, k, orders)
+    return steps
 
 
 def _index(outputs, value) -> int:

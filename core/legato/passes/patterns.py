@@ -38,17 +38,25 @@ class View:
         self.owners: list[tuple[int, ...]] = owners
         self.params = {id(p) for p in params if p is not None}
         self.results = {id(r) for r in results}
-        self.producer: dict[int, int] = {}
-        self.users: dict[int, list[int]] = {}
+        producer: dict[int, int] = {}
+        users: dict[int, list[int]] = {}
+        by_op: dict[str, list[int]] = {}
         for index, call in enumerate(calls):
             for out in call.outputs:
-                self.producer[id(out)] = index
+                producer[id(out)] = index
             for value in call.inputs:
                 if value is not None:
-                    self.users.setdefault(id(value), []).append(index)
-        self.by_op: dict[str, list[int]] = {}
-        for index, call in enumerate(calls):
-            self.by_op.setdefault(call.op, []).append(index)
+                    found = users.get(id(value))
+                    if found is None:
+                        users[id(value)] = [index]
+                    else:
+                        found.append(index)
+            found = by_op.get(call.op)
+            if found is None:
+                by_op[call.op] = [index]
+            else:
+                found.append(index)
+        self.producer, self.users, self.by_op = producer, users, by_op
 
     def owner_counts(self) -> dict[int, int]:
         """How many view calls stand for each input call."""
@@ -119,7 +127,7 @@ def scalar_value(value) -> float | None:
     flat = data.ravel()
     if flat[0] != flat[-1]:  # the common case (a weight or a bias) decided at once
         return None
-    return float(flat[0]) if bool(np.all(flat == flat[0])) else None
+    return float(flat[0]) if bool((flat == flat[0]).all()) else None
 
 
 def _is_float(value) -> bool:
@@ -136,16 +144,9 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     The owners of calls dropped as identities (x * 1, x + 0) are added to `identities`:
     they stand for no view call, and a rewrite may leave them unused."""
     identities = set() if identities is None else identities
-    uses: dict[int, int] = {}
-    for call in calls:
-        for value in call.inputs:
-            if value is not None:
-                uses[id(value)] = uses.get(id(value), 0) + 1
-    for r in results:
-        uses[id(r)] = uses.get(id(r), 0) + 1
-    made = {id(out): i for i, call in enumerate(calls) for out in call.outputs}
     dropped: set[int] = set()
     out_calls, out_owners = [], []
+    found: dict = {}  # "uses", "made": worked out when a division first asks
 
     def emit(op, inputs, attrs, outputs, owner):
         call = Call(op, tuple(inputs), attrs if not isinstance(attrs, dict) else
@@ -156,10 +157,15 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     def fresh(op, inputs, attrs=None):
         return make_call(registry, op, inputs, attrs or {}).outputs[0]
 
+    def made():
+        if "made" not in found:
+            found["made"] = {id(out): i for i, call in enumerate(calls) for out in call.outputs}
+        return found["made"]
+
     def sqrt_input(value):
         """If `value` is a single-use sqrt, its input (and the sqrt is dropped)."""
-        j = made.get(id(value))
-        if j is None or calls[j].op != "sqrt" or uses.get(id(value)) != 1:
+        j = made().get(id(value))
+        if j is None or calls[j].op != "sqrt" or _uses(found, calls, results, value) != 1:
             return None
         dropped.add(j)
         return calls[j].inputs[0]
@@ -168,10 +174,14 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     rename: dict[int, Value] = {}  # results of dropped calls -> the value they equal
     for i, call in enumerate(calls):
         owner = owners[i]
-        if rename and any(v is not None and id(v) in rename for v in call.inputs):
+        if rename and not rename.keys().isdisjoint(map(id, call.inputs)):
             call = Call(call.op, tuple(rename.get(id(v), v) if v is not None else None
                                        for v in call.inputs), call.attrs, call.outputs,
                         call.origin)
+        if call.op not in CANONICAL_OPS:  # most calls: kept as they are
+            out_calls.append(call)
+            out_owners.append(owner)
+            continue
         op, ins = call.op, call.inputs
         a = ins[0] if ins else None
         b = ins[1] if len(ins) > 1 else None
@@ -183,12 +193,12 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
             identities.update(owner)
         elif op == "divide" and _is_float(out) and scalar_value(a) == 1.0 and \
                 (root := sqrt_input(b)) is not None:
-            emit("rsqrt", [root], {}, [out], owner + _owner_of(made, owners, b))
+            emit("rsqrt", [root], {}, [out], owner + _owner_of(made(), owners, b))
         elif op == "divide" and _is_float(out) and c not in (None, 0.0):
             emit("multiply", [a, _const_like(1.0 / c, b)], {}, [out], owner)
         elif op == "divide" and _is_float(out) and (root := sqrt_input(b)) is not None:
             inv = fresh("rsqrt", [root])
-            emit("rsqrt", [root], {}, [inv], owner + _owner_of(made, owners, b))
+            emit("rsqrt", [root], {}, [inv], owner + _owner_of(made(), owners, b))
             emit("multiply", [a, inv], {}, [out], owner)
         elif op == "subtract" and _is_float(out) and c is not None:
             emit("add", [a, _const_like(-c, b)], {}, [out], owner)
@@ -206,9 +216,27 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
             out_owners.append(owner)
     if not dropped:
         return out_calls, out_owners
-    keep = [k for k, call in enumerate(out_calls)
-            if not any(call is calls[j] for j in dropped)]
+    gone = {id(calls[j]) for j in dropped}
+    keep = [k for k, call in enumerate(out_calls) if id(call) not in gone]
     return [out_calls[k] for k in keep], [out_owners[k] for k in keep]
+
+
+# the ops `canonical` may rewrite or drop; any other call is kept as it is
+CANONICAL_OPS = frozenset({"divide", "subtract", "power", "multiply", "add"})
+
+
+def _uses(found: dict, calls, results, value) -> int:
+    """How many times `calls` and `results` read `value` (counted once, when first asked)."""
+    uses = found.get("uses")
+    if uses is None:
+        uses = found["uses"] = {}
+        for call in calls:
+            for v in call.inputs:
+                if v is not None:
+                    uses[id(v)] = uses.get(id(v), 0) + 1
+        for r in results:
+            uses[id(r)] = uses.get(id(r), 0) + 1
+    return uses.get(id(value), 0)
 
 
 def _identity_operand(op, a, b, out):
@@ -239,7 +267,18 @@ def build_view(registry, calls, params, results, expandable) -> View:
     """The canonical view of a function's calls; owners are indices into `calls`."""
     flat, owners = [], []
     recipes = Recipes(registry)  # layers expand the same composites alike
+    expands: dict[str, bool] = {}  # per op: whether `expand` may decompose it
     for index, call in enumerate(calls):
+        op = call.op
+        may = expands.get(op)
+        if may is None:
+            opdef = registry.find(op)
+            may = expands[op] = opdef is not None and opdef.decompose is not None and \
+                expandable(op)
+        if not may:  # a primitive (most calls): itself
+            flat.append(call)
+            owners.append((index,))
+            continue
         for inner in expand(registry, call, expandable, recipes):
             flat.append(inner)
             owners.append((index,))
