@@ -148,12 +148,14 @@ def latencies(name: str, thread_counts, repeat: int, eager: bool) -> dict:
     import legato
     from legato.frontends import onnx as onnx_frontend
     path, x = model_file(name), feeds(name)
-    compiled = legato.compile(onnx_frontend.load(str(path)), "c_kernels")
+    module = onnx_frontend.load(str(path))
     model = torch_module(name) if eager else None
     args = [torch.from_numpy(a) for a in x.values()]
     figures = {}
     for threads in thread_counts:
+        # c_kernels binds the thread count into its prepared calls when it compiles
         os.environ["LEGATO_NUM_THREADS"] = str(threads)
+        compiled = legato.compile(module, "c_kernels")
         torch.set_num_threads(threads)
         session = ort_session(path, threads)
         runs = {"c_kernels": (lambda: compiled(*x.values()),),

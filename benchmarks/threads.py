@@ -75,11 +75,12 @@ def scaling(path: Path, thread_counts, repeat: int) -> dict:
     """{threads: {"c_kernels": ms, "onnxruntime": ms}} and the largest relative difference."""
     import legato
     from legato.frontends import onnx as onnx_frontend
-    x = feeds(path)
-    compiled = legato.compile(onnx_frontend.load(str(path)), "c_kernels")
+    x, module = feeds(path), onnx_frontend.load(str(path))
     figures = {}
     for threads in thread_counts:
+        # c_kernels binds the thread count into its prepared calls when it compiles
         os.environ["LEGATO_NUM_THREADS"] = str(threads)
+        compiled = legato.compile(module, "c_kernels")
         session = ort_session(path, threads)
         figures[threads] = interleaved_medians(
             {"c_kernels": (lambda: compiled(*x.values()),),
