@@ -54,6 +54,18 @@ def test_compile_runs_the_declared_passes_in_order(backend):
     assert "passes: qdq-fold" in str(compiled.report)
 
 
+def test_a_partitioned_build_runs_the_same_first_passes_then_partitions():
+    """A build over several backends folds and recomposes through the compile pipeline's
+    own passes (what the first backend keeps), then partitions: its report lists them."""
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    compiled = legato.compile(_model(), ["c_kernels", "cpu_ref"])
+    names = [name for name, _ in compiled.report.passes]
+    assert names[:3] == ["qdq-fold", "recompose", "partition"]
+    assert sum(compiled.report.before.values()) == 3
+    want = legato.compile(_model(), "cpu_ref")(x)
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-6)
+
+
 def test_a_pipeline_built_by_hand_gives_the_same_module():
     host = legato.context()
     be = host.backend("cpu_ref")

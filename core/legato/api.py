@@ -20,14 +20,11 @@ from .legalization.backend import Backend
 from .legalization.capability import parse_capability
 from .legalization.config import BackendConfig, load_config
 from .legalization.loop import LegalizeResult, legalize_module
-from .legalization.placement import place, recomposed_sources
+from .legalization.placement import place
 from .legalization.report import Report
 from .passes.constfold import fold_constants
-from .passes.partition import partition
 from .passes.pipeline import (Lowered, Lowering, compile_pipeline, count_per_backend,
-                              executor_for, first_line, runnable_on)
-from .passes.qdq_fold import QDQFoldPass
-from .passes.recompose import recompose_for
+                              executor_for, first_line, partition_pipeline, runnable_on)
 from .plugins.context import Context, context as current_context
 from .runtime.buckets import guarded, plan_buckets
 from .runtime.interpreter import Interpreter
@@ -293,12 +290,9 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     members = [host.backend(name) for name in backends]
     backends = [be.name for be in members]  # (Backend objects may be passed)
     configs = [load_config(config, be.name, host.registry, host.backends) for be in members]
-    folding = QDQFoldPass(host.registry, runnable=_runnable_on_any(members, configs, host))
-    folded, _ = folding(source)   # qnn calls, so backends can claim them
-    first, first_cfg = members[0], configs[0]
-    recomposed, recovered = recompose_for(folded, first, first_cfg.recompose,
-                                          first_cfg.keep, host.registry)
-    parted = partition(recomposed, backends, config, host.registry, context=host)
+    lowering = Lowering(host, members[0], configs[0], max_level)
+    lowering.runnable = _runnable_on_any(members, configs, host)
+    parted, _ = partition_pipeline(lowering, backends, config)(source)
     callees, per_backend = {}, {}
     for name, fn in parted.functions.items():
         if fn.kind != "external":
@@ -312,12 +306,13 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     rest = legalize(parted, main_backend, config=config, max_level=max_level, context=host)
     report = rest.report
     report.drop(CALL_OP)  # the region calls: their calls are counted from their reports
-    report.before = Counter(c.op for c in recomposed.main.calls)
+    report.before = lowering.before
     for callee in callees.values():
         report.merge(callee.report)
     report.targets = tuple(backends)
-    report.recovered.update(recovered.recovered)
-    report.qdq = folding.report
+    report.recovered.update(lowering.recovered)
+    report.qdq = lowering.qdq
+    report.passes = lowering.trace + report.passes
     fallback = host.fallback_of(main_backend)
     rest_counts = count_per_backend(rest.module, main_backend, fallback,
                                     rest.fallback_calls, host.registry)
@@ -341,8 +336,7 @@ def _compile_multi(host: Context, source: Module, backends: list, config,
     compiled.callees, compiled.fallback = callees, fallback
     compiled.targets = tuple(backends)
     report.placement = place(rest.module, main_backend, fallback, rest.fallback_calls,
-                             host.registry, callees, compiled.targets,
-                             recomposed_sources(folded, recomposed))
+                             host.registry, callees, compiled.targets, lowering.sources)
     return compiled
 
 

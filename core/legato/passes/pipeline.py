@@ -35,6 +35,7 @@ from .constfold import fold_constants
 from .layout import convert_layout
 from .manager import ModulePass, PassManager, PassResult
 from .pad_fold import FoldPadsPass
+from .partition import partition
 from .qdq_fold import QDQFoldPass
 from .recompose import recompose_for
 
@@ -70,6 +71,9 @@ class Lowering:
         self.deferred: set = set()  # calls legalized per binding of the symbolic dims
         self.recovered: Counter = Counter()
         self.qdq = None
+        # qnn call -> None when it can run, else why not (default: on `backend`)
+        self.runnable = None
+        self.before: Counter | None = None  # a partitioned build: main's ops before it
         self.sources = None  # recomposed call -> the calls it replaced
         self.trace: list[tuple[str, str]] = []  # (pass, what it did)
         self.notes: list[str] = []  # what a backend pass says it did
@@ -105,8 +109,8 @@ class FoldQDQ(CompilePass):
 
     def run(self, module):
         low = self.lowering
-        folding = QDQFoldPass(low.registry, runnable=runnable_on(low.backend, low.config,
-                                                                   low.host))
+        runnable = low.runnable or runnable_on(low.backend, low.config, low.host)
+        folding = QDQFoldPass(low.registry, runnable=runnable)
         module, modified = folding(module)
         low.qdq = folding.report
         return PassResult(module, modified)
@@ -124,6 +128,23 @@ class Recompose(CompilePass):
                                       low.config.keep, low.registry)
         low.recovered.update(recovery.recovered)
         low.sources = recomposed_sources(module, out)
+        return PassResult(out, out is not module)
+
+
+class Partition(CompilePass):
+    """A build over several backends: the regions each backend claims, in list order,
+    become external functions with that backend as their codegen; main keeps the rest."""
+
+    name, requires, ensures = "partition", ("recomposed",), ("partitioned",)
+
+    def __init__(self, lowering: Lowering, backends: list[str], config):
+        super().__init__(lowering)
+        self.backends, self.config = backends, config
+
+    def run(self, module):
+        low = self.lowering
+        low.before = Counter(c.op for c in module.main.calls)
+        out = partition(module, self.backends, self.config, low.registry, context=low.host)
         return PassResult(out, out is not module)
 
 
@@ -329,6 +350,14 @@ def compile_pipeline(lowering: Lowering, buckets=None) -> Pipeline:
     and the plan (executing backends) or the artifact (emitting ones)."""
     final = Plan(lowering) if lowering.backend.executes else Emit(lowering, buckets)
     return Pipeline(lowering, [*lowering_passes(lowering), final])
+
+
+def partition_pipeline(lowering: Lowering, backends: list[str], config) -> Pipeline:
+    """A partitioned build's passes up to its regions: QDQ folding (where any of the
+    backends runs the qnn call: `lowering.runnable`) and the first backend's recomposition,
+    so that a kept composite is claimed whole, then the partition."""
+    return Pipeline(lowering, [FoldQDQ(lowering), Recompose(lowering),
+                               Partition(lowering, backends, config)])
 
 
 def lowering_passes(lowering: Lowering) -> list[CompilePass]:
