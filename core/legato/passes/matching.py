@@ -181,7 +181,6 @@ class Matcher:
         self.params = template.param_ids
         # the pattern side is the template's: worked out once for every pass
         self._leaves: dict[int, tuple] = template.matching.setdefault("leaves", {})
-        self._need = template.matching.get("need")
         steps = template.matching.get("steps")
         if steps is None:
             steps = template.matching["steps"] = _steps(template)
@@ -344,7 +343,7 @@ class Matcher:
     def _operand_tree(self, pi, gi, gc, rest) -> bool:
         p_leaves, p_inner = self.pattern_leaves(pi)
         g_leaves, g_inner = [], []
-        self._tree(self.g, gc, g_leaves, g_inner, self._taken)
+        _tree(self.g, gc, g_leaves, g_inner, self.claimed, self._taken)
         if len(p_leaves) != len(g_leaves):
             return False
         added = self._with_call(pi, gi, g_inner)
@@ -374,71 +373,90 @@ class Matcher:
                 return True
         return False
 
-    def _kind(self, view: View, value) -> str:
-        if value is None:
-            return "none"
-        if id(value) in self.params and view is self.p:
-            return "any"
-        j = view.producer.get(id(value))
-        if j is None:
-            return "const" if isinstance(value, Const) else "value"
-        call = view.calls[j]
-        if view is self.p and call.op == "permute_dims" and id(call.inputs[0]) in self.params:
-            return "any"
-        return call.op
-
-    def _operands(self, view: View, call: Call) -> list:
-        if call.op in ASSOC and len(call.inputs) == 2:
-            leaves: list = []
-            self._tree(view, call, leaves, [], None if view is self.p else frozenset())
-            return leaves
-        return list(call.inputs)
-
-    def plausible(self, gi: int, kinds: dict) -> bool:
-        """A quick look one level down before the full match: the ops that make the
-        root's operands (all leaves of an operand tree) must be there. `kinds` caches
-        the graph side across templates."""
-        if self._need is None:
-            need = [self._kind(self.p, v) for v in self._operands(self.p, self.t.root)]
-            self._need = self.t.matching["need"] = (len(need), [k for k in need if k != "any"])
-        have = kinds.get(gi)
-        if have is None:
-            have = kinds[gi] = [self._kind(self.g, v)
-                                for v in self._operands(self.g, self.g.calls[gi])]
-        count, need = self._need
-        if count != len(have):
-            return False
-        have = list(have)
-        for kind in need:
-            if kind not in have:
-                return False
-            have.remove(kind)
-        return True
-
     def pattern_leaves(self, pi):
         cached = self._leaves.get(pi)
         if cached is None:
             leaves, inner = [], []
-            self._tree(self.p, self.p.calls[pi], leaves, inner, None)
+            _tree(self.p, self.p.calls[pi], leaves, inner, None)
             # calls first (they constrain most), then constants, then parameters
             leaves.sort(key=lambda v: 2 if id(v) in self.params else
                         1 if isinstance(v, Const) else 0)
             cached = self._leaves[pi] = (leaves, inner)
         return cached
 
-    def _tree(self, view: View, call: Call, leaves, inner, taken):
-        """The leaves of the operand tree of `call` (nested single-use calls of its op and
-        dtype); `taken` None on the pattern side, else graph calls a match holds."""
-        for v in call.inputs:
-            j = view.producer.get(id(v))
-            sub = view.calls[j] if j is not None else None
-            if sub is not None and sub.op == call.op and view.single_use(v) and \
-                    v.dtype == call.outputs[0].dtype and \
-                    (taken is None or (j not in self.claimed and j not in taken)):
-                inner.append(j)
-                self._tree(view, sub, leaves, inner, taken)
-            else:
-                leaves.append(v)
+
+# --- the quick look before a full match ---------------------------------------------------
+
+def _operands(view: View, call: Call, claimed) -> list:
+    """The operands of `call`, the leaves of its operand tree for a sum, product, ...
+    (`claimed` None on the pattern side, else the graph calls taken)."""
+    if call.op in ASSOC and len(call.inputs) == 2:
+        leaves: list = []
+        _tree(view, call, leaves, [], claimed)
+        return leaves
+    return list(call.inputs)
+
+
+def _tree(view: View, call: Call, leaves, inner, claimed, taken=()):
+    """The leaves of the operand tree of `call`: nested single-use calls of its op and
+    dtype are inner calls; on the graph side not those `claimed` or `taken` (on the
+    pattern side `claimed` is None)."""
+    for v in call.inputs:
+        j = view.producer.get(id(v))
+        sub = view.calls[j] if j is not None else None
+        if sub is not None and sub.op == call.op and view.single_use(v) and \
+                v.dtype == call.outputs[0].dtype and \
+                (claimed is None or (j not in claimed and j not in taken)):
+            inner.append(j)
+            _tree(view, sub, leaves, inner, claimed, taken)
+        else:
+            leaves.append(v)
+
+
+def _kind(view: View, value, params) -> str:
+    if value is None:
+        return "none"
+    if id(value) in params:
+        return "any"
+    j = view.producer.get(id(value))
+    if j is None:
+        return "const" if isinstance(value, Const) else "value"
+    call = view.calls[j]
+    if call.op == "permute_dims" and id(call.inputs[0]) in params:
+        return "any"
+    return call.op
+
+
+def root_need(template: Template) -> tuple:
+    """What the operands of the template's root must be made by: (their number, the ops
+    and kinds other than "any", sorted); worked out once per template."""
+    need = template.matching.get("need")
+    if need is None:
+        params = template.param_ids
+        kinds = [_kind(template.view, v, params)
+                 for v in _operands(template.view, template.root, None)]
+        need = template.matching["need"] = (len(kinds),
+                                            tuple(sorted(k for k in kinds if k != "any")))
+    return need
+
+
+def operand_kinds(graph: View, gi: int, claimed) -> list:
+    """What makes each operand of graph call `gi` (the op, "const" or "value")."""
+    return [_kind(graph, v, ()) for v in _operands(graph, graph.calls[gi], claimed)]
+
+
+def plausible(need: tuple, have: list) -> bool:
+    """A quick look one level down before the full match: the ops that make the root's
+    operands (all leaves of an operand tree) must be there."""
+    count, needed = need
+    if count != len(have):
+        return False
+    have = list(have)
+    for kind in needed:
+        if kind not in have:
+            return False
+        have.remove(kind)
+    return True
 
 
 PARAM, CONST, PERMUTED, TREE, CALL = range(5)

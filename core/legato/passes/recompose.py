@@ -30,7 +30,8 @@ from ..ir.calls import make_call
 from ..ir.errors import ConfigError, quote
 from ..plugins.context import context
 from .manager import FunctionPass, PassResult
-from .matching import RTOL, Matcher, Rearranged, region_problem, same_value
+from .matching import (RTOL, Matcher, Rearranged, operand_kinds, plausible, region_problem,
+                       root_need, same_value)
 from .patterns import Form, Template, build_view, derive, scalar_value, trace
 
 MAX_CANDIDATES = 256
@@ -115,13 +116,15 @@ class Recovery:
 
     where: dict = field(default_factory=dict)  # (op, reason) -> the first call it was at
 
-    def miss(self, op: str, reason: str, times: int = 1, at: str | None = None) -> None:
+    def miss(self, op: str, reason: str, times: int = 1, at=None) -> None:
+        """Count a miss; `at` names the first call it was at (or a function that names it:
+        most misses repeat one already placed)."""
         reasons = self.misses.get(op)
         if reasons is None:
             reasons = self.misses[op] = {}
         reasons[reason] = reasons.get(reason, 0) + times
-        if at is not None:
-            self.where.setdefault((op, reason), at)
+        if at is not None and (op, reason) not in self.where:
+            self.where[op, reason] = at() if callable(at) else at
 
     def text(self) -> str:
         lines = []
@@ -267,18 +270,31 @@ class Recomposer:
         claimed: set[int] = set()
         rewrites: list[tuple[set[int], list[Call]]] = []
         present = set(view.by_op)
-        kinds: dict = {}
+        kinds: dict = {}  # graph call -> the kinds of its operands, from the first look
+        fits: dict = {}  # (a template root's needs, graph call) -> plausible: templates share
         for template in self.templates:
             if not template.ops <= present:
                 continue
-            matcher = Matcher(template, view, claimed, concrete=False)
+            roots = view.by_op.get(template.root.op)
+            if not roots:
+                continue
+            need = root_need(template)
+            matcher = None
             differs = 0
-            for gi in view.by_op.get(template.root.op, ()):
+            for gi in roots:
                 if gi in claimed:
                     continue
-                if not matcher.plausible(gi, kinds):
+                ok = fits.get((need, gi))
+                if ok is None:
+                    have = kinds.get(gi)
+                    if have is None:
+                        have = kinds[gi] = operand_kinds(view, gi, claimed)
+                    ok = fits[need, gi] = plausible(need, have)
+                if not ok:
                     differs += 1
                     continue
+                if matcher is None:
+                    matcher = Matcher(template, view, claimed, concrete=False)
                 done = self.try_at(template, matcher, view, gi, claimed, fn)
                 if done is not None:
                     rewrites.append(done)
@@ -291,8 +307,7 @@ class Recomposer:
 
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
-        first = min(view.owners[gi]) if view.owners[gi] else None
-        at = None if first is None else f"call {first} ({fn.calls[first].op})"
+        at = _where(view, gi, fn)
         envs = matcher.at(gi)
         env = next(envs, None)
         if env is None:
@@ -333,8 +348,9 @@ class Recomposer:
             known = known_at.get((template, key))
             if isinstance(known, str):
                 return known
-            if known is not None:
-                return self.rewrite(opdef, view, gi, claimed, values, known, env, fn)
+            if known is not None:  # (region_problem just passed on this very env)
+                return self.rewrite(opdef, view, gi, claimed, values, known, env, fn,
+                                    checked=True)
         result = self._recover(opdef, template, view, gi, claimed, env, fn, region, values)
         if known_at is not None:
             if len(known_at) >= MAX_TRACES:
@@ -440,17 +456,20 @@ class Recomposer:
     def verify(self, concrete, view, gi, claimed, values, attrs):
         """The region equals `concrete` (the form traced with `attrs` on the inputs'
         types), matched afresh with constants, attributes and types compared."""
-        matcher = Matcher(concrete, view, claimed, concrete=True)
-        for env in matcher.at(gi):
+        def same_inputs(env) -> bool:
             binds = [None if p is None else env.binds.get(id(p)) for p in concrete.params]
-            if all(same_value(a, b) or (isinstance(a, Const) and isinstance(b, Const) and
-                                   np.array_equal(a.data, b.data))
-                   for a, b in zip(binds, values)):
-                return opdef_attrs(self.registry, concrete, attrs), env
+            return all(same_value(a, b) or (isinstance(a, Const) and isinstance(b, Const) and
+                                       np.array_equal(a.data, b.data))
+                       for a, b in zip(binds, values))
+
+        # the matches in order, up to the first with the region's inputs
+        envs = Matcher(concrete, view, claimed, concrete=True).find(gi, None, same_inputs)
+        if envs and same_inputs(envs[-1]):
+            return opdef_attrs(self.registry, concrete, attrs), envs[-1]
         return "no attribute values reproduce the region's constants"
 
-    def rewrite(self, opdef, view, gi, claimed, values, attrs, env, fn):
-        problem = region_problem(view, gi, env, values)
+    def rewrite(self, opdef, view, gi, claimed, values, attrs, env, fn, checked=False):
+        problem = None if checked else region_problem(view, gi, env, values)
         if problem:
             return problem
         region = env.region()
@@ -483,6 +502,14 @@ class Recomposer:
         claimed.update(region)
         self.report.recovered[opdef.name] += 1
         return owners, prelude + [new]
+
+
+def _where(view, gi: int, fn: Function):
+    """A function naming the input call where view call `gi` starts (None: no such call)."""
+    owners = view.owners[gi]
+    if not owners:
+        return None
+    return lambda: f"call {min(owners)} ({fn.calls[min(owners)].op})"
 
 
 def traced(registry, form, types, attrs):
