@@ -589,6 +589,11 @@ int lgk_conv_force_split(int on)
     return LGK_OK;
 }
 
+int lgk_conv_split_forced(void)
+{
+    return conv_split_forced;
+}
+
 /* Threads worth using for `flops` of work (at least 1, at most nthreads). */
 static int conv_threads_for(double flops, int nthreads)
 {

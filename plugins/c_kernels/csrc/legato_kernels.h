@@ -199,6 +199,19 @@ int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
                              const float *bias, int64_t bias_len,
                              float *y, int64_t y_len, int activation, int nthreads);
 
+/* Direct conv through channel-blocked data (conv_direct.c), groups == 1, without im2col:
+ * for convs with kernels larger than 1x1 on maps of more than a few pixels. Needs
+ * AVX-512 (lgk_conv2d_direct_available() == 1); the weights (o, c, kh, kw) are packed once
+ * by lgk_conv2d_direct_pack into a 64-byte aligned buffer of
+ * lgk_conv2d_direct_packed_size(o, c, kh, kw) floats (negative: -status). */
+int lgk_conv2d_direct_available(void);
+int64_t lgk_conv2d_direct_packed_size(int64_t o, int64_t c, int64_t kh, int64_t kw);
+int lgk_conv2d_direct_pack(int64_t o, int64_t c, int64_t kh, int64_t kw, const float *w,
+                           int64_t w_len, float *packed, int64_t packed_len);
+int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
+                      const float *packed_w, int64_t packed_len, const float *bias,
+                      int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads);
+
 typedef struct {
     int64_t n, c, h, w;
     int64_t kh, kw;

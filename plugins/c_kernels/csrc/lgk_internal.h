@@ -412,6 +412,9 @@ static inline float lgk_relu6f(float x) { return x <= 0.0f ? 0.0f : (x >= 6.0f ?
 /* In-place activation of n floats (shared by the GEMM epilogue and conv). */
 void lgk_activate(int activation, float *x, int64_t n);
 
+/* 1 while lgk_conv_force_split(1) is in effect (tests): convs split however small. */
+int lgk_conv_split_forced(void);
+
 /* Depthwise conv2d (c == groups) into y, oh x ow per plane; shapes already checked. */
 int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
                          const float *w, const float *bias, float *y, int activation,

@@ -24,8 +24,8 @@ from cffi import FFI
 
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
-SOURCES = ["common.c", "gemm.c", "conv_pool.c", "depthwise.c", "elementwise.c", "norms.c",
-           "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
+SOURCES = ["common.c", "gemm.c", "conv_pool.c", "conv_direct.c", "depthwise.c", "elementwise.c",
+           "norms.c", "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
            "qrescale.c"]
 HEADER = "legato_kernels.h"
 

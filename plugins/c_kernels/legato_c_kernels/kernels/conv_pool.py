@@ -22,10 +22,10 @@ class PackedConvWeight:
     (small maps), or as the left operand W (O, C*kh*kw) where filters are (large
     maps). ``weight`` is the source array."""
 
-    __slots__ = ("weight", "_as_b", "_as_a")
+    __slots__ = ("weight", "_as_b", "_as_a", "_direct")
 
     def __init__(self, weight: Array):
-        self.weight, self._as_b, self._as_a = weight, None, None
+        self.weight, self._as_b, self._as_a, self._direct = weight, None, None, None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -59,6 +59,21 @@ class PackedConvWeight:
             self._as_a = (isa, data)
         return self._as_a[1]
 
+    def packed_direct(self, op: str) -> Array:
+        """The weight packed for lgk_conv2d_direct (groups of 32 filters by blocks of 16
+        channels), once."""
+        if self._direct is None:
+            o, c, kh, kw = self.shape
+            size = lib.lgk_conv2d_direct_packed_size(o, c, kh, kw)
+            if size < 0:
+                check_status(op, -size)
+            data, w = _aligned_empty(size), np.ascontiguousarray(self.weight)
+            check_status(op, lib.lgk_conv2d_direct_pack(o, c, kh, kw, ptr(w), w.size, ptr(data),
+                                                        data.size))
+            data.flags.writeable = False
+            self._direct = data
+        return self._direct
+
     def __repr__(self) -> str:
         return f"PackedConvWeight(shape={self.shape})"
 
@@ -80,6 +95,20 @@ def pack_conv_weight(weight: Array, groups: int = 1, **_attrs: Any) -> Optional[
 # benchmarks/convs.py: 8x8 maps 29 vs 34 us, 16x16 43 vs 52 us).
 PACKED_MAX_PIXELS = 64
 PACKED_MAX_PIXELS_PER_FILTER = 4
+# Kernels larger than 1x1 run directly on channel-blocked data (csrc/conv_direct.c), no
+# im2col, from 6x6 output maps up (single convs, 1 thread, against the faster GEMM
+# orientation: 3x3 of 64 channels at 56^2 0.73x the time, 512 at 7^2 0.87x, 128 at 6^2
+# 0.99x; 256 at 4^2 1.46x). Channels are padded to blocks of 16: not where that adds more
+# than a quarter (a 3-channel stem would multiply 5x the zeros).
+DIRECT_MIN_PIXELS = 36
+
+
+def _direct(weight_shape: tuple[int, ...], pixels: int) -> bool:
+    """Whether lgk_conv2d_direct is the faster kernel for this groups == 1 conv."""
+    c, kh, kw = weight_shape[1:]
+    return (kh * kw > 1 and pixels >= DIRECT_MIN_PIXELS and (c + 15) // 16 * 16 * 4 <= 5 * c
+            and lib.lgk_gemm_isa() == lib.LGK_ISA_AVX512
+            and lib.lgk_conv2d_direct_available() == 1)
 
 
 def _require_layout(op: str, name: str, value: str, supported: str) -> None:
@@ -155,6 +184,10 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     args = (p, ptr(x), x.size)
     tail = (opt_ptr(b), 0 if b is None else b.size, ptr(out), out.size, act, num_threads())
     bias_touch = ((2, 5),) if b is not None else ()
+    if packed is not None and _direct(weight_shape, pixels):
+        w = packed.packed_direct(op)
+        return out, CCall(op, lib.lgk_conv2d_direct, (*args, ptr(w), w.size, *tail), (),
+                          ((0, 1), *bias_touch, (OUT, 7)))
     if packed is not None:
         w = _packed_buffer(op, packed.packed) if by_pixels else packed.packed_left(op)
         fn = lib.lgk_conv2d_nchw_prepacked if by_pixels else lib.lgk_conv2d_nchw_packed_a

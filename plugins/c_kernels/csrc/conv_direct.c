@@ -1,0 +1,342 @@
+/*
+ * conv_direct.c - direct float32 conv2d (groups == 1) through channel-blocked data.
+ *
+ * im2col writes every input pixel kh * kw times into the GEMM's panels and the GEMM reads
+ * them back: for a 3x3 conv of 64 channels on 56 x 56 that is 7 MiB of panels per call,
+ * against 0.8 MiB of input. Here the input is instead copied once into blocks of 16
+ * channels with the padding as zeros around each plane (NCHW16c: x_b[cb][hp][wp][16]),
+ * and a register tile of up to 12 output pixels of one output row x 32 filters
+ * accumulates straight from it: per input channel and tap, the 32 filters' weights are
+ * two vector loads and each pixel's input value one broadcast, so every loaded value
+ * feeds 2 or 12 multiply-adds. The weights are packed once (lgk_conv2d_direct_pack) as
+ * groups of 32 filters, [group][cb][ky][kx][16 channels][32 filters], read front to
+ * back by every tile of the group. Work units are (filter group, output row) pairs,
+ * group-major, so a group's weights stay in L2 while its rows are computed, and the
+ * input is streamed once per group. Tiles are transposed into NCHW on the way out, with
+ * the bias as the accumulators' first value and the activation applied per tile.
+ *
+ * The kernel needs AVX-512 (lgk_conv2d_direct_available); callers fall back to
+ * lgk_conv2d_nchw elsewhere.
+ */
+#include "lgk_internal.h"
+#include "lgk_parallel.h"
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define DIRECT_X86 1
+#include <immintrin.h>
+#endif
+
+#define CB 16          /* channels per block (one zmm of floats) */
+#define GF 32          /* filters per group: two blocks */
+#define TILE_PX 12     /* output pixels per register tile (24 accumulators with GF) */
+#define DIRECT_MAGIC 0x4443474cu /* "LGCD" */
+
+typedef struct {
+    uint32_t magic;
+    int32_t reserved;
+    int64_t o, c, kh, kw;
+} direct_header;
+
+_Static_assert(sizeof(direct_header) <= LGK_PACKED_HEADER_FLOATS * sizeof(float),
+               "direct_header must fit its reserved cache line");
+
+int lgk_conv2d_direct_available(void)
+{
+#ifdef DIRECT_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+#else
+    return 0;
+#endif
+}
+
+/* Floats of the packed weights: the header, then ceil(o / 16) filter blocks of
+ * ceil(c / 16) * 16 * kh * kw * 16 floats (a last group of one block is half a group). */
+static int packed_floats(int64_t o, int64_t c, int64_t kh, int64_t kw, int64_t *out)
+{
+    LGK_CHECK(o >= 1 && c >= 1 && kh >= 1 && kw >= 1, LGK_ERR_SHAPE);
+    const int64_t dims[5] = {(o + CB - 1) / CB, (c + CB - 1) / CB, kh, kw, CB * CB};
+    int64_t n;
+    LGK_TRY(lgk_checked_count(5, dims, &n));
+    LGK_TRY(lgk_add(n, LGK_PACKED_HEADER_FLOATS, out));
+    return lgk_checked_count(1, out, out);
+}
+
+int64_t lgk_conv2d_direct_packed_size(int64_t o, int64_t c, int64_t kh, int64_t kw)
+{
+    int64_t n;
+    int status = packed_floats(o, c, kh, kw, &n);
+    return status == LGK_OK ? n : -(int64_t)status;
+}
+
+int lgk_conv2d_direct_pack(int64_t o, int64_t c, int64_t kh, int64_t kw, const float *w,
+                           int64_t w_len, float *packed, int64_t packed_len)
+{
+    int64_t need, nw;
+    LGK_TRY(packed_floats(o, c, kh, kw, &need));
+    const int64_t wd[4] = {o, c, kh, kw};
+    LGK_TRY(lgk_checked_count(4, wd, &nw));
+    LGK_TRY(lgk_check_buffer(w, w_len, nw));
+    LGK_TRY(lgk_check_buffer(packed, packed_len, need));
+    LGK_CHECK((uintptr_t)packed % 64 == 0, LGK_ERR_ARG);
+    direct_header h = {DIRECT_MAGIC, 0, o, c, kh, kw};
+    memcpy(packed, &h, sizeof h);
+    float *dst = packed + LGK_PACKED_HEADER_FLOATS;
+    int64_t cbs = (c + CB - 1) / CB, taps = kh * kw;
+    for (int64_t f0 = 0; f0 < o; f0 += GF) {
+        int64_t nf = LGK_MIN((int64_t)GF, (o - f0 + CB - 1) / CB * CB); /* 16 or 32 */
+        for (int64_t cb = 0; cb < cbs; ++cb)
+            for (int64_t t = 0; t < taps; ++t)
+                for (int64_t i = 0; i < CB; ++i, dst += nf) {
+                    int64_t ci = cb * CB + i;
+                    for (int64_t f = 0; f < nf; ++f)
+                        dst[f] = ci < c && f0 + f < o ? w[((f0 + f) * c + ci) * taps + t] : 0.0f;
+                }
+    }
+    return LGK_OK;
+}
+
+static int check_packed(const lgk_conv2d_params *p, const float *packed, int64_t packed_len)
+{
+    int64_t need;
+    LGK_TRY(packed_floats(p->o, p->c, p->kh, p->kw, &need));
+    LGK_TRY(lgk_check_buffer(packed, packed_len, LGK_PACKED_HEADER_FLOATS));
+    LGK_CHECK((uintptr_t)packed % 64 == 0, LGK_ERR_ARG);
+    direct_header h;
+    memcpy(&h, packed, sizeof h);
+    LGK_CHECK(h.magic == DIRECT_MAGIC && h.o == p->o && h.c == p->c && h.kh == p->kh
+                  && h.kw == p->kw,
+              LGK_ERR_ARG);
+    LGK_CHECK(need <= packed_len, LGK_ERR_SHAPE);
+    return LGK_OK;
+}
+
+/* ---- the job ------------------------------------------------------------------------ */
+
+typedef struct {
+    const lgk_conv2d_params *p;
+    int64_t oh, ow, cbs, hp, wp, block; /* block: floats per channel block of x_b */
+    int64_t groups;                     /* filter groups of GF */
+    float *xb;                          /* the blocked, padded input of the current image */
+    const float *w, *bias;              /* w: packed groups (header skipped) */
+    const float *x;                     /* the current image */
+    float *y;                           /* the current image's output */
+    int activation;
+} direct_job;
+
+/* x_b[cb] of the current image: zero borders and channels past c, the plane's pixels
+ * transposed in from 16 NCHW planes. */
+static int block_input(void *ctx, int64_t cb0, int64_t cb1)
+{
+    const direct_job *j = ctx;
+    const lgk_conv2d_params *p = j->p;
+    for (int64_t cb = cb0; cb < cb1; ++cb) {
+        float *xb = j->xb + cb * j->block;
+        int64_t nc = LGK_MIN((int64_t)CB, p->c - cb * CB);
+        const float *src = j->x + cb * CB * p->h * p->w;
+        memset(xb, 0, (size_t)(p->pad_top * j->wp * CB) * sizeof(float));
+        for (int64_t iy = 0; iy < p->h; ++iy) {
+            float *row = xb + (iy + p->pad_top) * j->wp * CB;
+            memset(row, 0, (size_t)(p->pad_left * CB) * sizeof(float));
+            float *d = row + p->pad_left * CB;
+            const float *s = src + iy * p->w;
+            for (int64_t ix = 0; ix < p->w; ++ix, d += CB) {
+                for (int64_t i = 0; i < nc; ++i)
+                    d[i] = s[i * p->h * p->w + ix];
+                for (int64_t i = nc; i < CB; ++i)
+                    d[i] = 0.0f;
+            }
+            memset(d, 0, (size_t)(p->pad_right * CB) * sizeof(float));
+        }
+        int64_t done = (p->pad_top + p->h) * j->wp * CB;
+        memset(xb + done, 0, (size_t)(j->block - done) * sizeof(float));
+    }
+    return LGK_OK;
+}
+
+#ifdef DIRECT_X86
+/* One register tile: np (constant) output pixels from x (the tile's first tap, block 0)
+ * x nf (constant, 1 or 2) filter blocks, over every channel block and tap; `sx` is the
+ * column stride in floats (a constant 16 or 32 for strides 1 and 2). t[px][GF] gets
+ * bias + the sums. */
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512(const int nf, const int np, const int64_t sx,
+                               const direct_job *j, const float *x, const float *w,
+                               const float *bias, float *t)
+{
+    const lgk_conv2d_params *p = j->p;
+    __m512 acc[TILE_PX][2];
+    __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + CB);
+#pragma GCC unroll 12
+    for (int px = 0; px < np; ++px) {
+        acc[px][0] = b0;
+        acc[px][1] = b1;
+    }
+    const int64_t dy = p->dilation_h * j->wp * CB, dx = p->dilation_w * CB;
+    for (int64_t cb = 0; cb < j->cbs; ++cb) {
+        const float *xc = x + cb * j->block;
+        for (int64_t ky = 0; ky < p->kh; ++ky) {
+            for (int64_t kx = 0; kx < p->kw; ++kx) {
+                const float *xt = xc + ky * dy + kx * dx;
+#pragma GCC unroll 4
+                for (int i = 0; i < CB; ++i) {
+                    __m512 w0 = _mm512_load_ps(w), w1 = w0;
+                    if (nf > 1)
+                        w1 = _mm512_load_ps(w + CB);
+#pragma GCC unroll 12
+                    for (int px = 0; px < np; ++px) {
+                        __m512 v = _mm512_set1_ps(xt[px * sx + i]);
+                        acc[px][0] = _mm512_fmadd_ps(v, w0, acc[px][0]);
+                        if (nf > 1)
+                            acc[px][1] = _mm512_fmadd_ps(v, w1, acc[px][1]);
+                    }
+                    w += nf * CB;
+                }
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int px = 0; px < np; ++px) {
+        _mm512_store_ps(t + px * GF, acc[px][0]);
+        if (nf > 1)
+            _mm512_store_ps(t + px * GF + CB, acc[px][1]);
+    }
+}
+
+#define TILE_CASE(NF, NP, SX) \
+    case NP: tile_avx512(NF, NP, SX, j, x, w, bias, t); break;
+#define TILE_CASES(NF, SX)                                                                 \
+    switch (np) {                                                                          \
+    TILE_CASE(NF, 1, SX) TILE_CASE(NF, 2, SX) TILE_CASE(NF, 3, SX) TILE_CASE(NF, 4, SX)    \
+    TILE_CASE(NF, 5, SX) TILE_CASE(NF, 6, SX) TILE_CASE(NF, 7, SX) TILE_CASE(NF, 8, SX)    \
+    TILE_CASE(NF, 9, SX) TILE_CASE(NF, 10, SX) TILE_CASE(NF, 11, SX) TILE_CASE(NF, 12, SX) \
+    default: break;                                                                        \
+    }
+
+/* One function per (filters, stride) so that each switch's cases inline a tile with all
+ * its offsets constant. */
+#define TILE_FN(NAME, NF, SX)                                                               \
+    __attribute__((target("avx512f"))) static void NAME(                                   \
+        int np, int64_t sx, const direct_job *j, const float *x, const float *w,           \
+        const float *bias, float *t)                                                       \
+    {                                                                                       \
+        (void)sx;                                                                           \
+        TILE_CASES(NF, SX)                                                                  \
+    }
+
+TILE_FN(tile_f2_s1, 2, CB)
+TILE_FN(tile_f1_s1, 1, CB)
+TILE_FN(tile_f2_s2, 2, 2 * CB)
+TILE_FN(tile_f1_s2, 1, 2 * CB)
+TILE_FN(tile_f2_sx, 2, sx)
+TILE_FN(tile_f1_sx, 1, sx)
+
+typedef void (*tile_fn)(int np, int64_t sx, const direct_job *j, const float *x,
+                        const float *w, const float *bias, float *t);
+#endif /* DIRECT_X86 */
+
+/* Output rows of filter groups: units u = group * oh + oy, in [u0, u1). */
+static int direct_units(void *ctx, int64_t u0, int64_t u1)
+{
+#ifdef DIRECT_X86
+    const direct_job *j = ctx;
+    const lgk_conv2d_params *p = j->p;
+    int64_t plane = j->oh * j->ow, sx = p->stride_w * CB;
+    int64_t ntiles = (j->ow + TILE_PX - 1) / TILE_PX;
+    int64_t group_floats = j->cbs * p->kh * p->kw * CB * GF;
+    _Alignas(64) float t[TILE_PX * GF];
+    _Alignas(64) float bias[GF];
+    int64_t last_group = -1;
+    tile_fn fn = NULL;
+    int64_t nf = 0, nfilt = 0;
+    for (int64_t u = u0; u < u1; ++u) {
+        int64_t g = u / j->oh, oy = u % j->oh, f0 = g * GF;
+        if (g != last_group) {
+            last_group = g;
+            nfilt = LGK_MIN((int64_t)GF, p->o - f0);
+            nf = (nfilt + CB - 1) / CB;
+            for (int64_t f = 0; f < GF; ++f)
+                bias[f] = j->bias != NULL && f < nfilt ? j->bias[f0 + f] : 0.0f;
+            int s = p->stride_w == 1 ? 1 : p->stride_w == 2 ? 2 : 0;
+            fn = nf == 2 ? (s == 1 ? tile_f2_s1 : s == 2 ? tile_f2_s2 : tile_f2_sx)
+                         : (s == 1 ? tile_f1_s1 : s == 2 ? tile_f1_s2 : tile_f1_sx);
+        }
+        const float *w = j->w + g * group_floats;
+        const float *xrow = j->xb + oy * p->stride_h * j->wp * CB;
+        float *yrow = j->y + f0 * plane + oy * j->ow;
+        int64_t ox0 = 0;
+        for (int64_t k = 0; k < ntiles; ++k) {
+            /* balanced tiles: 56 = 12 + 4 x 11, 14 = 7 + 7 */
+            int64_t np = (j->ow - ox0) / (ntiles - k) + ((j->ow - ox0) % (ntiles - k) != 0);
+            fn((int)np, sx, j, xrow + ox0 * sx, w, bias, t);
+            if (j->activation != LGK_ACT_NONE)
+                lgk_activate(j->activation, t, np * GF);
+            for (int64_t f = 0; f < nfilt; ++f) {
+                float *yf = yrow + f * plane + ox0;
+                for (int64_t px = 0; px < np; ++px)
+                    yf[px] = t[px * GF + f];
+            }
+            ox0 += np;
+        }
+    }
+    return LGK_OK;
+#else
+    (void)ctx, (void)u0, (void)u1;
+    return LGK_ERR_ARG;
+#endif
+}
+
+/* Threads below this much work per thread cost more than they save (see conv_pool.c). */
+#define DIRECT_MIN_FLOPS_PER_THREAD 0.5e6
+
+int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
+                      const float *packed_w, int64_t packed_len, const float *bias,
+                      int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads)
+{
+    int64_t oh, ow, nx, ny, hp, wp, block;
+    LGK_CHECK(p != NULL, LGK_ERR_NULL);
+    LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
+    LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
+    LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
+    LGK_CHECK(lgk_conv2d_direct_available(), LGK_ERR_ARG);
+    LGK_TRY(check_packed(p, packed_w, packed_len));
+    const int64_t xd[4] = {p->n, p->c, p->h, p->w}, yd[4] = {p->n, p->o, oh, ow};
+    LGK_TRY(lgk_checked_count(4, xd, &nx));
+    LGK_TRY(lgk_checked_count(4, yd, &ny));
+    LGK_TRY(lgk_check_buffer(x, x_len, nx));
+    LGK_TRY(lgk_check_buffer(y, y_len, ny));
+    if (bias != NULL)
+        LGK_CHECK(bias_len >= p->o, LGK_ERR_SHAPE);
+    if (ny == 0)
+        return LGK_OK;
+    /* the padded extent; a window never reaches past it (lgk_conv2d_out_shape) */
+    LGK_TRY(lgk_add(p->h, p->pad_top + p->pad_bottom, &hp));
+    LGK_TRY(lgk_add(p->w, p->pad_left + p->pad_right, &wp));
+    int64_t cbs = (p->c + CB - 1) / CB;
+    const int64_t bd[3] = {hp, wp, CB};
+    LGK_TRY(lgk_checked_count(3, bd, &block));
+    const int64_t all[2] = {cbs, block};
+    int64_t xb_floats;
+    LGK_TRY(lgk_checked_count(2, all, &xb_floats));
+    lgk_scratch s = {NULL, 0};
+    LGK_TRY(lgk_scratch_acquire(xb_floats, &s));
+    direct_job j = {p, oh, ow, cbs, hp, wp, block, (p->o + GF - 1) / GF, s.data,
+                    packed_w + LGK_PACKED_HEADER_FLOATS, bias, NULL, NULL, activation};
+    double flops = 2.0 * (double)p->o * (double)oh * (double)ow * (double)p->c
+                   * (double)(p->kh * p->kw);
+    double t = flops / DIRECT_MIN_FLOPS_PER_THREAD;
+    int cap = lgk_clamp_threads(nthreads);
+    int threads = lgk_conv_split_forced() ? cap : t < 2.0 ? 1 : (t >= cap ? cap : (int)t);
+    unsigned mode = lgk_flush_subnormals();
+    int status = LGK_OK;
+    for (int64_t img = 0; img < p->n && status == LGK_OK; ++img) {
+        j.x = x + img * p->c * p->h * p->w;
+        j.y = y + img * p->o * oh * ow;
+        status = lgk_parallel_for(threads, cbs, 1, block_input, &j);
+        if (status == LGK_OK)
+            status = lgk_parallel_for(threads, j.groups * oh, 1, direct_units, &j);
+    }
+    lgk_restore_fp_mode(mode);
+    lgk_scratch_release(&s);
+    return status;
+}
