@@ -57,7 +57,7 @@ def int_cast(b, call):
         return wide if dst == "int32" else b.cast(wide, dtype=dst)
     if dst == "uint8":
         wide = x if x.dtype == "int32" else _to_int32(b, x)
-        low = b.bitwise_and(wide, b.const(np.full(1, 255, np.int32)))  # legato wraps
+        low = b.bitwise_and(wide, rules.splat(b, wide, 255, np.int32))  # legato wraps
         return rescale(b, low, 1.0, 0, 0, "uint8")
     if (x.dtype, dst) in INT_CASTS:
         return None

@@ -25,7 +25,7 @@ from .limits import shaped_rule
 from .quantized import rescale, to_int8
 
 I32 = np.iinfo(np.int32)
-NATIVE_GATHER = ("int8", "int16", "int32", "int64")
+NATIVE_GATHER = ("int8", "uint8", "int16", "int32", "int64")  # uint8: its i8 bits move
 
 
 def _bound(value, default: int) -> int:
@@ -42,8 +42,8 @@ def clip(b, call):
         return None
     low, high = _bound(call.attrs["min"], I32.min), _bound(call.attrs["max"], I32.max)
     wide = x if x.dtype in ("int32", "int64") else b.cast(x, dtype="int32")
-    y = b.minimum(b.maximum(wide, b.const(np.full(1, low, np.int32))),
-                  b.const(np.full(1, high, np.int32)))
+    y = b.minimum(b.maximum(wide, rules.splat(b, wide, low, np.int32)),
+                  rules.splat(b, wide, high, np.int32))
     return y if y.dtype == x.dtype else b.cast(y, dtype=x.dtype)
 
 
@@ -68,8 +68,8 @@ def argmax(b, call):
 
 def _quotient(b, x, y):
     """(INTDIV of x by y with zero divisors made 1, where y is zero) in int32."""
-    zero = b.equal(y, b.const(np.zeros(1, y.dtype)))
-    safe = b.where(zero, b.const(np.ones(1, y.dtype)), y)
+    zero = b.equal(y, rules.splat(b, y, 0))
+    safe = b.where(zero, rules.splat(b, y, 1), y)
     return b.call("tosa.intdiv", x, safe), zero
 
 
@@ -80,7 +80,7 @@ def divide(b, call):
     if x.dtype not in INT_DTYPES or x.dtype != y.dtype or x.dtype not in ("int32", "int64"):
         return rules.divide(b, call)
     q, zero = _quotient(b, x, y)
-    return b.where(zero, b.const(np.zeros(1, x.dtype)), q)
+    return b.where(zero, rules.splat(b, x, 0), q)
 
 
 @shaped_rule
@@ -91,12 +91,12 @@ def fmod(b, call):
         return integer_fmod(b, call)
     q, zero = _quotient(b, x, y)
     rest = b.subtract(x, b.multiply(q, y))
-    return b.where(zero, b.const(np.zeros(1, x.dtype)), rest)
+    return b.where(zero, rules.splat(b, x, 0), rest)
 
 
 @shaped_rule
 def take(b, call):
-    """take of int8/int16/int32 data with integer indices: GATHER of the integers, the
+    """take of int8/uint8/int16/int32 data with integer indices: GATHER of the integers, the
     negative indices wrapped in int32 (pro_fp's rule does both on float32 copies)."""
     data, idx = call.inputs
     if data.dtype not in NATIVE_GATHER or not (isinstance(idx, Const) or
@@ -106,7 +106,7 @@ def take(b, call):
     if isinstance(idx, Const):
         return rules.gather_along(b, call, rules.const_indices(b, idx, size))
     wide = idx if idx.dtype in ("int32", "int64") else b.cast(idx, dtype="int32")
-    zero, count = (b.const(np.full(1, v, wide.dtype)) for v in (0, size))
+    zero, count = (rules.splat(b, wide, v) for v in (0, size))
     return rules.gather_along(b, call, b.where(b.less(wide, zero), b.add(wide, count), wide))
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import int_casts, int_native, integers, quantized, rules, scatter, sorting, trig
+from . import int_casts, int_native, integers, quantized, quantized_softmax, rules, scatter, \
+    sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
 
@@ -181,9 +182,9 @@ NOT_LOWERED: dict[str, str] = {
        for op in ("qnn.conv2d", "qnn.linear", "qnn.matmul")},
     "qnn.add": "it rounds as onnxruntime does through float64 steps, and TOSA 1.0 has no "
                "float64 (pro_int: RESCALEs to a common int32 scale, quantized.py)",
-    "qnn.softmax": "it divides each exponential by its row's float sum, which TOSA 1.0 has "
-                   "no integer form of (a TABLE maps one value to one value), and its "
-                   "exponential table is float64",
+    "qnn.softmax": "its exponential table is float64, which TOSA 1.0 has no form of, and "
+                   "it divides by a float sum (pro_fp+pro_int: the table as a float32 "
+                   "constant, quantized_softmax.py)",
 }
 
 
@@ -217,7 +218,7 @@ NATIVE: dict[str, tuple] = {
                           "min")},
     "negative": SMALL + I32, "argmax": SMALL, "where": SMALL + I32,
     "nn.max_pool2d": ("int8",),  # uint8 through int8 (int_native.max_pool2d)
-    "tosa.gather": SMALL + I32,
+    "tosa.gather": ("uint8",) + SMALL + I32,  # moves bits: uint8 as its i8 bits
     **{op: MOVED for op in ("reshape", "permute_dims", "concat", "pad", "broadcast_to",
                             "tile", "strided_slice")},
 }
@@ -276,6 +277,7 @@ def capability_tables(profile=DEFAULT) -> dict:
     rule_table.update(INTEGER_RULES)
     if "pro_int" in profile:
         rule_table.update(quantized.RULES)
+        rule_table.update(quantized_softmax.RULES)
         rule_table.update(int_native.RULES)
     return {"legal": {op: row.condition() for op, row in table.items()}, "rules": rule_table}
 
@@ -298,5 +300,6 @@ def table() -> str:
     lines += [f"| `{op}` (pro_int) | `{row.tosa}` | {row.form} | {', '.join(row.dtypes)} |"
               for op, row in sorted(INT_TOSA.items())]
     lines += [f"| `{op}` (pro_int) | rule `{fn.__name__}` | | |"
-              for op, fn in sorted({**quantized.RULES, **int_native.RULES}.items())]
+              for op, fn in sorted({**quantized.RULES, **quantized_softmax.RULES,
+                                    **int_native.RULES}.items())]
     return "\n".join(lines)

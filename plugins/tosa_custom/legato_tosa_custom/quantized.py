@@ -27,7 +27,7 @@ from legato.plugin_api import Const, window_counts
 
 
 from .rules import NCHW_TO_NHWC, NHWC_TO_NCHW, TO_OHWI, _fit_windows, _level_problem, \
-    broadcast, call_window, permute, reshape
+    broadcast, call_window, permute, reshape, splat
 
 SCALE32_BITS = 31
 MAX_SHIFT = 62   # apply_scale_32 requires 2 <= shift <= 62
@@ -100,8 +100,8 @@ def _in_scale_range(b, x, shift: int, dtype: str):
                                                                         "int16"):
         return x
     bound = 1 << (shift - 1)
-    return b.minimum(b.maximum(x, b.const(np.full(1, -bound, np.int32))),
-                     b.const(np.full(1, bound - 1, np.int32)))
+    return b.minimum(b.maximum(x, splat(b, x, -bound, np.int32)),
+                     splat(b, x, bound - 1, np.int32))
 
 
 def half_even(b, acc, scale):
@@ -114,7 +114,7 @@ def half_even(b, acc, scale):
     if up is None:
         return None
     down = rescale(b, b.negative(acc), scale, 0, 0, "int32")  # -ceil(v - 1/2)
-    odd_tie = b.bitwise_and(b.bitwise_and(b.add(up, down), up), b.const(np.ones(1, np.int32)))
+    odd_tie = b.bitwise_and(b.bitwise_and(b.add(up, down), up), splat(b, up, 1, np.int32))
     return b.subtract(up, odd_tie)
 
 

@@ -55,6 +55,12 @@ def permute(b, x, axes):
     return b.permute_dims(x, axes=list(axes))
 
 
+def splat(b, x, value, dtype=None):
+    """`value` as a constant of x's rank with every dim 1: it broadcasts against x without
+    changing its shape (a [1] constant would make a rank-0 result [1])."""
+    return b.const(np.full((1,) * x.rank, value, dtype or x.dtype))
+
+
 def broadcast(b, x, shape):
     shape = tuple(shape)
     if x.shape == shape:
