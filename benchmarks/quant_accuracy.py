@@ -3,10 +3,11 @@ sizes of benchmarks/quant.py (BERT-base seq 128, ResNet-50 and MobileNetV2 224x2
 
     .venv/bin/python benchmarks/quant_accuracy.py [--models bert,resnet50,mobilenetv2]
         [--variants qdq-s8s8,qdq-u8s8,qdq-s8s8-fb,qoperator-u8s8,dynamic]
-        [--backends cpu_ref,c_kernels] [--layers] [--alone]
+        [--backends cpu_ref,c_kernels] [--layers] [--alone] [--trained-stats]
+    .venv/bin/python benchmarks/quant_accuracy.py --seeds 5 [--models ...] [--variants ..]
 
 Every int8/uint8 tensor a node of the quantized file makes (QuantizeLinear, QLinear*,
-DynamicQuantizeLinear outputs) is compared, on one input (quant.py's feeds(name, 100)),
+DynamicQuantizeLinear outputs) is compared, on one input (quant.py's feeds(name, --seed)),
 between:
   ort      onnxruntime as a user runs it (ORT_ENABLE_ALL: its QDQ fusions into int8 kernels
            where its x86 optimizer makes them, float ops where it does not); the optimized
@@ -24,7 +25,9 @@ first more than one step off (integer steps of that tensor; the share within one
 share equal, the most off), each with its producing op; --alone runs the step making the
 first tensor more than one step from spec alone, from onnxruntime's unfused inputs to it;
 --layers prints the worst tensor per block (BERT's layer.N, ResNet's stages.S.layers.L,
-MobileNetV2's layer.N; else groups of 8 tensors in node order). Slow (a minute or more per
+MobileNetV2's layer.N; else groups of 8 tensors in node order); --trained-stats measures
+the CNNs with batch-norm statistics taken from their calibration data instead of random
+ones. --seeds N prints only the outputs' figures, lowest and mean over N inputs. Slow (a minute or more per
 model on two cores): not a test.
 """
 from __future__ import annotations
@@ -46,46 +49,92 @@ if __name__ == "__main__":  # BLAS threads before numpy loads
 import numpy as np  # noqa: E402
 
 QUANTIZED = (np.int8, np.uint8)
-FLOAT_BIAS = {"qdq-s8s8-fb": "s8", "qdq-u8s8-fb": "u8"}   # QDQ, QuantizeBias off
+FLOAT_BIAS = ("qdq-s8s8-fb", "qdq-u8s8-fb")   # QDQ, QuantizeBias off
 
 
-def variant_file(name: str, variant: str) -> Path:
+def variant_file(name: str, variant: str, trained_stats: bool = False) -> Path:
     """The quantized file of model `name` in `variant`: tests/zoo/quant_published.py's
     variants (qdq-s8s8, qdq-u8s8, qoperator-u8s8, dynamic), or QDQ with float biases
-    (quantize_static's QuantizeBias off), made once and cached beside them."""
+    (quantize_static's QuantizeBias off); with `trained_stats`, of the CNN whose batch-norm
+    statistics are those of its calibration data (see trained_statistics_file). Made once
+    and cached beside benchmarks/quant.py's files."""
     from tests.zoo import quant_published
-    if variant not in FLOAT_BIAS:
+    if not trained_stats and variant not in FLOAT_BIAS:
         return quant_published.variant_file(name, variant)
     from benchmarks import quant as bench
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
     fp32, int8 = bench.model_files(name)
+    if trained_stats:
+        fp32 = trained_statistics_file(name, fp32)
+        int8 = fp32.with_name(fp32.name.replace(".fp32.", ".int8."))
     target = int8.with_name(int8.name.replace(".int8.", f".{variant}."))
     if not target.exists():
-        batches = iter([bench.feeds(name, s) for s in range(1, 1 + bench.CALIBRATION_BATCHES)])
-        reader = type("Reader", (CalibrationDataReader,),
-                      {"get_next": lambda self: next(batches, None)})()
-        activations = QuantType.QUInt8 if FLOAT_BIAS[variant] == "u8" else QuantType.QInt8
-        quantize_static(str(fp32), str(target.with_suffix(".part")), reader,
-                        quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=activations, weight_type=QuantType.QInt8,
-                        extra_options={"QuantizeBias": False})
-        target.with_suffix(".part").rename(target)
+        _quantize(name, fp32, target, "u8s8" in variant, variant not in FLOAT_BIAS,
+                  variant.startswith("qoperator"))
     return target
+
+
+def _quantize(name: str, fp32: Path, target: Path, u8: bool, quantize_bias: bool,
+              qoperator: bool) -> None:
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    from benchmarks import quant as bench
+    batches = iter([bench.feeds(name, s) for s in range(1, 1 + bench.CALIBRATION_BATCHES)])
+    reader = type("Reader", (CalibrationDataReader,),
+                  {"get_next": lambda self: next(batches, None)})()
+    quantize_static(str(fp32), str(target.with_suffix(".part")), reader,
+                    quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8 if u8
+                    else QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"QuantizeBias": quantize_bias})
+    target.with_suffix(".part").rename(target)
+
+
+def trained_statistics_file(name: str, fp32: Path) -> Path:
+    """The float file of CNN `name` with the batch-norm statistics a trained network has:
+    each BatchNorm's running mean and variance measured on the calibration batches (train
+    mode, cumulative average), so every normalized activation is zero-mean, unit-variance
+    as in training, where the random statistics of benchmarks/published.py let activations
+    drift through the depth."""
+    import torch
+
+    from benchmarks import quant as bench
+    from benchmarks.published import export_onnx
+    target = fp32.with_name(fp32.name.replace(".fp32.", ".bnstats.fp32."))
+    if target.exists():
+        return target
+    model = bench._torch_module(name)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    if not norms:
+        raise SystemExit(f"{name} has no batch norms to measure")
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    model.train()
+    with torch.no_grad():
+        for seed in range(1, 1 + bench.CALIBRATION_BATCHES):
+            model(*(torch.from_numpy(a) for a in bench.feeds(name, seed).values()))
+    return export_onnx(model.eval(), bench.feeds(name, 0), target)
 
 
 # --- the tensors compared --------------------------------------------------------------------
 
 def quantized_tensors(model) -> list[tuple[str, str, str]]:
     """(node name, tensor, node op) of each int8/uint8 tensor a named node makes, in node
-    order (shape inference gives the dtypes)."""
+    order: by shape inference, and the first output of every QuantizeLinear, QLinear* and
+    DynamicQuantizeLinear node (inference stops at com.microsoft ops)."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
     kinds = {v.name: v.type.tensor_type.elem_type for v in
              list(inferred.graph.value_info) + list(inferred.graph.output)}
     wanted = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
-    return [(n.name, out, n.op_type) for n in model.graph.node for out in n.output
-            if out and n.name and kinds.get(out) in wanted]
+    return [(n.name, out, n.op_type) for n in model.graph.node
+            for i, out in enumerate(n.output) if out and n.name and
+            (kinds.get(out) in wanted or i == 0 and _quantizing(n.op_type))]
+
+
+def _quantizing(op: str) -> bool:
+    return op.startswith("QLinear") or op in ("QuantizeLinear", "DynamicQuantizeLinear")
 
 
 def onnxruntime_values(model, feeds, names, optimize: bool) -> dict:
@@ -113,9 +162,9 @@ def fused_values(model, feeds, tensors) -> dict:
     it still has, and the model's outputs. Exposing a tensor of the file itself changes
     what onnxruntime fuses (its x86 optimizer turns an int8 QuantizeLinear/DequantizeLinear
     pair into uint8 only where the quantized tensor has one reader and is no graph output),
-    so the file is optimized first and its optimized graph run as saved: a tensor is the
-    output of the QuantizeLinear of the same name, else the input of a DequantizeLinear
-    that read it (a uint8 tensor that was int8 is shifted back by 128)."""
+    so the file is optimized first and its optimized graph run as saved, each tensor found
+    there by _optimized_names (uint8 where it was int8: steps_off shifts it back by 128;
+    NHWC where a kernel's layout changed: steps_off transposes it back)."""
     import tempfile
 
     import onnx
@@ -128,7 +177,24 @@ def fused_values(model, feeds, tensors) -> dict:
         onnxruntime.InferenceSession(model.SerializeToString(), so,
                                      providers=["CPUExecutionProvider"])
         optimized = onnx.load(so.optimized_model_filepath)
+    found = _optimized_names(model, optimized, tensors)
+    values = onnxruntime_values(optimized, feeds, sorted(set(found.values())), False)
+    out = {o.name: values[o.name] for o in model.graph.output}
+    for tensor, name in found.items():
+        out[tensor] = values[name]
+    return out
+
+
+def _optimized_names(model, optimized, tensors) -> dict:
+    """{tensor: its name in onnxruntime's optimized graph}: the output of the
+    QuantizeLinear of the same name; else of the int8 kernel (QLinearConv, QLinearAdd, ...,
+    named after the float op it replaced, plus a _token_N suffix where its layout pass
+    renamed it) that took in the float op quantized by it (through a relu or clip); else
+    the input of a DequantizeLinear that read it."""
     nodes = {n.name: n for n in optimized.graph.node}
+    kernels = {re.sub(r"_token_\d+$", "", n.name): n for n in optimized.graph.node
+               if "QLinear" in n.op_type}
+    producer = {o: n for n in model.graph.node for o in n.output}
     readers = {}
     for n in model.graph.node:
         if n.op_type == "DequantizeLinear":
@@ -136,18 +202,18 @@ def fused_values(model, feeds, tensors) -> dict:
     found = {}
     for node, tensor, op in tensors:
         same = nodes.get(node)
+        source = producer[tensor].input[0] if producer[tensor].input else None
+        float_op = producer.get(source)
+        while float_op is not None and float_op.op_type in ("Relu", "Clip"):
+            float_op = producer.get(float_op.input[0])
         if same is not None and same.op_type == op:
             found[tensor] = same.output[0]
-            continue
-        for reader in readers.get(tensor, []):
-            if reader in nodes:
-                found[tensor] = nodes[reader].input[0]
-                break
-    values = onnxruntime_values(optimized, feeds, sorted(set(found.values())), False)
-    out = {o.name: values[o.name] for o in model.graph.output}
-    for tensor, name in found.items():
-        out[tensor] = values[name]
-    return out
+        elif op == "QuantizeLinear" and float_op is not None and float_op.name in kernels:
+            found[tensor] = kernels[float_op.name].output[0]
+        else:
+            found.update((tensor, nodes[r].input[0]) for r in readers.get(tensor, [])[:1]
+                         if r in nodes)
+    return found
 
 
 def legato_values(module, backend: str, feeds, tensors) -> tuple[dict, object]:
@@ -277,14 +343,15 @@ def alone(model, feeds, tensor: str, backend: str) -> str:
 
 # --- one model -------------------------------------------------------------------------------
 
-def report(name: str, variant: str, backends, layers: bool, show_alone: bool) -> list[str]:
+def report(name: str, variant: str, backends, layers: bool, show_alone: bool,
+           trained_stats: bool = False, seed: int = 100) -> list[str]:
     import onnx
 
     from benchmarks import quant as bench
     from legato.frontends import onnx as frontend
-    path = variant_file(name, variant)
+    path = variant_file(name, variant, trained_stats)
     model = onnx.load(str(path))
-    feeds = bench.feeds(name, 100)
+    feeds = bench.feeds(name, seed)
     tensors = quantized_tensors(model)
     names = [t for _, t, _ in tensors]
     out = model.graph.output[0].name
@@ -292,7 +359,8 @@ def report(name: str, variant: str, backends, layers: bool, show_alone: bool) ->
     spec = onnxruntime_values(model, feeds, names, False)
     plain = onnxruntime_values(model, feeds, [], True)[out]
     step = output_step(model)
-    lines = [f"== {name} {variant}: {len(tensors)} int8/uint8 tensors; output step "
+    label = f"{name} (trained statistics)" if trained_stats else name
+    lines = [f"== {label} {variant}: {len(tensors)} int8/uint8 tensors; output step "
              f"{step if step is not None else 'none (float output)'}",
              f"  ort vs spec output: {output_cell(plain, spec[out], step)}; ort's optimized "
              f"graph run again gives its output: {not steps_off(ort[out], plain).max() > 0}; "
@@ -323,12 +391,49 @@ def report(name: str, variant: str, backends, layers: bool, show_alone: bool) ->
     return lines
 
 
+def outputs_table(name: str, variant: str, backends, seeds: int,
+                  trained_stats: bool = False) -> str:
+    """One Markdown row: per backend, the lowest and the mean share of output elements
+    within one step of ort's and of spec's over `seeds` inputs (feeds(name, 100 + i)),
+    and ort against spec."""
+    import onnx
+
+    import legato
+    from benchmarks import quant as bench
+    from legato.frontends import onnx as frontend
+    model = onnx.load(str(variant_file(name, variant, trained_stats)))
+    step, out = output_step(model), model.graph.output[0].name
+    compiled = {b: legato.compile(frontend.load(model), b) for b in backends}
+    shares = {}
+    for seed in range(100, 100 + seeds):
+        feeds = bench.feeds(name, seed)
+        ort = onnxruntime_values(model, feeds, [], True)[out]
+        spec = onnxruntime_values(model, feeds, [], False)[out]
+        runs = {b: c(*feeds.values()) for b, c in compiled.items()}
+        pairs = [("ort vs spec", ort, spec)] + [
+            (f"{b} vs {label}", r[0] if isinstance(r, (tuple, list)) else r, want)
+            for b, r in runs.items() for label, want in (("ort", ort), ("spec", spec))]
+        for key, got, want in pairs:
+            off = steps_off(got, want) / (step or 1.0)
+            shares.setdefault(key, []).append(
+                within_one(off) if step else float(off.max() / np.abs(want).max()))
+    cells = [f"{key}: {min(v):.3%} min, {np.mean(v):.3%} mean" if step else
+             f"{key}: max rel. error {max(v):.1e}" for key, v in shares.items()]
+    label = f"{name} (trained statistics)" if trained_stats else name
+    return f"| {label} | {variant} | " + " | ".join(cells) + " |"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert,resnet50,mobilenetv2")
     parser.add_argument("--variants", default="qdq-s8s8,qdq-u8s8")
     parser.add_argument("--backends", default="cpu_ref,c_kernels")
     parser.add_argument("--layers", action="store_true", help="the worst tensor per layer")
+    parser.add_argument("--trained-stats", action="store_true",
+                        help="CNNs with batch-norm statistics measured on the calibration data")
+    parser.add_argument("--seed", type=int, default=100, help="the input compared")
+    parser.add_argument("--seeds", type=int, default=0,
+                        help="only the outputs, over this many inputs (a table row each)")
     parser.add_argument("--alone", action="store_true",
                         help="run the first step more than one off from spec alone")
     args = parser.parse_args(argv)
@@ -338,8 +443,13 @@ def main(argv=None) -> int:
         for variant in args.variants.split(","):
             if variant == "dynamic" and name != "bert":   # quantize_dynamic: matmuls only
                 continue
-            for line in report(name, variant, args.backends.split(","), args.layers,
-                               args.alone):
+            backends = args.backends.split(",")
+            if args.seeds:
+                print(outputs_table(name, variant, backends, args.seeds, args.trained_stats),
+                      flush=True)
+                continue
+            for line in report(name, variant, backends, args.layers, args.alone,
+                               args.trained_stats, args.seed):
                 print(line, flush=True)
     return 0
 
