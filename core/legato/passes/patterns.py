@@ -178,11 +178,13 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
             call = Call(call.op, tuple(rename.get(id(v), v) if v is not None else None
                                        for v in call.inputs), call.attrs, call.outputs,
                         call.origin)
-        if call.op not in CANONICAL_OPS:  # most calls: kept as they are
-            out_calls.append(call)
+        op, ins = call.op, call.inputs
+        if op not in CANONICAL_OPS or (op in ("add", "multiply") and len(ins) == 2 and
+                                       not isinstance(ins[0], Const) and
+                                       not isinstance(ins[1], Const)):
+            out_calls.append(call)  # most calls: kept as they are
             out_owners.append(owner)
             continue
-        op, ins = call.op, call.inputs
         a = ins[0] if ins else None
         b = ins[1] if len(ins) > 1 else None
         c = scalar_value(b) if op in ("divide", "subtract", "power") else None

@@ -177,19 +177,18 @@ def default_ops(registry) -> list[str]:
     """The composite ops recomposition looks for unless told: every op with a
     decomposition, except pure reshapes (squeeze, flatten, ...) and ops whose only form
     is a single call (nothing to gain)."""
-    cache = registry.derived("recompose.default_ops")
-    ops = tuple(registry.ops())
+    cache = registry.derived("recompose.default_ops")  # emptied when a definition changes
     entry = cache.get("ops")
-    if entry is not None and entry[0] == ops:  # the same definitions (by identity)
-        return list(entry[1])
+    if entry is not None:
+        return list(entry)
     out = []
-    for opdef in ops:
+    for opdef in registry.ops():
         if opdef.decompose is None or opdef.kind == "injective":
             continue
         templates, _ = templates_of(registry, opdef)
         if any(t.size >= 2 for t in templates):
             out.append(opdef.name)
-    cache["ops"] = (ops, out)
+    cache["ops"] = out
     return list(out)
 
 
@@ -230,8 +229,7 @@ class Recomposer:
         self.registry = registry
         explicit = ops is not None
         names = tuple(ops) if explicit else tuple(default_ops(registry))
-        # keyed by the definitions too: a setup never outlives one of them
-        key = (names, explicit, tuple([registry.get(name) for name in names]))
+        key = (names, explicit)  # the registry empties its setups when a definition changes
         setups = registry.derived("recompose.setups")
         setup = setups.get(key)
         if setup is None:
