@@ -107,3 +107,51 @@ def test_qnn_softmax_is_onnxruntimes_algorithm_bit_exact(tools, dtype, shape, ax
     exact = probs * 255 + (-128 if dtype == "int8" else 0)
     assert np.abs(got - exact).max() <= 1
     assert '"tosa.gather"' in text and "f64" not in text
+
+
+def test_an_int32_matmul_of_a_constant_is_int8_matmuls_of_its_bytes(tools):
+    """quantize_dynamic's MatMulInteger imports as an int32 matmul of `cast(x) -
+    zero_point` by a constant: four int8 MATMULs of the left operand's base-256 digits,
+    exact for any int32 (checked past 2**20 and negative), with a weight that fits int8
+    only after an offset (its MATMUL zero point). It was refused ('cannot legalize
+    matmul(int32...)')."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (16, 8)).astype(np.int32)
+    g = GraphBuilder()
+    a = g.input("a", (2, 5, 16), "int32")
+    module = g.build(g.matmul(a, g.const(w)), g.matmul(a, g.const(w + 100)))
+    x = rng.integers(-255, 256, (2, 5, 16)).astype(np.int32)
+    x[0, 0, :5] = [2 ** 20 + 3, -2 ** 20 - 7, 70000, -1, -2 ** 22]
+    got, want, text = run_both(tools, module, [x])
+    for out, weight, ref in zip(got, (w, w + 100), want):
+        np.testing.assert_array_equal(out, x.astype(np.int64) @ weight)
+        np.testing.assert_array_equal(out, ref)
+    assert text.count('"tosa.matmul"') == 8 and "f32" not in text
+
+
+def test_matmul_integer_with_a_weight_above_the_fold_limit(tools):
+    """BERT-base dynamic's FFN weights ([768, 3072], over the compile's 2**20-element
+    constant fold) stayed a run-time `cast(w) - zero_point`, an int32 operand no rule can
+    tell came from int8: the import now shifts a constant weight itself. Against
+    onnxruntime's MatMulInteger."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    w = rng.integers(-127, 128, (1024, 1025)).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 1025])],
+        initializer=[numpy_helper.from_array(w, "w"),
+                     numpy_helper.from_array(np.array(131, np.uint8), "xz"),
+                     numpy_helper.from_array(np.array(0, np.int8), "wz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.integers(0, 256, (2, 1024)).astype(np.uint8)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    from legato.frontends import onnx as onnx_frontend
+    text = legato.compile(onnx_frontend.load(model), INT).artifact
+    (got,) = tools.run_reference(text, [x], validate=True)
+    np.testing.assert_array_equal(got, want)
+    assert str(text).count('"tosa.matmul"') == 4

@@ -487,11 +487,29 @@ def lrn(node):
     return node.call("divide", x, node.call("power", scale, float(beta)))
 
 
+def _shifted_const(data, zero, axis: int) -> np.ndarray:
+    """`int32(data) - zero_point` of a constant (a weight), computed here: the compile's
+    constant folding stops at 2**20 elements, and a weight left as a cast and subtract
+    at run time is an int32 operand no backend can tell came from int8 (tosa_custom's
+    int8 MATMULs need the constant)."""
+    data = np.asarray(data, np.int32)
+    if zero is None:
+        return data
+    zero = np.asarray(zero.data, np.int32)
+    if zero.ndim == 1 and zero.shape[0] > 1:  # per column of b
+        shape = [1] * data.ndim
+        shape[axis] = zero.shape[0]
+        zero = zero.reshape(shape)
+    return data - zero
+
+
 @converter("MatMulInteger")
 def matmul_integer(node):
     a, b = node.arg(0), node.arg(1)
 
     def shifted(x, zero, axis):
+        if isinstance(x, Const) and (zero is None or isinstance(zero, Const)):
+            return node.b.const(_shifted_const(x.data, zero, axis))
         x = node.call("cast", x, dtype="int32")
         if zero is None:
             return x
