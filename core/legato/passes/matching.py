@@ -185,6 +185,8 @@ class Matcher:
         if steps is None:
             steps = template.matching["steps"] = _steps(template)
         self._step = steps
+        self._result_at = next(i for i, out in enumerate(template.root.outputs)
+                               if out is template.result)
         self._producer, self._gcalls = graph.producer, graph.calls
         # the partial match: pattern value -> graph value, pattern call -> graph call (-1:
         # absorbed into an operand tree), graph calls taken, extra calls of operand trees
@@ -214,7 +216,7 @@ class Matcher:
         gc = self._gcalls[gi]
         if gc.op != root.op or len(gc.outputs) != len(root.outputs):
             return []
-        k = next(i for i, out in enumerate(root.outputs) if out is self.t.result)
+        k = self._result_at
         self._found, self._limit, self._accept = [], limit, accept
         self._run((0, self.t.result, gc.outputs[k], None))
         return self._found
@@ -266,10 +268,11 @@ class Matcher:
         calls[pi] = gi
         self._taken.add(gi)
         stop = False
+        g_ins = gc.inputs
         for p_ins in step[4]:
             goals = rest
-            for pair in reversed(tuple(zip(p_ins, gc.inputs))):
-                goals = (0, pair[0], pair[1], goals)
+            for i in range(len(p_ins) - 1, -1, -1):
+                goals = (0, p_ins[i], g_ins[i], goals)
             if self._run(goals):
                 stop = True
                 break
@@ -365,9 +368,24 @@ class Matcher:
         if not p_leaves:
             return self._run(rest)
         first, others = p_leaves[0], p_leaves[1:]
+        step = self._step[id(first)]
+        # leaves that would fail at once are passed over (the matches come in the same
+        # order): a constant for a constant, a call of the op for a call not yet matched
+        kind, want = step[0], None
+        if kind == CONST:
+            want = _CONST_LEAF
+        elif kind in (CALL, TREE) and step[1] not in self._calls:
+            want = step[2].op
         for j, gv in enumerate(g_leaves):
             if gv is None:
                 continue
+            if want is _CONST_LEAF:
+                if not isinstance(gv, Const):
+                    continue
+            elif want is not None:
+                gi = self._producer.get(id(gv))
+                if gi is None or self._gcalls[gi].op != want:
+                    continue
             remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
             if self._run((0, first, gv, (1, others, remaining, rest))):
                 return True
@@ -461,6 +479,7 @@ def plausible(need: tuple, have: list) -> bool:
 
 PARAM, CONST, PERMUTED, TREE, CALL = range(5)
 _MISSING = object()
+_CONST_LEAF = object()
 
 
 def _steps(template: Template) -> dict:
