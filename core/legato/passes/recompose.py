@@ -173,23 +173,34 @@ def templates_of(registry, opdef) -> tuple[list[Template], list[str]]:
     return _per_op(registry, "recompose.templates", opdef, derive)
 
 
-def default_ops(registry) -> list[str]:
+def default_ops(registry, among=None) -> list[str]:
     """The composite ops recomposition looks for unless told: every op with a
     decomposition, except pure reshapes (squeeze, flatten, ...) and ops whose only form
-    is a single call (nothing to gain)."""
+    is a single call (nothing to gain). `among`: only ops of these names are looked at,
+    and only their templates derived (a backend's ops: deriving all 73 composites took
+    1-3 s, grid_sample's alone most of it)."""
     cache = registry.derived("recompose.default_ops")  # emptied when a definition changes
-    entry = cache.get("ops")
-    if entry is not None:
-        return list(entry)
+    if among is None and "*" in cache:
+        return list(cache["*"])
     out = []
     for opdef in registry.ops():
-        if opdef.decompose is None or opdef.kind == "injective":
+        if among is not None and opdef.name not in among:
             continue
-        templates, _ = templates_of(registry, opdef)
-        if any(t.size >= 2 for t in templates):
+        fits = cache.get(opdef.name)
+        if fits is None:
+            fits = cache[opdef.name] = _recomposable(registry, opdef)
+        if fits:
             out.append(opdef.name)
-    cache["ops"] = out
+    if among is None:
+        cache["*"] = out
     return list(out)
+
+
+def _recomposable(registry, opdef) -> bool:
+    if opdef.decompose is None or opdef.kind == "injective":
+        return False
+    templates, _ = templates_of(registry, opdef)
+    return any(t.size >= 2 for t in templates)
 
 
 @dataclass
@@ -648,8 +659,7 @@ def ops_for_backend(backend, registry, keep=()) -> list[str]:
     """The ops `compile` recomposes for `backend` by default: the composite ops with
     patterns that it lists as legal or the config keeps (recovering an op the backend
     would decompose again gains nothing)."""
-    wanted = set(backend.legal) | set(keep)
-    return [op for op in default_ops(registry) if op in wanted]
+    return default_ops(registry, among=set(backend.legal) | set(keep))
 
 
 def resolve_setting(setting, backend, registry, keep=()) -> list[str]:
