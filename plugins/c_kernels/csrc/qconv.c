@@ -7,12 +7,9 @@
  * the unfolded input is B with padding filled with the data zero point (whose shifted
  * value is 0, as in onnxruntime). A 1x1 conv with unit strides and no padding reads its
  * input in place. Depthwise convs (one filter per channel: groups == c == o) have no
- * GEMM worth the name (K = kh * kw) and run directly: each plane is shifted by its zero
- * point into a zero-padded float32 copy once (small integers, whose products and sums of
- * up to 258 taps float32 holds exactly), then every tap adds a scaled run of a row into
- * 64 sums held in registers.
+ * GEMM worth the name (K = kh * kw) and run directly (qdwconv.c).
  */
-#include "lgk_qgemm.h"
+#include "lgk_qdw.h"
 
 /* ---- checks ------------------------------------------------------------------------------- */
 
@@ -192,171 +189,6 @@ static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
     return status;
 }
 
-/* ---- depthwise ------------------------------------------------------------------------------ */
-
-typedef struct {
-    const qconv_geom *g;
-    const uint8_t *x, *w;
-    void *y;
-    const lgk_qparams *q;
-} qdw_ctx;
-
-static int32_t qvalue(int type, uint8_t byte)
-{
-    return type == LGK_QTYPE_INT8 ? (int32_t)(int8_t)byte : (int32_t)byte;
-}
-
-#define QDW_LANES 16
-/* vectors of outputs per pass over the taps (4 FMAs per weight), fewer on narrow maps:
- * a 7-wide row in 64 lanes did 9 times its work (MobileNetV2's 960-channel 7x7 convs) */
-#define QDW_VECTORS 4
-/* GCC vector types of QDW_LANES lanes: the clones compile them to zmm, ymm pairs or xmm
- * quadruples, where plain arrays of lanes were scalarized. */
-typedef float qdw_f32 __attribute__((vector_size(4 * QDW_LANES)));
-typedef int32_t qdw_i32 __attribute__((vector_size(4 * QDW_LANES)));
-typedef uint32_t qdw_u32 __attribute__((vector_size(4 * QDW_LANES)));
-
-/* Shifted values are integers of magnitude <= 255, their products <= 65025: sums of up
- * to this many are below 2^24 and so exact in float32, where a multiply-add is one
- * instruction (the int32 multiply is two and the conversions more). Kernels with more
- * taps sum in int32. */
-#define QDW_FLOAT_TAPS 258
-
-/* Geometry of the zero-padded float32 copy of a plane: rows of `width` values (the padded
- * row, or more: the last block of QDW_LANES outputs reads past the row's end) and `rows`
- * rows; in the copy, output (oy, ox) and tap (ki, kj) read (oy sh + ki dh, ox sw + kj dw). */
-typedef struct {
-    int64_t rows, width, ow_lanes; /* ow_lanes: ow rounded up to a block */
-    int vectors;                   /* per block: 1, 2 or QDW_VECTORS */
-} qdw_layout;
-
-static qdw_layout qdw_geometry(const qconv_geom *g)
-{
-    const lgk_conv2d_params *p = g->p;
-    qdw_layout l;
-    l.vectors = g->ow <= QDW_LANES ? 1 : g->ow <= 2 * QDW_LANES ? 2 : QDW_VECTORS;
-    int64_t block = QDW_LANES * l.vectors;
-    l.ow_lanes = (g->ow + block - 1) / block * block;
-    l.rows = p->h + p->pad_top + p->pad_bottom;
-    l.width = LGK_MAX(p->w + p->pad_left + p->pad_right,
-                      (l.ow_lanes - 1) * p->stride_w + (p->kw - 1) * p->dilation_w + 1);
-    return l;
-}
-
-/* acc[0, ow rounded up to blocks of nv vectors) = one output row's sums: every tap of a
- * block of nv QDW_LANES outputs accumulates in registers. */
-__attribute__((always_inline)) static inline void
-qdw_row(const int nv, const lgk_conv2d_params *p, int64_t ow, int64_t width,
-        const float *restrict row, const float *restrict wk, uint32_t bias,
-        uint32_t *restrict acc)
-{
-    int64_t taps = p->kh * p->kw, sw = p->stride_w;
-    for (int64_t ox0 = 0; ox0 < ow; ox0 += nv * QDW_LANES) {
-        qdw_f32 f[QDW_VECTORS]; /* exact sums (QDW_FLOAT_TAPS) */
-        qdw_u32 a[QDW_VECTORS];
-        for (int u = 0; u < nv; ++u) {
-            f[u] = (qdw_f32){0};
-            a[u] = (qdw_u32){0} + bias;
-        }
-        for (int64_t ki = 0; ki < p->kh; ++ki)
-            for (int64_t kj = 0; kj < p->kw; ++kj) {
-                const float *r = row + ki * p->dilation_h * width + kj * p->dilation_w
-                                 + ox0 * sw;
-                float wv = wk[ki * p->kw + kj];
-                for (int u = 0; u < nv; ++u) {
-                    qdw_f32 v;
-                    if (sw == 1) {
-                        memcpy(&v, r + u * QDW_LANES, sizeof v);
-                    } else {
-                        for (int j = 0; j < QDW_LANES; ++j)
-                            v[j] = r[(u * QDW_LANES + j) * sw];
-                    }
-                    if (taps <= QDW_FLOAT_TAPS)
-                        f[u] += v * wv;
-                    else /* int32 products (|x - zp| |w - zp| <= 65025), wrapping sums */
-                        a[u] += (qdw_u32)(__builtin_convertvector(v, qdw_i32) * (int32_t)wv);
-                }
-            }
-        for (int u = 0; u < nv; ++u) {
-            a[u] += (qdw_u32)__builtin_convertvector(f[u], qdw_i32);
-            memcpy(acc + ox0 + u * QDW_LANES, &a[u], sizeof a[u]);
-        }
-    }
-}
-
-/* One plane, compiled per instruction set: every tap of a block of QDW_LANES outputs
- * accumulates in registers, reading the padded copy without bounds tests (uint32 sums:
- * they wrap, never overflow). */
-LGK_CLONES static void qdw_plane(const qdw_ctx *d, const qdw_layout *l, int64_t plane,
-                                 float *restrict xp, uint32_t *restrict acc,
-                                 float *restrict wk)
-{
-    const qconv_geom *g = d->g;
-    const lgk_conv2d_params *p = g->p;
-    const lgk_qparams *q = d->q;
-    int64_t c = plane % p->c, taps = p->kh * p->kw;
-    int32_t xzp = q->b_zero_point[0];
-    int32_t wzp = q->a_zero_point[q->a_zero_point_len == 1 ? 0 : c];
-    for (int64_t t = 0; t < taps; ++t)
-        wk[t] = (float)(qvalue(q->a_type, d->w[c * taps + t]) - wzp);
-    const uint8_t *x = d->x + plane * g->plane_in;
-    memset(xp, 0, (size_t)(l->rows * l->width) * sizeof(float)); /* padding: shifted 0 */
-    for (int64_t iy = 0; iy < p->h; ++iy) {
-        float *dst = xp + (iy + p->pad_top) * l->width + p->pad_left;
-        const uint8_t *src = x + iy * p->w;
-        if (q->b_type == LGK_QTYPE_INT8)
-            for (int64_t ix = 0; ix < p->w; ++ix)
-                dst[ix] = (float)((int8_t)src[ix] - xzp);
-        else
-            for (int64_t ix = 0; ix < p->w; ++ix)
-                dst[ix] = (float)(src[ix] - xzp);
-    }
-    uint32_t bias = q->bias == NULL ? 0u : (uint32_t)q->bias[c];
-    lgk_qepilogue ep = {NULL, NULL, NULL, NULL, 1, q->out_type, q->relu, q->out_zero_point};
-    const float *mult = q->out_type == LGK_QTYPE_INT32 ? NULL
-                        : q->multiplier + (q->multiplier_len == 1 ? 0 : c);
-    size_t esize = q->out_type == LGK_QTYPE_INT32 ? 4 : 1;
-    char *y = (char *)d->y + (size_t)(plane * g->plane_out) * esize;
-    for (int64_t oy = 0; oy < g->oh; ++oy) {
-        const float *row = xp + oy * p->stride_h * l->width;
-        switch (l->vectors) { /* a constant count in each: the sums stay in registers */
-        case 1: qdw_row(1, p, g->ow, l->width, row, wk, bias, acc); break;
-        case 2: qdw_row(2, p, g->ow, l->width, row, wk, bias, acc); break;
-        default: qdw_row(QDW_VECTORS, p, g->ow, l->width, row, wk, bias, acc); break;
-        }
-        lgk_qstore(&ep, (const int32_t *)acc, g->ow, mult, 0, y + (size_t)(oy * g->ow) * esize);
-    }
-}
-
-static int qdw_range(void *ctx, int64_t begin, int64_t end)
-{
-    const qdw_ctx *d = ctx;
-    const lgk_conv2d_params *p = d->g->p;
-    qdw_layout l = qdw_geometry(d->g);
-    int64_t plane_values, dims[2] = {l.rows, l.width};
-    LGK_TRY(lgk_checked_count(2, dims, &plane_values));
-    /* in floats, each part 64-byte aligned: the padded plane, an int32 row of sums, the
-     * taps' shifted weights */
-    int64_t row_at = (plane_values + 16) / 16 * 16;
-    int64_t taps_at = row_at + (l.ow_lanes + 15) / 16 * 16;
-    lgk_scratch s = {NULL, 0};
-    LGK_TRY(lgk_scratch_acquire(taps_at + p->kh * p->kw + 16, &s));
-    for (int64_t plane = begin; plane < end; ++plane)
-        qdw_plane(d, &l, plane, s.data, (uint32_t *)(s.data + row_at), s.data + taps_at);
-    lgk_scratch_release(&s);
-    return LGK_OK;
-}
-
-static int qconv_depthwise(const qconv_geom *g, const uint8_t *x, const uint8_t *w, void *y,
-                           const lgk_qparams *q, int nthreads)
-{
-    const lgk_conv2d_params *p = g->p;
-    qdw_ctx d = {g, x, w, y, q};
-    double macs = (double)p->n * (double)p->c * (double)g->plane_out * (double)(p->kh * p->kw);
-    int threads = macs < 4.0e5 ? 1 : nthreads;
-    return lgk_parallel_for(threads, p->n * p->c, 1, qdw_range, &d);
-}
-
 /* ---- entry points --------------------------------------------------------------------------- */
 
 int lgk_qconv2d_nchw(const lgk_conv2d_params *p, const void *x, int64_t x_len,
@@ -372,7 +204,8 @@ int lgk_qconv2d_nchw(const lgk_conv2d_params *p, const void *x, int64_t x_len,
     if (p->n == 0 || p->o == 0 || g.plane_out == 0)
         return LGK_OK;
     if (p->groups == p->c && p->o == p->c && p->groups > 1)
-        return qconv_depthwise(&g, x, w, y, q, nthreads);
+        return lgk_qdwconv_nchw(p, g.oh, g.ow, (const uint8_t *)x, (const uint8_t *)w, y, q,
+                                nthreads);
     return qconv_gemm(&g, x, w, NULL, NULL, y, q, nthreads);
 }
 
