@@ -148,10 +148,15 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     out_calls, out_owners = [], []
     found: dict = {}  # "uses", "made": worked out when a division first asks
 
+    no_attrs: dict = {}  # op -> its attributes when given none (every call emit writes)
+
     def emit(op, inputs, attrs, outputs, owner):
-        call = Call(op, tuple(inputs), attrs if not isinstance(attrs, dict) else
-                    registry.get(op).normalize_attrs(attrs), tuple(outputs))
-        out_calls.append(call)
+        normal = no_attrs.get(op) if not attrs else None
+        if normal is None:
+            normal = registry.get(op).normalize_attrs(attrs)
+            if not attrs:
+                no_attrs[op] = normal
+        out_calls.append(Call(op, tuple(inputs), normal, tuple(outputs)))
         out_owners.append(owner)
 
     def fresh(op, inputs, attrs=None):

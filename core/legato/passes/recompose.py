@@ -280,7 +280,7 @@ class Recomposer:
         rewrites: list[tuple[set[int], list[Call]]] = []
         present = set(view.by_op)
         kinds: dict = {}  # graph call -> the kinds of its operands, from the first look
-        fits: dict = {}  # (a template root's needs, graph call) -> plausible: templates share
+        fits: dict = {}  # a template root's needs -> graph call -> plausible: templates share
         for template in self.templates:
             if not template.ops <= present:
                 continue
@@ -288,17 +288,20 @@ class Recomposer:
             if not roots:
                 continue
             need = root_need(template)
+            fits_need = fits.get(need)
+            if fits_need is None:
+                fits_need = fits[need] = {}
             matcher = None
             differs = 0
             for gi in roots:
                 if gi in claimed:
                     continue
-                ok = fits.get((need, gi))
+                ok = fits_need.get(gi)
                 if ok is None:
                     have = kinds.get(gi)
                     if have is None:
                         have = kinds[gi] = operand_kinds(view, gi, claimed)
-                    ok = fits[need, gi] = plausible(need, have)
+                    ok = fits_need[gi] = plausible(need, have)
                 if not ok:
                     differs += 1
                     continue
