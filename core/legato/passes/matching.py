@@ -258,8 +258,8 @@ class Matcher:
             return False
         gc = self._gcalls[gi]
         pc = step[2]
-        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or \
-                step[3] != _index(gc.outputs, gv):
+        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or (
+                gc.outputs[0] is not gv if step[3] == 0 else step[3] != _index(gc.outputs, gv)):
             return False
         if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
             return False
