@@ -524,10 +524,11 @@ def region_problem(view: View, gi: int, env: Env, values) -> str | None:
     of the op is computed inside it."""
     region = env.region()
     root_value = view.calls[gi].outputs[0]
+    users, results = view.users, view.results
     for i in region:
         for out in view.calls[i].outputs:
-            if out is not root_value and (id(out) in view.results or any(
-                    u not in region for u in view.users.get(id(out), ()))):
+            if out is not root_value and (id(out) in results or
+                                          not region.issuperset(users.get(id(out), ()))):
                 return "an interior value is used outside the region"
     covered: dict[int, int] = {}
     for i in region:
