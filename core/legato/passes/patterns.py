@@ -135,7 +135,9 @@ def _is_float(value) -> bool:
 
 
 def _const_like(number: float, like: Const) -> Const:
-    return Const.of(np.full(like.data.shape, number, dtype=like.data.dtype))
+    data = np.full(like.data.shape, number, dtype=like.data.dtype)
+    data.setflags(write=False)  # made here and read-only: the constant adopts it
+    return Const.of(data, copy=False)
 
 
 def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], results=(),
@@ -253,7 +255,7 @@ def _identity_operand(op, a, b, out):
     neutral = 1.0 if op == "multiply" else 0.0
     for x, y in ((a, b), (b, a)):
         if isinstance(y, Const) and x is not None and y.data.size and \
-                y.data.flat[0] == neutral and x.type == out.type and scalar_value(y) == neutral:
+                y.data.item(0) == neutral and x.type == out.type and scalar_value(y) == neutral:
             return x
     return None
 
