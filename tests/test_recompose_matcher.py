@@ -72,3 +72,17 @@ def test_the_quick_look_needs_the_operand_count_of_the_root():
     inner = next(i for i, c in enumerate(view.calls) if c.op == "multiply" and i != root)
     # with the inner product taken, the root has two operands: no match is tried
     assert not plausible(need, operand_kinds(view, root, {inner}))
+
+
+def test_a_template_of_hundreds_of_calls_matches_itself():
+    """The search recurses only at a choice: grid_sample's bicubic form (some 650 calls,
+    a value for each) ran past Python's recursion limit when every matched value took a
+    frame."""
+    opdef = REGISTRY.get("nn.grid_sample")
+    types, attrs = next((t, a) for t, a in opdef.examples if a.get("mode") == "bicubic")
+    template = trace(REGISTRY, Form(opdef.name, opdef.decompose, "decomposition"), types,
+                     attrs)
+    assert template.size > 400
+    root = template.view.producer[id(template.result)]
+    (env,) = Matcher(template, template.view, set(), concrete=True).find(root, 1)
+    assert len(env.region()) == template.size

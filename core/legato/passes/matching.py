@@ -231,66 +231,119 @@ class Matcher:
 
     def _run(self, goals) -> bool:
         """Solve the goals (a linked list: (0, pattern value, graph value, rest) or
-        (1, pattern leaves, graph leaves, rest)); True once the search should stop."""
-        if goals is None:
-            return self._emit()
-        kind, pv, gv, rest = goals
-        if kind == 1:
-            return self._assign(pv, gv, rest)
-        if pv is None or gv is None:
-            return self._run(rest) if pv is None and gv is None else False
-        step = self._step[id(pv)]
-        what = step[0]
-        if what == PARAM:
-            return self._bind(pv, gv, rest)
-        if what == CONST:
-            if isinstance(gv, Const) and (not self.concrete or consts_close(pv, gv)):
-                return self._run(rest)
-            return False
-        pi = step[1]
-        calls = self._calls
-        if pi in calls:
-            return calls[pi] == self._producer.get(id(gv), -2) and self._run(rest)
-        if what == PERMUTED:
-            return self._permuted(step, gv, rest)
-        gi = self._producer.get(id(gv))
-        if gi is None or gi in self.claimed or gi in self._taken:
-            return False
-        gc = self._gcalls[gi]
-        pc = step[2]
-        if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or (
-                gc.outputs[0] is not gv if step[3] == 0 else step[3] != _index(gc.outputs, gv)):
-            return False
-        if self.concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
-            return False
-        if what == TREE:
-            return self._operand_tree(pi, gi, gc, rest)
-        calls[pi] = gi
-        self._taken.add(gi)
-        stop = False
-        g_ins = gc.inputs
-        for p_ins in step[4]:
-            goals = rest
-            for i in range(len(p_ins) - 1, -1, -1):
-                goals = (0, p_ins[i], g_ins[i], goals)
-            if self._run(goals):
-                stop = True
-                break
-        del calls[pi]
-        self._taken.discard(gi)
-        return stop
+        (1, pattern leaves, graph leaves, rest)); True once the search should stop.
+        A goal with one way to go is taken in this frame, its changes to the partial
+        match kept on a trail undone when the frame returns; only a choice (which graph
+        operand a pattern operand takes, the order of a swapped call) recurses, so the
+        depth is the number of choices, not of values (a template of 688 calls)."""
+        trail: list = []
+        try:
+            return self._solve(goals, trail)
+        finally:
+            if trail:
+                self._rewind(trail)
 
-    def _bind(self, pv, gv, rest) -> bool:
+    def _solve(self, goals, trail) -> bool:
+        binds, calls, taken, steps = self._binds, self._calls, self._taken, self._step
+        producer, concrete = self._producer, self.concrete
+        while True:
+            if goals is None:
+                return self._emit()
+            kind, pv, gv, rest = goals
+            if kind == 1:  # pattern leaves pv to graph leaves gv, each to one
+                if not pv:
+                    goals = rest
+                    continue
+                first, others = pv[0], pv[1:]
+                choices = self._choices(first, gv)
+                if len(choices) == 1:
+                    j = choices[0]
+                    goals = (0, first, gv[j], (1, others, gv[:j] + [None] + gv[j + 1:], rest))
+                    continue
+                for j in choices:
+                    if self._run((0, first, gv[j],
+                                  (1, others, gv[:j] + [None] + gv[j + 1:], rest))):
+                        return True
+                return False
+            if pv is None or gv is None:
+                if pv is None and gv is None:
+                    goals = rest
+                    continue
+                return False
+            step = steps[id(pv)]
+            what = step[0]
+            if what == PARAM:
+                if not self._bind(pv, gv, trail):
+                    return False
+                goals = rest
+                continue
+            if what == CONST:
+                if isinstance(gv, Const) and (not concrete or consts_close(pv, gv)):
+                    goals = rest
+                    continue
+                return False
+            pi = step[1]
+            if pi in calls:
+                if calls[pi] == producer.get(id(gv), -2):
+                    goals = rest
+                    continue
+                return False
+            if what == PERMUTED:
+                found = self._permuted(step, gv)
+                if found is None:
+                    return False
+                at, extra, bound = found
+                trail.append((_CALL, pi, self._with_call(pi, at, extra), len(extra)))
+                if not self._bind(step[3], bound, trail):
+                    return False
+                goals = rest
+                continue
+            gi = producer.get(id(gv))
+            if gi is None or gi in self.claimed or gi in taken:
+                return False
+            gc = self._gcalls[gi]
+            pc = step[2]
+            if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or (
+                    gc.outputs[0] is not gv if step[3] == 0 else
+                    step[3] != _index(gc.outputs, gv)):
+                return False
+            if concrete and (pv.type != gv.type or not attrs_equal(pc, gc)):
+                return False
+            if what == TREE:
+                p_leaves, p_inner = self.pattern_leaves(pi)
+                g_leaves, g_inner = [], []
+                _tree(self.g, gc, g_leaves, g_inner, self.claimed, taken)
+                if len(p_leaves) != len(g_leaves):
+                    return False
+                trail.append((_CALL, pi, self._with_call(pi, gi, g_inner), len(g_inner)))
+                trail.append((_INNER, [(inner, calls.get(inner, _MISSING))
+                                       for inner in p_inner]))
+                for inner in p_inner:
+                    calls[inner] = -1
+                goals = (1, p_leaves, g_leaves, rest)
+                continue
+            calls[pi] = gi
+            taken.add(gi)
+            trail.append((_CALL, pi, (gi,), 0))
+            g_ins, orders = gc.inputs, step[4]
+            if len(orders) == 1:
+                goals = _pairs(orders[0], g_ins, rest)
+                continue
+            for p_ins in orders:
+                if self._run(_pairs(p_ins, g_ins, rest)):
+                    return True
+            return False
+
+    def _bind(self, pv, gv, trail) -> bool:
         binds = self._binds
         have = binds.get(id(pv))
         if have is None:
             if self.concrete and _type_of(gv) != pv.type:
                 return False
             binds[id(pv)] = gv
-            stop = self._run(rest)
-            del binds[id(pv)]
-            return stop
-        return same_value(have, gv) and self._run(rest)
+            trail.append((_BIND, id(pv)))
+            return True
+        return same_value(have, gv)
 
     def _with_call(self, pi: int, gi: int, extra) -> list:
         """Record pattern call `pi` as graph call `gi` (and the extra calls); what was new."""
@@ -304,17 +357,32 @@ class Matcher:
         self._extra.extend(extra)
         return added
 
-    def _undo(self, pi: int, added: list, extra) -> None:
-        del self._calls[pi]
-        self._taken.difference_update(added)
-        if extra:
-            del self._extra[len(self._extra) - len(extra):]
+    def _rewind(self, trail: list) -> None:
+        """Undo the changes of `trail`, last first."""
+        binds, calls = self._binds, self._calls
+        for record in reversed(trail):
+            if record[0] == _BIND:
+                del binds[record[1]]
+            elif record[0] == _CALL:
+                _, pi, added, extra = record
+                del calls[pi]
+                self._taken.difference_update(added)
+                if extra:
+                    del self._extra[len(self._extra) - extra:]
+            else:
+                for inner, old in reversed(record[1]):
+                    if old is _MISSING:
+                        calls.pop(inner, None)
+                    else:
+                        calls[inner] = old
 
-    def _permuted(self, step, gv, rest) -> bool:
-        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv."""
+    def _permuted(self, step, gv):
+        """`permute_dims(param)` in the pattern: the param is whatever transposes to gv.
+        Returns (the graph call the transpose stands for or -1, the extra calls absorbed,
+        the param's value), or None."""
         _, pi, pc, param, rank, inverse = step
         if gv.rank != rank:
-            return False
+            return None
         g, producer, taken = self.g, self._producer, self._taken
         chain, value = [], gv  # reshapes and transposes that make gv, last first
         while len(chain) < 4:
@@ -330,52 +398,23 @@ class Matcher:
             bound = _rearrangement(base, [self._gcalls[j] for j in reversed(chain[:depth])],
                                    inverse)
             if bound is not None:
-                extra = chain[1:depth]
-                added = self._with_call(pi, chain[0], extra)
-                stop = self._bind(param, bound, rest)
-                self._undo(pi, added, extra)
-                return stop
+                return chain[0], chain[1:depth], bound
         if isinstance(gv, Const):  # folded into a transposed constant by the rewrite
-            bound = gv if inverse == tuple(range(rank)) else Rearranged(gv, None, inverse)
-            added = self._with_call(pi, -1, ())
-            stop = self._bind(param, bound, rest)
-            self._undo(pi, added, ())
-            return stop
-        return False
+            return -1, [], gv if inverse == tuple(range(rank)) else \
+                Rearranged(gv, None, inverse)
+        return None
 
-    def _operand_tree(self, pi, gi, gc, rest) -> bool:
-        p_leaves, p_inner = self.pattern_leaves(pi)
-        g_leaves, g_inner = [], []
-        _tree(self.g, gc, g_leaves, g_inner, self.claimed, self._taken)
-        if len(p_leaves) != len(g_leaves):
-            return False
-        added = self._with_call(pi, gi, g_inner)
-        calls = self._calls
-        before = [(inner, calls.get(inner, _MISSING)) for inner in p_inner]
-        for inner in p_inner:
-            calls[inner] = -1
-        stop = self._assign(p_leaves, g_leaves, rest)
-        for inner, old in reversed(before):
-            if old is _MISSING:
-                calls.pop(inner, None)
-            else:
-                calls[inner] = old
-        self._undo(pi, added, g_inner)
-        return stop
-
-    def _assign(self, p_leaves, g_leaves, rest) -> bool:
-        """Each pattern leaf to one graph leaf (a multiset match), in order."""
-        if not p_leaves:
-            return self._run(rest)
-        first, others = p_leaves[0], p_leaves[1:]
+    def _choices(self, first, g_leaves) -> list[int]:
+        """The graph leaves pattern leaf `first` may take, in order; leaves that would fail
+        at once are passed over (a constant for a constant, a call of the op for a call
+        not yet matched), which leaves the matches and their order as they were."""
         step = self._step[id(first)]
-        # leaves that would fail at once are passed over (the matches come in the same
-        # order): a constant for a constant, a call of the op for a call not yet matched
         kind, want = step[0], None
         if kind == CONST:
             want = _CONST_LEAF
         elif kind in (CALL, TREE) and step[1] not in self._calls:
             want = step[2].op
+        out = []
         for j, gv in enumerate(g_leaves):
             if gv is None:
                 continue
@@ -386,10 +425,8 @@ class Matcher:
                 gi = self._producer.get(id(gv))
                 if gi is None or self._gcalls[gi].op != want:
                     continue
-            remaining = g_leaves[:j] + [None] + g_leaves[j + 1:]
-            if self._run((0, first, gv, (1, others, remaining, rest))):
-                return True
-        return False
+            out.append(j)
+        return out
 
     def pattern_leaves(self, pi):
         cached = self._leaves.get(pi)
@@ -478,8 +515,17 @@ def plausible(need: tuple, have: list) -> bool:
 
 
 PARAM, CONST, PERMUTED, TREE, CALL = range(5)
+_BIND, _CALL, _INNER = range(3)  # what a trail record undoes
 _MISSING = object()
 _CONST_LEAF = object()
+
+
+def _pairs(p_ins, g_ins, rest):
+    """Goals matching each pattern input to the graph input at its place, then `rest`."""
+    goals = rest
+    for i in range(len(p_ins) - 1, -1, -1):
+        goals = (0, p_ins[i], g_ins[i], goals)
+    return goals
 
 
 def _steps(template: Template) -> dict:
