@@ -216,9 +216,10 @@ def _optimized_names(model, optimized, tensors) -> dict:
     return found
 
 
-def legato_values(module, backend: str, feeds, tensors) -> tuple[dict, object]:
+def legato_values(module, backend: str, feeds, tensors, shapes) -> tuple[dict, object]:
     """({tensor: array} for `tensors` legato exposes, the model's first output) on
-    `backend`: the last int8/uint8 result of the calls from each tensor's node."""
+    `backend`: the last int8/uint8 result of the calls from each tensor's node that has
+    the tensor's shape (`shapes`: {tensor: shape}, from onnxruntime's run)."""
     import legato
     compiled = legato.compile(module, backend)
     probe = legato.api.with_every_result(compiled)
@@ -232,7 +233,7 @@ def legato_values(module, backend: str, feeds, tensors) -> tuple[dict, object]:
             index += 1
     values = {}
     for node, tensor, _ in tensors:
-        made = by_node.get(node, [])
+        made = [r for r in by_node.get(node, []) if np.shape(r) == shapes.get(tensor)]
         if made:
             values[tensor] = made[-1]
     out = compiled(*feeds.values())
@@ -295,11 +296,17 @@ def layer_of(tensor: str, position: int) -> str:
     return ".".join(found) if found else f"#{position // 8 * 8}"
 
 
+def comparable(tensor: str, got: dict, want: dict) -> bool:
+    """Both sides have `tensor`, of one shape (NHWC taken as NCHW)."""
+    return tensor in got and tensor in want and np.isfinite(
+        steps_off(got[tensor], want[tensor]).max(initial=0))
+
+
 def first_off(tensors, got: dict, want: dict, steps: float = 1.001):
     """(tensor, op, share within one step, share equal, max steps) of the first tensor
     more than `steps` off."""
     for _, tensor, op in tensors:
-        if tensor in got and tensor in want:
+        if comparable(tensor, got, want):
             off = steps_off(got[tensor], want[tensor])
             if off.max(initial=0) > steps:
                 return tensor, op, within_one(off), float((off == 0).mean()), float(off.max())
@@ -317,7 +324,7 @@ def per_layer(tensors, got: dict, want: dict) -> dict:
     """{layer: (worst within-one share, most steps off, tensors compared)}."""
     rows = {}
     for position, (_, tensor, _) in enumerate(tensors):
-        if tensor not in got or tensor not in want:
+        if not comparable(tensor, got, want):
             continue
         off = steps_off(got[tensor], want[tensor])
         share, worst, n = rows.get(layer_of(tensor, position), (1.0, 0.0, 0))
@@ -358,6 +365,7 @@ def report(name: str, variant: str, backends, layers: bool, show_alone: bool,
     ort = fused_values(model, feeds, tensors)
     spec = onnxruntime_values(model, feeds, names, False)
     plain = onnxruntime_values(model, feeds, [], True)[out]
+    shapes = {t: np.shape(v) for t, v in spec.items()}
     step = output_step(model)
     label = f"{name} (trained statistics)" if trained_stats else name
     lines = [f"== {label} {variant}: {len(tensors)} int8/uint8 tensors; output step "
@@ -369,7 +377,7 @@ def report(name: str, variant: str, backends, layers: bool, show_alone: bool,
     lines.append("  ort vs spec first >1 step: " + first_text(first_off(tensors, ort, spec)))
     module = frontend.load(model)
     for backend in backends:
-        got, result = legato_values(module, backend, feeds, tensors)
+        got, result = legato_values(module, backend, feeds, tensors, shapes)
         lines.append(f"  {backend:10} output vs ort {output_cell(result, plain, step)}   vs "
                      f"spec {output_cell(result, spec[out], step)}   ({len(got)} of "
                      f"{len(tensors)} tensors exposed)")

@@ -71,8 +71,11 @@ def compare(model, seed: int = 100):
     x = feeds(seed)
     tensors = qa.quantized_tensors(model)
     want = qa.fused_values(model, x, tensors)
+    spec = qa.onnxruntime_values(model, x, [t for _, t, _ in tensors], False)
+    shapes = {t: np.shape(v) for t, v in spec.items()}
     module = onnx_frontend.load(model)
-    return tensors, want, {b: qa.legato_values(module, b, x, tensors) for b in BACKENDS}
+    return tensors, want, {b: qa.legato_values(module, b, x, tensors, shapes)
+                           for b in BACKENDS}
 
 
 @pytest.mark.parametrize("residual, u8", [(True, True), (False, True), (False, False)],
