@@ -14,6 +14,9 @@
  * group-major, so a group's weights stay in L2 while its rows are computed, and the
  * input is streamed once per group. Tiles are transposed into NCHW on the way out, with
  * the bias as the accumulators' first value and the activation applied per tile.
+ * Inputs of fewer than 16 channels (a network's RGB stem) are not padded to a block: their
+ * "blocks" are single zero-padded planes (ci = 1, x_b[c][hp][wp]), the same tiles then
+ * broadcasting one channel per tap.
  *
  * The kernel needs AVX-512 (lgk_conv2d_direct_available); callers fall back to
  * lgk_conv2d_nchw elsewhere.
@@ -24,11 +27,15 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define DIRECT_X86 1
 #include <immintrin.h>
+
+#include "lgk_transpose.h"
 #endif
 
-#define CB 16          /* channels per block (one zmm of floats) */
+#define CB 16          /* filters per block (one zmm of floats); channels per block, ci, */
+                       /* is 16 too, or 1 for fewer channels than that (in_block) */
 #define GF 32          /* filters per group: two blocks */
 #define TILE_PX 12     /* output pixels per register tile (24 accumulators with GF) */
+#define PAIR_PX 7      /* pixels per row of a tile of two rows (28 accumulators) */
 #define DIRECT_MAGIC 0x4443474cu /* "LGCD" */
 
 typedef struct {
@@ -50,12 +57,19 @@ int lgk_conv2d_direct_available(void)
 #endif
 }
 
+/* Input channels per block: 16, or 1 (planes) for fewer channels. */
+static int64_t in_block(int64_t c)
+{
+    return c < CB ? 1 : CB;
+}
+
 /* Floats of the packed weights: the header, then ceil(o / 16) filter blocks of
- * ceil(c / 16) * 16 * kh * kw * 16 floats (a last group of one block is half a group). */
+ * ceil(c / ci) * ci * kh * kw * 16 floats (a last group of one block is half a group). */
 static int packed_floats(int64_t o, int64_t c, int64_t kh, int64_t kw, int64_t *out)
 {
     LGK_CHECK(o >= 1 && c >= 1 && kh >= 1 && kw >= 1, LGK_ERR_SHAPE);
-    const int64_t dims[5] = {(o + CB - 1) / CB, (c + CB - 1) / CB, kh, kw, CB * CB};
+    int64_t ci = in_block(c);
+    const int64_t dims[5] = {(o + CB - 1) / CB, (c + ci - 1) / ci, kh, kw, ci * CB};
     int64_t n;
     LGK_TRY(lgk_checked_count(5, dims, &n));
     LGK_TRY(lgk_add(n, LGK_PACKED_HEADER_FLOATS, out));
@@ -82,15 +96,15 @@ int lgk_conv2d_direct_pack(int64_t o, int64_t c, int64_t kh, int64_t kw, const f
     direct_header h = {DIRECT_MAGIC, 0, o, c, kh, kw};
     memcpy(packed, &h, sizeof h);
     float *dst = packed + LGK_PACKED_HEADER_FLOATS;
-    int64_t cbs = (c + CB - 1) / CB, taps = kh * kw;
+    int64_t ci = in_block(c), cbs = (c + ci - 1) / ci, taps = kh * kw;
     for (int64_t f0 = 0; f0 < o; f0 += GF) {
         int64_t nf = LGK_MIN((int64_t)GF, (o - f0 + CB - 1) / CB * CB); /* 16 or 32 */
         for (int64_t cb = 0; cb < cbs; ++cb)
             for (int64_t t = 0; t < taps; ++t)
-                for (int64_t i = 0; i < CB; ++i, dst += nf) {
-                    int64_t ci = cb * CB + i;
+                for (int64_t i = 0; i < ci; ++i, dst += nf) {
+                    int64_t ch = cb * ci + i;
                     for (int64_t f = 0; f < nf; ++f)
-                        dst[f] = ci < c && f0 + f < o ? w[((f0 + f) * c + ci) * taps + t] : 0.0f;
+                        dst[f] = ch < c && f0 + f < o ? w[((f0 + f) * c + ch) * taps + t] : 0.0f;
                 }
     }
     return LGK_OK;
@@ -115,8 +129,9 @@ static int check_packed(const lgk_conv2d_params *p, const float *packed, int64_t
 
 typedef struct {
     const lgk_conv2d_params *p;
-    int64_t oh, ow, cbs, hp, wp, block; /* block: floats per channel block of x_b */
+    int64_t oh, ow, ci, cbs, hp, wp, block; /* block: floats per channel block of x_b */
     int64_t groups;                     /* filter groups of GF */
+    int64_t ru, rblocks;                /* output rows per unit (1 or 2), units per group */
     float *xb;                          /* the blocked, padded input of the current image */
     const float *w, *bias;              /* w: packed groups (header skipped) */
     const float *x;                     /* the current image */
@@ -125,157 +140,224 @@ typedef struct {
 } direct_job;
 
 /* x_b[cb] of the current image: zero borders and channels past c, the plane's pixels
- * transposed in from 16 NCHW planes. */
+ * transposed in from ci NCHW planes. */
 static int block_input(void *ctx, int64_t cb0, int64_t cb1)
 {
     const direct_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
+    int64_t ci = j->ci;
     for (int64_t cb = cb0; cb < cb1; ++cb) {
         float *xb = j->xb + cb * j->block;
-        int64_t nc = LGK_MIN((int64_t)CB, p->c - cb * CB);
-        const float *src = j->x + cb * CB * p->h * p->w;
-        memset(xb, 0, (size_t)(p->pad_top * j->wp * CB) * sizeof(float));
+        int64_t nc = LGK_MIN(ci, p->c - cb * ci);
+        const float *src = j->x + cb * ci * p->h * p->w;
+        memset(xb, 0, (size_t)(p->pad_top * j->wp * ci) * sizeof(float));
         for (int64_t iy = 0; iy < p->h; ++iy) {
-            float *row = xb + (iy + p->pad_top) * j->wp * CB;
-            memset(row, 0, (size_t)(p->pad_left * CB) * sizeof(float));
-            float *d = row + p->pad_left * CB;
+            float *row = xb + (iy + p->pad_top) * j->wp * ci;
+            memset(row, 0, (size_t)(p->pad_left * ci) * sizeof(float));
+            float *d = row + p->pad_left * ci;
             const float *s = src + iy * p->w;
-            for (int64_t ix = 0; ix < p->w; ++ix, d += CB) {
-                for (int64_t i = 0; i < nc; ++i)
-                    d[i] = s[i * p->h * p->w + ix];
-                for (int64_t i = nc; i < CB; ++i)
-                    d[i] = 0.0f;
+            if (ci == 1) {
+                memcpy(d, s, (size_t)p->w * sizeof(float));
+                d += p->w;
+            } else {
+                for (int64_t ix = 0; ix < p->w; ++ix, d += ci) {
+                    for (int64_t i = 0; i < nc; ++i)
+                        d[i] = s[i * p->h * p->w + ix];
+                    for (int64_t i = nc; i < ci; ++i)
+                        d[i] = 0.0f;
+                }
             }
-            memset(d, 0, (size_t)(p->pad_right * CB) * sizeof(float));
+            memset(d, 0, (size_t)(p->pad_right * ci) * sizeof(float));
         }
-        int64_t done = (p->pad_top + p->h) * j->wp * CB;
+        int64_t done = (p->pad_top + p->h) * j->wp * ci;
         memset(xb + done, 0, (size_t)(j->block - done) * sizeof(float));
     }
     return LGK_OK;
 }
 
 #ifdef DIRECT_X86
-/* One register tile: np (constant) output pixels from x (the tile's first tap, block 0)
- * x nf (constant, 1 or 2) filter blocks, over every channel block and tap; `sx` is the
- * column stride in floats (a constant 16 or 32 for strides 1 and 2). t[px][GF] gets
- * bias + the sums. */
+/* One register tile: nr (constant, 1 or 2) rows of np (constant) output pixels from x
+ * (the tile's first tap, block 0; the second row ry floats on) x nf (constant, 1 or 2)
+ * filter blocks, over every channel block of ci (constant, 16 or 1) channels and tap;
+ * `sx` is the column stride in floats (a constant for strides 1 and 2). t[r * np +
+ * px][GF] gets bias + the sums. Two rows of a small map (7 or 14 wide) load each weight
+ * once for 14 pixels instead of 7. */
 __attribute__((target("avx512f"), always_inline))
-static inline void tile_avx512(const int nf, const int np, const int64_t sx,
-                               const direct_job *j, const float *x, const float *w,
-                               const float *bias, float *t)
+static inline void tile_avx512(const int nf, const int np, const int nr, const int64_t sx,
+                               const int ci, const direct_job *j, const float *x, int64_t ry,
+                               const float *w, const float *bias, float *t)
 {
     const lgk_conv2d_params *p = j->p;
-    __m512 acc[TILE_PX][2];
+    __m512 acc[2 * PAIR_PX > TILE_PX ? 2 * PAIR_PX : TILE_PX][2];
     __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + CB);
-#pragma GCC unroll 12
-    for (int px = 0; px < np; ++px) {
-        acc[px][0] = b0;
-        acc[px][1] = b1;
+#pragma GCC unroll 14
+    for (int q = 0; q < nr * np; ++q) {
+        acc[q][0] = b0;
+        acc[q][1] = b1;
     }
-    const int64_t dy = p->dilation_h * j->wp * CB, dx = p->dilation_w * CB;
+    const int64_t dy = p->dilation_h * j->wp * ci, dx = p->dilation_w * ci;
     for (int64_t cb = 0; cb < j->cbs; ++cb) {
         const float *xc = x + cb * j->block;
         for (int64_t ky = 0; ky < p->kh; ++ky) {
             for (int64_t kx = 0; kx < p->kw; ++kx) {
                 const float *xt = xc + ky * dy + kx * dx;
 #pragma GCC unroll 4
-                for (int i = 0; i < CB; ++i) {
+                for (int i = 0; i < ci; ++i) {
                     __m512 w0 = _mm512_load_ps(w), w1 = w0;
                     if (nf > 1)
                         w1 = _mm512_load_ps(w + CB);
-#pragma GCC unroll 12
-                    for (int px = 0; px < np; ++px) {
-                        __m512 v = _mm512_set1_ps(xt[px * sx + i]);
-                        acc[px][0] = _mm512_fmadd_ps(v, w0, acc[px][0]);
+#pragma GCC unroll 14
+                    for (int q = 0; q < nr * np; ++q) {
+                        __m512 v = _mm512_set1_ps(xt[(q / np) * ry + (q % np) * sx + i]);
+                        acc[q][0] = _mm512_fmadd_ps(v, w0, acc[q][0]);
                         if (nf > 1)
-                            acc[px][1] = _mm512_fmadd_ps(v, w1, acc[px][1]);
+                            acc[q][1] = _mm512_fmadd_ps(v, w1, acc[q][1]);
                     }
                     w += nf * CB;
                 }
             }
         }
     }
-#pragma GCC unroll 12
-    for (int px = 0; px < np; ++px) {
-        _mm512_store_ps(t + px * GF, acc[px][0]);
+#pragma GCC unroll 14
+    for (int q = 0; q < nr * np; ++q) {
+        _mm512_store_ps(t + q * GF, acc[q][0]);
         if (nf > 1)
-            _mm512_store_ps(t + px * GF + CB, acc[px][1]);
+            _mm512_store_ps(t + q * GF + CB, acc[q][1]);
     }
 }
 
-#define TILE_CASE(NF, NP, SX) \
-    case NP: tile_avx512(NF, NP, SX, j, x, w, bias, t); break;
-#define TILE_CASES(NF, SX)                                                                 \
-    switch (np) {                                                                          \
-    TILE_CASE(NF, 1, SX) TILE_CASE(NF, 2, SX) TILE_CASE(NF, 3, SX) TILE_CASE(NF, 4, SX)    \
-    TILE_CASE(NF, 5, SX) TILE_CASE(NF, 6, SX) TILE_CASE(NF, 7, SX) TILE_CASE(NF, 8, SX)    \
-    TILE_CASE(NF, 9, SX) TILE_CASE(NF, 10, SX) TILE_CASE(NF, 11, SX) TILE_CASE(NF, 12, SX) \
-    default: break;                                                                        \
+#define TILE_CASE(NF, NP, SX, CI) \
+    case NP: tile_avx512(NF, NP, 1, SX, CI, j, x, 0, w, bias, t); break;
+#define PAIR_CASE(NF, NP, SX) \
+    case NP: tile_avx512(NF, NP, 2, SX, CB, j, x, ry, w, bias, t); break;
+#define TILE_CASES(NF, SX, CI)                                                              \
+    switch (np) {                                                                           \
+    TILE_CASE(NF, 1, SX, CI) TILE_CASE(NF, 2, SX, CI) TILE_CASE(NF, 3, SX, CI)              \
+    TILE_CASE(NF, 4, SX, CI) TILE_CASE(NF, 5, SX, CI) TILE_CASE(NF, 6, SX, CI)              \
+    TILE_CASE(NF, 7, SX, CI) TILE_CASE(NF, 8, SX, CI) TILE_CASE(NF, 9, SX, CI)              \
+    TILE_CASE(NF, 10, SX, CI) TILE_CASE(NF, 11, SX, CI) TILE_CASE(NF, 12, SX, CI)           \
+    default: break;                                                                         \
     }
 
-/* One function per (filters, stride) so that each switch's cases inline a tile with all
- * its offsets constant. */
-#define TILE_FN(NAME, NF, SX)                                                               \
+/* One function per (filters, stride, channel block) so that each switch's cases inline a
+ * tile with all its offsets constant. */
+#define TILE_FN(NAME, NF, SX, CI)                                                           \
     __attribute__((target("avx512f"))) static void NAME(                                   \
-        int np, int64_t sx, const direct_job *j, const float *x, const float *w,           \
+        int np, int64_t sx, const direct_job *j, const float *x, int64_t ry, const float *w, \
+        const float *bias, float *t)                                                       \
+    {                                                                                       \
+        (void)sx, (void)ry;                                                                 \
+        TILE_CASES(NF, SX, CI)                                                              \
+    }
+/* The same for tiles of two rows of up to PAIR_PX pixels. */
+#define PAIR_FN(NAME, NF, SX)                                                               \
+    __attribute__((target("avx512f"))) static void NAME(                                   \
+        int np, int64_t sx, const direct_job *j, const float *x, int64_t ry, const float *w, \
         const float *bias, float *t)                                                       \
     {                                                                                       \
         (void)sx;                                                                           \
-        TILE_CASES(NF, SX)                                                                  \
+        switch (np) {                                                                       \
+        PAIR_CASE(NF, 1, SX) PAIR_CASE(NF, 2, SX) PAIR_CASE(NF, 3, SX) PAIR_CASE(NF, 4, SX) \
+        PAIR_CASE(NF, 5, SX) PAIR_CASE(NF, 6, SX) PAIR_CASE(NF, 7, SX)                      \
+        default: break;                                                                     \
+        }                                                                                   \
     }
 
-TILE_FN(tile_f2_s1, 2, CB)
-TILE_FN(tile_f1_s1, 1, CB)
-TILE_FN(tile_f2_s2, 2, 2 * CB)
-TILE_FN(tile_f1_s2, 1, 2 * CB)
-TILE_FN(tile_f2_sx, 2, sx)
-TILE_FN(tile_f1_sx, 1, sx)
+TILE_FN(tile_f2_s1, 2, CB, CB)
+TILE_FN(tile_f1_s1, 1, CB, CB)
+TILE_FN(tile_f2_s2, 2, 2 * CB, CB)
+TILE_FN(tile_f1_s2, 1, 2 * CB, CB)
+TILE_FN(tile_f2_sx, 2, sx, CB)
+TILE_FN(tile_f1_sx, 1, sx, CB)
+TILE_FN(plane_f2_s1, 2, 1, 1)
+TILE_FN(plane_f1_s1, 1, 1, 1)
+TILE_FN(plane_f2_s2, 2, 2, 1)
+TILE_FN(plane_f1_s2, 1, 2, 1)
+TILE_FN(plane_f2_sx, 2, sx, 1)
+TILE_FN(plane_f1_sx, 1, sx, 1)
+PAIR_FN(pair_f2_s1, 2, CB)
+PAIR_FN(pair_f1_s1, 1, CB)
+PAIR_FN(pair_f2_s2, 2, 2 * CB)
+PAIR_FN(pair_f1_s2, 1, 2 * CB)
+PAIR_FN(pair_f2_sx, 2, sx)
+PAIR_FN(pair_f1_sx, 1, sx)
 
-typedef void (*tile_fn)(int np, int64_t sx, const direct_job *j, const float *x,
+typedef void (*tile_fn)(int np, int64_t sx, const direct_job *j, const float *x, int64_t ry,
                         const float *w, const float *bias, float *t);
+
+/* [channel block of 16, 1; or 16 in row pairs][filter blocks 2 or 1][stride 1, 2, other] */
+static const tile_fn tile_fns[3][2][3] = {
+    {{tile_f2_s1, tile_f2_s2, tile_f2_sx}, {tile_f1_s1, tile_f1_s2, tile_f1_sx}},
+    {{plane_f2_s1, plane_f2_s2, plane_f2_sx}, {plane_f1_s1, plane_f1_s2, plane_f1_sx}},
+    {{pair_f2_s1, pair_f2_s2, pair_f2_sx}, {pair_f1_s1, pair_f1_s2, pair_f1_sx}},
+};
 #endif /* DIRECT_X86 */
 
-/* Output rows of filter groups: units u = group * oh + oy, in [u0, u1). */
+/* The tile t[px][GF] (np pixels) into NCHW rows y[f * plane + 0:np] of its nfilt filters:
+ * 16 x 16 transposes in registers (a scalar copy cost as much as the multiply-adds of a
+ * 3-channel stem's tile). */
+__attribute__((target("avx512f")))
+static void store_tile(const float *t, int64_t np, int64_t nfilt, float *y, int64_t plane)
+{
+    __mmask16 m = (__mmask16)((1u << np) - 1u);
+    for (int64_t h = 0; h * CB < nfilt; ++h) {
+        lgk_v16 v[16];
+#pragma GCC unroll 16
+        for (int px = 0; px < 16; ++px)
+            v[px] = px < np ? *(const lgk_v16 *)(t + px * GF + h * CB) : (lgk_v16){0};
+        lgk_transpose16(v);
+        int64_t nf = LGK_MIN((int64_t)CB, nfilt - h * CB);
+        for (int64_t f = 0; f < nf; ++f)
+            _mm512_mask_storeu_ps(y + (h * CB + f) * plane, m, (__m512)v[f]);
+    }
+}
+
+/* Tiles per output row: balanced, 56 = 12 + 4 x 11, 14 = 7 + 7. */
+static int64_t row_tiles(int64_t ow)
+{
+    return (ow + TILE_PX - 1) / TILE_PX;
+}
+
+/* Output rows of filter groups: units u = group * rblocks + rb of ru rows each, in
+ * [u0, u1). */
 static int direct_units(void *ctx, int64_t u0, int64_t u1)
 {
 #ifdef DIRECT_X86
     const direct_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
-    int64_t plane = j->oh * j->ow, sx = p->stride_w * CB;
-    int64_t ntiles = (j->ow + TILE_PX - 1) / TILE_PX;
-    int64_t group_floats = j->cbs * p->kh * p->kw * CB * GF;
-    _Alignas(64) float t[TILE_PX * GF];
+    int64_t plane = j->oh * j->ow, sx = p->stride_w * j->ci, ry = p->stride_h * j->wp * j->ci;
+    int64_t ntiles = row_tiles(j->ow);
+    int64_t group_floats = j->cbs * p->kh * p->kw * j->ci * GF;
+    _Alignas(64) float t[2 * TILE_PX * GF];
     _Alignas(64) float bias[GF];
     int64_t last_group = -1;
-    tile_fn fn = NULL;
+    tile_fn one = NULL, two = NULL;
     int64_t nf = 0, nfilt = 0;
     for (int64_t u = u0; u < u1; ++u) {
-        int64_t g = u / j->oh, oy = u % j->oh, f0 = g * GF;
+        int64_t g = u / j->rblocks, oy = u % j->rblocks * j->ru, f0 = g * GF;
         if (g != last_group) {
             last_group = g;
             nfilt = LGK_MIN((int64_t)GF, p->o - f0);
             nf = (nfilt + CB - 1) / CB;
             for (int64_t f = 0; f < GF; ++f)
                 bias[f] = j->bias != NULL && f < nfilt ? j->bias[f0 + f] : 0.0f;
-            int s = p->stride_w == 1 ? 1 : p->stride_w == 2 ? 2 : 0;
-            fn = nf == 2 ? (s == 1 ? tile_f2_s1 : s == 2 ? tile_f2_s2 : tile_f2_sx)
-                         : (s == 1 ? tile_f1_s1 : s == 2 ? tile_f1_s2 : tile_f1_sx);
+            int s = p->stride_w == 1 ? 0 : p->stride_w == 2 ? 1 : 2;
+            one = tile_fns[j->ci == 1][nf == 1][s];
+            two = tile_fns[2][nf == 1][s];
         }
+        int64_t rows = LGK_MIN(j->ru, j->oh - oy);
+        tile_fn fn = rows == 2 ? two : one;
         const float *w = j->w + g * group_floats;
-        const float *xrow = j->xb + oy * p->stride_h * j->wp * CB;
+        const float *xrow = j->xb + oy * ry;
         float *yrow = j->y + f0 * plane + oy * j->ow;
         int64_t ox0 = 0;
         for (int64_t k = 0; k < ntiles; ++k) {
-            /* balanced tiles: 56 = 12 + 4 x 11, 14 = 7 + 7 */
             int64_t np = (j->ow - ox0) / (ntiles - k) + ((j->ow - ox0) % (ntiles - k) != 0);
-            fn((int)np, sx, j, xrow + ox0 * sx, w, bias, t);
+            fn((int)np, sx, j, xrow + ox0 * sx, ry, w, bias, t);
             if (j->activation != LGK_ACT_NONE)
-                lgk_activate(j->activation, t, np * GF);
-            for (int64_t f = 0; f < nfilt; ++f) {
-                float *yf = yrow + f * plane + ox0;
-                for (int64_t px = 0; px < np; ++px)
-                    yf[px] = t[px * GF + f];
-            }
+                lgk_activate(j->activation, t, rows * np * GF);
+            for (int64_t r = 0; r < rows; ++r)
+                store_tile(t + r * np * GF, np, nfilt, yrow + r * j->ow + ox0, plane);
             ox0 += np;
         }
     }
@@ -312,15 +394,18 @@ int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     /* the padded extent; a window never reaches past it (lgk_conv2d_out_shape) */
     LGK_TRY(lgk_add(p->h, p->pad_top + p->pad_bottom, &hp));
     LGK_TRY(lgk_add(p->w, p->pad_left + p->pad_right, &wp));
-    int64_t cbs = (p->c + CB - 1) / CB;
-    const int64_t bd[3] = {hp, wp, CB};
+    int64_t ci = in_block(p->c), cbs = (p->c + ci - 1) / ci;
+    const int64_t bd[3] = {hp, wp, ci};
     LGK_TRY(lgk_checked_count(3, bd, &block));
     const int64_t all[2] = {cbs, block};
     int64_t xb_floats;
     LGK_TRY(lgk_checked_count(2, all, &xb_floats));
     lgk_scratch s = {NULL, 0};
     LGK_TRY(lgk_scratch_acquire(xb_floats, &s));
-    direct_job j = {p, oh, ow, cbs, hp, wp, block, (p->o + GF - 1) / GF, s.data,
+    /* rows in pairs where a row's tiles are narrow enough (maps up to 14 wide) */
+    int64_t ru = ci == CB && (ow + row_tiles(ow) - 1) / row_tiles(ow) <= PAIR_PX ? 2 : 1;
+    direct_job j = {p, oh, ow, ci, cbs, hp, wp, block, (p->o + GF - 1) / GF, ru,
+                    (oh + ru - 1) / ru, s.data,
                     packed_w + LGK_PACKED_HEADER_FLOATS, bias, NULL, NULL, activation};
     double flops = 2.0 * (double)p->o * (double)oh * (double)ow * (double)p->c
                    * (double)(p->kh * p->kw);
@@ -334,7 +419,7 @@ int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
         j.y = y + img * p->o * oh * ow;
         status = lgk_parallel_for(threads, cbs, 1, block_input, &j);
         if (status == LGK_OK)
-            status = lgk_parallel_for(threads, j.groups * oh, 1, direct_units, &j);
+            status = lgk_parallel_for(threads, j.groups * j.rblocks, 1, direct_units, &j);
     }
     lgk_restore_fp_mode(mode);
     lgk_scratch_release(&s);

@@ -24,7 +24,7 @@ def _attrs(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1)):
     (16, 40, 3, 6, True),     # 6x6 out: the smallest map that takes it
     (256, 256, 3, 4, False),  # 4x4: pixels as the GEMM's rows stay faster
     (64, 64, 1, 56, False),   # 1x1: a plain GEMM
-    (3, 64, 7, 64, False),    # 3 channels would be padded to 16
+    (3, 64, 7, 64, True),     # an RGB stem: 3 planes, not padded to 16 channels
     (24, 48, 3, 28, False),   # 24 to 32: a third more work
     (40, 48, 3, 28, True),    # 40 to 48
 ], ids=str)
@@ -42,6 +42,8 @@ def test_the_kernel_follows_the_geometry(rng, c, o, k, size, direct):
     ((1, 48, 17, 13), 50, 3, (1, 1), (2, 2, 2, 2), (2, 2)),   # dilation, filters past 48
     ((1, 32, 16, 16), 16, 5, (3, 1), (2, 0, 1, 2), (1, 1)),   # stride 3, 5x5, asymmetric
     ((1, 128, 8, 8), 96, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 40, 40), 64, 7, (2, 2), (3, 3, 3, 3), (1, 1)),    # stems: channels as planes
+    ((2, 5, 12, 9), 20, 3, (1, 2), (1, 0, 1, 1), (1, 1)),
 ], ids=str)
 @pytest.mark.parametrize("activation", ["none", "relu", "clip:min=0.0,max=6.0", "silu"])
 @pytest.mark.parametrize("threads", ["1", "2"])

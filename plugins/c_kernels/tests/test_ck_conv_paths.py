@@ -14,6 +14,12 @@ from legato_c_kernels.kernels import conv_pool
 PAD1 = dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
 
 
+@pytest.fixture(autouse=True)
+def gemm_only(monkeypatch):
+    """The GEMM paths, also where the direct conv (test_ck_conv_direct.py) would run."""
+    monkeypatch.setattr(conv_pool, "DIRECT_MIN_PIXELS", 10**9)
+
+
 def _conv(x, packed, w, b, activation="none", **attrs):
     got = K.nn_conv2d(x, packed, b, activation=activation, **attrs)
     ref = conv_ref(x, w, b, attrs["strides"], attrs["padding"], attrs["dilation"], 1)

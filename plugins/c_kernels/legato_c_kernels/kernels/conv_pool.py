@@ -97,16 +97,18 @@ PACKED_MAX_PIXELS = 64
 PACKED_MAX_PIXELS_PER_FILTER = 4
 # Kernels larger than 1x1 run directly on channel-blocked data (csrc/conv_direct.c), no
 # im2col, from 6x6 output maps up (single convs, 1 thread, against the faster GEMM
-# orientation: 3x3 of 64 channels at 56^2 0.73x the time, 512 at 7^2 0.87x, 128 at 6^2
-# 0.99x; 256 at 4^2 1.46x). Channels are padded to blocks of 16: not where that adds more
-# than a quarter (a 3-channel stem would multiply 5x the zeros).
+# orientation: 3x3 of 64 channels at 56^2 0.71x the time, 512 at 7^2 0.87x, 128 at 6^2
+# 0.99x; 256 at 4^2 1.46x; the 7x7 stride-2 stem of 3 channels at 224^2 0.78x). 16 or more
+# channels are padded to blocks of 16: not where that adds more than a quarter (24
+# channels: 1.02x); fewer are read as single planes.
 DIRECT_MIN_PIXELS = 36
 
 
 def _direct(weight_shape: tuple[int, ...], pixels: int) -> bool:
     """Whether lgk_conv2d_direct is the faster kernel for this groups == 1 conv."""
     c, kh, kw = weight_shape[1:]
-    return (kh * kw > 1 and pixels >= DIRECT_MIN_PIXELS and (c + 15) // 16 * 16 * 4 <= 5 * c
+    return (kh * kw > 1 and pixels >= DIRECT_MIN_PIXELS
+            and (c < 16 or (c + 15) // 16 * 16 * 4 <= 5 * c)
             and lib.lgk_gemm_isa() == lib.LGK_ISA_AVX512
             and lib.lgk_conv2d_direct_available() == 1)
 
