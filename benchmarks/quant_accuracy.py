@@ -48,7 +48,6 @@ if __name__ == "__main__":  # BLAS threads before numpy loads
 
 import numpy as np  # noqa: E402
 
-QUANTIZED = (np.int8, np.uint8)
 FLOAT_BIAS = ("qdq-s8s8-fb", "qdq-u8s8-fb")   # QDQ, QuantizeBias off
 
 
