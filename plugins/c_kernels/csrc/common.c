@@ -302,6 +302,13 @@ int lgk_set_pool_spin_us(int64_t us)
 #ifndef POOL_WAIT_SPIN_US
 #define POOL_WAIT_SPIN_US 50 /* a caller waiting for a worker's last slice */
 #endif
+/* The same with more than two threads: the last of many workers often ends more than
+ * 50 us after the caller (a worker woken or scheduled late, blocks of uneven size), and
+ * a caller asleep then takes 20-100 us to wake on a VM, on every parallel call. Its
+ * core has nothing else to do meanwhile: it waits for the call to end. */
+#ifndef POOL_WAIT_SPIN_MANY_US
+#define POOL_WAIT_SPIN_MANY_US 500
+#endif
 
 typedef struct {
     lgk_range_fn fn;
@@ -311,7 +318,12 @@ typedef struct {
     unsigned fp_mode;    /* the caller's (flush-to-zero etc.), for the workers */
     _Atomic int status;  /* the first failure (LGK_OK until one) */
     _Atomic int holders; /* workers handed the task that still hold it */
-    _Atomic int next[LGK_MAX_THREADS]; /* the next unclaimed slice of each home range */
+    /* the next unclaimed slice of each home range, a cache line each: a thread that
+     * finished its range looks at the others' (with 16 threads, 15 counters each), and
+     * counters sharing a line would move it between all the cores on every claim */
+    struct {
+        _Alignas(64) _Atomic int next;
+    } home[LGK_MAX_THREADS];
 } pool_task;
 
 /* Cache-line sized: the caller writes one slot while another worker spins on its own. */
@@ -363,7 +375,9 @@ static _Atomic int caller_cpu = -1;
  * microsecond (SPIN_CHECK pauses) it looks at the clock and whether the thread it waits
  * for last ran on this CPU (the scheduler may put the caller and a worker on one core
  * while the other is busy with other processes): then it yields, as a plain spin would
- * keep that thread off the core until the spin ends. */
+ * keep that thread off the core until the spin ends. With peer_cpu NULL (waiting for any
+ * of many threads) it yields at every look, which costs a system call where no other
+ * thread waits for the CPU. */
 #define SPIN_CHECK 16
 static int spin_until(int (*done)(void *), void *arg, double us, const _Atomic int *peer_cpu)
 {
@@ -378,6 +392,10 @@ static int spin_until(int (*done)(void *), void *arg, double us, const _Atomic i
                 deadline = t + us;
             else if (t >= deadline)
                 return done(arg);
+            if (peer_cpu == NULL) {
+                sched_yield();
+                continue;
+            }
             int me = current_cpu();
             if (me >= 0 && me == atomic_load_explicit(peer_cpu, memory_order_relaxed))
                 sched_yield();
@@ -396,8 +414,10 @@ static void task_run_slices(pool_task *t, int r)
 {
     for (int q = 0; q < t->threads; ++q) {
         int owner = (r + q) % t->threads, end = home_start(t, owner + 1);
-        for (;;) {
-            int s = atomic_fetch_add_explicit(&t->next[owner], 1, memory_order_relaxed);
+        _Atomic int *next = &t->home[owner].next;
+        /* a plain read first: a range already claimed is left without a write */
+        while (atomic_load_explicit(next, memory_order_relaxed) < end) {
+            int s = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
             if (s >= end)
                 break;
             int64_t b = (int64_t)s * t->per, e = LGK_MIN(t->n, b + t->per);
@@ -526,8 +546,9 @@ static void pool_run(pool_task *t, int threads)
         if (atomic_compare_exchange_strong(&pool[i].task, &expected, NULL))
             atomic_fetch_sub(&t->holders, 1); /* never taken: every slice is done */
     }
-    /* (only the first worker's CPU is watched: the common case is two threads) */
-    if (spin_until(task_released, t, POOL_WAIT_SPIN_US, &pool[1].cpu))
+    /* (two threads: only the first worker's CPU is watched) */
+    if (threads > 2 ? spin_until(task_released, t, POOL_WAIT_SPIN_MANY_US, NULL)
+                    : spin_until(task_released, t, POOL_WAIT_SPIN_US, &pool[1].cpu))
         return;
     pthread_mutex_lock(&done_lock);
     atomic_store(&caller_sleeping, 1);
@@ -546,9 +567,9 @@ int lgk_parallel_slices(int nthreads, int64_t n, int64_t per, lgk_range_fn fn, v
     int threads = (int)LGK_MIN((int64_t)lgk_clamp_threads(nthreads), slices);
     if (threads <= 1 || slices > INT32_MAX)
         return threads <= 1 ? fn(ctx, 0, n) : LGK_ERR_SHAPE;
-    pool_task t = {fn, ctx, n, per, (int)slices, threads, lgk_fp_mode(), LGK_OK, 0, {0}};
+    pool_task t = {fn, ctx, n, per, (int)slices, threads, lgk_fp_mode(), LGK_OK, 0, {{0}}};
     for (int r = 0; r < threads; ++r)
-        atomic_init(&t.next[r], home_start(&t, r));
+        atomic_init(&t.home[r].next, home_start(&t, r));
     pthread_once(&pool_once, pool_setup);
     if (pthread_mutex_trylock(&pool_lock) == 0) {
         pool_run(&t, threads);
@@ -570,6 +591,90 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
         return fn(ctx, 0, n);
     /* Slice bounds are multiples of `grain` so callers can keep blocks whole. */
     return lgk_parallel_slices(t, n, (max_slices + t - 1) / t * grain, fn, ctx);
+}
+
+/* ---- grids ----------------------------------------------------------------------------
+ * A GEMM split along one dimension stops scaling where the other is shared: M split,
+ * every thread streams all of B (with 16 threads on M = 128, a linear layer's 2-9 MiB
+ * weight for 12 rows of A each); N split, every thread packs all of A, and N = 768 in
+ * slivers of 32 keeps only 12 of 16 threads busy. Blocks cut along both keep what a
+ * thread reads near the square root of its work. */
+
+/* Blocks per thread count before a thread's part is weighed: more blocks than threads
+ * balance uneven ones (a batch of 12 attention heads on 16 threads). */
+#define GRID_BLOCKS_PER_THREAD 4
+/* The fixed cost of a block, in multiply-adds (claiming it, its scratch, its epilogue
+ * pass): splits that tie otherwise keep fewer, larger blocks. */
+#define GRID_BLOCK_COST 20000.0
+
+/* Blocks of `step` over `extent`, the last one made longer rather than shorter than
+ * `min` (at most `min` - 1 extra rows or columns). */
+static int64_t grid_count(int64_t step, int64_t extent, int64_t min)
+{
+    int64_t count = extent / step + (extent % step != 0);
+    if (count > 1 && extent - (count - 1) * step < min)
+        --count;
+    return count;
+}
+
+void lgk_grid_range(int64_t step, int64_t count, int64_t extent, int64_t i, int64_t *begin,
+                    int64_t *end)
+{
+    *begin = i * step;
+    *end = i + 1 >= count ? extent : (i + 1) * step;
+}
+
+/* The largest block of a dimension cut into `count` blocks, in whole units. */
+static double grid_block(int64_t step, int64_t count, int64_t extent, int unit)
+{
+    int64_t most = count == 1 ? extent : LGK_MAX(step, extent - (count - 1) * step);
+    return (double)((most + unit - 1) / unit * unit);
+}
+
+/* The steps worth trying along one dimension: `units` micro-tiles cut into 1, 2, ...
+ * blocks, each step once. Returns the step of `blocks` blocks, 0 where it repeats the
+ * step of blocks - 1 or leaves a block shorter than `min`. */
+static int64_t grid_step(int64_t units, int unit, int64_t extent, int64_t min, int64_t blocks)
+{
+    int64_t per = (units + blocks - 1) / blocks;
+    if (blocks > 1 && per == (units + blocks - 2) / (blocks - 1))
+        return 0;
+    int64_t step = per * unit;
+    return blocks > 1 && step < LGK_MIN(min, extent) ? 0 : step;
+}
+
+lgk_grid lgk_choose_grid(const lgk_grid_problem *q, int threads)
+{
+    lgk_grid best = {q->M, q->N, 1, 1};
+    threads = lgk_clamp_threads(threads);
+    if (threads <= 1 || q->M <= 0 || q->N <= 0)
+        return best;
+    int64_t um = q->M / q->mr + (q->M % q->mr != 0), un = q->N / q->nr + (q->N % q->nr != 0);
+    int64_t most = (int64_t)GRID_BLOCKS_PER_THREAD * threads;
+    double K = (double)LGK_MAX(q->K, (int64_t)1), best_cost = -1.0;
+    for (int64_t gm = 1; gm <= LGK_MIN(um, most); ++gm) {
+        int64_t rows = grid_step(um, q->mr, q->M, q->min_rows, gm);
+        if (rows == 0)
+            continue;
+        int64_t count_m = grid_count(rows, q->M, q->min_rows);
+        double r = grid_block(rows, count_m, q->M, q->mr);
+        for (int64_t gn = 1; gn <= un && q->batch * count_m * gn <= most; ++gn) {
+            int64_t cols = grid_step(un, q->nr, q->N, q->min_cols, gn);
+            if (cols == 0)
+                continue;
+            int64_t count_n = grid_count(cols, q->N, q->min_cols);
+            double c = grid_block(cols, count_n, q->N, q->nr);
+            int64_t blocks = q->batch * count_m * count_n;
+            double per_thread = (double)((blocks + threads - 1) / threads);
+            double cost = per_thread * (r * c * K + q->a_cost * r * K + q->b_cost * K * c
+                                        + GRID_BLOCK_COST);
+            if (best_cost < 0.0 || cost < best_cost) {
+                best_cost = cost;
+                best = (lgk_grid){rows, cols, count_m, count_n};
+            }
+        }
+    }
+    return best;
 }
 
 LGK_CLONES void lgk_activate(int activation, float *x, int64_t n)

@@ -791,20 +791,37 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
     return LGK_OK;
 }
 
-/* Threads split whichever of M and N is larger, in whole micro-tile units, so
- * every thread runs an independent sub-GEMM with no synchronisation. */
+/* Threads run the blocks of a grid over C (lgk_choose_grid), of every matrix of a batch,
+ * each block an independent sub-GEMM with no synchronisation. Block edges fall on whole
+ * micro-tiles and every element's K loop stays whole, so a split changes no sum; no
+ * block is so thin that it would take the few-rows or few-columns path where the whole
+ * product does not. */
 typedef struct {
     const gemm_impl *g;
     const gemm_problem *p;
-    int split_n;
+    const int64_t *a_off, *b_off; /* per matrix of a batch; NULL: one matrix */
+    int64_t c_stride;
+    lgk_grid grid;
 } gemm_split;
 
 static int gemm_split_range(void *ctx, int64_t begin, int64_t end)
 {
     const gemm_split *s = ctx;
-    if (s->split_n)
-        return gemm_block_range(s->g, s->p, 0, s->p->M, begin, end);
-    return gemm_block_range(s->g, s->p, begin, end, 0, s->p->N);
+    int64_t per_matrix = s->grid.grid_m * s->grid.grid_n;
+    for (int64_t b = begin; b < end; ++b) {
+        int64_t item = b / per_matrix, i = b % per_matrix / s->grid.grid_n,
+                j = b % s->grid.grid_n, m0, m1, n0, n1;
+        gemm_problem p = *s->p;
+        if (s->a_off != NULL) {
+            p.a += s->a_off[item];
+            p.b += s->b_off[item];
+            p.c += item * s->c_stride;
+        }
+        lgk_grid_range(s->grid.rows, s->grid.grid_m, p.M, i, &m0, &m1);
+        lgk_grid_range(s->grid.cols, s->grid.grid_n, p.N, j, &n0, &n1);
+        LGK_TRY(gemm_block_range(s->g, &p, m0, m1, n0, n1));
+    }
+    return LGK_OK;
 }
 
 /* Below this many flops per thread an extra thread costs more than it saves: the
@@ -831,29 +848,36 @@ static int gemm_threads_for(const gemm_problem *p, int nthreads)
                              GEMM_MIN_FLOPS_PER_THREAD, nthreads);
 }
 
-/* Threads split N where only B is packed by the call (each thread packs its columns of
- * B, all of A), M where only A is: a split along the other dimension would pack the
- * shared operand once per thread. A prepacked operand is read in place, so with B
- * prepacked (a linear layer's weight) M splits unless it is too short to give every
- * thread two micro-tile rows; otherwise the larger dimension splits. */
-static int gemm_split_n(const gemm_impl *g, const gemm_problem *p, int nthreads)
+/* What a block's read of one element of an operand costs, in multiply-adds. Packing A
+ * gathers MR rows a column at a time: at 1 thread (AVX-512, K = 768, B prepacked) blocks
+ * of equal work took 230 us as 128 x 96, 200 as 64 x 192 and 189 as 32 x 384, which fits
+ * 39 multiply-adds per element of A packed and 2 per element of B read (B in an idle L3;
+ * 8 allows for threads sharing L3 and memory). B packed by the call is copied row by row. */
+#define GEMM_PACK_A_COST 40.0
+#define GEMM_PACK_B_COST 12.0
+#define GEMM_READ_COST 8.0
+
+/* The `batch` matrices of p (offsets a_off, b_off, c_stride apart; a_off NULL for one)
+ * on up to nthreads threads. */
+static int gemm_run_batch(const gemm_impl *g, const gemm_problem *p, int64_t batch,
+                          const int64_t *a_off, const int64_t *b_off, int64_t c_stride,
+                          int nthreads)
 {
-    int a_packed = p->packed_a != NULL, b_packed = p->packed_b != NULL;
-    if (a_packed != b_packed)
-        return b_packed ? p->M < 2 * g->mr * nthreads : 1;
-    return p->N >= p->M;
+    lgk_grid_problem q = {batch, p->M, p->N, p->K, g->mr, g->nr,
+                          p->packed_a != NULL ? GEMM_READ_COST : GEMM_PACK_A_COST,
+                          p->packed_b != NULL ? GEMM_READ_COST : GEMM_PACK_B_COST,
+                          p->M > SMALL_M ? SMALL_M + 1 : 1, p->N > SMALL_N ? SMALL_N + 1 : 1};
+    gemm_split s = {g, p, a_off, b_off, c_stride, lgk_choose_grid(&q, nthreads)};
+    unsigned mode = lgk_flush_subnormals();
+    int status = lgk_parallel_slices(nthreads, batch * s.grid.grid_m * s.grid.grid_n, 1,
+                                     gemm_split_range, &s);
+    lgk_restore_fp_mode(mode);
+    return status;
 }
 
 static int gemm_run(const gemm_impl *g, const gemm_problem *p, int nthreads)
 {
-    int split_n = gemm_split_n(g, p, nthreads);
-    gemm_split s = {g, p, split_n};
-    int64_t extent = split_n ? p->N : p->M;
-    int64_t grain = split_n ? g->nr : g->mr;
-    unsigned mode = lgk_flush_subnormals();
-    int status = lgk_parallel_for(nthreads, extent, grain, gemm_split_range, &s);
-    lgk_restore_fp_mode(mode);
-    return status;
+    return gemm_run_batch(g, p, 1, NULL, NULL, 0, nthreads);
 }
 
 /* ---- argument validation --------------------------------------------------------- */
@@ -910,32 +934,6 @@ int lgk_sgemm(int64_t M, int64_t N, int64_t K,
 
 /* ---- batched ------------------------------------------------------------------------ */
 
-typedef struct {
-    gemm_problem base; /* a, b, c point at the buffers' starts */
-    const int64_t *a_off, *b_off;
-    int64_t c_stride;
-} gemm_batch;
-
-static gemm_problem batch_item(const gemm_batch *bt, int64_t i)
-{
-    gemm_problem p = bt->base;
-    p.a += bt->a_off[i];
-    p.b += bt->b_off[i];
-    p.c += i * bt->c_stride;
-    return p;
-}
-
-static int gemm_batch_range(void *ctx, int64_t begin, int64_t end)
-{
-    const gemm_batch *bt = ctx;
-    const gemm_impl *g = current_impl();
-    for (int64_t i = begin; i < end; ++i) {
-        gemm_problem p = batch_item(bt, i);
-        LGK_TRY(gemm_block_range(g, &p, 0, p.M, 0, p.N));
-    }
-    return LGK_OK;
-}
-
 /* Every offset must keep its whole matrix inside the buffer. */
 static int check_offsets(int64_t batch, const int64_t *off, int64_t extent, int64_t len)
 {
@@ -972,24 +970,13 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
     LGK_TRY(check_epilogue(M, N, bias, bias_len, bias_mode, activation));
     if (batch == 0 || M == 0 || N == 0)
         return LGK_OK;
-    gemm_batch bt = {{M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc, {bias, bias_mode, activation},
-                      NULL, NULL},
-                     a_offsets, b_offsets, c_batch_stride};
-    /* Big matrices: thread inside each GEMM. Many small ones: across batches. */
-    int per_gemm = gemm_threads_for(&bt.base, nthreads);
-    if (per_gemm > 1 || batch == 1) {
-        for (int64_t i = 0; i < batch; ++i) {
-            gemm_problem p = batch_item(&bt, i);
-            LGK_TRY(gemm_run(current_impl(), &p, per_gemm));
-        }
-        return LGK_OK;
-    }
+    /* a, b, c point at the buffers' starts */
+    gemm_problem base = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
+                         {bias, bias_mode, activation}, NULL, NULL};
     double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
-    unsigned mode = lgk_flush_subnormals();
     int threads = threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
-    int status = lgk_parallel_for(threads, batch, 1, gemm_batch_range, &bt);
-    lgk_restore_fp_mode(mode);
-    return status;
+    return gemm_run_batch(current_impl(), &base, batch, a_offsets, b_offsets, c_batch_stride,
+                          threads);
 }
 
 /* ---- prepacked B ------------------------------------------------------------------------

@@ -21,6 +21,7 @@
  */
 #include <stdatomic.h>
 
+#include "lgk_parallel.h"
 #include "lgk_qgemm.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -207,6 +208,11 @@ int lgk_qgemm_force_isa(int isa)
 }
 
 int lgk_qgemm_isa(void) { return qcurrent()->isa; }
+
+void lgk_qgemm_tile(int rows, int64_t k4, const uint8_t *a, const int8_t *b, int32_t *tile)
+{
+    qcurrent()->kernel(rows, k4, a, b, tile);
+}
 
 /* ---- packing ------------------------------------------------------------------------- */
 
@@ -551,23 +557,35 @@ static int qblock_range(const qgemm_impl *g, const lgk_qproblem *p, int64_t m0, 
     return LGK_OK;
 }
 
+/* Threads run the blocks of a grid over C (lgk_choose_grid, as gemm.c does), block
+ * edges on whole micro-tiles. Integer sums: any split gives the same result. */
 typedef struct {
     const qgemm_impl *g;
     const lgk_qproblem *p;
-    int split_n;
+    lgk_grid grid;
 } qsplit;
 
 static int qsplit_range(void *ctx, int64_t begin, int64_t end)
 {
     const qsplit *s = ctx;
-    if (s->split_n)
-        return qblock_range(s->g, s->p, 0, s->p->M, begin, end);
-    return qblock_range(s->g, s->p, begin, end, 0, s->p->N);
+    for (int64_t b = begin; b < end; ++b) {
+        int64_t m0, m1, n0, n1;
+        lgk_grid_range(s->grid.rows, s->grid.grid_m, s->p->M, b / s->grid.grid_n, &m0, &m1);
+        lgk_grid_range(s->grid.cols, s->grid.grid_n, s->p->N, b % s->grid.grid_n, &n0, &n1);
+        LGK_TRY(qblock_range(s->g, s->p, m0, m1, n0, n1));
+    }
+    return LGK_OK;
 }
 
 /* Below this many multiply-adds per thread a second thread costs more than it saves
  * (the float GEMM's threshold of 0.5 M multiply-adds, at about twice its speed). */
 #define QGEMM_MIN_MACS_PER_THREAD 1.0e6
+/* A block's read of one element, in multiply-adds: prepacked (a weight), or packed by
+ * the block; gemm.c's measured float figures (a byte here, at four times a float's
+ * multiply-adds a cycle, so if anything packing weighs more). */
+#define QGEMM_READ_COST 8.0
+#define QGEMM_PACK_A_COST 40.0
+#define QGEMM_PACK_B_COST 12.0
 
 int lgk_qgemm_run(const lgk_qproblem *p, int nthreads)
 {
@@ -578,13 +596,11 @@ int lgk_qgemm_run(const lgk_qproblem *p, int nthreads)
     double t = macs / QGEMM_MIN_MACS_PER_THREAD;
     int cap = lgk_clamp_threads(nthreads);
     int threads = t < 2.0 ? 1 : (t >= cap ? cap : (int)t);
-    /* split the operand that is packed by the call, as gemm.c does */
-    int a_packed = p->packed_a != NULL, b_packed = p->packed_b != NULL;
-    int split_n = a_packed != b_packed ? (b_packed ? p->M < 2 * g->mr * threads : 1)
-                                       : p->N >= p->M;
-    qsplit s = {g, p, split_n};
-    return lgk_parallel_for(threads, split_n ? p->N : p->M, split_n ? g->nr : g->mr,
-                            qsplit_range, &s);
+    lgk_grid_problem q = {1, p->M, p->N, p->K, g->mr, g->nr,
+                          p->packed_a != NULL ? QGEMM_READ_COST : QGEMM_PACK_A_COST,
+                          p->packed_b != NULL ? QGEMM_READ_COST : QGEMM_PACK_B_COST, 1, 1};
+    qsplit s = {g, p, lgk_choose_grid(&q, threads)};
+    return lgk_parallel_slices(threads, s.grid.grid_m * s.grid.grid_n, 1, qsplit_range, &s);
 }
 
 /* ---- parameters ----------------------------------------------------------------------------- */

@@ -860,6 +860,7 @@ static void test_subnormals(void) {}
 #include "test_elementwise.inc"
 #include "test_threads.inc"
 #include "test_qgemm.inc"
+#include "test_grid_split.inc"
 #include "test_qdwconv.inc"
 #include "test_qelementwise.inc"
 #include "test_qrescale.inc"
@@ -896,6 +897,7 @@ int main(void)
     test_thread_pool();
     test_qgemm_values();
     test_qgemm_errors();
+    test_grid_split();
     test_qconv();
     test_qdwconv();
     test_qadd();
