@@ -5,7 +5,7 @@ reference model and compared with cpu_ref.
 
     .venv/bin/python benchmarks/tosa_int.py [--models bert,resnet50,mobilenetv2]
         [--variants qdq-s8s8,qdq-u8s8,qoperator-u8s8,dynamic] [--layers N]
-        [--profile pro_fp+pro_int] [--weights auto|inline|resources] [--no-run]
+        [--profile pro_fp+pro_int] [--weights auto|inline|resources] [--no-run] [--int-io]
 
 The files are benchmarks/quant.py's (BERT-base seq 128, ResNet-50 and MobileNetV2
 224x224, random weights, onnxruntime's quantize_static with random calibration data, per
@@ -14,6 +14,11 @@ QDQ s8s8 and u8s8, QOperator u8s8, quantize_dynamic. The reference model runs BE
 at full depth in 2-6 minutes on a busy core (134 s for QDQ s8s8 at load 4.7 on 2
 cores); `--layers N` cuts BERT after its N-th encoder layer (published widths, fewer
 layers) to see how far its output stays with cpu_ref's.
+
+`--int-io` leaves out the QuantizeLinear of each input and the DequantizeLinear of each
+output (the model an integer-only target runs: ResNet-50 and MobileNetV2 then emit for
+`--profile pro_int` alone; their feeds are quantized in numpy), so the output compared is
+the int8/uint8 tensor itself, and its steps are integers.
 
 One line per model and format:
   import s     legato's ONNX import
@@ -76,6 +81,46 @@ def cut_bert(model, layers: int):
     return model
 
 
+def int_io(model):
+    """`model` without its float boundaries, as an integer-only target runs it: an input
+    read only by a QuantizeLinear becomes that node's int8/uint8 output, an output made
+    by a DequantizeLinear becomes the node's input. Returns the model and, per input,
+    how to quantize a float feed (scale, zero point), None where it stays as it is."""
+    from onnx import helper, numpy_helper
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes, quantizers = list(model.graph.node), []
+    for graph_input in model.graph.input:
+        readers = [n for n in nodes if graph_input.name in n.input]
+        q = readers[0] if len(readers) == 1 else None
+        if q is None or q.op_type != "QuantizeLinear" or q.input[1] not in init:
+            quantizers.append(None)
+            continue
+        zero = init[q.input[2]]
+        dims = [d.dim_value for d in graph_input.type.tensor_type.shape.dim]
+        graph_input.CopyFrom(helper.make_tensor_value_info(
+            q.output[0], helper.np_dtype_to_tensor_dtype(zero.dtype), dims))
+        nodes.remove(q)
+        quantizers.append((float(init[q.input[1]]), zero))
+    for graph_output in model.graph.output:
+        dq = next(n for n in nodes if graph_output.name in n.output)
+        if dq.op_type == "DequantizeLinear" and dq.input[2] in init:
+            graph_output.CopyFrom(helper.make_tensor_value_info(
+                dq.input[0], helper.np_dtype_to_tensor_dtype(init[dq.input[2]].dtype), None))
+            nodes.remove(dq)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model, quantizers
+
+
+def quantized_feed(x, quantizer):
+    if quantizer is None:
+        return x
+    scale, zero = quantizer
+    info = np.iinfo(zero.dtype)
+    return np.clip(np.rint(x / np.float32(scale)) + int(zero), info.min, info.max
+                   ).astype(zero.dtype)
+
+
 def products(text: str) -> tuple[int, int]:
     """(int8 convs and matmuls, all of them) in MLIR text."""
     lines = [line for line in text.splitlines() if any(f'"{op}"(' in line for op in PRODUCTS)]
@@ -121,6 +166,10 @@ def measure(name: str, variant: str, args) -> dict:
     if name == "bert" and args.layers:
         model = cut_bert(model, args.layers)
     row = {"step": output_step(model)}
+    quantizers = [None] * len(model.graph.input)
+    if args.int_io:
+        model, quantizers = int_io(model)
+        row["step"] = 1.0
     start = time.perf_counter()
     module = frontend.load(model)
     row["import s"] = time.perf_counter() - start
@@ -144,12 +193,12 @@ def measure(name: str, variant: str, args) -> dict:
         return row
     if args.no_run:
         return row
-    inputs = list(bench.feeds(name, 100).values())
+    inputs = [quantized_feed(x, q) for x, q in zip(bench.feeds(name, 100).values(), quantizers)]
     start = time.perf_counter()
     (got,) = tools.run_reference(artifact, inputs)
     row["refmodel s"] = time.perf_counter() - start
     want = np.asarray(legato.compile(module, "cpu_ref")(*inputs))
-    diff = np.abs(got.astype(np.float64) - want)
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     row["max diff"], row["max ref"] = float(diff.max()), float(np.abs(want).max())
     row["same"] = float((diff == 0).mean())
     if row["step"]:
@@ -180,10 +229,14 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", default="pro_fp+pro_int")
     parser.add_argument("--weights", default="auto", choices=("auto", "inline", "resources"))
     parser.add_argument("--no-run", action="store_true", help="emit and validate only")
+    parser.add_argument("--int-io", action="store_true",
+                        help="int8/uint8 inputs and outputs: the model's quantize at its "
+                             "inputs and dequantize at its outputs left out")
     args = parser.parse_args(argv)
     import onnxruntime
     onnxruntime.set_default_logger_severity(3)
     print(f"profile {args.profile}, weights {args.weights}"
+          + (", integer inputs and outputs" if args.int_io else "")
           + (f", BERT cut after {args.layers} layers" if args.layers else "")
           + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'model':12}{'format':16}{'import s':>8}{'emit s':>8}{'text MB':>9}{'blobs MB':>9}"
