@@ -291,7 +291,6 @@ static const tile_fn tile_fns[3][2][3] = {
     {{plane_f2_s1, plane_f2_s2, plane_f2_sx}, {plane_f1_s1, plane_f1_s2, plane_f1_sx}},
     {{pair_f2_s1, pair_f2_s2, pair_f2_sx}, {pair_f1_s1, pair_f1_s2, pair_f1_sx}},
 };
-#endif /* DIRECT_X86 */
 
 /* The tile t[px][GF] (np pixels) into NCHW rows y[f * plane + 0:np] of its nfilt filters:
  * 16 x 16 transposes in registers (a scalar copy cost as much as the multiply-adds of a
@@ -311,6 +310,8 @@ static void store_tile(const float *t, int64_t np, int64_t nfilt, float *y, int6
             _mm512_mask_storeu_ps(y + (h * CB + f) * plane, m, (__m512)v[f]);
     }
 }
+
+#endif /* DIRECT_X86 */
 
 /* Tiles per output row: balanced, 56 = 12 + 4 x 11, 14 = 7 + 7. */
 static int64_t row_tiles(int64_t ow)
