@@ -55,6 +55,11 @@ int lgk_qparams_expand(const lgk_qparams *q, int64_t M, int64_t N, lgk_qexpanded
 void lgk_qstore(const lgk_qepilogue *ep, const int32_t *acc, int64_t n, const float *mult,
                 int64_t mult_step, void *dst);
 
+/* The selected family's micro-kernel: the raw sums (no zero points) of `rows` rows of an
+ * A sliver times a B sliver, k4 groups of 4 k, as packed (lgk_qgemm_pack_a / _b); tile
+ * holds MR x NR int32, row stride NR (8 x 48 for AVX-512 VNNI). */
+void lgk_qgemm_tile(int rows, int64_t k4, const uint8_t *a, const int8_t *b, int32_t *tile);
+
 /* The packed-A check of lgk_qconv2d_nchw_packed: header of (M, K, a_type) under the
  * family in use; returns the panels and row sums. */
 int lgk_qgemm_packed_a_view(int64_t M, int64_t K, int a_type, const void *packed,

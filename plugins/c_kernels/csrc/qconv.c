@@ -9,7 +9,7 @@
  * input in place. Depthwise convs (one filter per channel: groups == c == o) have no
  * GEMM worth the name (K = kh * kw) and run directly (qdwconv.c).
  */
-#include "lgk_qdw.h"
+#include "lgk_qconv.h"
 
 /* ---- checks ------------------------------------------------------------------------------- */
 
@@ -123,6 +123,7 @@ typedef struct {
     int64_t block;
     uint8_t zp;
     int pointwise;
+    const lgk_qcv *cv; /* the VNNI GEMM with its epilogue in registers, or NULL */
 } qconv_job;
 
 static int qconv_blocks(void *ctx, int64_t begin, int64_t end)
@@ -148,7 +149,8 @@ static int qconv_blocks(void *ctx, int64_t begin, int64_t end)
         pr.cs_b = 1;
         pr.ep.zb += p0;
         pr.c = (char *)pr.c + (size_t)p0 * job->esize;
-        status = lgk_qgemm_run(&pr, 1);
+        status = job->cv != NULL ? lgk_qcv_run(job->cv, pr.b, pr.rs_b, pr.N, pr.c, pr.ldc)
+                                 : lgk_qgemm_run(&pr, 1);
     }
     lgk_scratch_release(&col);
     return status;
@@ -170,6 +172,10 @@ static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
     double macs = (double)g->og * (double)g->plane_out * (double)LGK_MAX(g->kg, (int64_t)1);
     int threads = macs < 2.0e6 ? 1 : nthreads;
     int status = LGK_OK;
+    lgk_qcv cv;
+    int vnni = panels != NULL && p->groups == 1 && lgk_qgemm_isa() == LGK_QISA_AVX512_VNNI;
+    if (vnni)
+        status = lgk_qcv_prepare(p->o, g->kg, panels, sums, q, &cv);
     for (int64_t n = 0; n < p->n && status == LGK_OK; ++n)
         for (int64_t gi = 0; gi < p->groups && status == LGK_OK; ++gi) {
             int64_t r0 = gi * g->og;
@@ -182,9 +188,11 @@ static int qconv_gemm(const qconv_geom *g, const uint8_t *x, const uint8_t *w,
             base.ep.mult = base.ep.mult == NULL ? NULL : base.ep.mult + r0;
             base.ep.bias = base.ep.bias == NULL ? NULL : base.ep.bias + r0;
             qconv_job job = {g, x + (n * p->c + gi * g->cg) * g->plane_in, base, esize, block,
-                             (uint8_t)q->b_zero_point[0], is_pointwise(p)};
+                             (uint8_t)q->b_zero_point[0], is_pointwise(p), vnni ? &cv : NULL};
             status = lgk_parallel_for(threads, g->plane_out, block, qconv_blocks, &job);
         }
+    if (vnni)
+        lgk_qcv_release(&cv);
     lgk_scratch_release(&e.scratch);
     return status;
 }

@@ -20,7 +20,7 @@
  * rounded half to even (the default mode), plus the zero point. Families follow the int8
  * GEMM's (lgk_qgemm_isa): AVX-512 VNNI (16 lanes), AVX2 (8 lanes), portable C.
  */
-#include "lgk_qdw.h"
+#include "lgk_qconv.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define QDW_X86 1

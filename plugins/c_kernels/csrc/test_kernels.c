@@ -862,6 +862,7 @@ static void test_subnormals(void) {}
 #include "test_qgemm.inc"
 #include "test_grid_split.inc"
 #include "test_qdwconv.inc"
+#include "test_qconv_vnni.inc"
 #include "test_qelementwise.inc"
 #include "test_qrescale.inc"
 #include "test_movement_int8.inc"
@@ -900,6 +901,7 @@ int main(void)
     test_grid_split();
     test_qconv();
     test_qdwconv();
+    test_qconv_vnni();
     test_qadd();
     test_quantize();
     test_cast_to_byte();
