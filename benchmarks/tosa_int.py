@@ -6,6 +6,7 @@ reference model and compared with cpu_ref.
     .venv/bin/python benchmarks/tosa_int.py [--models bert,resnet50,mobilenetv2]
         [--variants qdq-s8s8,qdq-u8s8,qoperator-u8s8,dynamic] [--layers N]
         [--profile pro_fp+pro_int] [--weights auto|inline|resources] [--no-run] [--int-io]
+        [--output-stage rescale|float]
 
 The files are benchmarks/quant.py's (BERT-base seq 128, ResNet-50 and MobileNetV2
 224x224, random weights, onnxruntime's quantize_static with random calibration data, per
@@ -19,6 +20,9 @@ layers) to see how far its output stays with cpu_ref's.
 output (the model an integer-only target runs: ResNet-50 and MobileNetV2 then emit for
 `--profile pro_int` alone; their feeds are quantized in numpy), so the output compared is
 the int8/uint8 tensor itself, and its steps are integers.
+
+`--output-stage float` requantizes convolutions and matmuls in float32 as onnxruntime does
+(legato_tosa_custom.backend(output_stage="float")) instead of by RESCALE.
 
 One line per model and format:
   import s     legato's ONNX import
@@ -173,7 +177,7 @@ def measure(name: str, variant: str, args) -> dict:
     start = time.perf_counter()
     module = frontend.load(model)
     row["import s"] = time.perf_counter() - start
-    target = backend(args.profile, weights=args.weights)
+    target = backend(args.profile, weights=args.weights, output_stage=args.output_stage)
     start = time.perf_counter()
     compiled = legato.compile(module, target)
     row["emit s"] = time.perf_counter() - start
@@ -229,13 +233,15 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", default="pro_fp+pro_int")
     parser.add_argument("--weights", default="auto", choices=("auto", "inline", "resources"))
     parser.add_argument("--no-run", action="store_true", help="emit and validate only")
+    parser.add_argument("--output-stage", default="rescale", choices=("rescale", "float"),
+                        help="requantize products by RESCALE or onnxruntime's float32 stage")
     parser.add_argument("--int-io", action="store_true",
                         help="int8/uint8 inputs and outputs: the model's quantize at its "
                              "inputs and dequantize at its outputs left out")
     args = parser.parse_args(argv)
     import onnxruntime
     onnxruntime.set_default_logger_severity(3)
-    print(f"profile {args.profile}, weights {args.weights}"
+    print(f"profile {args.profile}, weights {args.weights}, output stage {args.output_stage}"
           + (", integer inputs and outputs" if args.int_io else "")
           + (f", BERT cut after {args.layers} layers" if args.layers else "")
           + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

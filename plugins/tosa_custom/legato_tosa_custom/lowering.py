@@ -269,14 +269,15 @@ def _integers_only(row: Lowering) -> Lowering:
     return replace(row, dtypes=dtypes, check=no_floats)
 
 
-def capability_tables(profile=DEFAULT) -> dict:
-    """The `legal` and `rules` keys of the tosa_custom capability for `profile`."""
+def capability_tables(profile=DEFAULT, output_stage: str = "rescale") -> dict:
+    """The `legal` and `rules` keys of the tosa_custom capability for `profile` (and the
+    quantized products' output stage, quantized.rules_for)."""
     table = rows(profile)
     rule_table = {op: row.rule for op, row in table.items() if row.rule is not None}
     rule_table.update(RULES)
     rule_table.update(INTEGER_RULES)
     if "pro_int" in profile:
-        rule_table.update(quantized.RULES)
+        rule_table.update(quantized.rules_for(output_stage))
         rule_table.update(quantized_softmax.RULES)
         rule_table.update(int_native.RULES)
         rule_table["matmul"] = int_matmul.matmul  # int32: int8 MATMULs of its bytes

@@ -11,12 +11,13 @@ from importlib.resources import files
 import yaml
 
 import legato
-from legato.plugin_api import parse_capability
+from legato.plugin_api import ConfigError, parse_capability
 
 from . import ops
 from .emitter import make_emitter
 from .lowering import capability_tables
 from .profiles import parse_profile, spelled
+from .quantized import OUTPUT_STAGES
 from .tools import run_text, validate_text
 
 INT_BACKEND = "tosa_custom_int"
@@ -31,27 +32,37 @@ def _settings() -> tuple[dict, frozenset]:
     return data, profile
 
 
-def capability(profile=None) -> dict:
+def capability(profile=None, output_stage: str = "rescale") -> dict:
     """capability.yaml's backend-wide keys plus `legal` and `rules` from lowering.py, for
     `profile` (a name, 'pro_fp+pro_int', a list or set; default: capability.yaml's)."""
     data, default = _settings()
     profile = default if profile is None else _profile(profile)
-    return {**data, **capability_tables(profile)}
+    return {**data, **capability_tables(profile, output_stage)}
 
 
 def _profile(value) -> frozenset:
     return value if isinstance(value, frozenset) else parse_profile(value)
 
 
-def backend(profile="pro_fp+pro_int", name: str | None = None, weights=None):
+def backend(profile="pro_fp+pro_int", name: str | None = None, weights=None,
+            output_stage: str = "rescale"):
     """A tosa_custom Backend for `profile` ('pro_fp', 'pro_int' or 'pro_fp+pro_int'),
     named `name` (default tosa_custom_<profile>); ConfigError for an unknown profile.
     `weights` places constants (resources.Weights, or 'auto' (default), 'inline' or
-    'resources'): large ones of a large model out of line as dense_resource blobs."""
+    'resources'): large ones of a large model out of line as dense_resource blobs.
+    `output_stage` requantizes the int32 accumulators of quantized convolutions, matmuls
+    and products: 'rescale' (RESCALE, integer-only hardware; within one step of cpu_ref)
+    or 'float' (onnxruntime's float32 stage, bit-exact with cpu_ref; needs pro_fp)."""
     profile = _profile(profile)
-    name = name or "tosa_custom_" + spelled(profile).replace("+", "_")
+    if output_stage not in OUTPUT_STAGES or (output_stage == "float" and
+                                             "pro_fp" not in profile):
+        raise ConfigError(f"tosa_custom output_stage {output_stage!r}: give "
+                          f"{' or '.join(map(repr, OUTPUT_STAGES))} ('float' needs profile "
+                          f"pro_fp, not {spelled(profile)})")
+    name = name or "tosa_custom_" + spelled(profile).replace("+", "_") + \
+        ("_float_stage" if output_stage == "float" else "")
     emitter = make_emitter(profile, name, weights)
-    be = parse_capability({**capability(profile), "backend": name},
+    be = parse_capability({**capability(profile, output_stage), "backend": name},
                           legato.context().registry, emitter=emitter,
                           plugin="legato_tosa_custom")
     emitter.backend = be

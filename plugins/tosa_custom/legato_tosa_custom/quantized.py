@@ -22,6 +22,8 @@ instead, which needs int32 ops TOSA does not have, so legalization names the op.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from legato.plugin_api import Const, window_counts
 
@@ -104,6 +106,25 @@ def _in_scale_range(b, x, shift: int, dtype: str):
                      splat(b, x, bound - 1, np.int32))
 
 
+def rescale_stage(b, acc, multiplier, out_zp: int, dtype: str):
+    """The output stage of an int32 accumulator: one RESCALE (integer-only targets)."""
+    return rescale(b, acc, multiplier, 0, out_zp, dtype)
+
+
+def float_stage(b, acc, multiplier, out_zp: int, dtype: str):
+    """onnxruntime's output stage in float32 (`output_stage="float"`, targets with
+    pro_fp): `saturate(rint(float32(acc) * multiplier) + zero_point)`, the multiplier per
+    tensor or along the last axis, rounded half to even (legato's round: the reference
+    model's float-to-int CAST rounds ties away from zero), cast, and a RESCALE by 1 adds
+    the zero point and saturates. Bit-exact with cpu_ref, where RESCALE rounds the exact
+    product (ties half up)."""
+    m = np.asarray(multiplier, np.float32).reshape(-1)
+    m = m.reshape((1,) * (acc.rank - 1) + (m.size,)) if m.size > 1 else \
+        m.reshape((1,) * acc.rank)
+    scaled = b.multiply(b.cast(acc, dtype="float32"), b.const(m))
+    return rescale(b, b.cast(b.round(scaled), dtype="int32"), 1.0, 0, out_zp, dtype)
+
+
 def half_even(b, acc, scale):
     """int32 `acc * scale` rounded with exact ties to even, as onnxruntime's rint does
     (RESCALE rounds them up). Where sums are divided by a count, a tie is common (a sum of
@@ -176,7 +197,7 @@ def _params(call, positions):
 
 # --- products ---------------------------------------------------------------------------------
 
-def qconv2d(b, call):
+def qconv2d(b, call, stage=None):
     """qnn.conv2d: groups 1 -> CONV2D, groups == channels -> DEPTHWISE_CONV2D, other
     groups -> one CONV2D per group on a slice of the channels, concatenated (int8, zero
     points, int32 bias), then RESCALE per output channel. Declines non-constant
@@ -210,7 +231,8 @@ def qconv2d(b, call):
         acc = b.call("tosa.qconv2d", x, w, bias, *zps, **props)
     else:
         acc = _grouped(b, x, w, bias, a["groups"], zps, props)
-    y = rescale(b, acc, product_multiplier(xs, ws, ys), 0, yz, call.outputs[0].dtype)
+    y = (stage or rescale_stage)(b, acc, product_multiplier(xs, ws, ys), yz,
+                                call.outputs[0].dtype)
     if y is None:
         return None
     return permute(b, y, NHWC_TO_NCHW if a["data_layout"] == "NCHW" else None)
@@ -244,7 +266,7 @@ def _matmul3(b, x, w, xz: int, wz: int):
                   b.const(zero_point(wz, "int8")))
 
 
-def qlinear(b, call):
+def qlinear(b, call, stage=None):
     """qnn.linear: data [..., K] as [1, rows, K] times weight^T [1, K, N] (MATMUL), plus
     the int32 bias, RESCALE per output channel."""
     x, _, _, w, _, _, _, _, bias = call.inputs
@@ -260,11 +282,12 @@ def qlinear(b, call):
                                                           (1, k, n)), xz, wz)
     if bias is not None:
         acc = b.add(acc, reshape(b, bias, (1, 1, n)))
-    y = rescale(b, acc, product_multiplier(xs, ws, ys), 0, yz, call.outputs[0].dtype)
+    y = (stage or rescale_stage)(b, acc, product_multiplier(xs, ws, ys), yz,
+                                call.outputs[0].dtype)
     return None if y is None else reshape(b, y, call.outputs[0].shape)
 
 
-def qmatmul(b, call):
+def qmatmul(b, call, stage=None):
     """qnn.matmul (numpy matmul, b per tensor or per column): batch dims broadcast and
     folded into MATMUL's N, RESCALE per column. Declines 1-D operands."""
     a, _, _, w, _, _, _, _ = call.inputs
@@ -283,7 +306,8 @@ def qmatmul(b, call):
         a3 = reshape(b, broadcast(b, a, batch + (m, k)), (count, m, k))
         w3 = reshape(b, broadcast(b, w, batch + (k, n)), (count, k, n))
         acc = _matmul3(b, a3, w3, az, wz)
-    y = rescale(b, acc, product_multiplier(as_, ws, ys), 0, yz, call.outputs[0].dtype)
+    y = (stage or rescale_stage)(b, acc, product_multiplier(as_, ws, ys), yz,
+                                call.outputs[0].dtype)
     return None if y is None else reshape(b, y, call.outputs[0].shape)
 
 
@@ -322,7 +346,7 @@ def qadd(b, call):
     return rescale(b, b.add(wa, wx), common / (WIDE * ys), 0, yz, call.outputs[0].dtype)
 
 
-def qmultiply(b, call):
+def qmultiply(b, call, stage=None):
     """qnn.multiply: the zero-point-shifted operands in int32, MUL, RESCALE by
     `float32(float32(a_scale * b_scale) / out_scale)`."""
     a, _, _, x = call.inputs[:4]
@@ -331,7 +355,8 @@ def qmultiply(b, call):
         return None
     as_, az, xs, xz, ys, yz = params
     product = b.multiply(widen(b, a, az), widen(b, x, xz))
-    return rescale(b, product, product_multiplier(as_, xs, ys), 0, yz, call.outputs[0].dtype)
+    return (stage or rescale_stage)(b, product, product_multiplier(as_, xs, ys), yz,
+                                    call.outputs[0].dtype)
 
 
 def qglobal_avg_pool2d(b, call):
@@ -419,6 +444,23 @@ def table(b, call):
     x8, _ = to_int8(b, x, 0)
     y = b.call("tosa.table", x8, b.const(entries.astype(np.int8)))
     return y if out == "int8" else rescale(b, y, 1.0, -128, 0, "uint8")
+
+
+OUTPUT_STAGES = ("rescale", "float")
+STAGED = ("qnn.conv2d", "qnn.linear", "qnn.matmul", "qnn.multiply")
+
+
+def rules_for(output_stage: str = "rescale") -> dict:
+    """RULES with the products' output stage: "rescale" (RESCALE, integer-only targets)
+    or "float" (onnxruntime's float32 stage, bit-exact with cpu_ref; needs pro_fp)."""
+    if output_stage == "rescale":
+        return RULES
+    staged = {}
+    for op in STAGED:
+        fn = functools.partial(RULES[op], stage=float_stage)
+        functools.update_wrapper(fn, RULES[op])
+        staged[op] = fn
+    return {**RULES, **staged}
 
 
 RULES = {"qnn.conv2d": qconv2d, "qnn.linear": qlinear, "qnn.matmul": qmatmul,
