@@ -114,15 +114,14 @@ def rescale_stage(b, acc, multiplier, out_zp: int, dtype: str):
 def float_stage(b, acc, multiplier, out_zp: int, dtype: str):
     """onnxruntime's output stage in float32 (`output_stage="float"`, targets with
     pro_fp): `saturate(rint(float32(acc) * multiplier) + zero_point)`, the multiplier per
-    tensor or along the last axis, rounded half to even (legato's round: the reference
-    model's float-to-int CAST rounds ties away from zero), cast, and a RESCALE by 1 adds
-    the zero point and saturates. Bit-exact with cpu_ref, where RESCALE rounds the exact
-    product (ties half up)."""
+    tensor or along the last axis, CAST to int32 rounding half to even (checked on the
+    reference model), and a RESCALE by 1 adds the zero point and saturates. Bit-exact
+    with cpu_ref, where RESCALE rounds the exact product (ties half up)."""
     m = np.asarray(multiplier, np.float32).reshape(-1)
     m = m.reshape((1,) * (acc.rank - 1) + (m.size,)) if m.size > 1 else \
         m.reshape((1,) * acc.rank)
     scaled = b.multiply(b.cast(acc, dtype="float32"), b.const(m))
-    return rescale(b, b.cast(b.round(scaled), dtype="int32"), 1.0, 0, out_zp, dtype)
+    return rescale(b, b.call("tosa.cast", scaled, dtype="int32"), 1.0, 0, out_zp, dtype)
 
 
 def half_even(b, acc, scale):

@@ -193,12 +193,10 @@ def test_the_float_output_stage_is_bit_exact_where_rescale_is_one_step_off(tools
     """RESCALE rounds `acc * multiplier` exactly, onnxruntime (and cpu_ref) round the
     float32 product, so about one element in 10**5 per op is a step apart, and a model
     carries it on (ResNet-50 u8s8: 74% of its int8 output within a step of cpu_ref's).
-    output_stage="float" computes onnxruntime's stage in float32 (CAST, MUL, round half to
-    even, CAST, RESCALE by 1): equal to cpu_ref, here where RESCALE differs (ResNet-50
+    output_stage="float" computes onnxruntime's stage in float32 (CAST, MUL, CAST to int32
+    rounding half to even, RESCALE by 1): equal to cpu_ref, here where RESCALE differs (ResNet-50
     s8s8's int8 output: 62% -> 84% equal to cpu_ref's, the rest from qnn.add, whose
-    RESCALEs stay). Ties round half to even, as
-    onnxruntime's rint does (the reference model's float-to-int CAST rounds them away
-    from zero)."""
+    RESCALEs stay). Ties round half to even, as onnxruntime's rint does."""
     from legato_tosa_custom import backend
     module, inputs = _products(np.random.default_rng(7))
     want = [np.asarray(w) for w in legato.compile(module, "cpu_ref")(*inputs)]
