@@ -612,12 +612,23 @@ def _apply(fn: Function, rewrites, identities=frozenset()) -> Function:
         elif index not in removed:
             out.append(call)
     if identities:  # a `x * 1` whose users became one call is left unused: drop it
-        dead = {id(fn.calls[i]) for i in identities}
-        used = {id(v) for call in out for v in call.inputs if v is not None}
-        used |= {id(r) for r in fn.results}
-        out = [call for call in out if id(call) not in dead or
-               any(id(o) in used for o in call.outputs)]
+        out = _without_dead(out, {id(fn.calls[i]) for i in identities}, fn.results)
     return fn.with_calls(out)
+
+
+def _without_dead(calls: list[Call], dead: set[int], results) -> list[Call]:
+    """`calls` less the identities (ids in `dead`) whose results nothing reads, swept
+    from the end: a chain `(s + 0) + 0` feeding a recovered call goes whole (a forward
+    pass kept the first link, reading a value the rewrite removed)."""
+    used = {id(r) for r in results}
+    kept = []
+    for call in reversed(calls):
+        if id(call) in dead and not any(id(o) in used for o in call.outputs):
+            continue
+        kept.append(call)
+        used.update(id(v) for v in call.inputs if v is not None)
+    kept.reverse()
+    return kept
 
 
 class RecomposePass(FunctionPass):
