@@ -6,7 +6,7 @@ import numpy as np
 
 import legato
 from legato.ir.verify import verify
-from legato.passes.recompose import recompose
+from legato.passes.recompose import RecomposePass, recompose
 
 
 def run(module, *inputs):
@@ -39,5 +39,19 @@ def test_a_chain_of_zero_additions_inside_a_recovered_attention_goes_whole():
     back, _ = recompose(module)
     verify(back)
     assert [c.op for c in back.main.calls].count("nn.attention") == 1
+    for a, b in zip(run(module, *feeds), run(back, *feeds)):
+        np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-5)
+
+
+def test_multi_query_attention_left_to_matmul_broadcasting_is_a_miss_not_an_error():
+    """falcon's k and v have one head for q's four, broadcast by matmul; nn.attention
+    needs k's heads to equal q's, so the match is declined with its reason (make_call
+    raised a ShapeError out of recompose)."""
+    module, feeds = attention_module(k_heads=1, zero_adds=1)
+    recomposer = RecomposePass(["nn.attention"])
+    back = recomposer(module).module
+    verify(back)
+    assert "nn.attention" not in [c.op for c in back.main.calls]
+    assert "refuses" in str(recomposer.report.misses)
     for a, b in zip(run(module, *feeds), run(back, *feeds)):
         np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-5)

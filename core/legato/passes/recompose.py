@@ -27,7 +27,7 @@ import numpy as np
 
 from ..ir import Call, Const, Function, Module, Origin, TensorType, attr_key
 from ..ir.calls import make_call
-from ..ir.errors import ConfigError, quote
+from ..ir.errors import ConfigError, LegatoError, quote
 from ..plugins.context import context
 from .manager import FunctionPass, PassResult
 from .matching import (RTOL, Matcher, Rearranged, operand_kinds, plausible, region_problem,
@@ -507,7 +507,10 @@ class Recomposer:
         replaced = tuple(fn.calls[o].op for o in sorted(owners))
         origin = Origin(opdef.name, attrs, f"recompose of {len(owners)} calls",
                         ("recompose",) + replaced)
-        new = make_call(self.registry, opdef.name, inputs, attrs, origin)
+        try:  # the form may broadcast what the op does not (k with fewer heads than q)
+            new = make_call(self.registry, opdef.name, inputs, attrs, origin)
+        except LegatoError as err:
+            return f"the op refuses the region's inputs: {err}"
         if new.outputs[0].type != root_value.type:
             return f"the op gives {new.outputs[0].type}, the region {root_value.type}"
         new = Call(new.op, new.inputs, new.attrs, (root_value,), origin)
