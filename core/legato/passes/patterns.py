@@ -392,14 +392,18 @@ def signature(template: Template) -> tuple:
 
 def variants(opdef, attrs: dict) -> list[dict]:
     """`attrs` with each enumerable attribute (bool, string choice) set to every value,
-    and each float attribute also set to 1 (a scale of 1 writes no multiplication)."""
+    and each float attribute also set to 1 (a scale of 1 writes no multiplication). The
+    given values come first, so `attrs` itself is never past MAX_VARIANTS (grid_sample's
+    18 combinations lost bicubic with reflection padding, its own example's)."""
     choices = []
     for key, spec in opdef.attr_specs.items():
         kind = spec.type.rstrip("?")
+        own = attrs.get(key, spec.default)
         if kind == "bool":
-            choices.append([(key, False), (key, True)])
+            choices.append([(key, v) for v in sorted((False, True), key=lambda v: v != own)])
         elif kind.startswith("str:"):
-            choices.append([(key, v) for v in kind[4:].split("|")])
+            values = kind[4:].split("|")
+            choices.append([(key, v) for v in sorted(values, key=lambda v: v != own)])
         elif kind == "float" and (key in attrs or spec.default is not REQUIRED):
             choices.append([(key, attrs.get(key, spec.default)), (key, 1.0)])
     out = []
