@@ -19,7 +19,6 @@ the load average is printed first.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ if __name__ == "__main__":  # BLAS threads before numpy loads; c_kernels reads i
 
 import numpy as np  # noqa: E402
 
+from benchmarks.real_size import geomean  # noqa: E402
 from benchmarks.zoo import interleaved_medians, ort_session  # noqa: E402
 
 DEFAULT_MODELS = "bert,resnet50,mobilenetv2,vit,resnet50:int8,mobilenetv2:int8,bert:int8"
@@ -88,11 +88,6 @@ def scaling(path: Path, thread_counts, repeat: int) -> dict:
     got = np.asarray(compiled(*x.values()), dtype=np.float64)
     want = np.asarray(ort_session(path, 1).run(None, x)[0], dtype=np.float64)
     return {"ms": figures, "err": float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))}
-
-
-def geomean(values) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def report(named_paths: dict, thread_counts, repeat: int) -> None:
