@@ -90,7 +90,7 @@ def _solve_rearrangement(shape: tuple, chain: list[Call], inverse: tuple):
 
 
 class Env:
-    """One partial match: pattern values bound to graph values, pattern calls to graph
+    """One complete match: pattern values bound to graph values, pattern calls to graph
     calls (-1: absorbed into an operand tree), extra graph calls of operand trees."""
 
     __slots__ = ("binds", "calls", "taken", "extra")
@@ -98,13 +98,6 @@ class Env:
     def __init__(self, binds=None, calls=None, taken=frozenset(), extra=()):
         self.binds, self.calls = binds or {}, calls or {}
         self.taken, self.extra = taken, extra
-
-    def bind(self, pid, value) -> "Env":
-        return Env({**self.binds, pid: value}, self.calls, self.taken, self.extra)
-
-    def with_call(self, pi, gi, extra=()) -> "Env":
-        taken = self.taken | {gi} | set(extra) if gi >= 0 else self.taken | set(extra)
-        return Env(self.binds, {**self.calls, pi: gi}, taken, self.extra + tuple(extra))
 
     def region(self) -> set[int]:
         return {g for g in self.calls.values() if g >= 0} | set(self.extra)

@@ -71,11 +71,6 @@ class View:
     def single_use(self, value: Value) -> bool:
         return len(self.users.get(id(value), ())) == 1 and id(value) not in self.results
 
-    def made_by(self, value, op: str) -> Call | None:
-        index = self.producer.get(id(value))
-        call = None if index is None else self.calls[index]
-        return call if call is not None and call.op == op else None
-
 
 # --- expansion and canonical form ---------------------------------------------------------
 
