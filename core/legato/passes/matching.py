@@ -93,14 +93,19 @@ class Env:
     """One complete match: pattern values bound to graph values, pattern calls to graph
     calls (-1: absorbed into an operand tree), extra graph calls of operand trees."""
 
-    __slots__ = ("binds", "calls", "taken", "extra")
+    __slots__ = ("binds", "calls", "taken", "extra", "_region")
 
     def __init__(self, binds=None, calls=None, taken=frozenset(), extra=()):
         self.binds, self.calls = binds or {}, calls or {}
         self.taken, self.extra = taken, extra
+        self._region = None
 
     def region(self) -> set[int]:
-        return {g for g in self.calls.values() if g >= 0} | set(self.extra)
+        """The graph calls of the match (worked out once: the recovery asks often; the
+        caller does not change it)."""
+        if self._region is None:
+            self._region = {g for g in self.calls.values() if g >= 0} | set(self.extra)
+        return self._region
 
 
 def same_value(a, b) -> bool:
@@ -190,6 +195,7 @@ class Matcher:
         self._found: list = []
         self._limit = 1
         self._accept = None
+        self._pending = False  # the search stopped with a choice not yet tried
 
     def at(self, gi: int):
         """Matches of the template whose result is made by graph call `gi`, in order."""
@@ -197,6 +203,8 @@ class Matcher:
         if not found:
             return
         yield found[0]
+        if not self._pending:  # the search saw every choice: no other match
+            return
         more = self.find(gi, 4)  # a caller that asks again seldom asks for many
         yield from more[1:]
         if len(more) == 4:
@@ -211,6 +219,7 @@ class Matcher:
             return []
         k = self._result_at
         self._found, self._limit, self._accept = [], limit, accept
+        self._pending = False
         self._run((0, self.t.result, gc.outputs[k], None))
         return self._found
 
@@ -256,6 +265,7 @@ class Matcher:
                 for j in choices:
                     if self._run((0, first, gv[j],
                                   (1, others, gv[:j] + [None] + gv[j + 1:], rest))):
+                        self._pending = self._pending or j != choices[-1]
                         return True
                 return False
             if pv is None or gv is None:
@@ -322,8 +332,9 @@ class Matcher:
             if len(orders) == 1:
                 goals = _pairs(orders[0], g_ins, rest)
                 continue
-            for p_ins in orders:
+            for n, p_ins in enumerate(orders):
                 if self._run(_pairs(p_ins, g_ins, rest)):
+                    self._pending = self._pending or n < len(orders) - 1
                     return True
             return False
 
@@ -402,23 +413,29 @@ class Matcher:
         at once are passed over (a constant for a constant, a call of the op for a call
         not yet matched), which leaves the matches and their order as they were."""
         step = self._step[id(first)]
-        kind, want = step[0], None
+        kind = step[0]
+        if kind == PARAM:
+            have = self._binds.get(id(first))
+            if have is None:
+                return [j for j, gv in enumerate(g_leaves) if gv is not None]
+            # a parameter bound already takes only the value it has
+            return [j for j, gv in enumerate(g_leaves) if gv is not None and same_value(have, gv)]
         if kind == CONST:
-            want = _CONST_LEAF
-        elif kind in (CALL, TREE) and step[1] not in self._calls:
-            want = step[2].op
+            return [j for j, gv in enumerate(g_leaves) if isinstance(gv, Const)]
+        producer = self._producer
+        at = self._calls.get(step[1])
+        if at is not None:  # a call matched already takes only its own result
+            return [j for j, gv in enumerate(g_leaves)
+                    if gv is not None and producer.get(id(gv), -2) == at]
+        if kind == PERMUTED:
+            return [j for j, gv in enumerate(g_leaves) if gv is not None]
+        want, calls = step[2].op, self._gcalls
         out = []
         for j, gv in enumerate(g_leaves):
-            if gv is None:
-                continue
-            if want is _CONST_LEAF:
-                if not isinstance(gv, Const):
-                    continue
-            elif want is not None:
-                gi = self._producer.get(id(gv))
-                if gi is None or self._gcalls[gi].op != want:
-                    continue
-            out.append(j)
+            if gv is not None:
+                gi = producer.get(id(gv))
+                if gi is not None and calls[gi].op == want:
+                    out.append(j)
         return out
 
     def pattern_leaves(self, pi):
@@ -510,7 +527,6 @@ def plausible(need: tuple, have: list) -> bool:
 PARAM, CONST, PERMUTED, TREE, CALL = range(5)
 _BIND, _CALL, _INNER = range(3)  # what a trail record undoes
 _MISSING = object()
-_CONST_LEAF = object()
 
 
 def _pairs(p_ins, g_ins, rest):

@@ -1,0 +1,85 @@
+"""What the recomposition matcher skips without trying it (legato.passes.matching): a
+search that saw every choice is not run again for more matches, and an operand that
+cannot take a graph value (a parameter bound to another value, a call matched to another
+call) is not tried there. The matches found stay those of a full search."""
+import itertools
+
+import legato
+from legato.ir import TensorType
+from legato.passes.matching import Matcher
+from legato.passes.patterns import Form, build_view, trace
+
+REGISTRY = legato.context().registry
+T = TensorType((2, 3), "float32")
+
+
+def view_of(module):
+    fn = module.main
+    return build_view(REGISTRY, list(fn.calls), fn.params, fn.results, lambda op: False), fn
+
+
+def root_of(view):
+    """The view call that makes the function's result."""
+    return next(i for i, c in enumerate(view.calls) if id(c.outputs[0]) in view.results)
+
+
+class Counting(Matcher):
+    searches = 0
+
+    def find(self, gi, limit, accept=None):
+        self.searches += 1
+        return super().find(gi, limit, accept)
+
+
+def exp_times(b, x, y):
+    return b.multiply(b.exp(x), y)
+
+
+def test_a_match_with_no_choice_left_is_found_once_and_not_searched_again():
+    template = trace(REGISTRY, Form("multiply", exp_times, "test"), (T, T), {})
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+    view, fn = view_of(b.build(b.multiply(y, b.exp(x))))
+    matcher = Counting(template, view, set(), concrete=False)
+    envs = list(matcher.at(root_of(view)))
+    assert [tuple(e.binds[id(p)] for p in template.params) for e in envs] == [(x, y)]
+    assert matcher.searches == 1  # the only way the operands go was the one tried
+
+
+def square_times(b, x, y):
+    return b.multiply(b.multiply(x, y), x)
+
+
+def test_a_bound_parameter_takes_only_its_own_value():
+    """x*y*x on a*b*a: x takes a at both places; the matches are the assignments a
+    brute-force search over the product's operands accepts, in one order."""
+    template = trace(REGISTRY, Form("multiply", square_times, "test"), (T, T), {})
+    b = legato.GraphBuilder()
+    a, c = b.input("a", (2, 3)), b.input("c", (2, 3))
+    view, fn = view_of(b.build(b.exp(b.multiply(a, b.multiply(c, a)))))
+    root = next(i for i, call in enumerate(view.calls) if call.op == "multiply" and
+                view.users.get(id(call.outputs[0])) == [len(view.calls) - 1])
+    matcher = Counting(template, view, set(), concrete=False)
+    every = matcher.find(root, None)
+    # brute force: the graph's leaves a, c, a in every order against x, y, x
+    leaves = [a, c, a]
+    expected = sum(1 for order in itertools.permutations(range(3))
+                   if leaves[order[0]] is leaves[order[2]])
+    assert len(every) == expected == 2
+    assert {tuple(e.binds[id(p)] for p in template.params) for e in every} == {(a, c)}
+    assert [tuple(e.binds[id(p)] for p in template.params) for e in matcher.at(root)] == \
+        [(a, c), (a, c)]  # a choice was left after the first: the second is found too
+
+
+def test_an_operand_that_cannot_match_is_skipped():
+    """exp(x) * y on exp(a) * exp(b) where the template's exp must take the one exp whose
+    input is also the other operand's: no match, none tried past the operands."""
+    template = trace(REGISTRY, Form("multiply", lambda b, x: b.multiply(b.exp(x), x),
+                                    "test"), (T,), {})
+    b = legato.GraphBuilder()
+    a, c = b.input("a", (2, 3)), b.input("c", (2, 3))
+    view, _ = view_of(b.build(b.multiply(b.exp(a), c)))
+    assert Matcher(template, view, set(), concrete=False).find(root_of(view), None) == []
+    view, _ = view_of(b.build(b.multiply(a, b.exp(a))))
+    (env,) = Matcher(template, view, set(), concrete=False).find(root_of(view), None)
+    assert env.binds[id(template.params[0])] is a
