@@ -56,6 +56,30 @@ def test_qnn_add_matches_onnxruntime(dtype, a_shape, b_shape):
         np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("dtype, shape", [
+    (np.int8, (1, 2048, 7, 7)),   # ResNet-50's last residual: rows of 7, in runs of 16 Ki
+    (np.uint8, (3, 5, 1111)),     # one run and 281 more
+])
+def test_dense_qnn_add_in_runs_matches_cpu_ref_and_onnxruntime_off_ties(dtype, shape):
+    """Dense operands run as one stretch in runs of 16 Ki elements, not row by row. Equal
+    to cpu_ref's add; onnxruntime 1.32 rounds some exact ties (x.5) of large inputs up, not
+    to even (-103.5 -> -103), so it is compared off the ties."""
+    from legato_cpu_ref import quantized
+    rng = np.random.default_rng(11)
+    for trial in range(3):
+        a, b = rand_q(rng, dtype, shape), rand_q(rng, dtype, shape)
+        a_s, b_s, y_s = (np.float32(rng.uniform(lo, hi)) for lo, hi in
+                         ((0.01, 0.2), (0.01, 0.2), (0.02, 0.3)))
+        a_z, b_z, y_z = (rand_q(rng, dtype, ()) for _ in range(3))
+        got = qnn_elementwise.qnn_add(a, a_s, a_z, b, b_s, b_z, y_s, y_z)
+        np.testing.assert_array_equal(got, quantized.add(a, a_s, a_z, b, b_s, b_z, y_s, y_z))
+        exact = (a.astype(np.float64) - a_z) * (a_s / y_s) \
+            + (b.astype(np.float64) - b_z) * (b_s / y_s) + y_z
+        off_tie = np.abs(exact - np.floor(exact) - 0.5) > 1e-3
+        want = run_qlinear_add(a, a_s, a_z, b, b_s, b_z, y_s, y_z)
+        np.testing.assert_array_equal(got[off_tie], want[off_tie])
+
+
 def test_qnn_add_saturates_and_rounds_ties_to_even():
     a = np.array([0, 1, 3, 5, 127, -128], np.int8)
     b = np.array([0, 0, 0, 0, 127, -128], np.int8)
