@@ -17,8 +17,8 @@ from ..ir import CALL_OP, Call, Const, Function, Module, Value
 from ..ir.calls import Emitter
 from ..ir.errors import LegatoError
 from ..ops import REGISTRY
-from ..ops.layout_rules import (LAYOUTS, Perm, compose_perms, inverse_perm, layout_perm,
-                                propagate)
+from ..ops.layout_rules import (LAYOUTS, Perm, compose_perms, data_layout, inverse_perm,
+                                layout_perm, propagate)
 from .manager import FunctionPass
 
 __all__ = ["LAYOUTS", "ConvertLayout", "convert_layout", "layout_perm",
@@ -82,12 +82,43 @@ def _default(ctx: _Context, call: Call):
     return [(o, None) for o in new.outputs]
 
 
+def _elementwise(ctx: _Context, call: Call):
+    """An elementwise op carries the perm (layout_rules.propagate). An operand of one value
+    (a scalar, or a size-1 vector: a quantized op's scale or zero point) passes as it is,
+    since every layout broadcasts it alike and a quantized op needs it to stay one value.
+    An `axis` attribute (the axis per-axis quantization parameters run along) follows the
+    perm, and the op's lower-rank operands, indexed along it, pass as they are."""
+    perm = next((ctx.get(v)[1] for v in call.inputs if v is not None and
+                 ctx.get(v)[1] is not None), None)
+    along = "axis" in call.attrs
+    if perm is None or call.outputs[0].rank != len(perm):
+        return None
+    inputs = []
+    for v in call.inputs:
+        if v is not None and v.rank == len(perm):
+            inputs.append(ctx.in_perm(v, perm))
+        elif v is None or along or v.type.size == 1:
+            inputs.append(ctx.original(v))
+        else:  # a broadcast operand of lower rank: propagate aligns constants
+            return propagate(ctx, call)
+    attrs = {"axis": perm[call.attrs["axis"] % len(perm)]} if along else {}
+    new = ctx.emit(call, inputs, **attrs)
+    return [(o, perm) for o in new.outputs]
+
+
 def _rule_for(ctx: _Context, call: Call):
+    """The op's own rule; else from its definition: an op with a `data_layout` attribute
+    runs in the target layout (its data is its first input, as for the convolutions and
+    pools), an elementwise op carries the perm unless an integer attribute other than
+    `axis` (a shape, axes) would need a rule of its own."""
     opdef = ctx.registry.get(call.op)
     rule = getattr(opdef, "layout_rule", None)
-    if rule is None and opdef.elementwise and not any(
-            "int" in spec.type for spec in opdef.attr_specs.values()):
-        rule = propagate  # an axis or shape attribute would need a rule of its own
+    specs = opdef.attr_specs
+    if rule is None and "data_layout" in specs:
+        rule = data_layout
+    elif rule is None and opdef.elementwise and not any(
+            spec.type.startswith("int") for key, spec in specs.items() if key != "axis"):
+        rule = _elementwise
     return rule
 
 
