@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import int_casts, int_matmul, int_native, integers, quantized, quantized_softmax, rules, \
-    scatter, sorting, trig
+from . import int_casts, int_matmul, int_native, integers, quantize_cast, quantized, \
+    quantized_softmax, rules, scatter, sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
 
@@ -279,6 +279,7 @@ def capability_tables(profile=DEFAULT, output_stage: str = "rescale") -> dict:
     if "pro_int" in profile:
         rule_table.update(quantized.rules_for(output_stage))
         rule_table.update(quantized_softmax.RULES)
+        rule_table.update(quantize_cast.RULES)
         rule_table.update(int_native.RULES)
         rule_table["matmul"] = int_matmul.matmul  # int32: int8 MATMULs of its bytes
     return {"legal": {op: row.condition() for op, row in table.items()}, "rules": rule_table}
@@ -303,5 +304,5 @@ def table() -> str:
               for op, row in sorted(INT_TOSA.items())]
     lines += [f"| `{op}` (pro_int) | rule `{fn.__name__}` | | |"
               for op, fn in sorted({**quantized.RULES, **quantized_softmax.RULES,
-                                    **int_native.RULES}.items())]
+                                    **quantize_cast.RULES, **int_native.RULES}.items())]
     return "\n".join(lines)
