@@ -6,10 +6,15 @@
 The models are benchmarks/real_size.py's (exported once and cached there). Each figure comes
 from a fresh process that has already imported legato, onnx and onnxruntime, so it holds only
 the call: `legato.frontends.onnx.load(path)` or `onnxruntime.InferenceSession(path)` (one
-thread, as real_size.py's session). legato's plugins are loaded first, once per process
-(`legato.context()`, the `plugins s` column), and left out of the import's figure; `cold`
-is the ratio with them counted. Rounds interleave the two, so load from other processes
-falls on both alike; the medians and their ratio are printed with the load average.
+thread, as real_size.py's session). Before the timer both processes do their setup, timed
+as the `setup s` column for legato: legato's plugins, loaded once per process
+(`legato.context()`), and for both one full garbage collection (`gc.collect()`). That pass
+walks every object the module imports left (about 200,000): Python runs it on whatever code
+first allocates enough after the imports, so without it the first import is charged
+0.1-0.3 s in proportion to what was imported, not to the model, and onnxruntime (whose
+session allocates few Python objects) is not. `cold` is the import's ratio with the setup
+counted. Rounds interleave the two, so load from other processes falls on both alike; the
+medians and their ratio are printed with the load average.
 
 Memory: `peak MB` is the most the process's resident memory rose above where it stood
 before the call (the kernel's high-water mark, reset just before it), beside the weights'
@@ -52,29 +57,45 @@ def _reset_peak() -> None:
         pass
 
 
-def measure(what: str, path: str) -> dict:
-    """Seconds and peak memory rise of one import or session creation (the child's half)."""
-    import onnx  # noqa: F401  (imported up front, like onnxruntime)
-    import onnxruntime
+def setup(what: str) -> float:
+    """Seconds of the process's setup before a timed import or session (see the docstring):
+    legato's plugins (for legato) and one full garbage collection (for both)."""
+    import gc
 
     import legato
-    from benchmarks.zoo import ort_session
-    from legato.frontends import onnx as onnx_frontend
-    onnxruntime.set_default_logger_severity(3)
     start = time.perf_counter()
     if what == "legato":
-        legato.context()  # the plugins, loaded once per process: not the import's own cost
-    setup = time.perf_counter() - start
-    call = (lambda: onnx_frontend.load(path)) if what == "legato" else \
-        (lambda: ort_session(path, 1))
+        legato.context()
+    gc.collect()
+    return time.perf_counter() - start
+
+
+def timed_import(what: str, path: str, threads: int = 1):
+    """(result, seconds, peak MB rise) of legato's import or onnxruntime's session creation
+    of `path`, after `setup(what)` was done."""
+    from benchmarks.zoo import ort_session
+    from legato.frontends import onnx as onnx_frontend
+    call = (lambda: onnx_frontend.load(str(path))) if what == "legato" else \
+        (lambda: ort_session(path, threads))
     before = _status_mb("VmRSS")
     _reset_peak()
     start = time.perf_counter()
     result = call()
     seconds = time.perf_counter() - start
-    peak = _status_mb("VmHWM") - before
+    return result, seconds, _status_mb("VmHWM") - before
+
+
+def measure(what: str, path: str) -> dict:
+    """Seconds and peak memory rise of one import or session creation (the child's half)."""
+    import onnx  # noqa: F401  (imported up front, like onnxruntime)
+    import onnxruntime
+
+    import legato  # noqa: F401
+    onnxruntime.set_default_logger_severity(3)
+    setup_s = setup(what)
+    result, seconds, peak = timed_import(what, path)
     del result
-    return {"s": seconds, "setup_s": setup, "peak_mb": peak}
+    return {"s": seconds, "setup_s": setup_s, "peak_mb": peak}
 
 
 def child(what: str, name: str) -> dict:
@@ -85,28 +106,40 @@ def child(what: str, name: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def figures(name: str, rounds: int) -> dict:
+    """Medians over `rounds` interleaved rounds of fresh processes: import and session
+    seconds (`import_s`, `ort_s`), legato's setup seconds (`setup_s`), peak memory rises
+    (`peak_mb`, `ort_mb`) and the weights' size (`weights_mb`). RuntimeError from a child
+    that failed."""
+    model_file(name)
+    runs: dict[str, list[dict]] = {"legato": [], "ort": []}
+    for _ in range(rounds):
+        for what in runs:
+            runs[what].append(child(what, name))
+
+    def median(what, key):
+        return statistics.median(r[key] for r in runs[what])
+    return {"import_s": median("legato", "s"), "ort_s": median("ort", "s"),
+            "setup_s": median("legato", "setup_s"), "peak_mb": median("legato", "peak_mb"),
+            "ort_mb": median("ort", "peak_mb"),
+            "weights_mb": model_file(name).stat().st_size / 2**20}
+
+
 def report(names, rounds: int) -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of "
           f"{rounds} interleaved round(s), a fresh process per figure", flush=True)
-    print(f"{'model':14}{'import s':>9}{'ORT s':>8}{'ratio':>7}{'plugins s':>10}{'cold':>6}"
+    print(f"{'model':14}{'import s':>9}{'ORT s':>8}{'ratio':>7}{'setup s':>10}{'cold':>6}"
           f"{'peak MB':>9}{'ORT MB':>8}{'weights':>9}{'peak/w':>8}", flush=True)
     for name in names:
-        model_file(name)
-        runs: dict[str, list[dict]] = {"legato": [], "ort": []}
         try:
-            for _ in range(rounds):
-                for what in runs:
-                    runs[what].append(child(what, name))
+            f = figures(name, rounds)
         except RuntimeError as err:
             print(f"{name:14} error: {str(err)[:200]}", flush=True)
             continue
-        s = {w: statistics.median(r["s"] for r in runs[w]) for w in runs}
-        setup = statistics.median(r["setup_s"] for r in runs["legato"])
-        mb = {w: statistics.median(r["peak_mb"] for r in runs[w]) for w in runs}
-        weights = model_file(name).stat().st_size / 2**20
-        print(f"{name:14}{s['legato']:9.3f}{s['ort']:8.3f}{s['legato'] / s['ort']:7.2f}"
-              f"{setup:10.2f}{(s['legato'] + setup) / s['ort']:6.2f}{mb['legato']:9.0f}{mb['ort']:8.0f}{weights:9.0f}{mb['legato'] / weights:8.2f}",
-              flush=True)
+        print(f"{name:14}{f['import_s']:9.3f}{f['ort_s']:8.3f}{f['import_s'] / f['ort_s']:7.2f}"
+              f"{f['setup_s']:10.2f}{(f['import_s'] + f['setup_s']) / f['ort_s']:6.2f}"
+              f"{f['peak_mb']:9.0f}{f['ort_mb']:8.0f}{f['weights_mb']:9.0f}"
+              f"{f['peak_mb'] / f['weights_mb']:8.2f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
 
 
@@ -114,10 +147,11 @@ def profile(name: str, top: int) -> None:
     import cProfile
     import pstats
 
-    import legato
+    import onnx  # noqa: F401  (as measure() has it imported)
+
     from legato.frontends import onnx as onnx_frontend
     path = str(model_file(name))
-    legato.context()
+    setup("legato")
     profiler = cProfile.Profile()
     profiler.runcall(onnx_frontend.load, path)
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)

@@ -11,10 +11,15 @@ and ConvNeXt-tiny (224^2). Each is exported to ONNX once (opset 17) and cached u
 $LEGATO_BENCH_CACHE (default ~/.cache/legato-bench), named by a key of its settings and the
 torch / transformers versions.
 
-Per model, in a child process of its own (so its peak memory is its own):
-  import      legato's ONNX import (s) against onnxruntime's session creation (s)
-  compile     legato.compile(module, "c_kernels") (s)
-  peak MB     the child's peak resident memory after import and compile, beside the
+Per model:
+  import      legato's ONNX import (s) against onnxruntime's session creation (s), measured
+              as benchmarks/import_speed.py measures them (one round of its fresh processes:
+              the call alone, after the process's setup)
+  setup       that setup (s): legato's plugins, loaded once per process, and one full
+              garbage collection of what the module imports left (see import_speed.py)
+  compile     legato.compile(module, "c_kernels") (s), in a child process of its own (so
+              its peak memory is its own)
+  peak MB     that child's peak resident memory after import and compile, beside the
               weights' size on disk
 Then latency, median ms of one forward pass in interleaved rounds (each runtime in turn, so
 load from other processes falls on all alike) at each thread count (default 1, 2 and every
@@ -110,35 +115,31 @@ def model_file(name: str) -> Path:
 
 
 def build_costs(name: str) -> dict:
-    """Import, session and compile seconds and peak memory, measured in this process (the
-    child's half of `costs`)."""
-    import onnxruntime
-
+    """Compile seconds and peak memory after import and compile, measured in this process
+    (the child's half of `costs`)."""
     import legato
     from legato.frontends import onnx as onnx_frontend
-    onnxruntime.set_default_logger_severity(3)
     path = model_file(name)
-    start = time.perf_counter()
     module = onnx_frontend.load(str(path))
-    imported = time.perf_counter()
+    start = time.perf_counter()
     legato.compile(module, "c_kernels")
-    compiled = time.perf_counter()
-    peak_mb = _peak_mb()
-    start_ort = time.perf_counter()
-    ort_session(path, 1)
-    return {"import_s": imported - start, "compile_s": compiled - imported,
-            "ort_session_s": time.perf_counter() - start_ort, "peak_mb": peak_mb,
+    return {"compile_s": time.perf_counter() - start, "peak_mb": _peak_mb(),
             "weights_mb": path.stat().st_size / 2**20}
 
 
 def costs(name: str) -> dict:
-    """build_costs of `name` in a fresh process, so the peak memory is this model's alone."""
+    """build_costs of `name` in a fresh process, so the peak memory is this model's alone,
+    with the import and session figures of import_speed.py (one round)."""
+    from benchmarks.import_speed import figures
     model_file(name)  # the export's memory is not the import's
     done = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
                           text=True, check=False)
     if done.returncode:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else "child failed")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    imported = figures(name, 1)
+    return {**found, "import_s": imported["import_s"], "ort_session_s": imported["ort_s"],
+            "setup_s": imported["setup_s"]}
 
 
 def latencies(name: str, thread_counts, repeat: int, eager: bool) -> dict:
@@ -179,7 +180,8 @@ def geomean(values) -> float:
 
 
 def report(names, thread_counts, repeat, eager) -> list[str]:
-    head = (f"{'model':14}{'import s':>9}{'ORT s':>7}{'ratio':>7}{'compile s':>10}{'peak MB':>9}"
+    head = (f"{'model':14}{'import s':>9}{'ORT s':>7}{'ratio':>7}{'setup s':>8}{'compile s':>10}"
+            f"{'peak MB':>9}"
             f"{'weights':>9}" + "".join(f"{f'c/ORT {t}t':>10}" for t in thread_counts) +
             "".join(f"{f'c/eager {t}t':>12}" for t in thread_counts if eager) + f"{'err':>9}")
     lines = [head]
@@ -197,7 +199,8 @@ def report(names, thread_counts, repeat, eager) -> list[str]:
             ratios[t].append(ms[t]["c_kernels"] / ms[t]["onnxruntime"])
         lines.append(
             f"{name:14}{c['import_s']:9.2f}{c['ort_session_s']:7.2f}"
-            f"{c['import_s'] / c['ort_session_s']:7.2f}{c['compile_s']:10.2f}{c['peak_mb']:9.0f}"
+            f"{c['import_s'] / c['ort_session_s']:7.2f}{c['setup_s']:8.2f}{c['compile_s']:10.2f}"
+            f"{c['peak_mb']:9.0f}"
             f"{c['weights_mb']:9.0f}" +
             "".join(f"{ms[t]['c_kernels'] / ms[t]['onnxruntime']:10.2f}" for t in thread_counts) +
             "".join(f"{ms[t]['c_kernels'] / ms[t]['eager']:12.2f}"
@@ -206,7 +209,7 @@ def report(names, thread_counts, repeat, eager) -> list[str]:
             f"{t}t c {ms[t]['c_kernels']:.1f} ORT {ms[t]['onnxruntime']:.1f}" +
             (f" eager {ms[t]['eager']:.1f}" if eager else "") for t in thread_counts))
         print("\n".join(lines[-2:]), flush=True)
-    lines.append(f"{'geomean c/ORT':14}" + " " * 51 +
+    lines.append(f"{'geomean c/ORT':14}" + " " * 59 +
                  "".join(f"{geomean(ratios[t]):10.2f}" for t in thread_counts))
     print(lines[-1], flush=True)
     return lines

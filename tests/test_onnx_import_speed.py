@@ -157,15 +157,45 @@ def test_shape_errors_are_worded_as_before(dims, error):
     assert check_shape([np.int64(2), 3], "w") == (2, 3)
 
 
-def test_the_schema_warm_up_thread_ends_with_the_first_import():
-    # onnx builds its schema table on a thread while the model is read; load() joins it
-    script = ("import threading\nfrom onnx import helper\nfrom legato.frontends import onnx as lonnx\n"
+def test_the_importer_never_builds_onnx_schema_table():
+    # the worker builds it (7 MB, 30-50 ms) and answers the schemas a model uses; no thread
+    # is left behind either
+    script = ("import threading\nimport onnx.defs\n"
+              "def refuse(*a): raise RuntimeError('built here')\n"
+              "onnx.defs.get_schema = refuse\n"
+              "from legato.frontends import onnx as lonnx\n"
               "from tests.test_onnx_import_speed import old_model\n"
               "print(lonnx.load(old_model()).main.results[0].type.shape)\n"
               "print(sorted(t.name for t in threading.enumerate()))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.splitlines() == ["(1, 2)", "['MainThread']"], done.stderr
+
+
+SCHEMA_CASES = [("Conv", 17), ("Pad", 11), ("Pad", 18), ("Resize", 19), ("Gemm", 17),
+                ("LSTM", 14), ("Split", 18), ("Cast", 13), ("If", 16), ("Relu", 5),
+                ("NoSuchOp", 17), ("LayerNormalization", 13)]
+
+
+def test_schemas_from_the_worker_are_onnx_schemas():
+    from legato.frontends.onnx.worker import lookup_schemas
+    pairs = [list(p) for p in SCHEMA_CASES]
+    found = isolate.worker_schemas(pairs)
+    assert found == lookup_schemas(pairs, onnx.defs)
+    assert found[-2] is None and found[-1] is None   # no such op (at that opset)
+    conv = found[0]
+    want = onnx.defs.get_schema("Conv", 17, "")
+    assert conv["attributes"]["group"] == [int(want.attributes["group"].type.value), False]
+    assert conv["inputs"][2] == ["B", True] and conv["max_input"] == 3
+
+
+def test_without_the_worker_schemas_are_read_here(monkeypatch):
+    from legato.frontends.onnx import check
+    monkeypatch.setattr(check, "worker_schemas", lambda pairs: None)
+    monkeypatch.setattr(check, "_SCHEMAS", {})
+    assert lonnx.load(old_model()).main.results[0].type.shape == (1, 2)
+    test_schema_errors_are_worded_as_before()
+    assert ("Relu", 17) in check._SCHEMAS
 
 
 @pytest.mark.parametrize("value", [[], (), (5,), [1, -2], [0] * 6, [0] * 7, (1,) * 6,
@@ -213,3 +243,78 @@ def test_a_shape_chain_repeated_per_layer_is_folded_once(monkeypatch):
     import legato
     got = legato.compile(module, "cpu_ref")(x)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def padded_conv_layers(channels=(3, 4, 6), pads=((0, 1, 0, 1), (1, 1, 1, 1))):
+    """Convolutions each preceded by the padding chain HF's MobileNetV2 exports (a Constant
+    for every operand, ConstantOfShape, Concat, Reshape, a reversing Slice, Transpose,
+    Cast, Pad), then Clip(0, 6) with Constant bounds; a last Constant of each other form
+    (value_float, value_ints) added to the output."""
+    rng = np.random.default_rng(1)
+    ints, nodes, inits = onnx.TensorProto.INT64, [], []
+
+    def const(name, value, dtype=np.int64):
+        nodes.append(helper.make_node("Constant", [], [name], name=name,
+                                      value=numpy_helper.from_array(np.array(value, dtype))))
+    x = "x"
+    for i, (c_in, c_out) in enumerate(zip(channels, channels[1:])):
+        pad = pads[i % len(pads)]
+        const(f"n{i}", [4])
+        const(f"p{i}", list(pad))
+        const(f"r{i}", [-1, 2])
+        const(f"s{i}", [-1]), const(f"e{i}", [-2 ** 63 + 1]), const(f"a{i}", [0])
+        const(f"t{i}", [-1]), const(f"flat{i}", [-1]), const(f"v{i}", 0.0, np.float32)
+        nodes += [helper.make_node("ConstantOfShape", [f"n{i}"], [f"z{i}"],
+                                   value=helper.make_tensor("v", ints, [1], [0])),
+                  helper.make_node("Concat", [f"p{i}", f"z{i}"], [f"c{i}"], axis=0),
+                  helper.make_node("Reshape", [f"c{i}", f"r{i}"], [f"rs{i}"]),
+                  helper.make_node("Slice", [f"rs{i}", f"s{i}", f"e{i}", f"a{i}", f"t{i}"],
+                                   [f"sl{i}"]),
+                  helper.make_node("Transpose", [f"sl{i}"], [f"tr{i}"], perm=[1, 0]),
+                  helper.make_node("Reshape", [f"tr{i}", f"flat{i}"], [f"fl{i}"]),
+                  helper.make_node("Cast", [f"fl{i}"], [f"pads{i}"], to=ints),
+                  helper.make_node("Pad", [x, f"pads{i}", f"v{i}"], [f"xp{i}"],
+                                   mode="constant")]
+        w = rng.standard_normal((c_out, c_in, 3, 3)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(c_out).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Conv", [f"xp{i}", f"w{i}", f"b{i}"], [f"y{i}"],
+                                      kernel_shape=[3, 3], strides=[2, 2]))
+        const(f"lo{i}", 0.0, np.float32), const(f"hi{i}", 6.0, np.float32)
+        nodes.append(helper.make_node("Clip", [f"y{i}", f"lo{i}", f"hi{i}"], [f"x{i + 1}"]))
+        x = f"x{i + 1}"
+    nodes += [helper.make_node("Constant", [], ["k"], value_float=0.5),
+              helper.make_node("Constant", [], ["shape"], value_ints=[1, -1]),
+              helper.make_node("Add", [x, "k"], ["sum"]),
+              helper.make_node("Reshape", ["sum", "shape"], ["y"])]
+    return model(nodes, [tensor("x", [1, channels[0], 16, 16])], [tensor("y", None)], inits,
+                  opset=17)
+
+
+def test_constant_nodes_import_as_their_converter_makes_them(monkeypatch):
+    # Constant nodes of a tensor take a short path (538 of MobileNetV2's 1051 nodes); the
+    # module printed must be the one the converter gives, and run as onnxruntime does
+    from legato.frontends.onnx.importer import _Importer
+    from legato.ir.graph import print_module
+    proto = padded_conv_layers()
+    fast = lonnx.load(proto)
+    with monkeypatch.context() as patch:
+        patch.setattr(_Importer, "constant", lambda self, node: False)
+        slow = lonnx.load(proto)
+    assert print_module(fast) == print_module(slow)
+    import legato
+    import onnxruntime as ort
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.asarray(legato.compile(fast, "cpu_ref")(x)), want,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_refused_constant_is_refused_as_before():
+    bad = helper.make_tensor("v", onnx.TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    bad.dims[0] = 4   # declares 4 values, holds 3
+    node = helper.make_node("Constant", [], ["c"], name="k", value=bad)
+    with pytest.raises(LegatoError, match=r"^Constant node 'k': attribute 'value': declares "
+                                          r"shape \[4\] of float32"):
+        lonnx.load(model([node], [], [tensor("c", None)], opset=17))

@@ -9,11 +9,10 @@ integer. Tensor data is checked by `tensors`.
 """
 from __future__ import annotations
 
-import functools
-import threading
-
 from ...ir.errors import LegatoError
+from .isolate import worker_schemas
 from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
+from .worker import lookup_schemas, schema_fields
 
 
 def check_opset_range(opset) -> None:
@@ -63,6 +62,7 @@ def check_graph(graph, opset: int) -> None:
     declared shapes bounded and tensor metadata consistent."""
     if len(graph.sparse_initializer):
         raise LegatoError("the model has sparse initializers: legato imports dense ones only")
+    prefetch_schemas(graph, opset)
     defined = _check_graph_inputs(graph)
     for index, node in enumerate(graph.node):
         where = f"{node.op_type} node {quote(node.name or f'#{index}')}"
@@ -158,21 +158,19 @@ def check_node(node, opset: int, where: str) -> None:
 
 
 class Schema:
-    """What the checks read of an onnx OpSchema, read once: onnx rebuilds the attribute
-    table and parameter lists on every access, which cost more than the checks themselves.
-    `attributes` maps each name to (AttributeProto type code, required); `inputs` and
-    `outputs` list each formal parameter as (name, optional)."""
+    """What the checks read of an onnx OpSchema (worker.schema_fields), read once: onnx
+    rebuilds the attribute table and parameter lists on every access, which cost more than
+    the checks themselves. `attributes` maps each name to (AttributeProto type code,
+    required); `inputs` and `outputs` list each formal parameter as (name, optional)."""
 
-    def __init__(self, schema):
-        from onnx.defs import OpSchema
-        optional = OpSchema.FormalParameterOption.Optional
-        self.since_version = schema.since_version
-        self.attributes = {name: (int(spec.type.value), spec.required)
-                           for name, spec in schema.attributes.items()}
-        self.inputs = [(p.name, p.option == optional) for p in schema.inputs]
-        self.outputs = [(p.name, p.option == optional) for p in schema.outputs]
-        self.min_input, self.max_input = schema.min_input, schema.max_input
-        self.min_output, self.max_output = schema.min_output, schema.max_output
+    def __init__(self, fields: dict):
+        self.since_version = fields["since_version"]
+        self.attributes = {name: (code, required)
+                           for name, (code, required) in fields["attributes"].items()}
+        self.inputs = [(name, optional) for name, optional in fields["inputs"]]
+        self.outputs = [(name, optional) for name, optional in fields["outputs"]]
+        self.min_input, self.max_input = fields["min_input"], fields["max_input"]
+        self.min_output, self.max_output = fields["min_output"], fields["max_output"]
 
 
 def node_schema(node, opset: int) -> Schema | None:
@@ -184,38 +182,59 @@ def node_schema(node, opset: int) -> Schema | None:
             return schema
     from .convert import converter_of
     known = converter_of(node.domain, node.op_type)
-    return None if known is None or known.schema is None else Schema(known.schema())
+    return None if known is None or known.schema is None else \
+        Schema(schema_fields(known.schema()))
 
 
-_WARMED: list = []
+# (op type, opset) -> Schema or None, of onnx's default domain; at most MAX_CACHED
+_SCHEMAS: dict[tuple[str, int], Schema | None] = {}
+MAX_CACHED = 4096
+_BODIES = ("If", "Loop", "Scan")   # the ops whose attributes hold graphs
 
 
-def warm_schemas():
-    """On a process's first import: a started thread that has onnx build its operator
-    schemas (tens of milliseconds, spent outside the GIL) while the caller reads the model,
-    else None. The caller joins it; a lookup made meanwhile waits for the build."""
-    if _WARMED:
-        return None
-    _WARMED.append(True)
-    thread = threading.Thread(target=_build_schemas, daemon=True, name="legato-onnx-schemas")
-    thread.start()
-    return thread
+def prefetch_schemas(graph, opset: int) -> None:
+    """Have the worker read the schemas of the graph's default-domain ops in one request,
+    so this process never builds onnx's schema table (30-50 ms and 7 MB). Where it
+    cannot answer, `_onnx_schema` reads them here."""
+    wanted = sorted(op for op in _default_ops(graph) if (op, opset) not in _SCHEMAS)
+    if not wanted:
+        return
+    found = worker_schemas([[op, opset] for op in wanted])
+    if found is None:
+        return
+    if len(_SCHEMAS) + len(wanted) > MAX_CACHED:
+        _SCHEMAS.clear()
+    for op, fields in zip(wanted, found):
+        _SCHEMAS[op, opset] = None if fields is None else Schema(fields)
 
 
-def _build_schemas() -> None:
-    try:
-        _onnx_schema("Relu", 14)   # any op: the whole table is built on first use
-    except ImportError:
-        pass   # no onnx: the importer says so
+def _default_ops(graph, depth: int = 0) -> set[str]:
+    """The default-domain op types of `graph` and of its control-flow bodies (those nested
+    too deep are left to the checks, which refuse them)."""
+    ops = {n.op_type for n in graph.node if n.domain in ("", "ai.onnx")}
+    if depth < 32 and not ops.isdisjoint(_BODIES):
+        for node in graph.node:
+            if node.op_type in _BODIES:
+                for attr in node.attribute:
+                    for body in [attr.g] if attr.type == attr.GRAPH else attr.graphs:
+                        ops |= _default_ops(body, depth + 1)
+    return ops
 
 
-@functools.lru_cache(maxsize=4096)
 def _onnx_schema(op_type: str, opset: int) -> Schema | None:
+    key = (op_type, opset)
+    if key not in _SCHEMAS:
+        if len(_SCHEMAS) >= MAX_CACHED:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = _local_schema(op_type, opset)
+    return _SCHEMAS[key]
+
+
+def _local_schema(op_type: str, opset: int) -> Schema | None:
+    """The schema as this process's onnx reads it (building its schema table)."""
     from onnx import defs
-    try:
-        return Schema(defs.get_schema(op_type, opset, ""))
-    except Exception:  # noqa: BLE001 - SchemaError: the op does not exist at this opset
-        return None
+    found = lookup_schemas([(op_type, opset)], defs)[0]
+    return None if found is None else Schema(found)
 
 
 def _check_split(node, where: str) -> None:

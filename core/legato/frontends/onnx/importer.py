@@ -25,7 +25,7 @@ from ...ir.verify import verify
 from ..common.fold import (FOLD_MAX_ELEMENTS, fold_calls, foldable, is_symbolic_const,
                            shape_const)
 from . import converters  # noqa: F401  (every converter registers)
-from .check import check_graph, check_opset_range, check_text, warm_schemas
+from .check import check_graph, check_opset_range, check_text
 from .convert import Node, Refused, converter_of, onnx_dtype
 from .isolate import run_isolated, start_worker, without_large_data
 from .sizes import with_sizes_computed
@@ -62,8 +62,7 @@ def load(model, input_shapes: Mapping | None = None, *, base_dir=None,
 def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None,
                     registry=None):
     """(module, nodes): `nodes` lists (ONNX op type, node name, legato ops it became)."""
-    start_worker()  # it starts up while the model is read and checked
-    warming = warm_schemas()  # and onnx's schemas are built meanwhile
+    start_worker()  # it starts up (building onnx's schemas) while the model is read
     weights = None
     try:
         proto, base_dir, weights = read_model(model, base_dir)
@@ -71,8 +70,6 @@ def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None
     finally:
         if weights is not None:
             weights.close()
-        if warming is not None:
-            warming.join()
 
 
 def _import(proto, base_dir, weights, input_shapes, registry):
@@ -503,6 +500,8 @@ class _Importer:
         return self.env[name]
 
     def convert(self, proto) -> None:
+        if proto.op_type == "Constant" and self.constant(proto):
+            return
         env = self.env
         if not all(n in env for n in proto.input if n):
             missing = next(n for n in proto.input if n and n not in env)
@@ -540,6 +539,24 @@ class _Importer:
                 self.env[name] = value
         if folded and key is not None:
             self.folded[key] = results
+
+    def constant(self, proto) -> bool:
+        """A Constant node holding a tensor, made a constant here without the converter's
+        per-node machinery (exports hold hundreds of them); False for any other form, or
+        where its tensor is refused, for `convert` to convert (or refuse) as usual."""
+        if proto.domain not in DEFAULT_DOMAINS or len(proto.attribute) != 1 or \
+                len(proto.output) != 1 or not proto.output[0]:
+            return False
+        attr = proto.attribute[0]
+        if attr.name != "value" or attr.type != attr.TENSOR or attr.ref_attr_name:
+            return False
+        try:
+            value = Const.of(tensor_array(attr.t, "attribute 'value'"), copy=False)
+        except LegatoError:
+            return False
+        self.nodes.append((proto.op_type, proto.name or "<unnamed Constant>", []))
+        self.env[proto.output[0]] = value
+        return True
 
     def subgraph(self, graph, bound: Mapping[str, Value]) -> list[Value]:
         """The outputs of a control-flow body `graph` converted inline: its inputs are

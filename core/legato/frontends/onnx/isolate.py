@@ -7,11 +7,14 @@ whose `num_outputs` differs from its outputs aborts shape inference). Every valu
 operator cannot be checked up front, so the passes run in a long-lived worker process
 (`worker.py`), started on first use and restarted after a crash. The worker is sent
 the model without the data of large tensors (shapes do not depend on weights); the
-converter's result gets that data back by tensor name.
+converter's result gets that data back by tensor name. The worker also answers the
+operator schemas the importer's checks read (`worker_schemas`), so that onnx's schema table
+is built in the worker alone.
 """
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import subprocess
 import sys
@@ -64,8 +67,10 @@ class _Worker:
             path = os.pathsep.join(p for p in sys.path if p and Path(p) != WORKER.parent)
             env = dict(os.environ, PYTHONPATH=path)
             try:
-                self.process = subprocess.Popen([sys.executable, "-c", BOOT, str(WORKER),
-                                                 _extension()],
+                # -S: no site module (its .pth files' import hooks take most of a bare
+                # interpreter's start); PYTHONPATH still finds the onnx package if needed
+                self.process = subprocess.Popen([sys.executable, "-S", "-c", BOOT,
+                                                 str(WORKER), _extension()],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 stderr=subprocess.DEVNULL, env=env)
             except OSError as err:
@@ -128,6 +133,20 @@ def run_isolated(command: bytes, model, what: str, failed: str):
         if tensor.name in stripped:
             tensor.CopyFrom(stripped[tensor.name])
     return converted
+
+
+def worker_schemas(pairs: list) -> list | None:
+    """worker.schema_fields of each (op type, opset) of the default domain (None where
+    the op does not exist at that opset), read in the worker; None where the worker cannot
+    answer (it will not start, or died): the caller then reads onnx's schemas itself."""
+    try:
+        answer = _WORKER.ask(b"S", json.dumps(pairs).encode())
+    except LegatoError:   # the worker cannot start: shape inference will say so
+        return None
+    if isinstance(answer, int) or answer[0]:
+        return None
+    found = json.loads(answer[1])
+    return found if isinstance(found, list) and len(found) == len(pairs) else None
 
 
 def without_large_data(model):

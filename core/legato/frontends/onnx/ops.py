@@ -226,37 +226,43 @@ def constant(node):
 
 @converter("Pad", const_inputs=(1, 2, 3))
 def pad(node):
+    # messages are made only on failure: quoting pads costs more than the checks
     x, mode = node.arg(0), node.attr("mode", "constant")
     pads, value = node.ints(1), node.scalar(2, 0)
     axes = [norm_axis(a, x.rank) for a in node.ints(3, list(range(x.rank)))]  # in given order
-    node.require(len(set(axes)) == len(axes), f"axes {quote(axes)} repeat an axis")
-    node.require(len(pads) == 2 * len(axes), f"pads {quote(pads)} must hold two values for "
-                                             f"each of the {len(axes)} axes")
+    if len(set(axes)) != len(axes):
+        node.fail(f"axes {quote(axes)} repeat an axis")
+    if len(pads) != 2 * len(axes):
+        node.fail(f"pads {quote(pads)} must hold two values for each of the {len(axes)} axes")
     full = [0] * (2 * x.rank)
     for i, axis in enumerate(axes):
         full[axis], full[x.rank + axis] = pads[i], pads[len(axes) + i]
-    node.require(all(_holds(-full[i] - full[x.rank + i], d, f"pads {quote(pads)}")
-                     for i, d in enumerate(x.shape)),
-                 f"pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
+    if not _all_held(full, x.shape, "pads", pads):
+        node.fail(f"pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
     grow = [max(p, 0) for p in full]
     crop = [min(p, 0) for p in full]  # negative pads remove elements
     if mode == "constant":  # pad, then remove: a removal may reach into the padding
         return _crop(node, node.call("pad", x, pads=grow, value=float(value), mode=mode), crop)
-    node.require(all(_holds(-crop[i] - crop[x.rank + i], d, f"negative pads {quote(pads)}")
-                     for i, d in enumerate(x.shape)),
-                 f"negative pads {quote(pads)} remove more than the dims {list(x.shape)} hold")
+    if not _all_held(crop, x.shape, "negative pads", pads):
+        node.fail(f"negative pads {quote(pads)} remove more than the dims {list(x.shape)} "
+                  "hold")
     x = _crop(node, x, crop)
     if mode == "wrap":
         return _wrap_pad(node, x, grow)
     return node.call("pad", x, pads=grow, value=float(value), mode=mode)
 
 
-def _holds(removed: int, dim, what: str) -> bool:
-    """`removed <= dim`: decided for a size, a guard for a symbolic dim (padding never
-    compares it)."""
-    if isinstance(dim, int):
-        return removed <= dim
-    assume_le(removed, dim, f"{what} removing {removed} of {dim}")
+def _all_held(full, shape, what: str, pads) -> bool:
+    """Whether each axis's two pads (begin at i, end at rank + i) remove at most its dim:
+    decided for a size, a guard for a symbolic dim (padding never compares it)."""
+    rank = len(shape)
+    for i, dim in enumerate(shape):
+        removed = -full[i] - full[rank + i]
+        if isinstance(dim, int):
+            if removed > dim:
+                return False
+        else:
+            assume_le(removed, dim, f"{what} {quote(pads)} removing {removed} of {dim}")
     return True
 
 

@@ -9,6 +9,12 @@ and a serialized ModelProto:
 
     b"I": strict shape inference (check_type, no data propagation); answers an empty payload
     b"C": the version converter to opset 13; answers the converted model
+    b"S": operator schemas; the payload is a JSON list of [op type, opset] pairs of the
+          default domain, the answer a JSON list of `schema_fields` (null where the op
+          does not exist at that opset)
+
+The worker builds onnx's schema table (30-50 ms, 7 MB) once, as it starts, so that the
+importer's process never builds its own: it asks for the schemas a model uses.
 
 An answer is a status byte (0 done, 1 failed), an 8-byte length and the payload (for a
 failure, the last line of onnx's message). If onnx's C++ code crashes, this process dies
@@ -16,6 +22,7 @@ and the importer reports it.
 """
 from __future__ import annotations
 
+import json
 import struct
 import sys
 
@@ -58,6 +65,41 @@ def package_passes():
     return onnx.onnx_cpp2py_export
 
 
+def schema_fields(schema) -> dict:
+    """What the importer's checks read of an OpSchema, as plain values: onnx rebuilds the
+    attribute table and parameter lists on every access. `attributes` maps each name to
+    [AttributeProto type code, required]; `inputs` and `outputs` list each formal
+    parameter as [name, optional]."""
+    def params(formal):
+        return [[p.name, p.option.name == "Optional"] for p in formal]
+    return {"since_version": schema.since_version,
+            "attributes": {name: [int(spec.type.value), bool(spec.required)]
+                           for name, spec in schema.attributes.items()},
+            "inputs": params(schema.inputs), "outputs": params(schema.outputs),
+            "min_input": schema.min_input, "max_input": schema.max_input,
+            "min_output": schema.min_output, "max_output": schema.max_output}
+
+
+def lookup_schemas(pairs, defs) -> list:
+    """schema_fields of each [op type, opset] of the default domain, None where onnx has
+    no such op at that opset."""
+    found = []
+    for op_type, opset in pairs:
+        try:
+            found.append(schema_fields(defs.get_schema(str(op_type), int(opset), "")))
+        except Exception:  # noqa: BLE001 - SchemaError: no such op at this opset
+            found.append(None)
+    return found
+
+
+def build_schemas(passes) -> None:
+    """onnx's whole schema table is built on the first lookup: done before any request."""
+    try:
+        passes.defs.get_schema("Relu", 14, "")
+    except Exception:  # noqa: BLE001 - the requests report what is wrong
+        pass
+
+
 def handle(command: bytes, payload: bytes, passes) -> bytes:
     if command == b"I":
         # no data propagation: it materializes 1-D shape data of a declared length, so a
@@ -66,6 +108,8 @@ def handle(command: bytes, payload: bytes, passes) -> bytes:
         return b""
     if command == b"C":
         return passes.version_converter.convert_version(payload, TARGET_OPSET)
+    if command == b"S":
+        return json.dumps(lookup_schemas(json.loads(payload), passes.defs)).encode()
     raise ValueError(f"unknown command {command!r}")
 
 
@@ -90,5 +134,6 @@ def serve(requests, answers, passes) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer,
-          extension(sys.argv[2] if len(sys.argv) > 2 else "") or package_passes())
+    PASSES = extension(sys.argv[2] if len(sys.argv) > 2 else "") or package_passes()
+    build_schemas(PASSES)
+    serve(sys.stdin.buffer, sys.stdout.buffer, PASSES)
