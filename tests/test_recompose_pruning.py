@@ -83,3 +83,27 @@ def test_an_operand_that_cannot_match_is_skipped():
     view, _ = view_of(b.build(b.multiply(a, b.exp(a))))
     (env,) = Matcher(template, view, set(), concrete=False).find(root_of(view), None)
     assert env.binds[id(template.params[0])] is a
+
+
+def test_the_view_shares_the_constants_it_makes_and_keeps_the_sign_of_zero():
+    """`x / 4` in two layers becomes `x * 0.25` with one constant for both (made once per
+    registry); `y - 0.0` and `y - (-0.0)` become additions of -0.0 and 0.0, told apart."""
+    import numpy as np
+    from legato.ir import Const
+
+    def scalar(v):
+        return Const.of(np.array(v, dtype=np.float32))
+
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+    first = b.divide(b.exp(x), scalar(4.0))
+    second = b.divide(b.exp(first), scalar(4.0))
+    plus = b.subtract(y, scalar(0.0))
+    minus = b.subtract(y, scalar(-0.0))
+    view, _ = view_of(b.build(second, plus, minus))
+    scales = [c.inputs[1] for c in view.calls if c.op == "multiply"]
+    assert len(scales) == 2 and scales[0] is scales[1] and float(scales[0].data) == 0.25
+    zeros = [c.inputs[1].data for c in view.calls if c.op == "add"]
+    assert [bool(np.signbit(z)) for z in zeros] == [True, False]
+    again, _ = view_of(b.build(second, plus, minus))  # the next pass: the same constant
+    assert [c.inputs[1] for c in again.calls if c.op == "multiply"][0] is scales[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -92,10 +93,21 @@ def expand(registry, call: Call, expandable: Callable[[str], bool],
     if len(rename) != len(call.outputs):  # a result is an input or a constant: keep the call
         return [call]
     out = []
+    renamed = rename.keys()
+    find = registry.find
     for inner in emitter.calls:
-        for flat in expand(registry, inner, lambda op: True, recipes):
-            out.append(_renamed(flat, rename))
+        inner_def = find(inner.op)
+        # a primitive (most of them) is itself; a composite is expanded in turn
+        flats = (inner,) if inner_def is None or inner_def.decompose is None else \
+            expand(registry, inner, _always, recipes)
+        for flat in flats:
+            out.append(flat if renamed.isdisjoint(map(id, flat.outputs)) and
+                       renamed.isdisjoint(map(id, flat.inputs)) else _renamed(flat, rename))
     return out
+
+
+def _always(op: str) -> bool:
+    return True
 
 
 def _renamed(call: Call, rename: dict) -> Call:
@@ -135,6 +147,26 @@ def _const_like(number: float, like: Const) -> Const:
     return Const.of(data, copy=False)
 
 
+MAX_CONSTS = 4096  # the constants `canonical` made that a registry keeps
+
+
+def _consts_like(registry) -> Callable[[float, Const], Const]:
+    """`_const_like`, keeping what it made on the registry by number (and its sign: 0.0
+    and -0.0 differ), shape and dtype: every layer divides by the same count or scale,
+    and constants never change, so the views of all of them can share one."""
+    made = registry.derived("recompose.consts")
+
+    def const_like(number: float, like: Const) -> Const:
+        key = (number, math.copysign(1.0, number), like.data.shape, like.data.dtype)
+        found = made.get(key)
+        if found is None:
+            if len(made) >= MAX_CONSTS:
+                made.clear()
+            found = made[key] = _const_like(number, like)
+        return found
+    return const_like
+
+
 def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], results=(),
               identities: set | None = None):
     """Rewrite `calls` (with their owners) into the canonical form; returns both lists.
@@ -143,9 +175,11 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     identities = set() if identities is None else identities
     dropped: set[int] = set()
     out_calls, out_owners = [], []
-    found: dict = {}  # "uses", "made": worked out when a division first asks
+    found: dict = {}  # "made", "uses" of the sqrt results: worked out when a division asks
 
     no_attrs: dict = {}  # op -> its attributes when given none (every call emit writes)
+    const_like = _consts_like(registry)
+    fresh_types = registry.derived("recompose.fresh_types")
 
     def emit(op, inputs, attrs, outputs, owner):
         normal = no_attrs.get(op) if not attrs else None
@@ -156,24 +190,66 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         out_calls.append(Call(op, tuple(inputs), normal, tuple(outputs)))
         out_owners.append(owner)
 
-    def fresh(op, inputs, attrs=None):
-        return make_call(registry, op, inputs, attrs or {}).outputs[0]
+    def fresh(op, inputs):
+        """A new result of `op` on `inputs` (its type inferred once per op and input types:
+        a value the view names, not a call of its own)."""
+        key = (op, tuple([v.type for v in inputs]))
+        type_ = fresh_types.get(key)
+        if type_ is None:
+            type_ = make_call(registry, op, inputs, {}).outputs[0].type
+            if registry.get(op).const_check is None:
+                if len(fresh_types) >= MAX_CONSTS:
+                    fresh_types.clear()
+                fresh_types[key] = type_
+        return Value(type_)
 
-    def made():
-        if "made" not in found:
-            found["made"] = {id(out): i for i, call in enumerate(calls) for out in call.outputs}
-        return found["made"]
+    def sqrts():
+        """The sqrt calls by result (index into `calls`), and how often each result is read
+        (by `calls` and `results`): worked out when a division first asks."""
+        if not found:
+            made = found["made"] = {id(call.outputs[0]): i for i, call in enumerate(calls)
+                                    if call.op == "sqrt" and call.outputs}
+            uses = found["uses"] = dict.fromkeys(made, 0)
+            for call in calls:
+                for v in call.inputs:
+                    if id(v) in uses:
+                        uses[id(v)] += 1
+            for r in results:
+                if id(r) in uses:
+                    uses[id(r)] += 1
+        return found["made"], found["uses"]
 
     def sqrt_input(value):
         """If `value` is a single-use sqrt, its input (and the sqrt is dropped)."""
-        j = made().get(id(value))
-        if j is None or calls[j].op != "sqrt" or _uses(found, calls, results, value) != 1:
+        made, uses = sqrts()
+        j = made.get(id(value))
+        if j is None or uses[id(value)] != 1:
             return None
         dropped.add(j)
         return calls[j].inputs[0]
 
+    values: dict = {}  # id of a constant read here -> scalar_value (layers share constants)
+
+    def scalar(v):
+        if not isinstance(v, Const):
+            return None
+        found_value = values.get(id(v), values)
+        if found_value is values:
+            found_value = values[id(v)] = scalar_value(v)
+        return found_value
+
+    shapes_kept: dict = {}  # (shape of a, shape of b) -> broadcasting keeps a's
+
+    def keeps_shape(a, b):
+        key = (a.shape, b.shape)
+        kept = shapes_kept.get(key)
+        if kept is None:
+            kept = shapes_kept[key] = _keeps_shape(a, b)
+        return kept
+
     result_ids = {id(r) for r in results}
     rename: dict[int, Value] = {}  # results of dropped calls -> the value they equal
+    keep = out_calls.append, out_owners.append
     for i, call in enumerate(calls):
         owner = owners[i]
         if rename and not rename.keys().isdisjoint(map(id, call.inputs)):
@@ -181,43 +257,59 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
                                        for v in call.inputs), call.attrs, call.outputs,
                         call.origin)
         op, ins = call.op, call.inputs
-        if op not in CANONICAL_OPS or (op in ("add", "multiply") and len(ins) == 2 and
-                                       not isinstance(ins[0], Const) and
-                                       not isinstance(ins[1], Const)):
-            out_calls.append(call)  # most calls: kept as they are
-            out_owners.append(owner)
+        # most calls are kept as they are: any op but these five, a sum or product of two
+        # computed values, a call whose result is not a float (nothing below applies)
+        if op not in CANONICAL_OPS:
+            keep[0](call)
+            keep[1](owner)
             continue
-        a = ins[0] if ins else None
-        b = ins[1] if len(ins) > 1 else None
-        c = scalar_value(b) if op in ("divide", "subtract", "power") else None
+        n = len(ins)
+        a = ins[0] if n else None
+        b = ins[1] if n > 1 else None
         out = call.outputs[0] if call.outputs else None
-        same = _identity_operand(op, a, b, out) if id(out) not in result_ids else None
-        if same is not None:  # x * 1, x + 0: the call is its other operand
-            rename[id(out)] = rename.get(id(same), same)
-            identities.update(owner)
-        elif op == "divide" and _is_float(out) and scalar_value(a) == 1.0 and \
-                (root := sqrt_input(b)) is not None:
-            emit("rsqrt", [root], {}, [out], owner + _owner_of(made(), owners, b))
-        elif op == "divide" and _is_float(out) and c not in (None, 0.0):
-            emit("multiply", [a, _const_like(1.0 / c, b)], {}, [out], owner)
-        elif op == "divide" and _is_float(out) and (root := sqrt_input(b)) is not None:
-            inv = fresh("rsqrt", [root])
-            emit("rsqrt", [root], {}, [inv], owner + _owner_of(made(), owners, b))
-            emit("multiply", [a, inv], {}, [out], owner)
-        elif op == "subtract" and _is_float(out) and c is not None:
-            emit("add", [a, _const_like(-c, b)], {}, [out], owner)
-        elif op == "power" and _is_float(out) and c in (2.0, 3.0) and _keeps_shape(a, b):
+        if op in _SUM_PRODUCT:
+            same = None
+            if (isinstance(a, Const) or isinstance(b, Const) or n != 2) and \
+                    id(out) not in result_ids:
+                same = _identity_operand(op, a, b, out, scalar)
+            if same is None:
+                keep[0](call)
+                keep[1](owner)
+            else:  # x * 1, x + 0: the call is its other operand
+                rename[id(out)] = rename.get(id(same), same)
+                identities.update(owner)
+            continue
+        if not _is_float(out):
+            keep[0](call)
+            keep[1](owner)
+            continue
+        c = scalar(b)
+        if op == "divide":
+            if scalar(a) == 1.0 and (root := sqrt_input(b)) is not None:
+                emit("rsqrt", [root], {}, [out], owner + _owner_of(sqrts()[0], owners, b))
+            elif c not in (None, 0.0):
+                emit("multiply", [a, const_like(1.0 / c, b)], {}, [out], owner)
+            elif (root := sqrt_input(b)) is not None:
+                inv = fresh("rsqrt", [root])
+                emit("rsqrt", [root], {}, [inv], owner + _owner_of(sqrts()[0], owners, b))
+                emit("multiply", [a, inv], {}, [out], owner)
+            else:
+                keep[0](call)
+                keep[1](owner)
+        elif op == "subtract" and c is not None:
+            emit("add", [a, const_like(-c, b)], {}, [out], owner)
+        elif op == "power" and c in (2.0, 3.0) and keeps_shape(a, b):
             if c == 2.0:
                 emit("multiply", [a, a], {}, [out], owner)
             else:
                 square = fresh("multiply", [a, a])
                 emit("multiply", [a, a], {}, [square], owner)
                 emit("multiply", [square, a], {}, [out], owner)
-        elif op == "power" and _is_float(out) and c in (0.5, -0.5) and _keeps_shape(a, b):
+        elif op == "power" and c in (0.5, -0.5) and keeps_shape(a, b):
             emit("sqrt" if c == 0.5 else "rsqrt", [a], {}, [out], owner)
         else:
-            out_calls.append(call)
-            out_owners.append(owner)
+            keep[0](call)
+            keep[1](owner)
     if not dropped:
         return out_calls, out_owners
     gone = {id(calls[j]) for j in dropped}
@@ -227,30 +319,17 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
 
 # the ops `canonical` may rewrite or drop; any other call is kept as it is
 CANONICAL_OPS = frozenset({"divide", "subtract", "power", "multiply", "add"})
+_SUM_PRODUCT = frozenset({"add", "multiply"})
 
 
-def _uses(found: dict, calls, results, value) -> int:
-    """How many times `calls` and `results` read `value` (counted once, when first asked)."""
-    uses = found.get("uses")
-    if uses is None:
-        uses = found["uses"] = {}
-        for call in calls:
-            for v in call.inputs:
-                if v is not None:
-                    uses[id(v)] = uses.get(id(v), 0) + 1
-        for r in results:
-            uses[id(r)] = uses.get(id(r), 0) + 1
-    return uses.get(id(value), 0)
-
-
-def _identity_operand(op, a, b, out):
+def _identity_operand(op, a, b, out, scalar=scalar_value):
     """The operand a `multiply` by ones or an `add` of zeros returns unchanged, or None."""
     if op not in ("multiply", "add") or not _is_float(out):
         return None
     neutral = 1.0 if op == "multiply" else 0.0
     for x, y in ((a, b), (b, a)):
         if isinstance(y, Const) and x is not None and y.data.size and \
-                y.data.item(0) == neutral and x.type == out.type and scalar_value(y) == neutral:
+                y.data.item(0) == neutral and x.type == out.type and scalar(y) == neutral:
             return x
     return None
 
