@@ -65,7 +65,7 @@ def check_graph(graph, opset: int) -> None:
     prefetch_schemas(graph, opset)
     defined = _check_graph_inputs(graph)
     for index, node in enumerate(graph.node):
-        where = f"{node.op_type} node {quote(node.name or f'#{index}')}"
+        where = Label(_node_label, node, index)
         check_node(node, opset, where)
         check_bodies(node, opset, where)
         for i, name in enumerate(node.input):
@@ -86,6 +86,32 @@ def check_graph(graph, opset: int) -> None:
     for kind, values in (("graph output", graph.output), ("value_info", graph.value_info)):
         for value in values:
             check_value_info(value, f"{kind} {quote(value.name)}", typed=False)
+
+
+class Label:
+    """A message's subject (`where`), made only when a message is: quoting the names of a
+    model's thousand nodes and attributes cost more than checking them."""
+
+    __slots__ = ("_make", "_args", "_text")
+
+    def __init__(self, make, *args):
+        self._make, self._args, self._text = make, args, None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._make(*self._args)
+        return self._text
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _node_label(node, index: int) -> str:
+    return f"{node.op_type} node {quote(node.name or f'#{index}')}"
+
+
+def _attribute_label(where, attr) -> str:
+    return f"{where}: attribute {quote(attr.name)}"
 
 
 def _check_graph_inputs(graph) -> set:
@@ -258,7 +284,7 @@ SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: 
 def _check_attributes(node, schema, where: str) -> None:
     seen = set()
     for attr in node.attribute:
-        label = f"{where}: attribute {quote(attr.name)}"
+        label = Label(_attribute_label, where, attr)
         if attr.name in seen:
             raise LegatoError(f"{label} is given twice")
         seen.add(attr.name)

@@ -396,11 +396,12 @@ def symbol_name(text: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"d_{name}"[:MAX_NAME]
 
 
-def attribute_value(attr):
-    """An ONNX attribute as a Python value (strings decoded, tensors as numpy arrays)."""
+def attribute_value(attr, checked: bool = False):
+    """An ONNX attribute as a Python value (strings decoded, tensors as numpy arrays);
+    `checked`: a tensor's metadata was checked already (check_graph checks every node's)."""
     kind = attr.type
     if kind == attr.TENSOR:
-        return tensor_array(attr.t, f"attribute {quote(attr.name)}")
+        return tensor_array(attr.t, f"attribute {quote(attr.name)}", checked)
     if kind in _PLAIN_ATTRIBUTES and not attr.ref_attr_name:  # as onnx's helper reads them
         return _PLAIN_ATTRIBUTES[kind](attr)
     from onnx import helper
@@ -502,11 +503,12 @@ class _Importer:
     def convert(self, proto) -> None:
         if proto.op_type == "Constant" and self.constant(proto):
             return
-        env = self.env
-        if not all(n in env for n in proto.input if n):
-            missing = next(n for n in proto.input if n and n not in env)
-            self.lookup(missing, f"{proto.op_type} node {quote(proto.name)} input")
-        inputs = [env[n] if n else None for n in proto.input]
+        env, names = self.env, list(proto.input)   # (each field access makes a new list)
+        inputs = [env.get(n) if n else None for n in names]
+        if None in inputs:
+            missing = next((n for n in names if n and n not in env), None)
+            if missing is not None:
+                self.lookup(missing, f"{proto.op_type} node {quote(proto.name)} input")
         key = _fold_key(proto, inputs)
         if key in self.folded:  # the same node on the same constants, folded before
             self.nodes.append((proto.op_type, proto.name or f"<unnamed {proto.op_type}>", []))
@@ -514,29 +516,34 @@ class _Importer:
             return
         node = Node(self.b, proto, inputs, {}, self.opset)
         node.scope = self
-        start = len(self.b.calls)
+        calls = self.b.calls
+        start = len(calls)
         try:
-            node.attrs = {a.name: attribute_value(a) for a in proto.attribute}
+            # attribute tensors were checked with the graph (check_graph)
+            node.attrs = {a.name: attribute_value(a, checked=True) for a in proto.attribute}
             result = converter_of(proto.domain, proto.op_type).fn(node)
         except LegatoError as err:
             text = str(err)
             prefix = f"{proto.op_type} node {node.label}"
             raise type(err)(text if text.startswith(prefix) else f"{prefix}: {text}") from None
         results = result if isinstance(result, (tuple, list)) else (result,)
-        made = len(self.b.calls) - start
-        if all(isinstance(v, Const) or v is None for v in inputs) and inputs:
+        made = len(calls) - start
+        if inputs and all(isinstance(v, Const) or v is None for v in inputs):
             results = self.fold(start, results)
-        folded = made and len(self.b.calls) == start  # its calls became new constants
-        calls = self.b.calls[start:]
-        del self.b.calls[start:]  # the calls computing sizes come first
-        self.b.calls.extend(with_sizes_computed(self.b, calls, self.sizes))
-        self.nodes.append((proto.op_type, node.name, [c.op for c in self.b.calls[start:]]))
-        self.b.calls[start:] = [_from_node(c, node.name) for c in self.b.calls[start:]]
-        for name, value in zip(proto.output, results):
+        folded = made and len(calls) == start  # its calls became new constants
+        if len(calls) > start:
+            new = calls[start:]
+            del calls[start:]  # the calls computing sizes come first
+            calls.extend(with_sizes_computed(self.b, new, self.sizes))
+            self.nodes.append((proto.op_type, node.name, [c.op for c in calls[start:]]))
+            calls[start:] = [_from_node(c, node.name) for c in calls[start:]]
+        else:
+            self.nodes.append((proto.op_type, node.name, []))
+        for name, value in zip(node.outputs, results):
             if name and value is None:
                 node.fail(f"output {name!r} is not produced by legato's converter")
             if name:
-                self.env[name] = value
+                env[name] = value
         if folded and key is not None:
             self.folded[key] = results
 
@@ -551,7 +558,7 @@ class _Importer:
         if attr.name != "value" or attr.type != attr.TENSOR or attr.ref_attr_name:
             return False
         try:
-            value = Const.of(tensor_array(attr.t, "attribute 'value'"), copy=False)
+            value = Const.of(tensor_array(attr.t, "attribute 'value'", True), copy=False)
         except LegatoError:
             return False
         self.nodes.append((proto.op_type, proto.name or "<unnamed Constant>", []))

@@ -112,9 +112,11 @@ _FLAT_RAW = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-def tensor_array(tensor, where: str) -> np.ndarray:
-    """The data of a checked tensor (external data already loaded) as a numpy array."""
-    check_tensor(tensor, where)
+def tensor_array(tensor, where: str, checked: bool = False) -> np.ndarray:
+    """The data of a tensor (external data already loaded) as a numpy array, its metadata
+    checked first unless `checked` says check_tensor passed on it already."""
+    if not checked:
+        check_tensor(tensor, where)
     if tensor.data_location == EXTERNAL:
         raise LegatoError(f"{where}: external data was not loaded")
     if _LITTLE_ENDIAN and tensor.data_type in _FLAT_RAW and tensor.HasField("raw_data"):
