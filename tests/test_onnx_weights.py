@@ -100,3 +100,19 @@ def test_a_forged_mapped_location_is_read_as_ordinary_external_data(tmp_path, we
     onnx.save(model, path)
     with pytest.raises(LegatoError, match="external data"):
         onnx_frontend.load(path)
+
+
+def test_weights_read_before_the_graph_checks_give_the_same_module(tmp_path, weights, monkeypatch):
+    # the mapped weights are read while the worker starts (before check_graph); the module
+    # must be the one reading them during conversion gives
+    from legato.frontends.onnx import importer
+    from legato.ir.graph import print_module
+    weight, bias = weights
+    path = tmp_path / "m.onnx"
+    onnx.save(matmul_model(weight, bias), path)
+    early = onnx_frontend.load(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(importer, "read_weights", lambda graph, mapped: {})
+        late = onnx_frontend.load(path)
+    assert print_module(early) == print_module(late)
+

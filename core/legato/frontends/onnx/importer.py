@@ -78,11 +78,12 @@ def _import(proto, base_dir, weights, input_shapes, registry):
     check_text(proto)
     check_supported(proto)
     opset = model_opset(proto)
+    read = read_weights(proto.graph, weights)  # while the worker starts, before check_graph
     check_graph(proto.graph, opset)
     proto = with_external_data(proto, base_dir, weights)
     proto, opset = upgrade(proto, opset)
     check_shapes(proto, input_shapes)
-    importer = _Importer(proto.graph, opset, input_shapes, registry, weights)
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
     try:
         return importer.run(), importer.nodes
     except LegatoError as err:
@@ -93,6 +94,30 @@ def _import(proto, base_dir, weights, input_shapes, registry):
         raise type(err)(f"{err}\n(the model's dimensions {', '.join(symbols)} are symbolic; "
                         f"importing at one size needs them bound: input_shapes={{{binding}}}, "
                         f"or --shape NAME=SIZE)") from None
+
+
+def read_weights(graph, weights) -> dict:
+    """The initializers `weights` maps out of the model file, read into constants now:
+    check_graph waits for the worker's schemas, and the worker starts meanwhile, so the
+    weights are read in that time. {_weight_key: Const}; a tensor its checks refuse ends
+    the reading, for check_graph to report what is wrong in the model's order."""
+    read: dict = {}
+    if weights is None:
+        return read
+    for tensor in graph.initializer:
+        if weights.owns(tensor):
+            where = f"initializer {quote(tensor.name)}"
+            try:
+                check_tensor(tensor, where)
+                read[_weight_key(tensor)] = Const.of(weights.array(tensor, where), copy=False)
+            except LegatoError:
+                break
+    return read
+
+
+def _weight_key(tensor) -> tuple:
+    """A mapped tensor's name and place in the file."""
+    return tensor.name, tuple((e.key, e.value) for e in tensor.external_data)
 
 
 COVERAGE = ("native", "decomposed", "custom", "fallback", "folded")
@@ -460,9 +485,10 @@ def _from_node(call: Call, node_name: str) -> Call:
 class _Importer:
     """Walks the graph in order, converting each node with its converter."""
 
-    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None, weights=None):
+    def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None, weights=None,
+                 read: Mapping | None = None):
         self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
-        self.weights = weights
+        self.weights, self.read = weights, read or {}  # read: of read_weights
         self.b = GraphBuilder(registry)
         self.env: dict[str, Value] = {}
         self.nodes: list[tuple[str, str, list[str]]] = []
@@ -490,6 +516,8 @@ class _Importer:
     def initializer(self, tensor) -> Const:
         where = f"initializer {quote(tensor.name)}"
         if self.weights is not None and self.weights.owns(tensor):
+            if self.read and (found := self.read.get(_weight_key(tensor))) is not None:
+                return found
             check_tensor(tensor, where)
             return Const.of(self.weights.array(tensor, where), copy=False)
         return Const.of(tensor_array(tensor, where))

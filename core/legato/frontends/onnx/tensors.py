@@ -121,7 +121,7 @@ def tensor_array(tensor, where: str, checked: bool = False) -> np.ndarray:
         raise LegatoError(f"{where}: external data was not loaded")
     if _LITTLE_ENDIAN and tensor.data_type in _FLAT_RAW and tensor.HasField("raw_data"):
         # as onnx's to_array reads it, without its per-call dtype and field lookups
-        return np.frombuffer(tensor.raw_data, _ELEMENT_TYPES[tensor.data_type][1]) \
+        return np.frombuffer(tensor.raw_data, element_type(tensor, where)[1]) \
             .reshape(tuple(tensor.dims))
     from onnx import numpy_helper
     try:
