@@ -87,22 +87,29 @@ def cut_bert(model, layers: int):
 
 def int_io(model):
     """`model` without its float boundaries, as an integer-only target runs it: an input
-    read only by a QuantizeLinear becomes that node's int8/uint8 output, an output made
-    by a DequantizeLinear becomes the node's input. Returns the model and, per input,
-    how to quantize a float feed (scale, zero point), None where it stays as it is."""
+    read only by a QuantizeLinear becomes that node's int8/uint8 output (read through a
+    Pad of zeros: the quantized input, padded by the zero point), an output made by a
+    DequantizeLinear becomes the node's input. Returns the model and, per input, how to
+    quantize a float feed (scale, zero point), None where it stays as it is."""
     from onnx import helper, numpy_helper
     init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     nodes, quantizers = list(model.graph.node), []
     for graph_input in model.graph.input:
-        readers = [n for n in nodes if graph_input.name in n.input]
-        q = readers[0] if len(readers) == 1 else None
-        if q is None or q.op_type != "QuantizeLinear" or q.input[1] not in init:
+        pad, q = _quantizer_of(nodes, graph_input.name, init)
+        if q is None:
             quantizers.append(None)
             continue
         zero = init[q.input[2]]
         dims = [d.dim_value for d in graph_input.type.tensor_type.shape.dim]
+        name = q.output[0] if pad is None else graph_input.name + "_quantized"
         graph_input.CopyFrom(helper.make_tensor_value_info(
-            q.output[0], helper.np_dtype_to_tensor_dtype(zero.dtype), dims))
+            name, helper.np_dtype_to_tensor_dtype(zero.dtype), dims))
+        if pad is not None:  # quantize(pad(x, 0)) == pad(quantize(x), zero point)
+            model.graph.initializer.append(numpy_helper.from_array(zero.reshape(()),
+                                                                   name + "_pad"))
+            pad.input[0], pad.output[0] = name, q.output[0]
+            del pad.input[2:]
+            pad.input.append(name + "_pad")
         nodes.remove(q)
         quantizers.append((float(init[q.input[1]]), zero))
     for graph_output in model.graph.output:
@@ -114,6 +121,38 @@ def int_io(model):
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return model, quantizers
+
+
+def _quantizer_of(nodes, name: str, init) -> tuple:
+    """(pad, QuantizeLinear) when `name` is read only by a QuantizeLinear with constant
+    parameters, or only by a Pad of zeros read only by one (MobileNetV2 QOperator pads
+    its float input first); pad is None in the first case, both None otherwise."""
+    readers = [n for n in nodes if name in n.input]
+    first = readers[0] if len(readers) == 1 else None
+    pad = first if first is not None and first.op_type == "Pad" and \
+        _zero_pad(first, nodes, init) else None
+    if pad is not None:
+        readers = [n for n in nodes if pad.output[0] in n.input]
+        first = readers[0] if len(readers) == 1 else None
+    if first is None or first.op_type != "QuantizeLinear" or first.input[1] not in init \
+            or len(first.input) < 3 or first.input[2] not in init:
+        return None, None
+    return pad, first
+
+
+def _zero_pad(node, nodes, init) -> bool:
+    """A constant-mode Pad whose value is absent or a constant 0."""
+    from onnx import helper, numpy_helper
+    modes = [helper.get_attribute_value(a) for a in node.attribute if a.name == "mode"]
+    if modes and modes[0] != b"constant":
+        return False
+    if len(node.input) < 3 or not node.input[2]:
+        return True
+    value = init.get(node.input[2])
+    maker = next((n for n in nodes if node.input[2] in n.output), None)
+    if value is None and maker is not None and maker.op_type == "Constant":
+        value = numpy_helper.to_array(maker.attribute[0].t)
+    return value is not None and not np.asarray(value).any()
 
 
 def quantized_feed(x, quantizer):

@@ -151,7 +151,7 @@ RULES: dict[str, Callable] = {
     "less": rules.less,              # greater with the operands swapped
     "divide": rules.divide,          # x * tosa.reciprocal(y): TOSA has no float divide
     "sqrt": rules.sqrt,              # tosa.reciprocal(rsqrt(x))
-    "round": rules.round_half_even,  # from floor, compares and select
+    "round": rules.round_half_even,  # CAST to int32 and back (ties to even)
     "take": rules.take,              # tosa.gather on [outer, axis, inner]
     "split": rules.split,            # one slice per part
     "scatter_elements": scatter.scatter_elements,  # one-hot compare, reduce, select

@@ -347,17 +347,20 @@ def sqrt(b, call):
     return b.call("tosa.reciprocal", b.rsqrt(call.inputs[0]))
 
 
+# the magnitude from which every float of the dtype is an integer
+INTEGRAL_FROM = {"float32": 2.0 ** 23, "float16": 2.0 ** 10, "bfloat16": 2.0 ** 7}
+
+
 def round_half_even(b, call):
-    """numpy rint from floor: ties go to the even neighbour (TOSA 1.0 has no ROUND);
-    +-inf and NaN are their own rounding (inf - floor(inf) would be NaN)."""
+    """numpy rint: CAST to int32 and back (TOSA 1.0 rounds float to int to the nearest
+    integer, ties to even); a value of INTEGRAL_FROM and more, +-inf and NaN (whose CAST
+    TOSA leaves undefined) are their own rounding, and pass as they are."""
     x = call.inputs[0]
-    low = b.floor(x)
-    frac = b.subtract(x, low)
-    parity = b.subtract(low, b.multiply(b.floor(b.multiply(low, 0.5)), 2.0))
-    tie = b.add(low, parity)
-    rounded = b.where(b.greater(frac, 0.5), b.add(low, 1.0),
-                      b.where(b.less(frac, 0.5), low, tie))
-    return b.where(_finite(b, x), rounded, x)
+    if x.dtype not in INTEGRAL_FROM:
+        return None
+    back = b.cast(b.call("tosa.cast", x, dtype="int32"), dtype=x.dtype)
+    small = b.greater(b.scalar(INTEGRAL_FROM[x.dtype], x.dtype), b.abs(x))
+    return b.where(small, back, x)
 
 
 @shaped_rule

@@ -138,3 +138,18 @@ def test_a_quantize_is_one_cast_bit_exact(tools, dtype, zero, scale):
     want = np.asarray(legato.compile(module, "cpu_ref")(values))
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def test_round_is_a_cast_to_int32_and_back(tools):
+    """round (DynamicQuantizeLinear's, which onnxruntime's quantize_dynamic writes as
+    primitives) is CAST to int32 and back where |x| < 2**23, x itself beyond (integers
+    already), at infinities and NaN: no FLOOR emulation; equal to numpy's rint."""
+    values = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 3.49999976, -7.5, 2.0 ** 23 + 1, 3e9,
+                       -3e38, np.inf, -np.inf, np.nan, 1234.5678], np.float32)
+    g = GraphBuilder()
+    module = g.build(g.round(g.input("x", values.shape, "float32")))
+    text = str(legato.compile(module, "tosa_custom_int").artifact)
+    ops = operators(text)
+    assert ops["tosa.cast"] == 2 and "tosa.floor" not in ops, ops
+    (got,) = tools.run_reference(text, [values], validate=True)
+    np.testing.assert_array_equal(got, np.rint(values))
