@@ -25,9 +25,9 @@ def check_text(model) -> None:
     """Every name legato reads is text: protobuf hands back string fields that are not
     valid UTF-8 as bytes."""
     def check(values, where):
-        for value in values:
-            if isinstance(value, bytes):
-                raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
+        if bytes in map(type, values):   # (nearly always text: one pass in C)
+            value = next(v for v in values if isinstance(v, bytes))
+            raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
     check([o.domain for o in model.opset_import], "opset_import domain")
     graph = model.graph
     _check_node_text(graph, check, "")
@@ -35,7 +35,8 @@ def check_text(model) -> None:
         for value in getattr(graph, kind):
             dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") \
                 else ()
-            check([value.name, *(d.dim_param for d in dims)], f"graph {kind} {quote(value.name)}")
+            check([value.name, *(d.dim_param for d in dims)],
+                  Label(_value_label, kind, value))
     for tensor in graph.initializer:
         check([tensor.name], "initializer name")
     for tensor in external_tensors(model):
@@ -48,9 +49,10 @@ def _check_node_text(graph, check, where: str, depth: int = 0) -> None:
         raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
     for index, node in enumerate(graph.node):
         label = f"{where}node #{index}"
+        attributes = node.attribute
         check([node.op_type, node.domain, node.name, *node.input, *node.output,
-               *(a.name for a in node.attribute)], label)
-        for attr in node.attribute:
+               *(a.name for a in attributes)], label)
+        for attr in attributes:
             if attr.type == attr.GRAPH:
                 check([*(v.name for v in attr.g.input), *(v.name for v in attr.g.output),
                        *(t.name for t in attr.g.initializer)], f"{label} body")
@@ -104,6 +106,10 @@ class Label:
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
+
+
+def _value_label(kind: str, value) -> str:
+    return f"graph {kind} {quote(value.name)}"
 
 
 def _node_label(node, index: int) -> str:
@@ -175,10 +181,10 @@ def check_node(node, opset: int, where: str) -> None:
         raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
                           f"{quote(node.op_type)}")
     _check_attributes(node, schema, where)
-    _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input,
-                 f"{where}: input")
-    _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output,
-                 f"{where}: output")
+    _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input, where,
+                 "input")
+    _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output, where,
+                 "output")
     if node.op_type in VALUE_CHECKS:
         VALUE_CHECKS[node.op_type](node, where)
 
@@ -329,12 +335,12 @@ def _check_utf8(strings, label: str) -> None:
             raise LegatoError(f"{label} is not valid UTF-8") from None
 
 
-def _check_arity(names, params, least: int, most: int, label: str) -> None:
+def _check_arity(names, params, least: int, most: int, where, kind: str) -> None:
     """Counts within the schema's bounds; names only left empty for optional parameters."""
     if not least <= len(names) <= most:
         bound = f"{least}" if least == most else f"{least} to {most}"
-        raise LegatoError(f"{label}s: {len(names)} given, the schema takes {bound}")
+        raise LegatoError(f"{where}: {kind}s: {len(names)} given, the schema takes {bound}")
     for i, name in enumerate(names):
         param, optional = params[min(i, len(params) - 1)]
         if not name and not optional:
-            raise LegatoError(f"{label} {i} ({param}) is required but missing")
+            raise LegatoError(f"{where}: {kind} {i} ({param}) is required but missing")
