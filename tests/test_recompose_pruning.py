@@ -107,3 +107,31 @@ def test_the_view_shares_the_constants_it_makes_and_keeps_the_sign_of_zero():
     assert [bool(np.signbit(z)) for z in zeros] == [True, False]
     again, _ = view_of(b.build(second, plus, minus))  # the next pass: the same constant
     assert [c.inputs[1] for c in again.calls if c.op == "multiply"][0] is scales[0]
+
+
+def test_a_recovered_ops_checked_types_are_remembered_per_input_types():
+    """The recovered call's inputs and result type are checked once per op, input types
+    and attributes: a second pass recovers as the first did, and layers of two widths
+    each get their own result type (the types come from numpy's answer, not legato's)."""
+    import numpy as np
+
+    def norm(b, x, w, bias):
+        mu = b.mean(x, axes=[1], keepdims=True)
+        centred = b.subtract(x, mu)
+        var = b.mean(b.multiply(centred, centred), axes=[1], keepdims=True)
+        return b.add(b.multiply(b.divide(centred, b.sqrt(b.add(var, 1e-5))), w), bias)
+
+    rng = np.random.default_rng(0)
+    feed = rng.standard_normal((4, 8)).astype(np.float32)
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 8))
+    narrow = [b.const(rng.standard_normal(8).astype(np.float32)) for _ in range(2)]
+    wide = [b.const(rng.standard_normal(16).astype(np.float32)) for _ in range(2)]
+    first = norm(b, x, *narrow)
+    second = norm(b, b.concat(b.exp(first), first, axis=1), *wide)
+    module = b.build(second)
+    expected = np.concatenate([np.exp(feed), feed], axis=1).shape
+    for _ in range(2):  # the second pass meets what the first remembered
+        back, _ = legato.recompose(module, ops=["nn.layer_norm"])
+        norms = [c for c in back.main.calls if c.op == "nn.layer_norm"]
+        assert [c.outputs[0].shape for c in norms] == [feed.shape, expected]

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..ir import Call, Const, Function, Module, Origin, TensorType, attr_key
+from ..ir import Attrs, Call, Const, Function, Module, Origin, TensorType, attr_key
 from ..ir.calls import make_call
 from ..ir.errors import ConfigError, LegatoError, quote
 from ..plugins.context import context
@@ -260,6 +260,7 @@ class Recomposer:
         self._known: dict = {}
         self._shared_known = registry.derived("recompose.known")
         self._unverified = registry.derived("recompose.unverified")
+        self._checked = registry.derived("recompose.checked")
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""
@@ -508,15 +509,34 @@ class Recomposer:
         origin = Origin(opdef.name, attrs, f"recompose of {len(owners)} calls",
                         ("recompose",) + replaced)
         try:  # the form may broadcast what the op does not (k with fewer heads than q)
-            new = make_call(self.registry, opdef.name, inputs, attrs, origin)
+            inputs, type_ = self.checked(opdef, inputs, attrs)
         except LegatoError as err:
             return f"the op refuses the region's inputs: {err}"
-        if new.outputs[0].type != root_value.type:
-            return f"the op gives {new.outputs[0].type}, the region {root_value.type}"
-        new = Call(new.op, new.inputs, new.attrs, (root_value,), origin)
+        if type_ != root_value.type:
+            return f"the op gives {type_}, the region {root_value.type}"
+        new = Call(opdef.name, inputs, attrs, (root_value,), origin)
         claimed.update(region)
         self.report.recovered[opdef.name] += 1
         return owners, prelude + [new]
+
+
+    def checked(self, opdef, inputs, attrs) -> tuple[tuple, TensorType]:
+        """The inputs of a call of `opdef` (omitted optional inputs as None) and its first
+        result's type, as make_call checks and infers them; remembered on the registry
+        per op, input types and attributes (repeated layers recover alike), except for an
+        op that looks at its constant inputs' values."""
+        if opdef.const_check is not None or not isinstance(attrs, Attrs):
+            new = make_call(self.registry, opdef.name, inputs, attrs)
+            return new.inputs, new.outputs[0].type
+        key = (opdef.name, attrs.key(), tuple([None if v is None else
+                                               (v.type.shape, v.type.dtype) for v in inputs]))
+        known = self._checked.get(key)
+        if known is None or known[0] is not opdef:
+            new = make_call(self.registry, opdef.name, inputs, attrs)  # raises if refused
+            if len(self._checked) >= MAX_TRACES:
+                self._checked.clear()
+            known = self._checked[key] = (opdef, len(new.inputs), new.outputs[0].type)
+        return tuple(inputs) + (None,) * (known[1] - len(inputs)), known[2]
 
 
 def _where(view, gi: int, fn: Function):
@@ -560,33 +580,39 @@ def region_key(view, region: list[int], values) -> tuple | None:
     bound = {}
     for i, v in enumerate(values):
         if v is not None:
-            base = v.base if isinstance(v, Rearranged) else v
-            bound[id(base)] = ("input", i, v.shape if isinstance(v, Rearranged) else None,
-                               v.axes if isinstance(v, Rearranged) else None)
+            if isinstance(v, Rearranged):
+                bound[id(v.base)] = ("input", i, v.shape, v.axes)
+            else:
+                bound[id(v)] = ("input", i, None, None)
     made: dict[int, tuple] = {}
     items, holds = [], False
+    calls = view.calls
+    # types as (shape, dtype): equal when the types are, and hashed without a call
     for k, i in enumerate(region):
-        call = view.calls[i]
+        call = calls[i]
         ins = []
         for v in call.inputs:
             if v is None:
                 ins.append(None)
-            elif id(v) in made:
-                ins.append(made[id(v)])
-            elif id(v) in bound:
-                ins.append(bound[id(v)])
+                continue
+            found = made.get(id(v)) or bound.get(id(v))
+            if found is not None:
+                ins.append(found)
             elif isinstance(v, Const):
                 # a large one by itself (held by the key: compared by identity)
-                small = v.data.size <= SMALL_CONST
+                data = v.data
+                small = data.size <= SMALL_CONST
                 holds = holds or not small
-                ins.append((v.dtype, v.shape, v.data.tobytes() if small else v))
+                ins.append((v.type.dtype, v.type.shape, data.tobytes() if small else v))
             else:
                 return None
-        items.append((call.op, call.attrs.key(), tuple(o.type for o in call.outputs),
-                      tuple(ins)))
-        for j, out in enumerate(call.outputs):
+        outs = call.outputs
+        items.append((call.op, call.attrs.key(),
+                      tuple([(o.type.shape, o.type.dtype) for o in outs]), tuple(ins)))
+        for j, out in enumerate(outs):
             made[id(out)] = ("call", k, j)
-    return tuple(items), tuple(None if v is None else v.type for v in values), holds
+    types = tuple([None if v is None else ((t := v.type).shape, t.dtype) for v in values])
+    return tuple(items), types, holds
 
 
 def opdef_attrs(registry, template, attrs):
