@@ -318,3 +318,33 @@ def test_a_refused_constant_is_refused_as_before():
     with pytest.raises(LegatoError, match=r"^Constant node 'k': attribute 'value': declares "
                                           r"shape \[4\] of float32"):
         lonnx.load(model([node], [], [tensor("c", None)], opset=17))
+
+
+def test_conversion_overlapping_the_worker_start_gives_the_same_module(monkeypatch):
+    # models are converted while the worker starts, before check_graph and shape inference
+    # answer; the module must be the one converting after them gives
+    from legato.frontends.onnx import importer
+    from legato.ir.graph import print_module
+    for proto in (padded_conv_layers(), repeated_shape_chains(3)):
+        early = lonnx.load_with_nodes(proto)
+        with monkeypatch.context() as patch:
+            patch.setattr(importer, "convert_early", lambda *args: None)
+            late = lonnx.load_with_nodes(proto)
+        assert print_module(early[0]) == print_module(late[0]) and early[1] == late[1]
+
+
+def test_the_checks_verdict_comes_before_an_early_conversion_error():
+    # the Reshape fails to convert, and onnx's shape inference refuses the Relu's declared
+    # output type: shape inference ran first before, so its error is the one raised
+    shape = numpy_helper.from_array(np.array([5], np.int64), "s")
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="r"),
+             helper.make_node("Relu", ["x"], ["z"], name="relu")]
+    proto = model(nodes, [tensor("x", [2, 3])],
+                  [tensor("y", None), helper.make_tensor_value_info("z", onnx.TensorProto.INT32,
+                                                                    [2, 3])], [shape], opset=17)
+    with pytest.raises(LegatoError, match="^the model's shapes do not infer: "):
+        lonnx.load(proto)
+    proto.graph.output.pop()
+    proto.graph.output.append(tensor("z", None))
+    with pytest.raises(LegatoError, match=r"^Reshape node 'r': .*cannot reshape \[2, 3\]"):
+        lonnx.load(proto)

@@ -79,21 +79,50 @@ def _import(proto, base_dir, weights, input_shapes, registry):
     check_supported(proto)
     opset = model_opset(proto)
     read = read_weights(proto.graph, weights)  # while the worker starts, before check_graph
+    early = convert_early(proto, opset, input_shapes, registry, weights, read)
     check_graph(proto.graph, opset)
     proto = with_external_data(proto, base_dir, weights)
     proto, opset = upgrade(proto, opset)
     check_shapes(proto, input_shapes)
+    if early is not None:
+        importer, outcome = early
+        if isinstance(outcome, Exception):
+            raise _with_symbols_hint(outcome, importer)
+        return outcome, importer.nodes
     importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
     try:
         return importer.run(), importer.nodes
     except LegatoError as err:
-        symbols = symbolic_dims(importer.b.params)
-        if not symbols:
-            raise
-        binding = ", ".join(f"{quote(s)}: ..." for s in symbols)
-        raise type(err)(f"{err}\n(the model's dimensions {', '.join(symbols)} are symbolic; "
-                        f"importing at one size needs them bound: input_shapes={{{binding}}}, "
-                        f"or --shape NAME=SIZE)") from None
+        raise _with_symbols_hint(err, importer) from None
+
+
+def convert_early(proto, opset, input_shapes, registry, weights, read):
+    """(importer, module or the exception its conversion raised) of a model converted
+    before check_graph and onnx's shape inference, which wait for the worker while it
+    starts, or None where the model is not yet in the form conversion reads (an opset that
+    the version converter upgrades, external data still to load). The checks' verdict
+    comes first all the same: `_import` raises what they refuse before anything of this
+    conversion, which on a model they accept is the conversion they would have let run."""
+    if opset < MIN_OPSET or any(weights is None or not weights.owns(t)
+                                for t in external_tensors(proto)):
+        return None
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
+    try:
+        return importer, importer.run()
+    except Exception as err:  # noqa: BLE001 - raised after the checks, as conversion would
+        return importer, err
+
+
+def _with_symbols_hint(err: Exception, importer) -> Exception:
+    """A conversion error, with how to bind the model's symbolic dimensions if it has
+    some (an error about them is the likely reason)."""
+    symbols = symbolic_dims(importer.b.params) if isinstance(err, LegatoError) else None
+    if not symbols:
+        return err
+    binding = ", ".join(f"{quote(s)}: ..." for s in symbols)
+    return type(err)(f"{err}\n(the model's dimensions {', '.join(symbols)} are symbolic; "
+                     f"importing at one size needs them bound: input_shapes={{{binding}}}, "
+                     f"or --shape NAME=SIZE)")
 
 
 def read_weights(graph, weights) -> dict:
