@@ -220,7 +220,13 @@ class Matcher:
         k = self._result_at
         self._found, self._limit, self._accept = [], limit, accept
         self._pending = False
-        self._run((0, self.t.result, gc.outputs[k], None))
+        try:  # the outermost frame's changes are all there is: emptied, not undone
+            self._solve((0, self.t.result, gc.outputs[k], None), [])
+        finally:
+            self._binds.clear()
+            self._calls.clear()
+            self._taken.clear()
+            self._extra.clear()
         return self._found
 
     def _emit(self) -> bool:
