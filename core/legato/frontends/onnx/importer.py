@@ -392,7 +392,8 @@ def check_shapes(proto, input_shapes: Mapping) -> None:
                     dims.add().dim_value = size
                 else:
                     dims.add().dim_param = str(size)
-    run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer")
+    run_isolated(b"I", bound, "onnx's shape inference", "the model's shapes do not infer",
+                 light=True)
 
 
 # attributes whose default onnx's shape inference gets wrong when left unset

@@ -113,13 +113,15 @@ def start_worker() -> None:
     _WORKER.start()
 
 
-def run_isolated(command: bytes, model, what: str, failed: str):
+def run_isolated(command: bytes, model, what: str, failed: str, light: bool = False):
     """Shape inference (b"I", returns None) or version conversion (b"C", returns the
     converted ModelProto) of `model` in the worker. onnx's errors become a LegatoError
-    "<failed>: <message>"; a worker that dies, one saying that `what` crashed."""
+    "<failed>: <message>"; a worker that dies, one saying that `what` crashed. `light`:
+    the model is a `without_large_data` copy already (it is sent as it is)."""
     import onnx
-    light, stripped = without_large_data(model)
-    answer = _WORKER.ask(command, light.SerializeToString())
+    light_model, stripped = (model, {}) if light else without_large_data(model)
+    answer = _WORKER.ask(command, light_model.SerializeToString())
+    del light_model
     if isinstance(answer, int):
         raise LegatoError(f"{what} crashed on this model ({describe(answer)}); the model "
                           "is malformed in a way legato's checks do not name")
