@@ -13,8 +13,8 @@ torch / transformers versions.
 
 Per model:
   import      legato's ONNX import (s) against onnxruntime's session creation (s), measured
-              as benchmarks/import_speed.py measures them (one round of its fresh processes:
-              the call alone, after the process's setup)
+              as benchmarks/import_speed.py measures them (medians of --import-rounds of its
+              interleaved fresh processes, default 3: the call alone, after the setup)
   setup       that setup (s): legato's plugins, loaded once per process, and one full
               garbage collection of what the module imports left (see import_speed.py)
   compile     legato.compile(module, "c_kernels") (s), in a child process of its own (so
@@ -127,9 +127,9 @@ def build_costs(name: str) -> dict:
             "weights_mb": path.stat().st_size / 2**20}
 
 
-def costs(name: str) -> dict:
+def costs(name: str, import_rounds: int = 3) -> dict:
     """build_costs of `name` in a fresh process, so the peak memory is this model's alone,
-    with the import and session figures of import_speed.py (one round)."""
+    with the import and session figures of import_speed.py (`import_rounds` rounds)."""
     from benchmarks.import_speed import figures
     model_file(name)  # the export's memory is not the import's
     done = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
@@ -137,7 +137,7 @@ def costs(name: str) -> dict:
     if done.returncode:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else "child failed")
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    imported = figures(name, 1)
+    imported = figures(name, import_rounds)
     return {**found, "import_s": imported["import_s"], "ort_session_s": imported["ort_s"],
             "setup_s": imported["setup_s"]}
 
@@ -179,7 +179,7 @@ def geomean(values) -> float:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def report(names, thread_counts, repeat, eager) -> list[str]:
+def report(names, thread_counts, repeat, eager, import_rounds: int = 3) -> list[str]:
     head = (f"{'model':14}{'import s':>9}{'ORT s':>7}{'ratio':>7}{'setup s':>8}{'compile s':>10}"
             f"{'peak MB':>9}"
             f"{'weights':>9}" + "".join(f"{f'c/ORT {t}t':>10}" for t in thread_counts) +
@@ -189,7 +189,7 @@ def report(names, thread_counts, repeat, eager) -> list[str]:
     ratios: dict[int, list[float]] = {t: [] for t in thread_counts}
     for name in names:
         try:
-            c, lat = costs(name), latencies(name, thread_counts, repeat, eager)
+            c, lat = costs(name, import_rounds), latencies(name, thread_counts, repeat, eager)
         except Exception as err:  # noqa: BLE001 - exporters, importers and runtimes raise many types
             lines.append(f"{name:14} error: {type(err).__name__}: {str(err)[:200]}")
             print(lines[-1], flush=True)
@@ -232,6 +232,8 @@ def main(argv=None) -> None:
                         help="comma-separated thread counts (default 1, 2 and every core)")
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per figure")
     parser.add_argument("--no-eager", action="store_true", help="skip torch eager")
+    parser.add_argument("--import-rounds", type=int, default=3,
+                        help="interleaved rounds of the import figures (import_speed.py's)")
     parser.add_argument("--profile", metavar="MODEL", choices=list(MODELS),
                         help="per-step c_kernels profile of one model")
     parser.add_argument("--top", type=int, default=15, help="steps shown by --profile")
@@ -252,7 +254,7 @@ def main(argv=None) -> None:
     import onnxruntime
     onnxruntime.set_default_logger_severity(3)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    report(names, threads, args.repeat, not args.no_eager)
+    report(names, threads, args.repeat, not args.no_eager, args.import_rounds)
 
 
 if __name__ == "__main__":
