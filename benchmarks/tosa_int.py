@@ -21,8 +21,9 @@ output (the model an integer-only target runs: ResNet-50 and MobileNetV2 then em
 `--profile pro_int` alone; their feeds are quantized in numpy), so the output compared is
 the int8/uint8 tensor itself, and its steps are integers.
 
-`--output-stage float` requantizes convolutions and matmuls in float32 as onnxruntime does
-(legato_tosa_custom.backend(output_stage="float")) instead of by RESCALE.
+`--output-stage float` requantizes convolutions and matmuls in float32 as onnxruntime does,
+and adds by a table of its sums (legato_tosa_custom.backend(output_stage="float")),
+instead of by RESCALE.
 
 One line per model and format:
   import s     legato's ONNX import

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import int_casts, int_matmul, int_native, integers, quantize_cast, quantized, \
-    quantized_softmax, rules, scatter, sorting, trig
+from . import int_casts, int_matmul, int_native, integers, qadd_table, quantize_cast, \
+    quantized, quantized_softmax, rules, scatter, sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
 
@@ -278,6 +278,8 @@ def capability_tables(profile=DEFAULT, output_stage: str = "rescale") -> dict:
     rule_table.update(INTEGER_RULES)
     if "pro_int" in profile:
         rule_table.update(quantized.rules_for(output_stage))
+        if output_stage == "float":  # onnxruntime's QLinearAdd exactly: a table
+            rule_table["qnn.add"] = qadd_table.qadd
         rule_table.update(quantized_softmax.RULES)
         rule_table.update(quantize_cast.RULES)
         rule_table.update(int_native.RULES)

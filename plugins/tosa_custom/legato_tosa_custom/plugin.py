@@ -52,7 +52,8 @@ def backend(profile="pro_fp+pro_int", name: str | None = None, weights=None,
     'resources'): large ones of a large model out of line as dense_resource blobs.
     `output_stage` requantizes the int32 accumulators of quantized convolutions, matmuls
     and products: 'rescale' (RESCALE, integer-only hardware; within one step of cpu_ref)
-    or 'float' (onnxruntime's float32 stage, bit-exact with cpu_ref; needs pro_fp)."""
+    or 'float' (onnxruntime's float32 stage, and qnn.add as a table of its sums:
+    bit-exact with cpu_ref; needs pro_fp)."""
     profile = _profile(profile)
     if output_stage not in OUTPUT_STAGES or (output_stage == "float" and
                                              "pro_fp" not in profile):

@@ -16,9 +16,7 @@ from __future__ import annotations
 import numpy as np
 from legato.plugin_api import Const
 
-from .quantized import one_zero_point, rescale
-
-RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+from .quantized import one_zero_point, rounded
 
 
 def quantize(b, call):
@@ -40,17 +38,6 @@ def quantize(b, call):
     elif x.rank == 0:
         s = s.reshape(())
     return rounded(b, b.divide(x, b.const(s)), zp, dtype)
-
-
-def rounded(b, y, zp: int, dtype: str):
-    """float32 y rounded half to even, plus the zero point, saturated to int8/uint8: CLAMP
-    to the integers `zp` leaves room for, CAST (to int8 itself where zp is 0), RESCALE by
-    1 adding zp."""
-    lo, hi = RANGES[dtype]
-    y = b.clip(y, min=float(lo - zp), max=float(hi - zp))
-    if zp == 0 and dtype == "int8":
-        return b.call("tosa.cast", y, dtype="int8")
-    return rescale(b, b.call("tosa.cast", y, dtype="int16"), 1.0, 0, zp, dtype)
 
 
 RULES = {"qnn.quantize": quantize}

@@ -114,14 +114,27 @@ def rescale_stage(b, acc, multiplier, out_zp: int, dtype: str):
 def float_stage(b, acc, multiplier, out_zp: int, dtype: str):
     """onnxruntime's output stage in float32 (`output_stage="float"`, targets with
     pro_fp): `saturate(rint(float32(acc) * multiplier) + zero_point)`, the multiplier per
-    tensor or along the last axis, CAST to int32 rounding half to even (checked on the
-    reference model), and a RESCALE by 1 adds the zero point and saturates. Bit-exact
-    with cpu_ref, where RESCALE rounds the exact product (ties half up)."""
+    tensor or along the last axis, CLAMPed, one CAST rounding half to even (checked on the
+    reference model), and a RESCALE by 1 adds the zero point (rounded).
+    Bit-exact with cpu_ref, where RESCALE rounds the exact product (ties half up)."""
     m = np.asarray(multiplier, np.float32).reshape(-1)
     m = m.reshape((1,) * (acc.rank - 1) + (m.size,)) if m.size > 1 else \
         m.reshape((1,) * acc.rank)
-    scaled = b.multiply(b.cast(acc, dtype="float32"), b.const(m))
-    return rescale(b, b.call("tosa.cast", scaled, dtype="int32"), 1.0, 0, out_zp, dtype)
+    return rounded(b, b.multiply(b.cast(acc, dtype="float32"), b.const(m)), out_zp, dtype)
+
+
+QRANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def rounded(b, y, zp: int, dtype: str):
+    """float32 y rounded half to even, plus the zero point, saturated to int8/uint8: CLAMP
+    to the integers `zp` leaves room for, CAST (to int8 itself where zp is 0), RESCALE by
+    1 adding zp."""
+    lo, hi = QRANGES[dtype]
+    y = b.clip(y, min=float(lo - zp), max=float(hi - zp))
+    if zp == 0 and dtype == "int8":
+        return b.call("tosa.cast", y, dtype="int8")
+    return rescale(b, b.call("tosa.cast", y, dtype="int16"), 1.0, 0, zp, dtype)
 
 
 def half_even(b, acc, scale):

@@ -5,7 +5,7 @@ scale in the module, cannot be emitted).
 
 `e = table[255 + x - max(x)]` (GATHER, int32 indices), the row sum (REDUCE_SUM), `(1 /
 sum) * floor(1 / out_scale)` (RECIPROCAL, MUL), `round(e * step + out_zero_point)`,
-saturated (CLAMP, then one CAST, which rounds half to even: quantize_cast.rounded): the
+saturated (CLAMP, then one CAST, which rounds half to even: quantized.rounded): the
 same float32 operations as cpu_ref's, so the results agree bit for bit but where TOSA's float32 sum of a row is added in another order than numpy's (its last
 bits can differ, and a product at a rounding tie with them). Left float, dequantize ->
 nn.softmax -> quantize computes `x / out_scale` instead, which is 1 step off
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize_cast import RANGES, rounded
-from .quantized import consts
+from .quantized import QRANGES as RANGES, consts, rounded
 from .rules import splat
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -153,3 +153,33 @@ def test_round_is_a_cast_to_int32_and_back(tools):
     assert ops["tosa.cast"] == 2 and "tosa.floor" not in ops, ops
     (got,) = tools.run_reference(text, [values], validate=True)
     np.testing.assert_array_equal(got, np.rint(values))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_the_float_output_stage_adds_by_a_table_of_cpu_refs_sums(tools, dtype):
+    """backend(output_stage='float') takes onnxruntime's arithmetic for qnn.add too: one
+    GATHER of its 65,536 sums, indexed by the input pair, equal to cpu_ref on every pair,
+    also where scales in a simple ratio (0.2 and 0.15 into 0.3) make exact ties that the
+    RESCALE form rounds up (thousands of pairs apart), and broadcast with b one value per
+    row (onnxruntime folds such an operand first)."""
+    low = RANGES[dtype][0]
+    values = np.arange(low, low + 256).astype(dtype)
+    cases = [((256, 256), (256, 256), list(np.meshgrid(values, values, indexing="ij"))),
+             ((256, 8), (256, 1), [np.resize(values, (256, 8)), values.reshape(256, 1)])]
+    float_stage = backend("pro_fp+pro_int", output_stage="float")
+    for a_shape, b_shape, inputs in cases:
+        g = GraphBuilder()
+        a, x = g.input("a", a_shape, dtype), g.input("b", b_shape, dtype)
+        y = g.call("qnn.add", a, g.const(f32(0.2)), g.const(np.asarray(low + 110, dtype)), x,
+                   g.const(f32(0.15)), g.const(np.asarray(low + 130, dtype)),
+                   g.const(f32(0.3)), g.const(np.asarray(low + 100, dtype)))
+        module = g.build(y)
+        want = np.asarray(legato.compile(module, "cpu_ref")(*inputs))
+        text = str(legato.compile(module, float_stage).artifact)
+        assert operators(text)["tosa.gather"] == 1
+        (got,) = tools.run_reference(text, inputs, validate=True)
+        np.testing.assert_array_equal(got, want)
+        if a_shape == b_shape:
+            rescaled = str(legato.compile(module, backend("pro_int")).artifact)
+            (other,) = tools.run_reference(rescaled, inputs)
+            assert (other != want).sum() > 1000
