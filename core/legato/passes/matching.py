@@ -197,6 +197,12 @@ class Matcher:
         self._accept = None
         self._pending = False  # the search stopped with a choice not yet tried
 
+    @property
+    def pending(self) -> bool:
+        """Whether the last search stopped with a choice not yet tried (else it saw every
+        match there is)."""
+        return self._pending
+
     def at(self, gi: int):
         """Matches of the template whose result is made by graph call `gi`, in order."""
         found = self.find(gi, 1)

@@ -29,10 +29,11 @@ from ..ir import Attrs, Call, Const, Function, Module, Origin, TensorType, attr_
 from ..ir.calls import make_call
 from ..ir.errors import ConfigError, LegatoError, quote
 from ..plugins.context import context
+from .canonical import scalar_value
 from .manager import FunctionPass, PassResult
 from .matching import (RTOL, Matcher, Rearranged, operand_kinds, plausible, region_problem,
                        root_need, same_value)
-from .patterns import Form, Template, build_view, derive, scalar_value, trace
+from .patterns import Form, Template, build_view, derive, trace
 
 MAX_CANDIDATES = 256
 
@@ -312,33 +313,35 @@ class Recomposer:
                 if done is not None:
                     rewrites.append(done)
             if differs:
-                self.report.miss(template.form.op, f"{template.form.label}: structure differs",
-                                 differs)
+                self.report.miss(template.form.op, _differs(template), differs)
         if not rewrites:
             return fn, False
         return _apply(fn, rewrites, view.identities), True
 
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
-        at = _where(view, gi, fn)
-        envs = matcher.at(gi)
-        env = next(envs, None)
-        if env is None:
-            self.report.miss(op, f"{template.form.label}: structure differs", at=at)
+        found = matcher.find(gi, 1)  # most tries end here: the structure differs
+        if not found:
+            self.report.miss(op, _differs(template), at=_where(view, gi, fn))
             return None
+        env = found[0]
         owners = {o for i in env.region() for o in view.owners[i]}
         if len(owners) == 1:  # one call for another gains nothing (and a kept op is kept)
             only = fn.calls[next(iter(owners))].op
             self.report.miss(op, f"already a {op} call" if only == op else
-                             f"the region is one call ({only})", at=at)
+                             f"the region is one call ({only})", at=_where(view, gi, fn))
             return None
-        for attempt in itertools.chain([env], itertools.islice(envs, 3)):
-            result = self.recover(template, view, gi, claimed, attempt, fn)
-            if isinstance(result, str):
-                reason = result
-                continue
+        result = self.recover(template, view, gi, claimed, env, fn)
+        if not isinstance(result, str):
             return result
-        self.report.miss(op, f"{template.form.label}: {reason}", at=at)
+        reason = result
+        # the recovery refused the first match: up to 3 more, when the search left a choice
+        for attempt in (matcher.find(gi, 4)[1:] if matcher.pending else ()):
+            result = self.recover(template, view, gi, claimed, attempt, fn)
+            if not isinstance(result, str):
+                return result
+            reason = result
+        self.report.miss(op, f"{template.form.label}: {reason}", at=_where(view, gi, fn))
         return None
 
     def recover(self, template, view, gi, claimed, env, fn):
@@ -537,6 +540,14 @@ class Recomposer:
                 self._checked.clear()
             known = self._checked[key] = (opdef, len(new.inputs), new.outputs[0].type)
         return tuple(inputs) + (None,) * (known[1] - len(inputs)), known[2]
+
+
+def _differs(template) -> str:
+    """The miss of a template whose structure is not at a call (its text made once)."""
+    reason = template.matching.get("differs")
+    if reason is None:
+        reason = template.matching["differs"] = f"{template.form.label}: structure differs"
+    return reason
 
 
 def _where(view, gi: int, fn: Function):
