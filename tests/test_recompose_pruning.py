@@ -1,12 +1,14 @@
-"""What the recomposition matcher skips without trying it (legato.passes.matching): a
-search that saw every choice is not run again for more matches, and an operand that
-cannot take a graph value (a parameter bound to another value, a call matched to another
-call) is not tried there. The matches found stay those of a full search."""
+"""What the recomposition skips without searching (legato.passes.matching and .paths): a
+search that saw every choice is not run again for more matches, an operand that cannot
+take a graph value (a parameter bound to another value, a call matched to another call)
+is not tried there, and a template with a path ending at no call of its op is not
+searched at all. The matches found stay those of a full search."""
 import itertools
 
 import legato
 from legato.ir import TensorType
 from legato.passes.matching import Matcher
+from legato.passes.paths import Look, paths_of
 from legato.passes.patterns import Form, build_view, trace
 
 REGISTRY = legato.context().registry
@@ -135,3 +137,44 @@ def test_a_recovered_ops_checked_types_are_remembered_per_input_types():
         back, _ = legato.recompose(module, ops=["nn.layer_norm"])
         norms = [c for c in back.main.calls if c.op == "nn.layer_norm"]
         assert [c.outputs[0].shape for c in norms] == [feed.shape, expected]
+
+
+def test_the_path_look_passes_what_matches_and_skips_what_cannot():
+    """The look along a template's paths (a call of the op at each path's end) passes a
+    graph that matches, refuses one whose tree leaf is another op or a claimed call, and
+    the full search agrees each time; templates that start alike share their paths."""
+    template = trace(REGISTRY, Form("multiply", exp_times, "test"), (T, T), {})
+    shifted = trace(REGISTRY, Form("multiply", lambda b, x, y: b.multiply(
+        b.exp(b.add(x, y)), y), "test"), (T, T), {})
+    for graph_op, expected in (("exp", True), ("log", False)):
+        b = legato.GraphBuilder()
+        x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+        view, _ = view_of(b.build(b.multiply(y, b.call(graph_op, x))))
+        root = root_of(view)
+        found = bool(Matcher(template, view, set(), concrete=False).find(root, 1))
+        assert Look(view, set()).may_match(paths_of(REGISTRY, template), root) is expected
+        assert found is expected
+        # exp(x + y) * y needs an add under the exp: refused on both graphs
+        assert not Look(view, set()).may_match(paths_of(REGISTRY, shifted), root)
+        assert not Matcher(shifted, view, set(), concrete=False).find(root, 1)
+    log_call = next(i for i, c in enumerate(view.calls) if c.op == "log")
+    assert not Look(view, {log_call}).may_match(paths_of(REGISTRY, template), root)
+    # the root (a product of two leaves) and its exp leaf: one object per path
+    first, second = paths_of(REGISTRY, template), paths_of(REGISTRY, shifted)
+    assert first[0] is second[0] and first[1] is second[1]
+    assert (first[1].op, second[2].op) == ("exp", "add")
+
+
+def test_a_claimed_call_on_a_path_refuses_the_template_as_the_search_does():
+    template = trace(REGISTRY, Form("multiply", exp_times, "test"), (T, T), {})
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+    view, _ = view_of(b.build(b.multiply(y, b.exp(x))))
+    root = root_of(view)
+    exp_call = next(i for i, c in enumerate(view.calls) if c.op == "exp")
+    look = Look(view, set())
+    assert look.may_match(paths_of(REGISTRY, template), root)
+    look.claimed.add(exp_call)  # a recovery claimed it: what the look knew is forgotten
+    assert not look.may_match(paths_of(REGISTRY, template), root)
+    assert not Matcher(template, view, {exp_call}, concrete=False).find(root, 1)
+

@@ -33,6 +33,7 @@ from .canonical import scalar_value
 from .manager import FunctionPass, PassResult
 from .matching import (RTOL, Matcher, Rearranged, operand_kinds, plausible, region_problem,
                        root_need, same_value)
+from .paths import Look, paths_of
 from .patterns import Form, Template, build_view, derive, trace
 
 MAX_CANDIDATES = 256
@@ -282,6 +283,7 @@ class Recomposer:
         rewrites: list[tuple[set[int], list[Call]]] = []
         present = set(view.by_op)
         kinds: dict = {}  # graph call -> the kinds of its operands, from the first look
+        look = Look(view, claimed)  # the second look: along the template's paths
         fits: dict = {}  # a template root's needs -> graph call -> plausible: templates share
         for template in self.templates:
             if not template.ops <= present:
@@ -293,7 +295,7 @@ class Recomposer:
             fits_need = fits.get(need)
             if fits_need is None:
                 fits_need = fits[need] = {}
-            matcher = None
+            matcher = paths = None
             differs = 0
             for gi in roots:
                 if gi in claimed:
@@ -306,6 +308,12 @@ class Recomposer:
                     ok = fits_need[gi] = plausible(need, have)
                 if not ok:
                     differs += 1
+                    continue
+                if paths is None:
+                    paths = paths_of(self.registry, template)
+                if not look.may_match(paths, gi):  # the search would find nothing
+                    self.report.miss(template.form.op, _differs(template),
+                                     at=_where(view, gi, fn))
                     continue
                 if matcher is None:
                     matcher = Matcher(template, view, claimed, concrete=False)
