@@ -139,6 +139,29 @@ typedef struct {
     int activation;
 } direct_job;
 
+#ifdef DIRECT_X86
+/* d[ix * 16 + i] = s[i * plane + ix] for ix in [0, w), i in [0, nc) (0 for i >= nc): one
+ * input row of a block of 16 channels, by 16 x 16 transposes in registers (one channel at
+ * a time, element by element, this copy cost 5% of a 3x3 conv of 64 channels at 56^2). */
+__attribute__((target("avx512f")))
+static void block_row_avx512(float *d, const float *s, int64_t plane, int64_t w, int64_t nc)
+{
+    for (int64_t ix = 0; ix < w; ix += CB) {
+        int64_t n = LGK_MIN((int64_t)CB, w - ix);
+        __mmask16 m = (__mmask16)((1u << n) - 1u);
+        lgk_v16 v[CB];
+#pragma GCC unroll 16
+        for (int i = 0; i < CB; ++i)
+            v[i] = i < nc ? (lgk_v16)_mm512_maskz_loadu_ps(m, s + i * plane + ix) : (lgk_v16){0};
+        lgk_transpose16(v);
+#pragma GCC unroll 16
+        for (int px = 0; px < CB; ++px)
+            if (px < n)
+                _mm512_storeu_ps(d + (ix + px) * CB, (__m512)v[px]);
+    }
+}
+#endif
+
 /* x_b[cb] of the current image: zero borders and channels past c, the plane's pixels
  * transposed in from ci NCHW planes. */
 static int block_input(void *ctx, int64_t cb0, int64_t cb1)
@@ -160,12 +183,17 @@ static int block_input(void *ctx, int64_t cb0, int64_t cb1)
                 memcpy(d, s, (size_t)p->w * sizeof(float));
                 d += p->w;
             } else {
+#ifdef DIRECT_X86
+                block_row_avx512(d, s, p->h * p->w, p->w, nc);
+                d += p->w * ci;
+#else
                 for (int64_t ix = 0; ix < p->w; ++ix, d += ci) {
                     for (int64_t i = 0; i < nc; ++i)
                         d[i] = s[i * p->h * p->w + ix];
                     for (int64_t i = nc; i < ci; ++i)
                         d[i] = 0.0f;
                 }
+#endif
             }
             memset(d, 0, (size_t)(p->pad_right * ci) * sizeof(float));
         }
