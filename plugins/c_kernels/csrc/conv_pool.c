@@ -109,12 +109,37 @@ typedef struct {
     lgk_panel_layout layout;
     int64_t qh, qw; /* the phase split: the strides, or 1 x 1 (one padded plane per
                      * channel, strides applied by the pixel gathers) */
+    const float *res; /* NULL, or a residual added to y before the activation (res_act;
+                       * the GEMM epilogue then has none): y = act(conv + bias + res) */
+    int res_act;
 } conv_job;
 
 static int is_pointwise(const lgk_conv2d_params *p)
 {
     return p->kh == 1 && p->kw == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_top == 0
            && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0;
+}
+
+/* The residual of a fused epilogue: y[f * plane + q] += res[same] for filters [f0, f1) x
+ * pixels [q0, q1) of the output block at yb (an image's, or its group's), then the
+ * activation, right after the GEMM wrote the block (from L2 where it is a band): one pass
+ * in place of the separate add's and activation's. The sums round as the separate add
+ * did: (conv + bias) + res. (GEMM calls of a pointwise conv in chunks that stay in L2
+ * were no faster: 64 -> 256 channels at 56^2 spent as long on the add, and the GEMM more.) */
+static void add_residual(const conv_job *j, float *yb, int64_t plane, int64_t f0, int64_t f1,
+                         int64_t q0, int64_t q1)
+{
+    if (j->res == NULL)
+        return;
+    const float *rb = j->res + (yb - j->y);
+    for (int64_t f = f0; f < f1; ++f) {
+        float *restrict yr = yb + f * plane + q0;
+        const float *restrict rr = rb + f * plane + q0;
+        for (int64_t q = 0; q < q1 - q0; ++q)
+            yr[q] += rr[q];
+        if (j->res_act != LGK_ACT_NONE)
+            lgk_activate(j->res_act, yr, q1 - q0);
+    }
 }
 
 /* d[ox] = src[ox * stride + off_x] for ox in [a, b): a constant stride lets the
@@ -628,8 +653,10 @@ static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, conv_part
         w = (lgk_operand){NULL, 0, 0, j->w};
     if (is_pointwise(p)) {
         lgk_operand b = {xg, plane, 1, NULL};
-        return lgk_sgemm_block(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
-                               j->activation, part.f0, part.f1, part.p0, part.p1);
+        LGK_TRY(lgk_sgemm_block(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
+                                j->activation, part.f0, part.f1, part.p0, part.p1));
+        add_residual(j, yg, plane, part.f0, part.f1, part.p0, part.p1);
+        return LGK_OK;
     }
     if (!j->direct)
         make_phases(j, xg, s->ph);
@@ -644,6 +671,7 @@ static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, conv_part
         lgk_operand b = {NULL, 0, 0, s->panels};
         LGK_TRY(lgk_sgemm_block(j->og, n, j->kg, w, b, yg + oy0 * j->ow, plane, bias,
                                 bias_mode, j->activation, part.f0, part.f1, 0, n));
+        add_residual(j, yg, plane, part.f0, part.f1, oy0 * j->ow, oy0 * j->ow + n);
     }
     return LGK_OK;
 }
@@ -679,6 +707,7 @@ static int conv_pixel_rows(const conv_job *j, int64_t img, conv_part part,
                                 0, q1 - q0, part.f0, part.f1));
         transpose_into(q1 - q0, part.f1 - part.f0, s->t + part.f0, p->o,
                        yi + part.f0 * plane + q0, plane);
+        add_residual(j, yi, plane, part.f0, part.f1, q0, q1);
     }
     return LGK_OK;
 }
@@ -780,7 +809,7 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     LGK_TRY(lgk_checked_count(3, kd, &kg));
     LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
-                    y, activation, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1};
+                    y, activation, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1, NULL, 0};
     /* Unpadded convs need no zeros: the panels are gathered from x itself, by int32
      * indices within an image's channel plane. */
     j->direct = p->pad_top == 0 && p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0
@@ -936,11 +965,12 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
 /* ---- packed weights ------------------------------------------------------------- */
 
 /* A groups == 1 conv with weights packed once: as the GEMM's right operand (pixels x
- * filters, `by_pixels`) or as its left one (filters x pixels, written into NCHW). */
+ * filters, `by_pixels`) or as its left one (filters x pixels, written into NCHW); `res`
+ * (NULL or y's size, apart from y) is added before the activation. */
 static int packed_conv(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                        const float *packed_w, int64_t packed_len, const float *bias,
-                       int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads,
-                       int by_pixels)
+                       int64_t bias_len, const float *res, int64_t res_len, float *y,
+                       int64_t y_len, int activation, int nthreads, int by_pixels)
 {
     conv_job j;
     int done;
@@ -950,6 +980,14 @@ static int packed_conv(const lgk_conv2d_params *p, const float *x, int64_t x_len
     LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
     LGK_TRY(by_pixels ? lgk_sgemm_check_packed_b(j.kg, p->o, packed_w, packed_len)
                       : lgk_sgemm_check_packed_a(p->o, j.kg, packed_w, packed_len));
+    if (res != NULL) { /* y's size (checked by conv_setup), and not y: the GEMM writes y first */
+        int64_t ny;
+        const int64_t yd[4] = {p->n, p->o, j.oh, j.ow};
+        LGK_TRY(lgk_checked_count(4, yd, &ny));
+        LGK_TRY(lgk_check_buffer(res, res_len, ny));
+        LGK_CHECK(res + ny <= y || y + ny <= res, LGK_ERR_ARG);
+        j.res = res, j.res_act = activation, j.activation = LGK_ACT_NONE;
+    }
     if (done)
         return LGK_OK;
     j.w = packed_w + LGK_PACKED_HEADER_FLOATS;
@@ -964,7 +1002,7 @@ int lgk_conv2d_nchw_prepacked(const lgk_conv2d_params *p,
                               const float *bias, int64_t bias_len,
                               float *y, int64_t y_len, int activation, int nthreads)
 {
-    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, y, y_len,
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, NULL, 0, y, y_len,
                        activation, nthreads, 1);
 }
 
@@ -974,8 +1012,30 @@ int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
                              const float *bias, int64_t bias_len,
                              float *y, int64_t y_len, int activation, int nthreads)
 {
-    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, y, y_len,
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, NULL, 0, y, y_len,
                        activation, nthreads, 0);
+}
+
+int lgk_conv2d_nchw_prepacked_residual(const lgk_conv2d_params *p, const float *x,
+                                       int64_t x_len, const float *packed_w,
+                                       int64_t packed_len, const float *bias, int64_t bias_len,
+                                       const float *res, int64_t res_len, float *y,
+                                       int64_t y_len, int activation, int nthreads)
+{
+    LGK_CHECK(res != NULL, LGK_ERR_NULL);
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, res, res_len, y,
+                       y_len, activation, nthreads, 1);
+}
+
+int lgk_conv2d_nchw_packed_a_residual(const lgk_conv2d_params *p, const float *x,
+                                      int64_t x_len, const float *packed_w, int64_t packed_len,
+                                      const float *bias, int64_t bias_len, const float *res,
+                                      int64_t res_len, float *y, int64_t y_len, int activation,
+                                      int nthreads)
+{
+    LGK_CHECK(res != NULL, LGK_ERR_NULL);
+    return packed_conv(p, x, x_len, packed_w, packed_len, bias, bias_len, res, res_len, y,
+                       y_len, activation, nthreads, 0);
 }
 
 /* ---- pooling ------------------------------------------------------------------------- */

@@ -199,6 +199,20 @@ int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
                              const float *bias, int64_t bias_len,
                              float *y, int64_t y_len, int activation, int nthreads);
 
+/* The two above with a residual res (n, o, oh, ow; not overlapping y) added before the
+ * activation, as a fused epilogue: y = act(conv(x) + bias + res), each sum rounded as
+ * (conv + bias) + res, in one pass over y after the GEMM (not one per op). */
+int lgk_conv2d_nchw_prepacked_residual(const lgk_conv2d_params *p, const float *x,
+                                       int64_t x_len, const float *packed_w,
+                                       int64_t packed_len, const float *bias, int64_t bias_len,
+                                       const float *res, int64_t res_len, float *y,
+                                       int64_t y_len, int activation, int nthreads);
+int lgk_conv2d_nchw_packed_a_residual(const lgk_conv2d_params *p, const float *x,
+                                      int64_t x_len, const float *packed_w, int64_t packed_len,
+                                      const float *bias, int64_t bias_len, const float *res,
+                                      int64_t res_len, float *y, int64_t y_len, int activation,
+                                      int nthreads);
+
 /* Direct conv through channel-blocked data (conv_direct.c), groups == 1, without im2col:
  * for convs with kernels larger than 1x1 on maps of more than a few pixels. Needs
  * AVX-512 (lgk_conv2d_direct_available() == 1); the weights (o, c, kh, kw) are packed once

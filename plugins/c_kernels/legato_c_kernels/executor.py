@@ -190,22 +190,23 @@ class _PlannedInstance:
             else:
                 self.buffers[out] = self.arena.take(out.shape, out.dtype)
 
-    def _epilogue(self, step) -> tuple[Any, Any, str | None]:
-        """(GEMM step, bias, activation) of a fused epilogue's call: the GEMM reads the
-        call's values and writes its result; (None, None, None) for any other step."""
+    def _epilogue(self, step) -> tuple[Any, Any, str | None, Any]:
+        """(GEMM step, bias, activation, residual) of a fused epilogue's call: the GEMM
+        reads the call's values and writes its result; Nones for any other step."""
         if step.op != CALL_OP:
-            return None, None, None
+            return None, None, None, None
         fn = self.module.functions[step.attrs["callee"]]
         env = dict(zip(fn.params, step.inputs))
         gemm = fn.calls[0]
         inputs = tuple(None if v is None else env.get(v, v) for v in gemm.inputs)
-        bias = None
-        if fn.attrs["bias"]:
+        added = None  # the other operand of the bias or residual add
+        if fn.attrs["bias"] or fn.attrs.get("residual"):
             add = fn.calls[1]
             other = add.inputs[1] if add.inputs[0] is gemm.output else add.inputs[0]
-            bias = env.get(other, other)
+            added = env.get(other, other)
+        bias, residual = (None, added) if fn.attrs.get("residual") else (added, None)
         act = fn.attrs["activation"]
-        return FlatCall(gemm, inputs, step.outputs, step.where), bias, act
+        return FlatCall(gemm, inputs, step.outputs, step.where), bias, act, residual
 
     # --- steps ------------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class _PlannedInstance:
     def _bind(self, step) -> None:
         if self._is_view(step):
             return  # a view, planned in _assign_outputs
-        gemm, bias, act = self._epilogue(step)
+        gemm, bias, act, residual = self._epilogue(step)
         call = gemm or self._decoded(step)
         inputs = [self._buffer(v) for v in call.inputs]
         outs = [self.buffers[o] for o in step.outputs]
@@ -240,6 +241,9 @@ class _PlannedInstance:
                     if bias is not None:
                         attrs["bias"] = self._buffer(bias).reshape(-1)
                         touches.append(Touch(bias, None))  # an attribute: no slot
+                    if residual is not None:
+                        attrs["residual"] = self._buffer(residual)
+                        touches.append(Touch(residual, K.conv_pool.RESIDUAL_INPUT))
                     attrs["activation"] = act
             else:
                 kernel = self._fallback_kernel(call)

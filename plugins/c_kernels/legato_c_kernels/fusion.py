@@ -1,20 +1,24 @@
 """The c_kernels GEMM epilogue, as IR: a pass that puts a GEMM (matmul, nn.linear,
-nn.conv2d), the bias add that follows it and the activation after that into one
-`primitive` function, which the planned executor runs as one C call.
+nn.conv2d), the bias add that follows it (or a 1x1 conv's residual add: ResNet's
+shortcut) and the activation after that into one `primitive` function, which the
+planned executor runs as one C call.
 
 The pass runs on the legalized module (`legato.compile` runs a backend's passes after
 legalization), so the fusion shows in `compiled.module`, `legato show` and the report
 (`--explain`), and the executor only runs what the IR says. A call joins the epilogue
 only when it is the sole reader of the value before it; the bias is a per-column add of
 a vector (matmul only: nn.linear and conv have their own bias input); the activation is
-one the C epilogue has.
+one the C epilogue has; a residual is a same-typed tensor added to the output of a
+1x1 conv (groups 1) with a constant weight, which the C GEMM convs add block by block
+while the block is in cache, instead of a separate pass over memory for the add and
+another for the activation.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-from legato.plugin_api import (CALL_OP, Attrs, Call, Function, ModulePass, PassResult,
-                               ShapeError, lift_regions)
+from legato.plugin_api import (CALL_OP, Attrs, Call, Const, Function, ModulePass,
+                               PassResult, ShapeError, lift_regions)
 
 from .kernels import elementwise
 from .kernels.gemm import ACTIVATIONS, EPILOGUE_BIAS_OP
@@ -65,18 +69,21 @@ class GemmEpilogue(ModulePass):
         for call in fn.calls:
             if id(call) in taken or not self._native(call):
                 continue
-            members = self._chain(call, readers, reader_of)
+            members = self._chain(call, readers, reader_of, taken)
             if len(members) < 2:
                 continue
             taken.update(map(id, members))
             act = activation_name(members[-1])
-            has_bias = members[1].op == EPILOGUE_BIAS_OP
+            residual = call.op == "nn.conv2d" and members[1].op == EPILOGUE_BIAS_OP
+            has_bias = members[1].op == EPILOGUE_BIAS_OP and not residual
             name = f"{fn_name}_epilogue_{len(regions)}"
             while name in module.functions:
                 name += "_"
-            regions.append((name, "primitive", Attrs({
-                "fusion": FUSION, "activation": act or "none", "bias": has_bias,
-                "ops": [m.op for m in members]}), members))
+            attrs = {"fusion": FUSION, "activation": act or "none", "bias": has_bias,
+                     "ops": [m.op for m in members]}
+            if residual:
+                attrs["residual"] = True
+            regions.append((name, "primitive", Attrs(attrs), members))
             fused[" + ".join(m.op for m in members)] += 1
         return regions
 
@@ -87,9 +94,10 @@ class GemmEpilogue(ModulePass):
     def _kernel(self, call: Call):
         return self.backend.kernel(call.op) if self._native(call) else None
 
-    def _chain(self, call: Call, readers: Counter, reader_of: dict) -> list[Call]:
-        """[GEMM, bias add?, activation?] starting at `call`: each next call the sole
-        reader of the value before it."""
+    def _chain(self, call: Call, readers: Counter, reader_of: dict, taken: set) -> list[Call]:
+        """[GEMM, bias or residual add?, activation?] starting at `call`: each next call
+        the sole reader of the value before it, in no other chain (a residual add of two
+        convs goes with the first)."""
         kernel = self._kernel(call)
         if getattr(kernel, "epilogue", None) is None or len(call.outputs) != 1:
             return [call]
@@ -101,16 +109,37 @@ class GemmEpilogue(ModulePass):
 
         def sole_reader():
             nxt = reader_of.get(product) if readers[product] == 1 else None
-            return nxt if nxt is not None and self._native(nxt) else None
+            return nxt if nxt is not None and self._native(nxt) and id(nxt) not in taken \
+                else None
         nxt = sole_reader()
         if column_bias and len(call.inputs) == 2 and nxt is not None and \
                 nxt.op == EPILOGUE_BIAS_OP and self._is_column_bias(nxt, product):
             members.append(nxt)
             product = nxt.output
             nxt = sole_reader()
+        elif nxt is not None and nxt.op == EPILOGUE_BIAS_OP and self._is_residual(call, nxt):
+            members.append(nxt)
+            product = nxt.output
+            nxt = sole_reader()
         if nxt is not None and nxt.inputs[0] is product and activation_name(nxt):
             members.append(nxt)
         return members
+
+    @staticmethod
+    def _is_residual(conv: Call, add: Call) -> bool:
+        """Is `add` conv's output plus another tensor of its type, and conv one whose C
+        kernel takes a residual (1x1, groups 1, a constant weight: the GEMM convs)?"""
+        product, weight = conv.output, conv.inputs[1]
+        if conv.op != "nn.conv2d" or conv.attrs.get("groups", 1) != 1 or len(add.inputs) != 2 \
+                or not isinstance(weight, Const) or product not in add.inputs:
+            return False
+        other = add.inputs[1] if add.inputs[0] is product else add.inputs[0]
+        try:
+            return (other is not None and other is not product and weight.shape[2:] == (1, 1)
+                    and other.type == product.type == add.output.type
+                    and product.dtype == "float32")
+        except ShapeError:
+            return False
 
     @staticmethod
     def _is_column_bias(add: Call, product) -> bool:

@@ -151,7 +151,8 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
                  strides: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
                  dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
                  kernel_layout: str = "OIHW", out: Optional[Array] = None,
-                 activation: str = "none", strict: bool = False) -> tuple[Array, Optional[CCall]]:
+                 activation: str = "none", residual: Optional[Array] = None,
+                 strict: bool = False) -> tuple[Array, Optional[CCall]]:
     op = "nn.conv2d"
     _require_layout(op, "data_layout", data_layout, "NCHW")
     _require_layout(op, "kernel_layout", kernel_layout, "OIHW")
@@ -186,6 +187,9 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     args = (p, ptr(x), x.size)
     tail = (opt_ptr(b), 0 if b is None else b.size, ptr(out), out.size, act, num_threads())
     bias_touch = ((2, 5),) if b is not None else ()
+    if residual is not None:
+        return out, _residual_call(op, packed, residual, out, by_pixels, args, tail, bias_touch,
+                                   pixels, strict)
     if packed is not None and _direct(weight_shape, pixels):
         w = packed.packed_direct(op)
         return out, CCall(op, lib.lgk_conv2d_direct, (*args, ptr(w), w.size, *tail), (),
@@ -200,16 +204,44 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
                       ((0, 1), (1, 3), *bias_touch, (OUT, 7)))
 
 
+# The slot role of a fused residual (after data, weight and bias): a run passes the
+# caller's array there when the residual is a model input, instead of copying it in.
+RESIDUAL_INPUT = 3
+
+
+def _residual_call(op: str, packed: Optional[PackedConvWeight], residual: Array, out: Array,
+                   by_pixels: bool, args: tuple, tail: tuple, bias_touch: tuple, pixels: int,
+                   strict: bool) -> CCall:
+    """The GEMM conv with a fused residual: act(conv + bias + residual), the add done on
+    each block of the output while it is in cache (the fusion pass fuses 1x1 convs with
+    constant weights only, which take the GEMM convs)."""
+    if packed is None or _direct(packed.shape, pixels):
+        raise error(op, "a fused residual needs a constant weight of a conv the GEMM runs "
+                        "(groups=1, not the direct conv)")
+    r = f32(op, "residual", residual)
+    if r.shape != out.shape:
+        raise error(op, f"residual must have the output's shape {out.shape}, got {r.shape}")
+    r = dense(detach(r, out, strict=strict), strict)
+    w = _packed_buffer(op, packed.packed) if by_pixels else packed.packed_left(op)
+    fn = (lib.lgk_conv2d_nchw_prepacked_residual if by_pixels
+          else lib.lgk_conv2d_nchw_packed_a_residual)
+    b_ptr, b_size, *rest = tail
+    return CCall(op, fn, (*args, ptr(w), w.size, b_ptr, b_size, ptr(r), r.size, *rest), (r,),
+                 ((0, 1), *bias_touch, (RESIDUAL_INPUT, 7), (OUT, 9)))
+
+
 def nn_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
               strides: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
               dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
               kernel_layout: str = "OIHW", out: Optional[Array] = None,
-              activation: str = "none") -> Array:
+              activation: str = "none", residual: Optional[Array] = None) -> Array:
     """nn.conv2d, NCHW data and OIHW weight (or a :class:`PackedConvWeight`);
-    ``activation`` is an optional fusion."""
+    ``activation`` and ``residual`` (added before the activation; packed weights only)
+    are optional fusions."""
     return run_call(*_plan_conv2d(data, weight, bias, strides=strides, padding=padding,
                                   dilation=dilation, groups=groups, data_layout=data_layout,
-                                  kernel_layout=kernel_layout, out=out, activation=activation))
+                                  kernel_layout=kernel_layout, out=out, activation=activation,
+                                  residual=residual))
 
 
 def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padding: Any,
