@@ -18,6 +18,9 @@ from .patterns import Template, View
 
 ROOT, INPUT, EITHER, LEAF = range(4)  # how a path steps from its parent's call
 MAX_STEPS = 32  # the paths a template is looked at along (the first, nearest the root)
+# a search of a template smaller than this fails about as fast as the look (it has no
+# paths to look along: 27 relu6 clips of mobilenet_v1 each paid for a look that passed)
+MIN_CALLS = 5
 MAX_PATHS = 65536  # the shared paths a registry keeps (past it they are made anew)
 
 
@@ -35,10 +38,12 @@ class Path:
 
 def paths_of(registry, template: Template) -> tuple:
     """The paths of the template's calls, each after its parent (worked out once per
-    template: one path per call, the first a breadth-first walk reaches)."""
+    template: one path per call, the first a breadth-first walk reaches); none for a
+    template of fewer than MIN_CALLS calls."""
     found = template.matching.get("paths")
     if found is None:
-        found = template.matching["paths"] = _build(registry, template)
+        found = template.matching["paths"] = \
+            _build(registry, template) if template.size >= MIN_CALLS else ()
     return found
 
 

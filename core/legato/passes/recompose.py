@@ -311,7 +311,7 @@ class Recomposer:
                     continue
                 if paths is None:
                     paths = paths_of(self.registry, template)
-                if not look.may_match(paths, gi):  # the search would find nothing
+                if paths and not look.may_match(paths, gi):  # the search would fail
                     self.report.miss(template.form.op, _differs(template),
                                      at=_where(view, gi, fn))
                     continue
