@@ -402,6 +402,12 @@ int lgk_qconv2d_nchw_packed(const lgk_conv2d_params *p, const void *x, int64_t x
                             const void *packed_w, int64_t packed_len, void *y,
                             int64_t y_len, const lgk_qparams *q, int nthreads);
 
+/* Max pooling (as lgk_max_pool2d_nchw) of NCHW bytes of `type` (LGK_QTYPE_UINT8 or
+ * LGK_QTYPE_INT8; x and y of one type), in qpool.c: padded cells count as the type's
+ * lowest value. */
+int lgk_qmax_pool2d_nchw(const lgk_pool2d_params *p, int type, const void *x, int64_t x_len,
+                         void *y, int64_t y_len, int nthreads);
+
 /* ---- quantized elementwise (qelementwise.c) ---------------------------------------
  * qnn.add as onnxruntime's QLinearAdd computes it, on rows x span values of `type`
  * (LGK_QTYPE_UINT8 or LGK_QTYPE_INT8; a, b and y of one type):

@@ -865,6 +865,7 @@ static void test_subnormals(void) {}
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
 #include "test_qim2col.inc"
+#include "test_qpool.inc"
 #include "test_qelementwise.inc"
 #include "test_qrescale.inc"
 #include "test_movement_int8.inc"
@@ -906,6 +907,7 @@ int main(void)
     test_qdwconv();
     test_qconv_vnni();
     test_qim2col();
+    test_qpool();
     test_qadd();
     test_quantize();
     test_cast_to_byte();

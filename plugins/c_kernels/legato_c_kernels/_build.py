@@ -26,7 +26,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
 SOURCES = ["common.c", "gemm.c", "conv_pool.c", "conv_direct.c", "depthwise.c", "elementwise.c",
            "norms.c", "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
-           "qrescale.c", "qdwconv.c", "qconv_vnni.c"]
+           "qrescale.c", "qdwconv.c", "qconv_vnni.c", "qpool.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno

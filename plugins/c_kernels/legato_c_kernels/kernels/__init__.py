@@ -52,7 +52,7 @@ from collections.abc import Callable
 
 from legato.plugin_api import REGISTRY
 
-from . import casts, elementwise, movement, qnn, qnn_elementwise, qnn_rescale
+from . import casts, elementwise, movement, qnn, qnn_elementwise, qnn_rescale, qpool
 from .common import MAX_NDIM, Array, bind_generic, num_threads, release_scratch
 from .casts import cast, isnan
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
@@ -67,7 +67,7 @@ KERNELS: dict[str, Callable[..., Array]] = {
     "matmul": matmul,
     "nn.linear": nn_linear,
     "nn.conv2d": nn_conv2d,
-    "nn.max_pool2d": nn_max_pool2d,
+    "nn.max_pool2d": qpool.max_pool2d,  # float32 on nn_max_pool2d, bytes on qpool.c
     "nn.avg_pool2d": nn_avg_pool2d,
     **elementwise.KERNELS,
     "nn.softmax": nn_softmax,
