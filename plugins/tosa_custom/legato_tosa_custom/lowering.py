@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from . import int_casts, int_matmul, int_native, integers, qadd_table, quantize_cast, \
+from . import int_casts, int_conv, int_matmul, int_native, integers, qadd_table, quantize_cast, \
     quantized, quantized_softmax, rules, scatter, sorting, trig
 from .limits import INT_DTYPES, checked
 from .profiles import DEFAULT
@@ -284,6 +284,7 @@ def capability_tables(profile=DEFAULT, output_stage: str = "rescale") -> dict:
         rule_table.update(quantize_cast.RULES)
         rule_table.update(int_native.RULES)
         rule_table["matmul"] = int_matmul.matmul  # int32: int8 MATMULs of its bytes
+        rule_table["nn.conv2d"] = int_conv.conv2d  # int32: int8 convolutions of its bytes
     return {"legal": {op: row.condition() for op, row in table.items()}, "rules": rule_table}
 
 

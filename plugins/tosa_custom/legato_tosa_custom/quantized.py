@@ -235,19 +235,24 @@ def qconv2d(b, call, stage=None):
     bias = b.const(np.zeros(out, np.int32)) if bias is None else bias
     props = dict(strides=list(win.strides), padding=padding, dilation=list(win.dilation))
     zps = (b.const(zero_point(xz, "int8")), b.const(zero_point(wz, "int8")))
-    if depthwise:  # OHWI [C*M, KH, KW, 1] -> [KH, KW, C, M]: output o = c * M + m
-        kh, kw = w.shape[1:3]
-        w = reshape(b, permute(b, w, (1, 2, 3, 0)), (kh, kw, channels, out // channels))
-        acc = b.call("tosa.qdepthwise_conv2d", x, w, bias, *zps, **props)
-    elif a["groups"] == 1:
-        acc = b.call("tosa.qconv2d", x, w, bias, *zps, **props)
-    else:
-        acc = _grouped(b, x, w, bias, a["groups"], zps, props)
+    acc = conv_products(b, x, w, bias, a["groups"] if not depthwise else -1, zps, props)
     y = (stage or rescale_stage)(b, acc, product_multiplier(xs, ws, ys), yz,
                                 call.outputs[0].dtype)
     if y is None:
         return None
     return permute(b, y, NHWC_TO_NCHW if a["data_layout"] == "NCHW" else None)
+
+
+def conv_products(b, x, w, bias, groups: int, zps, props):
+    """The int32 products of NHWC int8 `x` and OHWI int8 `w` (zero points `zps`, int32
+    bias): groups -1 (depthwise) DEPTHWISE_CONV2D, 1 CONV2D, others one CONV2D a group."""
+    if groups == -1:  # OHWI [C*M, KH, KW, 1] -> [KH, KW, C, M]: output o = c * M + m
+        (out, kh, kw), channels = w.shape[:3], x.shape[3]
+        w = reshape(b, permute(b, w, (1, 2, 3, 0)), (kh, kw, channels, out // channels))
+        return b.call("tosa.qdepthwise_conv2d", x, w, bias, *zps, **props)
+    if groups == 1:
+        return b.call("tosa.qconv2d", x, w, bias, *zps, **props)
+    return _grouped(b, x, w, bias, groups, zps, props)
 
 
 def _grouped(b, x, w, bias, groups: int, zps, props):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir import Const
 from .convert import converter, onnx_dtype
-from .nn import conv_attrs
+from .nn import _shifted_const, conv_attrs
 
 
 def _shifted(node, x, zero, axis=None):
@@ -28,8 +28,13 @@ def conv_integer(node):
     x, w = node.arg(0), node.arg(1)
     kernel = list(node.attr("kernel_shape", w.shape[2:]))
     node.require(len(kernel) == 2, "only 2-D ConvInteger is supported")
-    return node.call("nn.conv2d", _shifted(node, x, node.input(2)),
-                     _shifted(node, w, node.input(3), 0), **conv_attrs(node, kernel))
+    zero = node.input(3)
+    if isinstance(w, Const) and (zero is None or isinstance(zero, Const)):
+        w = node.b.const(_shifted_const(w.data, zero, 0))  # (a backend sees its bytes)
+    else:
+        w = _shifted(node, w, zero, 0)
+    return node.call("nn.conv2d", _shifted(node, x, node.input(2)), w,
+                     **conv_attrs(node, kernel))
 
 
 @converter("QLinearMatMul")
