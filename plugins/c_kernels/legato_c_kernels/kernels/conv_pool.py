@@ -9,8 +9,8 @@ import numpy as np
 from legato.plugin_api import ShapeError, Window, window
 
 from .._lib import ffi, lib
-from .common import (OUT, Array, CCall, bound, check_status, dense, detach, error, f32, ints,
-                     num_threads, opt_f32, opt_ptr, out_array, ptr, run_call)
+from .common import (OUT, Array, CCall, Unbindable, bound, check_status, dense, detach, error,
+                     f32, ints, num_threads, opt_f32, opt_ptr, out_array, ptr, run_call)
 from .gemm import PackedWeight, _activation, _aligned_empty, _packed_buffer, pack_weight
 
 
@@ -82,6 +82,9 @@ def pack_conv_weight(weight: Array, groups: int = 1, **_attrs: Any) -> Optional[
     """A constant OIHW conv weight for :func:`nn_conv2d`, to be packed once, or None
     where packing does not apply (grouped convs). Other attributes of the conv are
     accepted and ignored, so a planner can pass the call's attributes as they are."""
+    if isinstance(weight, np.ndarray) and weight.dtype == np.int32:  # ConvInteger's
+        from .int_conv import pack_int_conv_weight
+        return pack_int_conv_weight(weight)
     weight = f32("nn.conv2d", "weight", weight)
     if groups != 1 or weight.ndim != 4 or weight.size == 0:
         return None
@@ -154,6 +157,14 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
                  activation: str = "none", residual: Optional[Array] = None,
                  strict: bool = False) -> tuple[Array, Optional[CCall]]:
     op = "nn.conv2d"
+    if isinstance(data, np.ndarray) and data.dtype == np.int32:  # on the int8 conv or numpy
+        if strict:
+            raise Unbindable  # (int_conv looks at the data's values on every call)
+        from .int_conv import int_conv2d
+        return int_conv2d(data, weight, bias, strides=strides, padding=padding,
+                          dilation=dilation, groups=groups, data_layout=data_layout,
+                          kernel_layout=kernel_layout, out=out, activation=activation,
+                          residual=residual), None
     _require_layout(op, "data_layout", data_layout, "NCHW")
     _require_layout(op, "kernel_layout", kernel_layout, "OIHW")
     packed = weight if isinstance(weight, PackedConvWeight) else None
