@@ -815,3 +815,20 @@ int lgk_run_program(int64_t count, const int64_t *program, int64_t program_len,
 #undef W
 #undef PTR
 #undef F32
+
+static _Atomic int cpu_avx512bw = -1; /* -1: not looked up yet */
+
+int lgk_cpu_avx512bw(void)
+{
+    int v = cpu_avx512bw;
+    if (v < 0) {
+        v = 0;
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512vl");
+#endif
+        cpu_avx512bw = v;
+    }
+    return v;
+}

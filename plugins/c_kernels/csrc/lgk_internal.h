@@ -99,6 +99,11 @@ int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, vo
 /* Clamp a caller's thread request to [1, LGK_MAX_THREADS]. */
 int lgk_clamp_threads(int nthreads);
 
+/* ---- CPU features --------------------------------------------------------------
+ * Whether the CPU has AVX-512 F, BW and VL (the byte and word moves of the int8
+ * kernels), looked up once; 0 off x86. */
+int lgk_cpu_avx512bw(void);
+
 /* ---- subnormals ----------------------------------------------------------------
  * Arithmetic on subnormal floats takes microcode assists on x86 (4-12x slower GEMMs and
  * softmaxes, e.g. attention probabilities of masked positions, exp(-100) ~ 4e-44).

@@ -181,30 +181,15 @@ QIM_TARGET static void qim2col_avx512(const qconv_geom *g, const uint8_t *x, uin
     qim2col_loops(g, x, zp, p0, p1, col, 1);
 }
 
-static _Atomic int qim_avx512 = -1; /* -1: not looked up yet */
-
-static int qim_has_avx512(void)
-{
-    int v = qim_avx512;
-    if (v < 0) {
-        __builtin_cpu_init();
-        qim_avx512 = v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                         && __builtin_cpu_supports("avx512vl");
-    }
-    return v;
-}
 #endif
+
+static _Atomic int qim_portable; /* forced by the test hook */
 
 /* Test hook: 1 runs the portable unfold, 0 the CPU's best again. Not thread-safe. */
 int lgk_qim2col_force_portable(int portable);
 int lgk_qim2col_force_portable(int portable)
 {
-#ifdef QIM_X86
-    qim_avx512 = -1;
-    if (portable)
-        qim_avx512 = 0;
-#endif
-    (void)portable;
+    qim_portable = portable != 0;
     return LGK_OK;
 }
 
@@ -214,7 +199,7 @@ static void qim2col(const qconv_geom *g, const uint8_t *x, uint8_t zp, int64_t p
                     uint8_t *col)
 {
 #ifdef QIM_X86
-    if (qim_has_avx512()) {
+    if (!qim_portable && lgk_cpu_avx512bw()) {
         qim2col_avx512(g, x, zp, p0, p1, col);
         return;
     }

@@ -124,10 +124,9 @@ static _Atomic int qadd_selected = -1;
 static int qadd_cpu_isa(void)
 {
 #ifdef LGK_QADD_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-        && __builtin_cpu_supports("avx512vl"))
+    if (lgk_cpu_avx512bw())
         return 2;
+    __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return 1;
 #endif

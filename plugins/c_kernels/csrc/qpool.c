@@ -158,27 +158,13 @@ static void qpool_plane(const qpool_ctx *c, const uint8_t *x, uint8_t *y)
     qpool_plane_portable(c, x, y);
 }
 
-static _Atomic int qpool_avx512 = -1; /* -1: not looked up yet */
-
-static int qpool_has_avx512(void)
-{
-    int v = qpool_avx512;
-#ifdef QPOOL_X86
-    if (v < 0) {
-        __builtin_cpu_init();
-        qpool_avx512 = v = __builtin_cpu_supports("avx512f")
-                           && __builtin_cpu_supports("avx512bw")
-                           && __builtin_cpu_supports("avx512vl");
-    }
-#endif
-    return v > 0;
-}
+static _Atomic int qpool_portable; /* forced by the test hook */
 
 /* Test hook: 1 runs the portable loops, 0 the CPU's best again. Not thread-safe. */
 int lgk_qpool_force_portable(int portable);
 int lgk_qpool_force_portable(int portable)
 {
-    qpool_avx512 = portable ? 0 : -1;
+    qpool_portable = portable != 0;
     return LGK_OK;
 }
 
@@ -205,7 +191,8 @@ int lgk_qmax_pool2d_nchw(const lgk_pool2d_params *p, int type, const void *x, in
     LGK_TRY(lgk_check_buffer(y, y_len, ny));
     if (ny == 0)
         return LGK_OK;
-    qpool_ctx c = {p, oh, ow, x, y, type == LGK_QTYPE_INT8, qpool_has_avx512()};
+    qpool_ctx c = {p, oh, ow, x, y, type == LGK_QTYPE_INT8,
+                   !qpool_portable && lgk_cpu_avx512bw()};
     /* about 0.1 ns a tap: below 1 Mi taps a second thread costs more */
     double taps = (double)ny * (double)p->kh * (double)p->kw;
     int threads = taps < 1048576.0 ? 1 : nthreads;
