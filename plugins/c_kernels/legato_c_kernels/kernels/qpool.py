@@ -57,15 +57,18 @@ def qmax_pool2d(data: Array, *, pool_size: Sequence[int],
 bound(qmax_pool2d, _plan_qmax_pool2d)
 
 
+def _kernel_for(data: Any):
+    """qpool.c's kernel for int8 / uint8 data, conv_pool's float32 one otherwise."""
+    return qmax_pool2d if np.asarray(data).dtype in BYTES else nn_max_pool2d
+
+
 def max_pool2d(data: Array, **attrs: Any) -> Array:
     """nn.max_pool2d (NCHW): float32 on conv_pool's kernel, int8 / uint8 on qpool.c."""
-    kernel = qmax_pool2d if np.asarray(data).dtype in BYTES else nn_max_pool2d
-    return kernel(data, **attrs)
+    return _kernel_for(data)(data, **attrs)
 
 
 def _bind(data: Any, *, out: Array, **attrs: Any):
-    kernel = qmax_pool2d if np.asarray(data).dtype in BYTES else nn_max_pool2d
-    return kernel.bind(data, out=out, **attrs)
+    return _kernel_for(data).bind(data, out=out, **attrs)
 
 
 max_pool2d.bind = _bind
