@@ -232,17 +232,19 @@ static void qim2col_flat(const qconv_geom *g, const uint8_t *x, uint8_t zp, int6
             int64_t v0 = LGK_MIN(LGK_MAX(p0, LGK_MAX(-dy, (int64_t)0) * w), p1);
             int64_t v1 = LGK_MAX(LGK_MIN(p1, LGK_MAX(p->h - dy, (int64_t)0) * w), v0);
             for (int64_t kj = 0; kj < p->kw; ++kj) {
-                uint8_t *row = col + ((ci * p->kh + ki) * p->kw + kj) * np - p0;
+                uint8_t *row = col + ((ci * p->kh + ki) * p->kw + kj) * np; /* pixel p0 first */
                 int64_t dx = kj - p->pad_left, off = dy * w + dx; /* ix = ox + dx */
-                memset(row + p0, zp, (size_t)(v0 - p0));
-                memset(row + v1, zp, (size_t)(p1 - v1));
+                memset(row, zp, (size_t)(v0 - p0));
+                memset(row + (v1 - p0), zp, (size_t)(p1 - v1));
                 if (v0 == v1)
                     continue;
-                int64_t c0 = LGK_MAX(v0, -off), c1 = LGK_MIN(v1, plane - off);
-                memset(row + v0, zp, (size_t)LGK_MAX(c0 - v0, (int64_t)0));
-                memset(row + LGK_MAX(c1, v0), zp, (size_t)LGK_MAX(v1 - LGK_MAX(c1, v0), (int64_t)0));
+                /* [c0, c1): the pixels whose element lies in the plane */
+                int64_t c0 = LGK_MIN(LGK_MAX(v0, -off), v1);
+                int64_t c1 = LGK_MAX(LGK_MIN(v1, plane - off), c0);
+                memset(row + (v0 - p0), zp, (size_t)(c0 - v0));
+                memset(row + (c1 - p0), zp, (size_t)(v1 - c1));
                 if (c0 < c1)
-                    memcpy(row + c0, x + ci * plane + c0 + off, (size_t)(c1 - c0));
+                    memcpy(row + (c0 - p0), x + (ci * plane + c0 + off), (size_t)(c1 - c0));
                 /* columns ox < -dx or ox >= w - dx read a neighbouring row: padding */
                 int64_t left = LGK_MIN(LGK_MAX(-dx, (int64_t)0), w);
                 int64_t right = LGK_MIN(LGK_MAX(dx, (int64_t)0), w);
@@ -250,9 +252,9 @@ static void qim2col_flat(const qconv_geom *g, const uint8_t *x, uint8_t zp, int6
                     continue;
                 for (int64_t r0 = v0 - v0 % w; r0 < v1; r0 += w) {
                     for (int64_t q = LGK_MAX(r0, v0); q < LGK_MIN(r0 + left, v1); ++q)
-                        row[q] = zp;
+                        row[q - p0] = zp;
                     for (int64_t q = LGK_MAX(r0 + w - right, v0); q < LGK_MIN(r0 + w, v1); ++q)
-                        row[q] = zp;
+                        row[q - p0] = zp;
                 }
             }
         }
