@@ -5,7 +5,7 @@ on the op's examples, flattened to primitives and put in a canonical form; the i
 module gets the same treatment (a `View`), so one matcher compares like with like. The
 canonical form (legato.passes.canonical) removes differences that exporters introduce
 without changing the maths, and a composite call of the input (a `mean` from ReduceMean,
-a `nn.softmax`) is expanded like the decomposition that wrote it.
+a `nn.softmax`) is expanded like the decomposition that wrote it (legato.passes.flatten).
 """
 from __future__ import annotations
 
@@ -15,128 +15,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..ir import Call, Const, TensorType, Value
-from ..ir.calls import Emitter, Recipes, run_decomposition
+from ..ir.calls import Emitter
 from ..ops.registry import REQUIRED
 from .canonical import canonical
+from .flatten import View, build_view, expand  # noqa: F401 - View, build_view: re-exported
 
 # attributes whose values a template enumerates (the structure may depend on them)
 ENUMERABLE = ("bool", "str:")
 MAX_VARIANTS = 16
-
-
-class View:
-    """Calls in canonical primitive form, each knowing which input calls it stands for
-    (`owners`), with producers and users by value."""
-
-    def __init__(self, calls, owners, params=(), results=()):
-        self.calls: list[Call] = calls
-        self.owners: list[tuple[int, ...]] = owners
-        self.params = {id(p) for p in params if p is not None}
-        self.results = {id(r) for r in results}
-        producer: dict[int, int] = {}
-        users: dict[int, list[int]] = {}
-        by_op: dict[str, list[int]] = {}
-        for index, call in enumerate(calls):
-            for out in call.outputs:
-                producer[id(out)] = index
-            for value in call.inputs:
-                if value is not None:
-                    found = users.get(id(value))
-                    if found is None:
-                        users[id(value)] = [index]
-                    else:
-                        found.append(index)
-            found = by_op.get(call.op)
-            if found is None:
-                by_op[call.op] = [index]
-            else:
-                found.append(index)
-        self.producer, self.users, self.by_op = producer, users, by_op
-
-    def owner_counts(self) -> dict[int, int]:
-        """How many view calls stand for each input call."""
-        counts = getattr(self, "_owner_counts", None)
-        if counts is None:
-            counts = self._owner_counts = {}
-            for owners in self.owners:
-                for o in owners:
-                    counts[o] = counts.get(o, 0) + 1
-        return counts
-
-    def single_use(self, value: Value) -> bool:
-        return len(self.users.get(id(value), ())) == 1 and id(value) not in self.results
-
-
-# --- expansion and canonical form ---------------------------------------------------------
-
-def expand(registry, call: Call, expandable: Callable[[str], bool],
-           recipes: Recipes | None = None) -> list[Call]:
-    """`call` as primitive calls (composites that `expandable` accepts are decomposed,
-    recursively, replaying `recipes` where given); the results are the call's own output
-    values."""
-    opdef = registry.find(call.op)
-    if opdef is None or opdef.decompose is None or not expandable(call.op):
-        return [call]
-    emitter = Emitter(registry, call.origin)
-    try:
-        results = run_decomposition(emitter, opdef, call.inputs, call.attrs, recipes)
-    except Exception:  # noqa: BLE001 - a decomposition that cannot run here stays opaque
-        return [call]
-    made = {id(out) for c in emitter.calls for out in c.outputs}
-    rename = {id(new): old for new, old in zip(results, call.outputs) if id(new) in made}
-    if len(rename) != len(call.outputs):  # a result is an input or a constant: keep the call
-        return [call]
-    out = []
-    renamed = rename.keys()
-    find = registry.find
-    for inner in emitter.calls:
-        inner_def = find(inner.op)
-        # a primitive (most of them) is itself; a composite is expanded in turn
-        flats = (inner,) if inner_def is None or inner_def.decompose is None else \
-            expand(registry, inner, _always, recipes)
-        for flat in flats:
-            out.append(flat if renamed.isdisjoint(map(id, flat.outputs)) and
-                       renamed.isdisjoint(map(id, flat.inputs)) else _renamed(flat, rename))
-    return out
-
-
-def _always(op: str) -> bool:
-    return True
-
-
-def _renamed(call: Call, rename: dict) -> Call:
-    if not any(id(v) in rename for v in call.inputs if v is not None) and \
-            not any(id(v) in rename for v in call.outputs):
-        return call
-    ins = tuple(rename.get(id(v), v) if v is not None else None for v in call.inputs)
-    outs = tuple(rename.get(id(v), v) for v in call.outputs)
-    return Call(call.op, ins, call.attrs, outs, call.origin)
-
-
-def build_view(registry, calls, params, results, expandable) -> View:
-    """The canonical view of a function's calls; owners are indices into `calls`."""
-    flat, owners = [], []
-    recipes = Recipes(registry)  # layers expand the same composites alike
-    expands: dict[str, bool] = {}  # per op: whether `expand` may decompose it
-    for index, call in enumerate(calls):
-        op = call.op
-        may = expands.get(op)
-        if may is None:
-            opdef = registry.find(op)
-            may = expands[op] = opdef is not None and opdef.decompose is not None and \
-                expandable(op)
-        if not may:  # a primitive (most calls): itself
-            flat.append(call)
-            owners.append((index,))
-            continue
-        for inner in expand(registry, call, expandable, recipes):
-            flat.append(inner)
-            owners.append((index,))
-    identities: set[int] = set()
-    flat, owners = canonical(registry, flat, owners, results, identities)
-    view = View(flat, owners, params, results)
-    view.identities = identities
-    return view
 
 
 # --- forms and templates ------------------------------------------------------------------
