@@ -348,3 +348,52 @@ def test_the_checks_verdict_comes_before_an_early_conversion_error():
     proto.graph.output.append(tensor("z", None))
     with pytest.raises(LegatoError, match=r"^Reshape node 'r': .*cannot reshape \[2, 3\]"):
         lonnx.load(proto)
+
+
+def test_passing_node_checks_format_no_message(monkeypatch):
+    # per-node checks build their messages only when they fail: quoting and formatting
+    # values for every conv of a model cost more than the checks
+    from legato.frontends.onnx import convert, nn
+
+    def never(*args, **kwargs):
+        raise AssertionError("a message was formatted for a check that passed")
+    monkeypatch.setattr(nn, "quote", never)
+    monkeypatch.setattr(convert, "quote", never)
+    assert lonnx.load(padded_conv_layers()).main.results[0].type.shape == (1, 96)
+
+
+def helper_node(**attrs):
+    from legato.frontends.onnx.convert import Node
+    from legato.ir import Const
+    inputs = [Const.of(np.array([1.5, 2.0], np.float32)), Const.of(np.array([1, 2], np.int64))]
+    return Node(None, helper.make_node("Pad", ["a", "b"], ["y"], name="p"), inputs, attrs, 17)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda n: n.ints(0), "input 0 must hold integers, not float32"),
+    (lambda n: n.scalar(1), "input 1 must hold one value, not 2"),
+    (lambda n: n.axis("axis", 3), "attribute 'axis' = 3 is out of range for an input of rank 3"),
+    (lambda n: n.flag("axis", 0), "attribute 'axis' = 3 must be 0 or 1"),
+    (lambda n: n.positive("group", 1), "attribute 'group' = 0 must be at least 1"),
+])
+def test_node_helpers_word_their_refusals_as_before(call, message):
+    with pytest.raises(LegatoError) as caught:
+        call(helper_node(axis=3, group=0))
+    assert str(caught.value) == f"Pad node 'p': {message}"
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"strides": [1, 0]}, "attribute 'strides' = [1, 0] must be 2 values of at least 1"),
+    ({"pads": [0, 0, 1]}, "attribute 'pads' = [0, 0, 1] must be 4 values of at least 0"),
+    ({"auto_pad": "SAME"}, "attribute 'auto_pad' = 'SAME' is none of NOTSET, SAME_UPPER, "
+                           "SAME_LOWER, VALID"),
+])
+def test_window_attributes_are_refused_as_before(attrs, message):
+    from legato.frontends.onnx.convert import Node
+    from legato.frontends.onnx.nn import window_attrs
+    from legato.ir import Value, TensorType
+    node = Node(None, helper.make_node("Conv", ["x", "w"], ["y"], name="c"),
+                [Value(TensorType((1, 3, 8, 8), "float32"))], attrs, 17)
+    with pytest.raises(LegatoError) as caught:
+        window_attrs(node, [3, 3])
+    assert str(caught.value) == f"Conv node 'c': {message}"

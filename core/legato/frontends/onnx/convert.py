@@ -104,20 +104,22 @@ class Node:
     def axis(self, name: str, rank: int, default: int | None = None) -> int:
         """An axis attribute normalised to [0, rank), or a LegatoError naming it."""
         axis = self.attr(name, default)
-        self.require(-rank <= axis < rank, f"attribute {name!r} = {axis} is out of range "
-                                           f"for an input of rank {rank}")
+        if not -rank <= axis < rank:
+            self.fail(f"attribute {name!r} = {axis} is out of range for an input of rank {rank}")
         return axis % rank
 
     def flag(self, name: str, default: int) -> bool:
         """A 0/1 attribute (keepdims, transA, ...): other values have no agreed meaning."""
         value = self.attr(name, default)
-        self.require(value in (0, 1), f"attribute {name!r} = {value} must be 0 or 1")
+        if value not in (0, 1):
+            self.fail(f"attribute {name!r} = {value} must be 0 or 1")
         return bool(value)
 
     def positive(self, name: str, default: int) -> int:
         """An attribute that counts something: an int of at least 1."""
         value = self.attr(name, default)
-        self.require(value >= 1, f"attribute {name!r} = {value} must be at least 1")
+        if not value >= 1:
+            self.fail(f"attribute {name!r} = {value} must be at least 1")
         return value
 
     def const(self, index: int, default=None) -> np.ndarray | None:
@@ -142,16 +144,17 @@ class Node:
             return default
         if data.dtype == object:  # sizes, some of them symbolic (shape_const)
             return list(np.ravel(data))
-        self.require(data.dtype.kind in "iu", f"input {index} must hold integers, not "
-                                              f"{data.dtype}")
-        return [int(v) for v in np.ravel(data)]
+        if data.dtype.kind not in "iu":  # (formatting a dtype costs microseconds: on failure)
+            self.fail(f"input {index} must hold integers, not {data.dtype}")
+        return np.ravel(data).tolist()
 
     def scalar(self, index: int, default=None):
         """A constant input that holds one value."""
         data = self.const(index)
         if data is None:
             return default
-        self.require(data.size == 1, f"input {index} must hold one value, not {data.size}")
+        if data.size != 1:
+            self.fail(f"input {index} must hold one value, not {data.size}")
         return np.ravel(data)[0].item()
 
     def wants(self, index: int) -> bool:
@@ -175,5 +178,7 @@ class Node:
         raise Refused(f"{self.op} node {self.label}: {reason}")
 
     def require(self, condition, message: str):
+        """A LegatoError with `message` unless `condition`; the message is built before the
+        call, so per-node helpers that pass formatted values test first instead."""
         if not condition:
             self.fail(message)

@@ -487,8 +487,10 @@ def check_no_symbolic_consts(calls, results) -> None:
 def _fold_key(proto, inputs):
     """What a node's folded results depend on, for a node of small constant inputs (shape
     arithmetic, where exports repeat the same chain per layer), else None: its op, its
-    attributes, which of its inputs and outputs are present, and its inputs' data."""
-    if not inputs or any(a.type in (5, 10) for a in proto.attribute):  # GRAPH(S): bodies
+    attributes, which of its inputs and outputs are present, and its inputs' data. The
+    inputs are looked at first: most nodes have a computed one, and reading a node's
+    attributes costs more than that look."""
+    if not inputs:
         return None
     data = []
     for value in inputs:
@@ -497,10 +499,13 @@ def _fold_key(proto, inputs):
         elif not isinstance(value, Const) or value.data.size > FOLD_MAX_ELEMENTS or \
                 value.data.dtype == object:
             return None
-        else:
-            data.append((value.data.dtype.str, value.data.shape, value.data.tobytes()))
-    return (proto.domain, proto.op_type, tuple(a.SerializeToString() for a in proto.attribute),
-            tuple(bool(n) for n in proto.output), tuple(data))
+        else:  # (the legato dtype names the numpy one)
+            data.append((value.type.dtype, value.type.shape, value.data.tobytes()))
+    attributes = proto.attribute
+    if any(a.type in (5, 10) for a in attributes):  # GRAPH(S): bodies
+        return None
+    return (proto.domain, proto.op_type, tuple(a.SerializeToString() for a in attributes),
+            tuple(map(bool, proto.output)), tuple(data))
 
 
 def _from_node(call: Call, node_name: str) -> Call:

@@ -20,11 +20,13 @@ def window_attrs(node, kernel):
     dilations = window_ints(node, "dilations", n, 1)
     auto_pad = node.attr("auto_pad", "NOTSET")
     pads = window_ints(node, "pads", 2 * n, 0)
-    node.require(len(spatial) == n and all(k >= 1 for k in kernel),
-                 f"kernel_shape {list(kernel)} does not fit an input of shape "
-                 f"{list(node.arg(0).shape)}")
-    node.require(auto_pad in shapes.AUTO_PADS, f"attribute 'auto_pad' = {quote(auto_pad)} is "
-                                               f"none of {', '.join(shapes.AUTO_PADS)}")
+    # (the messages are made on failure only: this runs for every conv and pool of a model)
+    if not (len(spatial) == n and all(k >= 1 for k in kernel)):
+        node.fail(f"kernel_shape {list(kernel)} does not fit an input of shape "
+                  f"{list(node.arg(0).shape)}")
+    if auto_pad not in shapes.AUTO_PADS:
+        node.fail(f"attribute 'auto_pad' = {quote(auto_pad)} is none of "
+                  f"{', '.join(shapes.AUTO_PADS)}")
     return strides, dilations, list(shapes.auto_pads(auto_pad, spatial, kernel, strides,
                                                      dilations, pads))
 
@@ -32,8 +34,8 @@ def window_attrs(node, kernel):
 def window_ints(node, name: str, count: int, least: int) -> list[int]:
     """A per-axis window attribute: `count` ints of at least `least` (default all `least`)."""
     values = list(node.attr(name, [least] * count))
-    node.require(len(values) == count and all(v >= least for v in values),
-                 f"attribute {name!r} = {values[:8]} must be {count} values of at least {least}")
+    if not (len(values) == count and all(v >= least for v in values)):
+        node.fail(f"attribute {name!r} = {values[:8]} must be {count} values of at least {least}")
     return values
 
 
