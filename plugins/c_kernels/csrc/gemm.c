@@ -42,6 +42,10 @@ typedef void (*lgk_ukernel)(int64_t kc, const float *a, const float *b, float *c
 /* The same for only the first `rows` (1 .. MR-1) rows of the tile. */
 typedef void (*lgk_edge_ukernel)(int rows, int64_t kc, const float *a, const float *b, float *c,
                                  int64_t ldc, int accumulate, const tile_ep *ep);
+/* The tile of `rows` (1 .. MR) rows with A read in place: A[i, k] = a[i * lda + k]. */
+typedef void (*lgk_direct_ukernel)(int rows, int64_t kc, const float *a, int64_t lda,
+                                   const float *b, float *c, int64_t ldc, int accumulate,
+                                   const tile_ep *ep);
 
 /* ep on one value, as lgk_activate does it (NaN stays NaN, -0 becomes +0). */
 static inline float tile_ep_value(const tile_ep *ep, int i, int j, float v)
@@ -59,6 +63,7 @@ typedef struct {
     int64_t kc, mc, nc; /* cache blocking; mc % mr == 0, nc % nr == 0 */
     lgk_ukernel kernel;
     lgk_edge_ukernel edge; /* NULL: edge rows go through a scratch tile */
+    lgk_direct_ukernel direct; /* NULL: A is always packed */
 } gemm_impl;
 
 #define MAX_MR 16
@@ -200,8 +205,11 @@ static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, __m512 v)
 
 /* Edge tiles of M (e.g. the last 4 rows of M = 64) run with exactly their rows
  * instead of a full 12-row tile into scratch: at M = 64 that was 1/6 of the work. */
+/* A[i, k] is a[i * a_rs + k * a_ks]: a packed sliver (1, MR) or, for the direct
+ * kernel, A's rows in place (lda, 1). */
 __attribute__((target("avx512f"), always_inline))
 static inline void avx512_rows(const int rows, int64_t kc, const float *restrict a,
+                               const int64_t a_rs, const int64_t a_ks,
                                const float *restrict b, float *restrict c, int64_t ldc,
                                int accumulate, const tile_ep *ep)
 {
@@ -217,11 +225,11 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
         _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int i = 0; i < rows; ++i) {
-            __m512 ai = _mm512_set1_ps(a[i]);
+            __m512 ai = _mm512_set1_ps(a[i * a_rs]);
             acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
         }
-        a += AVX512_MR;
+        a += a_ks;
         b += AVX512_NR;
     }
 #pragma GCC unroll 12
@@ -244,11 +252,11 @@ __attribute__((target("avx512f")))
 static void ukernel_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                            int accumulate, const tile_ep *ep)
 {
-    avx512_rows(AVX512_MR, kc, a, b, c, ldc, accumulate, ep);
+    avx512_rows(AVX512_MR, kc, a, 1, AVX512_MR, b, c, ldc, accumulate, ep);
 }
 
 #define AVX512_EDGE_CASE(R) \
-    case R: avx512_rows(R, kc, a, b, c, ldc, accumulate, ep); break;
+    case R: avx512_rows(R, kc, a, 1, AVX512_MR, b, c, ldc, accumulate, ep); break;
 
 __attribute__((target("avx512f")))
 static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, float *c,
@@ -261,6 +269,22 @@ static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, fl
     default: break;
     }
 }
+
+#define AVX512_DIRECT_CASE(R) \
+    case R: avx512_rows(R, kc, a, lda, 1, b, c, ldc, accumulate, ep); break;
+
+__attribute__((target("avx512f")))
+static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, const float *b,
+                          float *c, int64_t ldc, int accumulate, const tile_ep *ep)
+{
+    switch (rows) {
+    AVX512_DIRECT_CASE(1) AVX512_DIRECT_CASE(2) AVX512_DIRECT_CASE(3) AVX512_DIRECT_CASE(4)
+    AVX512_DIRECT_CASE(5) AVX512_DIRECT_CASE(6) AVX512_DIRECT_CASE(7) AVX512_DIRECT_CASE(8)
+    AVX512_DIRECT_CASE(9) AVX512_DIRECT_CASE(10) AVX512_DIRECT_CASE(11)
+    AVX512_DIRECT_CASE(12)
+    default: break;
+    }
+}
 #endif /* LGK_X86_KERNELS */
 
 /* ---- kernel selection ------------------------------------------------------- */
@@ -270,12 +294,12 @@ static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, fl
  * mc 96-480, nc 1024-4096 on Zen (48K L1 / 1M L2) found these best or tied. */
 
 static const gemm_impl impl_generic = {LGK_ISA_GENERIC, GEN_MR, GEN_NR, 256, 128, 2048,
-                                       ukernel_generic, NULL};
+                                       ukernel_generic, NULL, NULL};
 #ifdef LGK_X86_KERNELS
 static const gemm_impl impl_avx2 = {LGK_ISA_AVX2, AVX2_MR, AVX2_NR, 256, 144, 2048, ukernel_avx2,
-                                    edge_avx2};
+                                    edge_avx2, NULL};
 static const gemm_impl impl_avx512 = {LGK_ISA_AVX512, AVX512_MR, AVX512_NR, 256, 240, 2048,
-                                      ukernel_avx512, edge_avx512};
+                                      ukernel_avx512, edge_avx512, direct_avx512};
 #endif
 
 static int cpu_can_run(int isa)
@@ -475,11 +499,27 @@ static int epilogue_in_tiles(const epilogue *ep)
                           || ep->activation == LGK_ACT_RELU6);
 }
 
-/* Runs every micro-tile of one packed (mc x kc) x (kc x nc) block pair, whose C block
- * starts at (row0, col0) of the problem; ep (NULL: none) is applied to each finished
- * tile (see epilogue_in_tiles). */
+/* One micro-tile of m (<= MR) rows and a whole NR sliver: A from a packed sliver, or in
+ * place with row stride lda (lda > 0, the direct kernel). */
+static void run_tile(const gemm_impl *g, int64_t m, int64_t kc, const float *a, int64_t lda,
+                     const float *b, float *c, int64_t ldc, int accumulate, const tile_ep *ep)
+{
+    if (lda > 0)
+        g->direct((int)m, kc, a, lda, b, c, ldc, accumulate, ep);
+    else if (m == g->mr)
+        g->kernel(kc, a, b, c, ldc, accumulate, ep);
+    else if (g->edge != NULL)
+        g->edge((int)m, kc, a, b, c, ldc, accumulate, ep);
+    else /* a whole tile's FMAs; only called with c a scratch tile then */
+        g->kernel(kc, a, b, c, ldc, accumulate, ep);
+}
+
+/* Runs every micro-tile of one (mc x kc) x (kc x nc) block pair, B packed and A packed
+ * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
+ * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
+ * epilogue_in_tiles). */
 static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
-                         const float *pa, const float *pb, float *c, int64_t ldc,
+                         const float *pa, int64_t lda, const float *pb, float *c, int64_t ldc,
                          int accumulate, const epilogue *ep, int64_t row0, int64_t col0)
 {
     _Alignas(64) float tile[MAX_MR * MAX_NR];
@@ -488,7 +528,7 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
         for (int64_t ir = 0; ir < mc; ir += g->mr) {
             int64_t m = LGK_MIN((int64_t)g->mr, mc - ir);
             float *cij = c + ir * ldc + jr;
-            const float *a = pa + ir * kc, *b = pb + jr * kc;
+            const float *a = lda > 0 ? pa + ir * lda : pa + ir * kc, *b = pb + jr * kc;
             tile_ep te, *tep = NULL;
             if (ep != NULL) {
                 te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + row0 + ir : NULL,
@@ -496,15 +536,10 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                                ep->activation};
                 tep = &te;
             }
-            if (m == g->mr && n == g->nr) {
-                g->kernel(kc, a, b, cij, ldc, accumulate, tep);
-            } else if (n == g->nr && g->edge != NULL) {
-                g->edge((int)m, kc, a, b, cij, ldc, accumulate, tep);
+            if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
+                run_tile(g, m, kc, a, lda, b, cij, ldc, accumulate, tep);
             } else { /* edge: the tile's rows into scratch, copy the valid part */
-                if (m < g->mr && g->edge != NULL) /* a few rows: not a whole tile's FMAs */
-                    g->edge((int)m, kc, a, b, tile, g->nr, 0, NULL);
-                else
-                    g->kernel(kc, a, b, tile, g->nr, 0, NULL);
+                run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
                 for (int64_t i = 0; i < m; ++i)
                     for (int64_t j = 0; j < n; ++j)
                         cij[i * ldc + j] = tile[i * g->nr + j] + (accumulate ? cij[i * ldc + j] : 0.0f);
@@ -736,6 +771,24 @@ static int64_t packed_panel_cols(const gemm_impl *g, int64_t kc)
     return LGK_MAX((int64_t)g->nr, LGK_MIN(g->nc, cols));
 }
 
+/* Whether A is read in place rather than packed: A's rows contiguous and at most
+ * DIRECT_A_MAX_N columns in C, so that each A element packed would feed few
+ * multiply-adds (attention's P @ V, N = 64: packing the 1500 x 1500 P cost as much as
+ * the products). Decided on the whole problem, so that every block of a thread split
+ * sums alike. Without prepacked B, K is then blocked only every DIRECT_A_KC: the B
+ * sliver streams from L2 (2 loads feed 24 FMAs), and a C tile reloaded every 256 of
+ * K was what remained (P @ V: 22.0 -> 14.9 ms at K = 1500). */
+#ifndef DIRECT_A_MAX_N
+#define DIRECT_A_MAX_N 128
+#endif
+#define DIRECT_A_KC 2048
+
+static int direct_a(const gemm_impl *g, const gemm_problem *p)
+{
+    return g->direct != NULL && p->packed_a == NULL && p->cs_a == 1 && p->rs_a > 0
+           && p->N <= DIRECT_A_MAX_N;
+}
+
 /* C[m0:m1, n0:n1] on the calling thread, with private packing buffers. */
 static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
                             int64_t n0, int64_t n1)
@@ -752,12 +805,14 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
     }
     if (small_n_fits(p, n1 - n0))
         return gemm_small_n(p, m0, m1, n0, n1);
-    int64_t kc_max = block_depth(g, p->K);
+    int direct = direct_a(g, p);
+    int64_t kc_max = direct && p->packed_b == NULL ? LGK_MIN(p->K, (int64_t)DIRECT_A_KC)
+                                                   : block_depth(g, p->K);
     int64_t nc_step = p->packed_b != NULL ? g->nc : packed_panel_cols(g, kc_max);
     int64_t mc_max = LGK_MIN(g->mc, (m1 - m0 + g->mr - 1) / g->mr * g->mr);
     int64_t nc_max = LGK_MIN(nc_step, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
     /* Rounded to 16 floats: keeps pb 64-byte aligned. */
-    int64_t a_size = p->packed_a != NULL ? 0 : (mc_max * kc_max + 15) / 16 * 16;
+    int64_t a_size = p->packed_a != NULL || direct ? 0 : (mc_max * kc_max + 15) / 16 * 16;
     int64_t b_size = p->packed_b != NULL ? 0 : nc_max * kc_max;
     lgk_scratch scratch = {NULL, 0};
     if (a_size + b_size > 0)
@@ -775,13 +830,15 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
                 int64_t mc = LGK_MIN(g->mc, m1 - ic);
                 if (p->packed_a != NULL) /* slivers of a K block lie end to end */
                     pa = p->packed_a + pc * padded_rows(g, p->M) + ic * kc;
+                else if (direct)
+                    pa = p->a + ic * p->rs_a + pc;
                 else
                     pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a,
                            scratch.data);
                 float *c = p->c + ic * p->ldc + jc;
                 int in_tiles = last && epilogue_in_tiles(ep);
-                macro_kernel(g, mc, nc, kc, pa, pb, c, p->ldc, pc > 0, in_tiles ? ep : NULL,
-                             ic, jc);
+                macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb, c, p->ldc, pc > 0,
+                             in_tiles ? ep : NULL, ic, jc);
                 if (last && ep != NULL && !in_tiles) /* whole block rows: see epilogue_tile */
                     epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);
             }

@@ -862,6 +862,7 @@ static void test_subnormals(void) {}
 #include "test_threads.inc"
 #include "test_qgemm.inc"
 #include "test_grid_split.inc"
+#include "test_gemm_direct.inc"
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
 #include "test_qim2col.inc"
@@ -903,6 +904,7 @@ int main(void)
     test_qgemm_values();
     test_qgemm_errors();
     test_grid_split();
+    test_gemm_direct();
     test_qconv();
     test_qdwconv();
     test_qconv_vnni();
