@@ -397,3 +397,42 @@ def test_window_attributes_are_refused_as_before(attrs, message):
     with pytest.raises(LegatoError) as caught:
         window_attrs(node, [3, 3])
     assert str(caught.value) == f"Conv node 'c': {message}"
+
+
+def test_each_node_of_the_main_graph_is_read_once(monkeypatch):
+    # the text, coverage and schema checks and the conversion read each node's repeated
+    # fields (a new Python object per element and read) from one NodeFields per node
+    from legato.frontends.onnx import nodes
+    made = []
+    init = nodes.NodeFields.__init__
+    monkeypatch.setattr(nodes.NodeFields, "__init__",
+                        lambda self, proto: made.append(proto.name) or init(self, proto))
+    proto = padded_conv_layers()
+    lonnx.load(proto)
+    assert len(made) == len(proto.graph.node)
+
+
+def if_then_relu():
+    """An If whose branches each hold a node named BODYX, then a Relu named MAINX."""
+    def branch(name):
+        body = [helper.make_node("Identity", ["x"], [f"{name}_y"], name="BODYX")]
+        return helper.make_graph(body, name, [], [tensor(f"{name}_y", [2])])
+    cond = numpy_helper.from_array(np.array(True), "c")
+    nodes = [helper.make_node("If", ["c"], ["t"], name="if", then_branch=branch("a"),
+                              else_branch=branch("b")),
+             helper.make_node("Relu", ["t"], ["y"], name="MAINX")]
+    return model(nodes, [tensor("x", [2])], [tensor("y", None)], [cond], opset=17)
+
+
+@pytest.mark.parametrize("damaged, where", [
+    ([b"BODYX", b"MAINX"], r"node #0 body node #0: b'BOD\\xffX'"),
+    ([b"MAINX"], r"node #1: b'MAI\\xffX'"),
+])
+def test_names_that_are_not_utf8_are_named_in_the_models_order(damaged, where):
+    data = if_then_relu().SerializeToString()
+    assert [c.op for c in lonnx.load(onnx.ModelProto.FromString(data)).main.calls] == \
+        ["nn.relu"]
+    for name in damaged:
+        data = data.replace(name, name[:3] + b"\xff" + name[4:])
+    with pytest.raises(LegatoError, match=f"^{where} is not valid UTF-8"):
+        lonnx.load(onnx.ModelProto.FromString(data))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...ir.errors import LegatoError
 from .isolate import worker_schemas
+from .nodes import GRAPH, GRAPHS, TENSOR, NodeFields, node_fields
 from .tensors import MAX_RANK, check_size, check_tensor, external_tensors, onnx_dtype, quote
 from .worker import lookup_schemas, schema_fields
 
@@ -21,61 +22,72 @@ def check_opset_range(opset) -> None:
                           "for the default domain")
 
 
-def check_text(model) -> None:
+def check_text(model, nodes: list[NodeFields] | None = None, external=None) -> None:
     """Every name legato reads is text: protobuf hands back string fields that are not
-    valid UTF-8 as bytes."""
+    valid UTF-8 as bytes. `nodes`: the graph's node_fields, `external`: its
+    external_tensors, where the caller has them."""
     def check(values, where):
         if bytes in map(type, values):   # (nearly always text: one pass in C)
             value = next(v for v in values if isinstance(v, bytes))
             raise LegatoError(f"{where}: {quote(value)} is not valid UTF-8")
     check([o.domain for o in model.opset_import], "opset_import domain")
     graph = model.graph
-    _check_node_text(graph, check, "")
+    _check_node_text(node_fields(graph) if nodes is None else nodes, check, "")
     for kind in ("input", "output", "value_info"):
         for value in getattr(graph, kind):
             dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") \
                 else ()
             check([value.name, *(d.dim_param for d in dims)],
                   Label(_value_label, kind, value))
-    for tensor in graph.initializer:
-        check([tensor.name], "initializer name")
-    for tensor in external_tensors(model):
+    check([tensor.name for tensor in graph.initializer], "initializer name")
+    for tensor in external_tensors(model, nodes) if external is None else external:
         check([e.key for e in tensor.external_data] + [e.value for e in tensor.external_data],
               f"tensor {quote(tensor.name)} external data")
 
 
-def _check_node_text(graph, check, where: str, depth: int = 0) -> None:
+def _check_node_text(nodes: list[NodeFields], check, where: str, depth: int = 0) -> None:
     if depth > 32:
         raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
-    for index, node in enumerate(graph.node):
+    texts, bodies = [], False
+    for node in nodes:   # every name in one list, checked in one pass
+        texts += (node.op_type, node.domain, node.name, *node.inputs, *node.outputs)
+        for attr in node.attributes:
+            texts.append(attr.name)
+            bodies = bodies or attr.type == GRAPH
+    if not bodies and bytes not in map(type, texts):
+        return
+    for index, node in enumerate(nodes):   # node by node, bodies in turn: the first at fault
         label = f"{where}node #{index}"
-        attributes = node.attribute
-        check([node.op_type, node.domain, node.name, *node.input, *node.output,
-               *(a.name for a in attributes)], label)
-        for attr in attributes:
-            if attr.type == attr.GRAPH:
+        check([node.op_type, node.domain, node.name, *node.inputs, *node.outputs,
+               *(a.name for a in node.attributes)], label)
+        for attr in node.attributes:
+            if attr.type == GRAPH:
                 check([*(v.name for v in attr.g.input), *(v.name for v in attr.g.output),
                        *(t.name for t in attr.g.initializer)], f"{label} body")
-                _check_node_text(attr.g, check, f"{label} body ", depth + 1)
+                _check_node_text(node_fields(attr.g), check, f"{label} body ", depth + 1)
 
 
-def check_graph(graph, opset: int) -> None:
+def check_graph(graph, opset: int, nodes: list[NodeFields] | None = None) -> None:
     """Every node against its schema, the graph's names in SSA and topological order,
-    declared shapes bounded and tensor metadata consistent."""
+    declared shapes bounded and tensor metadata consistent. `nodes`: the graph's
+    node_fields, where the caller has them."""
     if len(graph.sparse_initializer):
         raise LegatoError("the model has sparse initializers: legato imports dense ones only")
-    prefetch_schemas(graph, opset)
+    nodes = node_fields(graph) if nodes is None else nodes
+    prefetch_schemas(graph, opset, nodes)
     defined = _check_graph_inputs(graph)
-    for index, node in enumerate(graph.node):
+    for index, node in enumerate(nodes):
         where = Label(_node_label, node, index)
-        check_node(node, opset, where)
-        check_bodies(node, opset, where)
-        for i, name in enumerate(node.input):
-            if name and name not in defined:
-                raise LegatoError(f"{where}: input {i} {quote(name)} is not defined by an "
-                                  "earlier node, a graph input or an initializer (the graph "
-                                  "must be in topological order)")
-        for name in node.output:
+        if check_node(node, opset, where):
+            check_bodies(node, opset, where)
+        inputs, outputs = node.inputs, node.outputs
+        if not defined.issuperset(inputs):   # (an empty name is an absent optional input)
+            for i, name in enumerate(inputs):
+                if name and name not in defined:
+                    raise LegatoError(f"{where}: input {i} {quote(name)} is not defined by "
+                                      "an earlier node, a graph input or an initializer (the "
+                                      "graph must be in topological order)")
+        for name in outputs:
             if name and name in defined:
                 raise LegatoError(f"{where}: output {quote(name)} is already defined "
                                   "(names must be assigned once)")
@@ -157,36 +169,39 @@ def check_value_info(value, where: str, typed: bool = True) -> None:
                 check_size(dim.dim_value, f"{where} dimension {i}")
 
 
-def check_bodies(node, opset: int, where: str, depth: int = 0) -> None:
+def check_bodies(node: NodeFields, opset: int, where: str, depth: int = 0) -> None:
     """The nodes of control-flow bodies (If's branches, Loop's and Scan's body) against
     their schemas too; their tensors as the graph's are."""
     if depth > 32:
         raise LegatoError(f"{where}: control-flow bodies nest deeper than 32 levels")
-    for attr in node.attribute:
-        bodies = [attr.g] if attr.type == attr.GRAPH else \
-            list(attr.graphs) if attr.type == attr.GRAPHS else []
+    for attr in node.attributes:
+        bodies = [attr.g] if attr.type == GRAPH else \
+            list(attr.graphs) if attr.type == GRAPHS else []
         for body in bodies:
             for tensor in body.initializer:
                 check_tensor(tensor, f"{where} body initializer {quote(tensor.name)}")
-            for index, inner in enumerate(body.node):
+            for index, inner in enumerate(node_fields(body)):
                 inner_where = f"{where} body {inner.op_type} node " \
                               f"{quote(inner.name or f'#{index}')}"
                 check_node(inner, opset, inner_where)
                 check_bodies(inner, opset, inner_where, depth + 1)
 
 
-def check_node(node, opset: int, where: str) -> None:
+def check_node(node: NodeFields, opset: int, where: str) -> bool:
+    """Check `node` against its schema; whether it holds bodies (GRAPH or GRAPHS
+    attributes), for check_bodies."""
     schema = node_schema(node, opset)
     if schema is None:
         raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
                           f"{quote(node.op_type)}")
-    _check_attributes(node, schema, where)
-    _check_arity(node.input, schema.inputs, schema.min_input, schema.max_input, where,
+    bodies = _check_attributes(node, schema, where)
+    _check_arity(node.inputs, schema.inputs, schema.min_input, schema.max_input, where,
                  "input")
-    _check_arity(node.output, schema.outputs, schema.min_output, schema.max_output, where,
+    _check_arity(node.outputs, schema.outputs, schema.min_output, schema.max_output, where,
                  "output")
     if node.op_type in VALUE_CHECKS:
         VALUE_CHECKS[node.op_type](node, where)
+    return bodies
 
 
 class Schema:
@@ -203,6 +218,7 @@ class Schema:
         self.outputs = [(name, optional) for name, optional in fields["outputs"]]
         self.min_input, self.max_input = fields["min_input"], fields["max_input"]
         self.min_output, self.max_output = fields["min_output"], fields["max_output"]
+        self.required = [name for name, (_, required) in self.attributes.items() if required]
 
 
 def node_schema(node, opset: int) -> Schema | None:
@@ -224,11 +240,11 @@ MAX_CACHED = 4096
 _BODIES = ("If", "Loop", "Scan")   # the ops whose attributes hold graphs
 
 
-def prefetch_schemas(graph, opset: int) -> None:
+def prefetch_schemas(graph, opset: int, nodes: list[NodeFields] | None = None) -> None:
     """Have the worker read the schemas of the graph's default-domain ops in one request,
     so this process never builds onnx's schema table (30-50 ms and 7 MB). Where it
-    cannot answer, `_onnx_schema` reads them here."""
-    wanted = sorted(op for op in _default_ops(graph) if (op, opset) not in _SCHEMAS)
+    cannot answer, `_onnx_schema` reads them here. `nodes`: the graph's node_fields."""
+    wanted = sorted(op for op in _default_ops(graph, 0, nodes) if (op, opset) not in _SCHEMAS)
     if not wanted:
         return
     found = worker_schemas([[op, opset] for op in wanted])
@@ -240,10 +256,11 @@ def prefetch_schemas(graph, opset: int) -> None:
         _SCHEMAS[op, opset] = None if fields is None else Schema(fields)
 
 
-def _default_ops(graph, depth: int = 0) -> set[str]:
-    """The default-domain op types of `graph` and of its control-flow bodies (those nested
-    too deep are left to the checks, which refuse them)."""
-    ops = {n.op_type for n in graph.node if n.domain in ("", "ai.onnx")}
+def _default_ops(graph, depth: int = 0, nodes: list[NodeFields] | None = None) -> set[str]:
+    """The default-domain op types of `graph` (`nodes`: its node_fields) and of its
+    control-flow bodies (those nested too deep are left to the checks, which refuse them)."""
+    ops = {n.op_type for n in (graph.node if nodes is None else nodes)
+           if n.domain in ("", "ai.onnx")}
     if depth < 32 and not ops.isdisjoint(_BODIES):
         for node in graph.node:
             if node.op_type in _BODIES:
@@ -269,11 +286,11 @@ def _local_schema(op_type: str, opset: int) -> Schema | None:
     return None if found is None else Schema(found)
 
 
-def _check_split(node, where: str) -> None:
-    for attr in node.attribute:
-        if attr.name == "num_outputs" and attr.i != len(node.output):
+def _check_split(node: NodeFields, where: str) -> None:
+    for attr in node.attributes:
+        if attr.name == "num_outputs" and attr.i != len(node.outputs):
             raise LegatoError(f"{where}: attribute 'num_outputs' = {attr.i} differs from the "
-                              f"{len(node.output)} outputs")
+                              f"{len(node.outputs)} outputs")
 
 
 # attribute values that onnx's shape inference trusts (and crashes on when they are wrong)
@@ -287,37 +304,43 @@ SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: 
                              6: "FLOATS", 7: "INTS", 8: "STRINGS"}
 
 
-def _check_attributes(node, schema, where: str) -> None:
-    seen = set()
-    for attr in node.attribute:
-        label = Label(_attribute_label, where, attr)
-        if attr.name in seen:
+def _check_attributes(node: NodeFields, schema, where: str) -> bool:
+    """The node's attributes against the schema's; whether one holds a body (GRAPH,
+    GRAPHS)."""
+    seen, specs, bodies = set(), schema.attributes, False
+    for attr in node.attributes:
+        name, kind = attr.name, attr.type
+        label = Label(_attribute_label, where, attr)   # (formatted only in a message)
+        if name in seen:
             raise LegatoError(f"{label} is given twice")
-        seen.add(attr.name)
-        spec = schema.attributes.get(attr.name)
+        seen.add(name)
+        spec = specs.get(name)
         if spec is None:
-            known = ", ".join(sorted(schema.attributes)) or "none"
+            known = ", ".join(sorted(specs)) or "none"
             raise LegatoError(f"{label} is not an attribute of {node.op_type} (its "
                               f"attributes since opset {schema.since_version}: {known})")
         expected = spec[0]
         if attr.ref_attr_name:
             raise LegatoError(f"{label} refers to a function attribute outside a function")
-        if attr.type != expected:
+        if kind != expected:
             raise LegatoError(f"{label} must be {_type_name(expected)}, got "
-                              f"{_type_name(attr.type)}")
+                              f"{_type_name(kind)}")
         if expected not in SUPPORTED_ATTRIBUTE_TYPES:
             raise LegatoError(f"{label} of type {_type_name(expected)} is not supported: "
                               "legato imports flat graphs with plain attributes")
-        field = SCALAR_FIELDS.get(attr.type)
+        field = SCALAR_FIELDS.get(kind)
         if field and not attr.HasField(field):
             raise LegatoError(f"{label} of type {_type_name(expected)} holds no value")
-        if attr.type == 4:
+        if kind == TENSOR:
             check_tensor(attr.t, label)
-        if attr.type in (3, 8):
-            _check_utf8([attr.s] if attr.type == 3 else attr.strings, label)
-    for name, (_, required) in schema.attributes.items():
-        if required and name not in seen:
+        elif kind in (3, 8):
+            _check_utf8([attr.s] if kind == 3 else attr.strings, label)
+        elif kind in (GRAPH, GRAPHS):
+            bodies = True
+    for name in schema.required:
+        if name not in seen:
             raise LegatoError(f"{where}: required attribute {quote(name)} is missing")
+    return bodies
 
 
 def _type_name(code: int) -> str:
@@ -340,6 +363,8 @@ def _check_arity(names, params, least: int, most: int, where, kind: str) -> None
     if not least <= len(names) <= most:
         bound = f"{least}" if least == most else f"{least} to {most}"
         raise LegatoError(f"{where}: {kind}s: {len(names)} given, the schema takes {bound}")
+    if "" not in names:
+        return
     for i, name in enumerate(names):
         param, optional = params[min(i, len(params) - 1)]
         if not name and not optional:

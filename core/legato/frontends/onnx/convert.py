@@ -68,13 +68,15 @@ class Node:
     """One ONNX node as a converter sees it: inputs as legato values, attributes as Python
     values, constant inputs as numpy arrays, and the GraphBuilder `b` to emit calls."""
 
-    def __init__(self, b, proto, inputs, attrs: dict, opset: int):
+    def __init__(self, b, proto, inputs, attrs: dict, opset: int, fields=None):
+        # fields: the node's nodes.NodeFields, where the importer read them already
         self.b, self.proto, self.opset = b, proto, opset
-        self.op = proto.op_type
-        self.name = proto.name or f"<unnamed {proto.op_type}>"
+        self.op = proto.op_type if fields is None else fields.op_type
+        name = proto.name if fields is None else fields.name
+        self.name = name or f"<unnamed {self.op}>"
         self.inputs: list[Value | None] = inputs
         self.attrs = attrs
-        self.outputs = list(proto.output)
+        self.outputs = list(proto.output if fields is None else fields.outputs)
 
     @functools.cached_property
     def label(self) -> str:

@@ -28,6 +28,7 @@ from . import converters  # noqa: F401  (every converter registers)
 from .check import check_graph, check_opset_range, check_text
 from .convert import Node, Refused, converter_of, onnx_dtype
 from .isolate import run_isolated, start_worker, without_large_data
+from .nodes import GRAPH, GRAPHS, TENSOR, NodeFields, node_fields
 from .sizes import with_sizes_computed
 from .tensors import (check_shape, check_size, check_tensor, external_tensors,
                       load_external_data, quote, tensor_array)
@@ -74,39 +75,45 @@ def load_with_nodes(model, input_shapes: Mapping | None = None, *, base_dir=None
 
 def _import(proto, base_dir, weights, input_shapes, registry):
     input_shapes = check_input_shapes(input_shapes)
+    # the nodes' fields and the external tensors, read once for the checks and conversion
+    nodes = node_fields(proto.graph)
+    external = external_tensors(proto, nodes)
     # everything onnx's C++ code (version converter, shape inference) sees is checked first
-    check_text(proto)
-    check_supported(proto)
+    check_text(proto, nodes, external)
+    check_supported(proto, nodes)
     opset = model_opset(proto)
     read = read_weights(proto.graph, weights)  # while the worker starts, before check_graph
-    early = convert_early(proto, opset, input_shapes, registry, weights, read)
-    check_graph(proto.graph, opset)
-    proto = with_external_data(proto, base_dir, weights)
-    proto, opset = upgrade(proto, opset)
-    check_shapes(proto, input_shapes)
+    early = convert_early(proto, opset, input_shapes, registry, weights, read, nodes, external)
+    check_graph(proto.graph, opset, nodes)
+    read_in = with_external_data(proto, base_dir, weights, external)
+    converted, opset = upgrade(read_in, opset)
+    check_shapes(converted, input_shapes)
     if early is not None:
         importer, outcome = early
         if isinstance(outcome, Exception):
             raise _with_symbols_hint(outcome, importer)
         return outcome, importer.nodes
-    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
+    importer = _Importer(converted.graph, opset, input_shapes, registry, weights, read,
+                         nodes if converted is proto else None)
     try:
         return importer.run(), importer.nodes
     except LegatoError as err:
         raise _with_symbols_hint(err, importer) from None
 
 
-def convert_early(proto, opset, input_shapes, registry, weights, read):
+def convert_early(proto, opset, input_shapes, registry, weights, read, nodes=None,
+                  external=None):
     """(importer, module or the exception its conversion raised) of a model converted
     before check_graph and onnx's shape inference, which wait for the worker while it
     starts, or None where the model is not yet in the form conversion reads (an opset that
     the version converter upgrades, external data still to load). The checks' verdict
     comes first all the same: `_import` raises what they refuse before anything of this
-    conversion, which on a model they accept is the conversion they would have let run."""
-    if opset < MIN_OPSET or any(weights is None or not weights.owns(t)
-                                for t in external_tensors(proto)):
+    conversion, which on a model they accept is the conversion they would have let run.
+    `nodes`, `external`: the model's node_fields and external_tensors."""
+    if opset < MIN_OPSET or any(weights is None or not weights.owns(t) for t in
+                                (external_tensors(proto) if external is None else external)):
         return None
-    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read, nodes)
     try:
         return importer, importer.run()
     except Exception as err:  # noqa: BLE001 - raised after the checks, as conversion would
@@ -225,10 +232,13 @@ def _check_model_file(path: Path) -> None:
                           "(larger weights go to external data files)")
 
 
-def with_external_data(proto, base_dir, weights=None):
+def with_external_data(proto, base_dir, weights=None, external=None):
     """The model with every external tensor's data read in (a copy; the caller's model is
-    left as it is), but for those `weights` maps from the model file itself."""
-    if not [t for t in external_tensors(proto) if weights is None or not weights.owns(t)]:
+    left as it is), but for those `weights` maps from the model file itself. `external`:
+    the model's external_tensors, where the caller has them."""
+    if external is None:
+        external = external_tensors(proto)
+    if not [t for t in external if weights is None or not weights.owns(t)]:
         return proto
     onnx = _onnx()
     copy = onnx.ModelProto()
@@ -237,11 +247,11 @@ def with_external_data(proto, base_dir, weights=None):
     return copy
 
 
-def unsupported_ops(proto) -> dict[str, list[str]]:
+def unsupported_ops(proto, nodes: list[NodeFields] | None = None) -> dict[str, list[str]]:
     """ONNX op type -> names of the nodes that legato cannot import (control-flow bodies
-    included)."""
+    included). `nodes`: the graph's node_fields, where the caller has them."""
     missing: dict[str, list[str]] = {}
-    for index, node in all_nodes(proto.graph):
+    for index, node in all_nodes(proto.graph, nodes=nodes):
         if converter_of(node.domain, node.op_type) is None:
             label = node.op_type if node.domain in DEFAULT_DOMAINS else \
                 f"{node.domain}.{node.op_type}"
@@ -249,15 +259,17 @@ def unsupported_ops(proto) -> dict[str, list[str]]:
     return missing
 
 
-def all_nodes(graph, depth: int = 0):
-    """(index, node) of every node of `graph` and of the bodies its nodes hold."""
+def all_nodes(graph, depth: int = 0, nodes: list[NodeFields] | None = None):
+    """(index, node) of every node of `graph` and of the bodies its nodes hold. `nodes`:
+    the graph's node_fields, yielded for its own nodes (they have a NodeProto's op_type,
+    domain and name) while its bodies' nodes are NodeProtos."""
     if depth > MAX_NESTING:
         raise LegatoError(f"control-flow bodies nest deeper than {MAX_NESTING} levels")
-    for index, node in enumerate(graph.node):
+    for index, node in enumerate(graph.node if nodes is None else nodes):
         yield index, node
-        for attr in node.attribute:
-            for body in [attr.g] if attr.type == attr.GRAPH else \
-                    attr.graphs if attr.type == attr.GRAPHS else ():
+        for attr in node.attribute if nodes is None else node.attributes:
+            kind = attr.type
+            for body in [attr.g] if kind == GRAPH else attr.graphs if kind == GRAPHS else ():
                 yield from all_nodes(body, depth + 1)
 
 
@@ -283,8 +295,8 @@ REFUSED_BY_DESIGN = {
 }
 
 
-def check_supported(proto) -> None:
-    missing = unsupported_ops(proto)
+def check_supported(proto, nodes: list[NodeFields] | None = None) -> None:
+    missing = unsupported_ops(proto, nodes)
     if missing:
         lines = [f"  {op}: {', '.join(names[:8])}" + (f" (+{len(names) - 8} more)"
                                                       if len(names) > 8 else "")
@@ -484,7 +496,7 @@ def check_no_symbolic_consts(calls, results) -> None:
         raise LegatoError("a graph output is a shape with symbolic sizes")
 
 
-def _fold_key(proto, inputs):
+def _fold_key(fields: NodeFields, inputs):
     """What a node's folded results depend on, for a node of small constant inputs (shape
     arithmetic, where exports repeat the same chain per layer), else None: its op, its
     attributes, which of its inputs and outputs are present, and its inputs' data. The
@@ -501,11 +513,11 @@ def _fold_key(proto, inputs):
             return None
         else:  # (the legato dtype names the numpy one)
             data.append((value.type.dtype, value.type.shape, value.data.tobytes()))
-    attributes = proto.attribute
-    if any(a.type in (5, 10) for a in attributes):  # GRAPH(S): bodies
+    attributes = fields.attributes
+    if any(a.type in (GRAPH, GRAPHS) for a in attributes):  # bodies
         return None
-    return (proto.domain, proto.op_type, tuple(a.SerializeToString() for a in attributes),
-            tuple(map(bool, proto.output)), tuple(data))
+    return (fields.domain, fields.op_type, tuple(a.SerializeToString() for a in attributes),
+            tuple(map(bool, fields.outputs)), tuple(data))
 
 
 def _from_node(call: Call, node_name: str) -> Call:
@@ -521,8 +533,9 @@ class _Importer:
     """Walks the graph in order, converting each node with its converter."""
 
     def __init__(self, graph, opset: int, input_shapes: Mapping, registry=None, weights=None,
-                 read: Mapping | None = None):
+                 read: Mapping | None = None, fields: list[NodeFields] | None = None):
         self.graph, self.opset, self.input_shapes = graph, opset, input_shapes
+        self.fields = fields   # the graph's node_fields, where the caller read them
         self.weights, self.read = weights, read or {}  # read: of read_weights
         self.b = GraphBuilder(registry)
         self.env: dict[str, Value] = {}
@@ -539,7 +552,7 @@ class _Importer:
                 self.env[value.name] = self.b.input(value.name,
                                                     input_shape(value, self.input_shapes), dtype)
         with collecting_guards() as guards:  # what symbolic slices assumed of the sizes
-            for node in self.graph.node:
+            for node in node_fields(self.graph) if self.fields is None else self.fields:
                 self.convert(node)
         results = [self.lookup(out.name, "graph output") for out in self.graph.output]
         check_no_symbolic_consts(self.b.calls, results)
@@ -563,31 +576,32 @@ class _Importer:
                               "initializer")
         return self.env[name]
 
-    def convert(self, proto) -> None:
-        if proto.op_type == "Constant" and self.constant(proto):
+    def convert(self, fields: NodeFields) -> None:
+        op_type = fields.op_type
+        if op_type == "Constant" and self.constant(fields):
             return
-        env, names = self.env, list(proto.input)   # (each field access makes a new list)
+        env, names = self.env, fields.inputs
         inputs = [env.get(n) if n else None for n in names]
         if None in inputs:
             missing = next((n for n in names if n and n not in env), None)
             if missing is not None:
-                self.lookup(missing, f"{proto.op_type} node {quote(proto.name)} input")
-        key = _fold_key(proto, inputs)
+                self.lookup(missing, f"{op_type} node {quote(fields.name)} input")
+        key = _fold_key(fields, inputs)
         if key in self.folded:  # the same node on the same constants, folded before
-            self.nodes.append((proto.op_type, proto.name or f"<unnamed {proto.op_type}>", []))
-            self.env.update((n, v) for n, v in zip(proto.output, self.folded[key]) if n)
+            self.nodes.append((op_type, fields.name or f"<unnamed {op_type}>", []))
+            self.env.update((n, v) for n, v in zip(fields.outputs, self.folded[key]) if n)
             return
-        node = Node(self.b, proto, inputs, {}, self.opset)
+        node = Node(self.b, fields.proto, inputs, {}, self.opset, fields)
         node.scope = self
         calls = self.b.calls
         start = len(calls)
         try:
             # attribute tensors were checked with the graph (check_graph)
-            node.attrs = {a.name: attribute_value(a, checked=True) for a in proto.attribute}
-            result = converter_of(proto.domain, proto.op_type).fn(node)
+            node.attrs = {a.name: attribute_value(a, checked=True) for a in fields.attributes}
+            result = converter_of(fields.domain, op_type).fn(node)
         except LegatoError as err:
             text = str(err)
-            prefix = f"{proto.op_type} node {node.label}"
+            prefix = f"{op_type} node {node.label}"
             raise type(err)(text if text.startswith(prefix) else f"{prefix}: {text}") from None
         results = result if isinstance(result, (tuple, list)) else (result,)
         made = len(calls) - start
@@ -598,10 +612,10 @@ class _Importer:
             new = calls[start:]
             del calls[start:]  # the calls computing sizes come first
             calls.extend(with_sizes_computed(self.b, new, self.sizes))
-            self.nodes.append((proto.op_type, node.name, [c.op for c in calls[start:]]))
+            self.nodes.append((op_type, node.name, [c.op for c in calls[start:]]))
             calls[start:] = [_from_node(c, node.name) for c in calls[start:]]
         else:
-            self.nodes.append((proto.op_type, node.name, []))
+            self.nodes.append((op_type, node.name, []))
         for name, value in zip(node.outputs, results):
             if name and value is None:
                 node.fail(f"output {name!r} is not produced by legato's converter")
@@ -610,22 +624,23 @@ class _Importer:
         if folded and key is not None:
             self.folded[key] = results
 
-    def constant(self, proto) -> bool:
+    def constant(self, fields: NodeFields) -> bool:
         """A Constant node holding a tensor, made a constant here without the converter's
         per-node machinery (exports hold hundreds of them); False for any other form, or
         where its tensor is refused, for `convert` to convert (or refuse) as usual."""
-        if proto.domain not in DEFAULT_DOMAINS or len(proto.attribute) != 1 or \
-                len(proto.output) != 1 or not proto.output[0]:
+        attributes, outputs = fields.attributes, fields.outputs
+        if fields.domain not in DEFAULT_DOMAINS or len(attributes) != 1 or \
+                len(outputs) != 1 or not outputs[0]:
             return False
-        attr = proto.attribute[0]
-        if attr.name != "value" or attr.type != attr.TENSOR or attr.ref_attr_name:
+        attr = attributes[0]
+        if attr.name != "value" or attr.type != TENSOR or attr.ref_attr_name:
             return False
         try:
             value = Const.of(tensor_array(attr.t, "attribute 'value'", True), copy=False)
         except LegatoError:
             return False
-        self.nodes.append((proto.op_type, proto.name or "<unnamed Constant>", []))
-        self.env[proto.output[0]] = value
+        self.nodes.append((fields.op_type, fields.name or "<unnamed Constant>", []))
+        self.env[outputs[0]] = value
         return True
 
     def subgraph(self, graph, bound: Mapping[str, Value]) -> list[Value]:
@@ -637,7 +652,7 @@ class _Importer:
             for tensor in graph.initializer:
                 self.env[tensor.name] = Const.of(tensor_array(
                     tensor, f"initializer {quote(tensor.name)}"))
-            for node in graph.node:
+            for node in node_fields(graph):
                 self.convert(node)
             return [self.lookup(out.name, "subgraph output") for out in graph.output]
         finally:

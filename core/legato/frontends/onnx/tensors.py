@@ -163,11 +163,13 @@ def _external_int(entries, key: str, where: str, default: int = 0) -> int:
     return int(text)
 
 
-def external_tensors(model):
-    """Every tensor of the model (initializers and Constant values) stored externally."""
+def external_tensors(model, nodes=None):
+    """Every tensor of the model (initializers and Constant values) stored externally.
+    `nodes`: the graph's nodes.node_fields, where the caller has them."""
     tensors = list(model.graph.initializer)
-    for node in model.graph.node:
-        tensors += [a.t for a in node.attribute if a.type == a.TENSOR]
+    for attributes in (n.attribute for n in model.graph.node) if nodes is None else \
+            (n.attributes for n in nodes):
+        tensors += [a.t for a in attributes if a.type == 4]   # TENSOR
     return [t for t in tensors if t.data_location == EXTERNAL]
 
 
