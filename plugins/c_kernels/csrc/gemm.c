@@ -46,6 +46,12 @@ typedef void (*lgk_edge_ukernel)(int rows, int64_t kc, const float *a, const flo
 typedef void (*lgk_direct_ukernel)(int rows, int64_t kc, const float *a, int64_t lda,
                                    const float *b, float *c, int64_t ldc, int accumulate,
                                    const tile_ep *ep);
+/* The tile of `rows` (1 .. MR) rows from a packed A sliver with B read in place, row k
+ * at b + k * ldb (NR floats), which it also packs into the sliver at `pack` for the
+ * tiles after it, prefetching the next sliver's rows. */
+typedef void (*lgk_direct_b_ukernel)(int rows, int64_t kc, const float *a, const float *b,
+                                     int64_t ldb, float *pack, float *c, int64_t ldc,
+                                     int accumulate, const tile_ep *ep);
 
 /* ep on one value, as lgk_activate does it (NaN stays NaN, -0 becomes +0). */
 static inline float tile_ep_value(const tile_ep *ep, int i, int j, float v)
@@ -64,6 +70,7 @@ typedef struct {
     lgk_ukernel kernel;
     lgk_edge_ukernel edge; /* NULL: edge rows go through a scratch tile */
     lgk_direct_ukernel direct; /* NULL: A is always packed */
+    lgk_direct_b_ukernel direct_b; /* NULL: B is always packed */
 } gemm_impl;
 
 #define MAX_MR 16
@@ -210,7 +217,8 @@ static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, __m512 v)
 __attribute__((target("avx512f"), always_inline))
 static inline void avx512_rows(const int rows, int64_t kc, const float *restrict a,
                                const int64_t a_rs, const int64_t a_ks,
-                               const float *restrict b, float *restrict c, int64_t ldc,
+                               const float *restrict b, const int64_t b_ks,
+                               float *restrict pack, float *restrict c, int64_t ldc,
                                int accumulate, const tile_ep *ep)
 {
     __m512 acc[AVX512_MR][2];
@@ -221,8 +229,16 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
         _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
     }
     for (int64_t k = 0; k < kc; ++k) {
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-        _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        if (b_ks == AVX512_NR) {
+            _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
+        } else { /* B in place: packed for the next tiles; the next sliver's row */
+            _mm512_store_ps(pack, b0);
+            _mm512_store_ps(pack + 16, b1);
+            pack += AVX512_NR;
+            _mm_prefetch((const char *)(b + AVX512_NR), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + AVX512_NR + 16), _MM_HINT_T0);
+        }
 #pragma GCC unroll 12
         for (int i = 0; i < rows; ++i) {
             __m512 ai = _mm512_set1_ps(a[i * a_rs]);
@@ -230,7 +246,7 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
             acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
         }
         a += a_ks;
-        b += AVX512_NR;
+        b += b_ks;
     }
 #pragma GCC unroll 12
     for (int i = 0; i < rows; ++i) {
@@ -252,11 +268,11 @@ __attribute__((target("avx512f")))
 static void ukernel_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                            int accumulate, const tile_ep *ep)
 {
-    avx512_rows(AVX512_MR, kc, a, 1, AVX512_MR, b, c, ldc, accumulate, ep);
+    avx512_rows(AVX512_MR, kc, a, 1, AVX512_MR, b, AVX512_NR, NULL, c, ldc, accumulate, ep);
 }
 
 #define AVX512_EDGE_CASE(R) \
-    case R: avx512_rows(R, kc, a, 1, AVX512_MR, b, c, ldc, accumulate, ep); break;
+    case R: avx512_rows(R, kc, a, 1, AVX512_MR, b, AVX512_NR, NULL, c, ldc, accumulate, ep); break;
 
 __attribute__((target("avx512f")))
 static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, float *c,
@@ -271,7 +287,7 @@ static void edge_avx512(int rows, int64_t kc, const float *a, const float *b, fl
 }
 
 #define AVX512_DIRECT_CASE(R) \
-    case R: avx512_rows(R, kc, a, lda, 1, b, c, ldc, accumulate, ep); break;
+    case R: avx512_rows(R, kc, a, lda, 1, b, AVX512_NR, NULL, c, ldc, accumulate, ep); break;
 
 __attribute__((target("avx512f")))
 static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, const float *b,
@@ -285,6 +301,23 @@ static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, con
     default: break;
     }
 }
+
+#define AVX512_DIRECT_B_CASE(R) \
+    case R: avx512_rows(R, kc, a, 1, AVX512_MR, b, ldb, pack, c, ldc, accumulate, ep); break;
+
+__attribute__((target("avx512f")))
+static void direct_b_avx512(int rows, int64_t kc, const float *a, const float *b, int64_t ldb,
+                            float *pack, float *c, int64_t ldc, int accumulate,
+                            const tile_ep *ep)
+{
+    switch (rows) {
+    AVX512_DIRECT_B_CASE(1) AVX512_DIRECT_B_CASE(2) AVX512_DIRECT_B_CASE(3)
+    AVX512_DIRECT_B_CASE(4) AVX512_DIRECT_B_CASE(5) AVX512_DIRECT_B_CASE(6)
+    AVX512_DIRECT_B_CASE(7) AVX512_DIRECT_B_CASE(8) AVX512_DIRECT_B_CASE(9)
+    AVX512_DIRECT_B_CASE(10) AVX512_DIRECT_B_CASE(11) AVX512_DIRECT_B_CASE(12)
+    default: break;
+    }
+}
 #endif /* LGK_X86_KERNELS */
 
 /* ---- kernel selection ------------------------------------------------------- */
@@ -294,12 +327,13 @@ static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, con
  * mc 96-480, nc 1024-4096 on Zen (48K L1 / 1M L2) found these best or tied. */
 
 static const gemm_impl impl_generic = {LGK_ISA_GENERIC, GEN_MR, GEN_NR, 256, 128, 2048,
-                                       ukernel_generic, NULL, NULL};
+                                       ukernel_generic, NULL, NULL, NULL};
 #ifdef LGK_X86_KERNELS
 static const gemm_impl impl_avx2 = {LGK_ISA_AVX2, AVX2_MR, AVX2_NR, 256, 144, 2048, ukernel_avx2,
-                                    edge_avx2, NULL};
+                                    edge_avx2, NULL, NULL};
 static const gemm_impl impl_avx512 = {LGK_ISA_AVX512, AVX512_MR, AVX512_NR, 256, 240, 2048,
-                                      ukernel_avx512, edge_avx512, direct_avx512};
+                                      ukernel_avx512, edge_avx512, direct_avx512,
+                                      direct_b_avx512};
 #endif
 
 static int cpu_can_run(int isa)
@@ -517,18 +551,25 @@ static void run_tile(const gemm_impl *g, int64_t m, int64_t kc, const float *a, 
 /* Runs every micro-tile of one (mc x kc) x (kc x nc) block pair, B packed and A packed
  * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
  * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
- * epilogue_in_tiles). */
+ * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
+ * sliver packs it into pb as it multiplies (see pack_in_tiles). */
 static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
-                         const float *pa, int64_t lda, const float *pb, float *c, int64_t ldc,
-                         int accumulate, const epilogue *ep, int64_t row0, int64_t col0)
+                         const float *pa, int64_t lda, const float *pb, const float *b_rows,
+                         int64_t ldb, float *c, int64_t ldc, int accumulate,
+                         const epilogue *ep, int64_t row0, int64_t col0)
 {
     _Alignas(64) float tile[MAX_MR * MAX_NR];
     for (int64_t jr = 0; jr < nc; jr += g->nr) {
         int64_t n = LGK_MIN((int64_t)g->nr, nc - jr);
+        const float *b = pb + jr * kc;
+        /* with b_rows, pb is the call's own scratch, the slivers packed here */
+        int in_place = b_rows != NULL && n == g->nr;
+        if (b_rows != NULL && !in_place) /* a partial sliver: packed, columns past B zero */
+            pack_b(g->nr, kc, n, b_rows + jr, ldb, 1, (float *)b);
         for (int64_t ir = 0; ir < mc; ir += g->mr) {
             int64_t m = LGK_MIN((int64_t)g->mr, mc - ir);
             float *cij = c + ir * ldc + jr;
-            const float *a = lda > 0 ? pa + ir * lda : pa + ir * kc, *b = pb + jr * kc;
+            const float *a = lda > 0 ? pa + ir * lda : pa + ir * kc;
             tile_ep te, *tep = NULL;
             if (ep != NULL) {
                 te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + row0 + ir : NULL,
@@ -536,7 +577,10 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                                ep->activation};
                 tep = &te;
             }
-            if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
+            if (in_place && ir == 0) {
+                g->direct_b((int)m, kc, a, b_rows + jr, ldb, (float *)b, cij, ldc, accumulate,
+                            tep);
+            } else if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
                 run_tile(g, m, kc, a, lda, b, cij, ldc, accumulate, tep);
             } else { /* edge: the tile's rows into scratch, copy the valid part */
                 run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
@@ -783,6 +827,16 @@ static int64_t packed_panel_cols(const gemm_impl *g, int64_t kc)
 #endif
 #define DIRECT_A_KC 2048
 
+/* Whether B is packed by the first micro-tile of each sliver as it reads B in place, rather
+ * than in a pass of its own before the tiles: B's rows contiguous, A packed (or packed now).
+ * The pass read B once more than the tiles did (a 1x1 conv of 256 -> 64 channels on 56 x 56,
+ * whose B is its input: 25% of its time), and its reads from L3 did not overlap the
+ * multiply-adds; the first tile prefetches the next sliver's rows. */
+static int pack_in_tiles(const gemm_impl *g, const gemm_problem *p)
+{
+    return g->direct_b != NULL && p->packed_b == NULL && p->cs_b == 1 && p->rs_b > 0;
+}
+
 static int direct_a(const gemm_impl *g, const gemm_problem *p)
 {
     return g->direct != NULL && p->packed_a == NULL && p->cs_a == 1 && p->rs_a > 0
@@ -806,6 +860,7 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
     if (small_n_fits(p, n1 - n0))
         return gemm_small_n(p, m0, m1, n0, n1);
     int direct = direct_a(g, p);
+    int in_place_b = !direct && pack_in_tiles(g, p);
     int64_t kc_max = direct && p->packed_b == NULL ? LGK_MIN(p->K, (int64_t)DIRECT_A_KC)
                                                    : block_depth(g, p->K);
     int64_t nc_step = p->packed_b != NULL ? g->nc : packed_panel_cols(g, kc_max);
@@ -824,8 +879,9 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
         for (int64_t pc = 0; pc < p->K; pc += kc_max) {
             int64_t kc = LGK_MIN(kc_max, p->K - pc);
             int last = pc + kc == p->K;
-            const float *pb = b_panel(g, p, pc, kc, jc, nc,
-                                      p->packed_b != NULL ? NULL : scratch.data + a_size);
+            float *b_scratch = p->packed_b != NULL ? NULL : scratch.data + a_size;
+            const float *b_rows = in_place_b ? p->b + pc * p->rs_b + jc : NULL;
+            const float *pb = in_place_b ? b_scratch : b_panel(g, p, pc, kc, jc, nc, b_scratch);
             for (int64_t ic = m0; ic < m1; ic += g->mc) {
                 int64_t mc = LGK_MIN(g->mc, m1 - ic);
                 if (p->packed_a != NULL) /* slivers of a K block lie end to end */
@@ -837,7 +893,8 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
                            scratch.data);
                 float *c = p->c + ic * p->ldc + jc;
                 int in_tiles = last && epilogue_in_tiles(ep);
-                macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb, c, p->ldc, pc > 0,
+                macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb,
+                             ic == m0 ? b_rows : NULL, p->rs_b, c, p->ldc, pc > 0,
                              in_tiles ? ep : NULL, ic, jc);
                 if (last && ep != NULL && !in_tiles) /* whole block rows: see epilogue_tile */
                     epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);

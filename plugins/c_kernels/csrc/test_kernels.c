@@ -687,7 +687,7 @@ static void test_softmax_norms(void)
     enum { ROWS = 3, N = 50 };
     float *x = rand_buf(ROWS * N), y[ROWS * N], *g = rand_buf(N), *b = rand_buf(N);
     double want[ROWS * N];
-    EXPECT_STATUS(lgk_softmax(ROWS, N, 1, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_softmax(ROWS, N, 1, x, y, 1), LGK_OK);
     for (int r = 0; r < ROWS; ++r) {
         double m = -INFINITY, s = 0;
         for (int i = 0; i < N; ++i) m = fmax(m, x[r * N + i]);
@@ -696,7 +696,7 @@ static void test_softmax_norms(void)
     }
     EXPECT(all_close(y, want, ROWS * N, 1e-5, 0));
     /* same data viewed as (1, ROWS, N) reducing the middle axis */
-    EXPECT_STATUS(lgk_log_softmax(1, ROWS, N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_log_softmax(1, ROWS, N, x, y, 1), LGK_OK);
     for (int i = 0; i < N; ++i) {
         double m = -INFINITY, s = 0;
         for (int r = 0; r < ROWS; ++r) m = fmax(m, x[r * N + i]);
@@ -720,8 +720,8 @@ static void test_softmax_norms(void)
         for (int i = 0; i < N; ++i) want[r * N + i] = x[r * N + i] / sqrt(ms + 1e-5);
     }
     EXPECT(all_close(y, want, ROWS * N, 1e-4, 1e-5));
-    EXPECT_STATUS(lgk_softmax(-1, N, 1, x, y), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_softmax(ROWS, N, 1, x, NULL), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_softmax(-1, N, 1, x, y, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_softmax(ROWS, N, 1, x, NULL, 1), LGK_ERR_NULL);
     EXPECT_STATUS(lgk_layer_norm(INT64_MAX, 2, x, NULL, NULL, 1e-5f, y), LGK_ERR_OVERFLOW);
     EXPECT_STATUS(lgk_rms_norm(ROWS, -N, x, NULL, 1e-5f, y), LGK_ERR_SHAPE);
     free(x), free(g), free(b);
@@ -844,7 +844,7 @@ static void test_subnormals(void)
     EXPECT(all_close(c, want, M * N, 1e-5, 1e-30));
     for (int i = 0; i < 16; ++i)
         x[i] = i < 8 ? 0.0f : -100.0f; /* exp(-100) relative: a subnormal share */
-    EXPECT_STATUS(lgk_softmax(1, 16, 1, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_softmax(1, 16, 1, x, y, 1), LGK_OK);
     for (int i = 0; i < 16; ++i)
         EXPECT(i < 8 ? fabsf(y[i] - 0.125f) < 1e-6f : y[i] >= 0.0f && y[i] < 1e-37f);
     EXPECT(_mm_getcsr() == before);
@@ -863,6 +863,7 @@ static void test_subnormals(void) {}
 #include "test_qgemm.inc"
 #include "test_grid_split.inc"
 #include "test_gemm_direct.inc"
+#include "test_gemm_pack_in_tiles.inc"
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
 #include "test_qim2col.inc"
@@ -905,6 +906,7 @@ int main(void)
     test_qgemm_errors();
     test_grid_split();
     test_gemm_direct();
+    test_gemm_pack_in_tiles();
     test_qconv();
     test_qdwconv();
     test_qconv_vnni();
