@@ -39,15 +39,21 @@ class GraphBuilder(Recorder):
         super().__init__(registry if registry is not None else context().registry)
         self.params: list[Value] = []
         self._param_names: set = set()
+        # {id(call.outputs): call} of the calls `call` made: make_call derived their types
+        # with self.registry, so build's verify need not derive them again
+        self._inferred: dict[int, object] = {}
 
     def call(self, op: str, *inputs, **attrs):
         try:
-            return super().call(op, *inputs, **attrs)
+            result = super().call(op, *inputs, **attrs)
         except OpError as err:
             note = unknown_op_note(op, self.registry)
             if not note:
                 raise
             raise OpError(f"{err}{note}") from None
+        made = self.calls[-1]
+        self._inferred[id(made.outputs)] = made
+        return result
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Value:
         if name in self._param_names:
@@ -69,5 +75,5 @@ class GraphBuilder(Recorder):
     def build(self, *results: Value) -> Module:
         """The module whose `main` returns `results`; verified before it is returned."""
         module = Module({"main": self.function(*results)})
-        verify(module, self.registry)
+        verify(module, self.registry, self._inferred)
         return module

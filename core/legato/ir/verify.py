@@ -11,16 +11,18 @@ from .symbols import GUARDS, collecting_guards
 __all__ = ["CALL_OP", "structural_equal", "verify"]  # CALL_OP: its older home
 
 
-def verify(module: Module, registry=None) -> Module:
+def verify(module: Module, registry=None, inferred=None) -> Module:
     """Check SSA form, op existence, attributes and inferred types; raise IRError naming
     the function and call at fault. Returns the module so it can be chained.
-    `registry`: the context's when not given."""
+    `registry`: the context's when not given. `inferred`: {id(call.outputs): call} of calls
+    that `make_call` made with this registry (a GraphBuilder's), whose types need no
+    second derivation (see _checked_at_creation); guarded functions derive them all."""
     if registry is None:
         registry = context().registry
     for name, fn in module.functions.items():
         declared = fn.attrs.get(GUARDS, ())
         if not declared:
-            _verify_function(module, name, fn, registry)
+            _verify_function(module, name, fn, registry, inferred)
             continue
         with collecting_guards() as assumed:  # inference over symbols may assume these
             _verify_function(module, name, fn, registry)
@@ -58,7 +60,8 @@ def _check_acyclic(module: Module) -> None:
                 stack.append((callee, iter(callees[callee])))
 
 
-def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
+def _verify_function(module: Module, name: str, fn: Function, registry,
+                     inferred=None) -> None:
     defined: set[int] = set()
     for p in fn.params:
         if id(p) in defined:
@@ -75,6 +78,8 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
             if id(out) in defined:
                 raise IRError(f"{where}: result {out!r} is defined twice")
             defined.add(id(out))
+        if inferred and _checked_at_creation(call, inferred):
+            continue
         try:
             expected = _expected_types(module, call, registry)
         except LegatoError as err:
@@ -86,6 +91,18 @@ def _verify_function(module: Module, name: str, fn: Function, registry) -> None:
     for r in fn.results:
         if id(r) not in defined and not isinstance(r, Const):
             raise IRError(f"function @{clip(name)}: result {r!r} is not defined")
+
+
+def _checked_at_creation(call: Call, inferred) -> bool:
+    """Whether `call` is one `make_call` made with the registry being verified against (or a
+    copy of one with another origin): make_call checked its arity, put its attributes in
+    normal form, derived its result types from its inputs' types and checked its constant
+    operands, the checks `_expected_types` repeats, and a call is immutable, so the same
+    registry would derive the same types again. Its op, inputs and attributes must be the
+    very objects it was made with; its outputs are the values make_call made."""
+    made = inferred.get(id(call.outputs))
+    return made is not None and made.outputs is call.outputs and made.inputs is call.inputs \
+        and made.attrs is call.attrs and made.op == call.op
 
 
 def _expected_types(module: Module, call: Call, registry):
