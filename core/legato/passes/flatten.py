@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Call, Const, Value
-from ..ir.calls import Emitter, Recipes, new_value, run_decomposition
+from ..ir.calls import Emitter, Recipes, new_call, new_value, run_decomposition
 from .canonical import canonical
 
 
@@ -157,7 +157,7 @@ class Flat:
         out = []
         for op, at, attrs, outs in self.steps:
             outputs = tuple([new_value(t) if k < 0 else own[k] for t, k in outs])
-            out.append(Call(op, tuple([values[i] for i in at]), attrs, outputs, origin))
+            out.append(new_call(op, tuple([values[i] for i in at]), attrs, outputs, origin))
             values.extend(outputs)
         return out
 

@@ -10,83 +10,19 @@ in the view (the input becomes a `Rearranged` value the rewrite computes).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
-from ..ir import Call, Const, TensorType, Value
+from ..ir import Call, Const, TensorType
 from ..ir.shapes import norm_axes
+from .operands import (ASSOC, _tree, operand_kinds, plausible,  # noqa: F401 - re-exported
+                       root_need)
 from .patterns import Template, View
+from .rearranged import Rearranged, _perm, _rearrangement
 
-# associative and commutative: operand trees are compared as multisets of leaves
-ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
 SWAP = frozenset({"equal"})
 
 RTOL = 1e-5
-
-
-class Rearranged(NamedTuple):
-    """An op input the rewrite computes from a graph value: `base` reshaped to `shape`
-    (None: as it is), then transposed by `axes` (None: not). Exporters move attention's
-    heads and keys around with reshapes and transposes the op's form writes differently."""
-
-    base: Value
-    shape: tuple | None
-    axes: tuple | None
-
-    @property
-    def type(self) -> TensorType:
-        shape = self.shape if self.shape is not None else self.base.shape
-        if self.axes is not None:
-            shape = tuple(shape[a] for a in self.axes)
-        return TensorType(shape, self.base.dtype)
-
-
-_REARRANGEMENTS: dict = {}
-
-
-def _rearrangement(base: Value, chain: list[Call], inverse: tuple):
-    """`base` through the reshapes and transposes of `chain`, then transposed by
-    `inverse`, as one Rearranged (or `base` itself), or None if it is not one."""
-    key = (base.shape, inverse, tuple((c.op, c.outputs[0].shape, _perm(c, c.outputs[0].rank)
-                                       if c.op == "permute_dims" else None) for c in chain))
-    found = _REARRANGEMENTS.get(key, False)
-    if found is False:  # shapes and permutations decide it: layers repeat them
-        if len(_REARRANGEMENTS) > 1024:
-            _REARRANGEMENTS.clear()
-        found = _REARRANGEMENTS[key] = _solve_rearrangement(base.shape, chain, inverse)
-    if found is None:
-        return None
-    shape, axes = found
-    return base if shape is None and axes is None else Rearranged(base, shape, axes)
-
-
-def _solve_rearrangement(shape: tuple, chain: list[Call], inverse: tuple):
-    """(reshape to, then transpose by) that `_rearrangement` describes, by following the
-    element indices through the chain; None if no such pair exists."""
-    size = int(np.prod(shape, dtype=np.int64))
-    index = np.arange(size).reshape(shape)
-    for call in chain:
-        index = index.reshape(call.outputs[0].shape) if call.op == "reshape" else \
-            np.transpose(index, _perm(call, index.ndim))
-    wanted = np.transpose(index, inverse)
-    if np.array_equal(wanted.ravel(), np.arange(wanted.size)):
-        return (None if wanted.shape == shape else wanted.shape), None
-    if wanted.ndim != len(shape):
-        return None
-    strides = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major strides of base
-    axes, free = [], set(range(len(shape)))
-    for i, n in enumerate(wanted.shape):
-        step = int(wanted[(0,) * i + (1,) + (0,) * (wanted.ndim - i - 1)]) if n > 1 else None
-        match = next((a for a in sorted(free) if shape[a] == n and
-                      (step is None or strides[a] == step)), None)
-        if match is None:
-            return None
-        axes.append(match)
-        free.discard(match)
-    axes = tuple(axes)
-    ok = np.array_equal(np.transpose(np.arange(size).reshape(shape), axes), wanted)
-    return (None, axes) if ok else None
 
 
 class Env:
@@ -137,12 +73,6 @@ def consts_close(p: Const, g: Const) -> bool:
     except ValueError:
         return False
     return bool(np.allclose(a, b, rtol=RTOL, atol=0.0, equal_nan=True))
-
-
-def _perm(call: Call, rank: int) -> tuple:
-    axes = call.attrs.get("axes")
-    return tuple(range(rank - 1, -1, -1)) if axes is None else \
-        tuple(a % rank for a in axes)
 
 
 def attrs_equal(pc: Call, gc: Call) -> bool:
@@ -462,80 +392,6 @@ class Matcher:
         return cached
 
 
-# --- the quick look before a full match ---------------------------------------------------
-
-def _operands(view: View, call: Call, claimed) -> list:
-    """The operands of `call`, the leaves of its operand tree for a sum, product, ...
-    (`claimed` None on the pattern side, else the graph calls taken)."""
-    if call.op in ASSOC and len(call.inputs) == 2:
-        leaves: list = []
-        _tree(view, call, leaves, [], claimed)
-        return leaves
-    return list(call.inputs)
-
-
-def _tree(view: View, call: Call, leaves, inner, claimed, taken=()):
-    """The leaves of the operand tree of `call`: nested single-use calls of its op and
-    dtype are inner calls; on the graph side not those `claimed` or `taken` (on the
-    pattern side `claimed` is None)."""
-    for v in call.inputs:
-        j = view.producer.get(id(v))
-        sub = view.calls[j] if j is not None else None
-        if sub is not None and sub.op == call.op and view.single_use(v) and \
-                v.dtype == call.outputs[0].dtype and \
-                (claimed is None or (j not in claimed and j not in taken)):
-            inner.append(j)
-            _tree(view, sub, leaves, inner, claimed, taken)
-        else:
-            leaves.append(v)
-
-
-def _kind(view: View, value, params) -> str:
-    if value is None:
-        return "none"
-    if id(value) in params:
-        return "any"
-    j = view.producer.get(id(value))
-    if j is None:
-        return "const" if isinstance(value, Const) else "value"
-    call = view.calls[j]
-    if call.op == "permute_dims" and id(call.inputs[0]) in params:
-        return "any"
-    return call.op
-
-
-def root_need(template: Template) -> tuple:
-    """What the operands of the template's root must be made by: (their number, the ops
-    and kinds other than "any", sorted); worked out once per template."""
-    need = template.matching.get("need")
-    if need is None:
-        params = template.param_ids
-        kinds = [_kind(template.view, v, params)
-                 for v in _operands(template.view, template.root, None)]
-        need = template.matching["need"] = (len(kinds),
-                                            tuple(sorted(k for k in kinds if k != "any")))
-    return need
-
-
-def operand_kinds(graph: View, gi: int, claimed) -> list:
-    """What makes each operand of graph call `gi` (the op, "const" or "value")."""
-    return [_kind(graph, v, ()) for v in _operands(graph, graph.calls[gi], claimed)]
-
-
-def plausible(need: tuple, have: list) -> bool:
-    """A quick look one level down before the full match: the ops that make the root's
-    operands (all leaves of an operand tree) must be there."""
-    count, needed = need
-    if count != len(have):
-        return False
-    have = list(have)
-    for kind in needed:
-        if kind not in have:
-            return False
-        have.remove(kind)
-    return True
-
-
 PARAM, CONST, PERMUTED, TREE, CALL = range(5)
 _BIND, _CALL, _INNER = range(3)  # what a trail record undoes
 _MISSING = object()
@@ -583,30 +439,3 @@ def _index(outputs, value) -> int:
         if out is value:
             return i
     return -1
-
-
-def region_problem(view: View, gi: int, env: Env, values) -> str | None:
-    """Why the region of `env` (rooted at view call `gi`) cannot become one call, or None:
-    an interior value is used outside it, it covers part of an input call, or an input
-    of the op is computed inside it."""
-    region = env.region()
-    root_value = view.calls[gi].outputs[0]
-    users, results = view.users, view.results
-    for i in region:
-        for out in view.calls[i].outputs:
-            if out is not root_value and (id(out) in results or
-                                          not region.issuperset(users.get(id(out), ()))):
-                return "an interior value is used outside the region"
-    covered: dict[int, int] = {}
-    for i in region:
-        for o in view.owners[i]:
-            covered[o] = covered.get(o, 0) + 1
-    counts = view.owner_counts()
-    if any(counts[o] != n for o, n in covered.items()):
-        return "the region covers part of an input call"
-    made = {id(out) for i in region for out in view.calls[i].outputs}
-    for v in values:
-        base = v.base if isinstance(v, Rearranged) else v
-        if base is not None and id(base) in made:
-            return "an input of the op is computed inside the region"
-    return None

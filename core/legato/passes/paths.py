@@ -13,7 +13,8 @@ match any graph value.
 """
 from __future__ import annotations
 
-from .matching import CALL, SWAP, TREE, _steps, _tree
+from .matching import CALL, SWAP, TREE, _steps
+from .operands import _tree
 from .patterns import Template, View
 
 ROOT, INPUT, EITHER, LEAF = range(4)  # how a path steps from its parent's call

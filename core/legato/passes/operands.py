@@ -1,0 +1,84 @@
+"""Operands as matching sees them (legato.passes.matching): the leaves of a sum's or
+product's operand tree, and the quick look one level down before a full match (what makes
+a template root's operands must be there).
+"""
+from __future__ import annotations
+
+from ..ir import Call, Const
+from .patterns import Template, View
+
+# associative and commutative: operand trees are compared as multisets of leaves
+ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
+
+
+def _operands(view: View, call: Call, claimed) -> list:
+    """The operands of `call`, the leaves of its operand tree for a sum, product, ...
+    (`claimed` None on the pattern side, else the graph calls taken)."""
+    if call.op in ASSOC and len(call.inputs) == 2:
+        leaves: list = []
+        _tree(view, call, leaves, [], claimed)
+        return leaves
+    return list(call.inputs)
+
+
+def _tree(view: View, call: Call, leaves, inner, claimed, taken=()):
+    """The leaves of the operand tree of `call`: nested single-use calls of its op and
+    dtype are inner calls; on the graph side not those `claimed` or `taken` (on the
+    pattern side `claimed` is None)."""
+    for v in call.inputs:
+        j = view.producer.get(id(v))
+        sub = view.calls[j] if j is not None else None
+        if sub is not None and sub.op == call.op and view.single_use(v) and \
+                v.dtype == call.outputs[0].dtype and \
+                (claimed is None or (j not in claimed and j not in taken)):
+            inner.append(j)
+            _tree(view, sub, leaves, inner, claimed, taken)
+        else:
+            leaves.append(v)
+
+
+def _kind(view: View, value, params) -> str:
+    if value is None:
+        return "none"
+    if id(value) in params:
+        return "any"
+    j = view.producer.get(id(value))
+    if j is None:
+        return "const" if isinstance(value, Const) else "value"
+    call = view.calls[j]
+    if call.op == "permute_dims" and id(call.inputs[0]) in params:
+        return "any"
+    return call.op
+
+
+def root_need(template: Template) -> tuple:
+    """What the operands of the template's root must be made by: (their number, the ops
+    and kinds other than "any", sorted); worked out once per template."""
+    need = template.matching.get("need")
+    if need is None:
+        params = template.param_ids
+        kinds = [_kind(template.view, v, params)
+                 for v in _operands(template.view, template.root, None)]
+        need = template.matching["need"] = (len(kinds),
+                                            tuple(sorted(k for k in kinds if k != "any")))
+    return need
+
+
+def operand_kinds(graph: View, gi: int, claimed) -> list:
+    """What makes each operand of graph call `gi` (the op, "const" or "value")."""
+    return [_kind(graph, v, ()) for v in _operands(graph, graph.calls[gi], claimed)]
+
+
+def plausible(need: tuple, have: list) -> bool:
+    """A quick look one level down before the full match: the ops that make the root's
+    operands (all leaves of an operand tree) must be there."""
+    count, needed = need
+    if count != len(have):
+        return False
+    have = list(have)
+    for kind in needed:
+        if kind not in have:
+            return False
+        have.remove(kind)
+    return True
+
