@@ -436,3 +436,42 @@ def test_names_that_are_not_utf8_are_named_in_the_models_order(damaged, where):
         data = data.replace(name, name[:3] + b"\xff" + name[4:])
     with pytest.raises(LegatoError, match=f"^{where} is not valid UTF-8"):
         lonnx.load(onnx.ModelProto.FromString(data))
+
+
+def test_a_repeated_node_that_makes_a_constant_is_converted_once(monkeypatch):
+    # ConstantOfShape makes its constant without a call to fold; each padding chain of
+    # HF's MobileNetV2 has one, on the same shape, and each ran its converter
+    import dataclasses
+    from legato.frontends.onnx.convert import CONVERTERS
+    made = []
+    original = CONVERTERS["ConstantOfShape"]
+    monkeypatch.setitem(CONVERTERS, "ConstantOfShape", dataclasses.replace(
+        original, fn=lambda node: made.append(node.name) or original.fn(node)))
+    proto = padded_conv_layers(channels=(3, 4, 6, 8, 5), pads=((1, 1, 1, 1),))
+    module = lonnx.load(proto)
+    assert len(made) == 1   # was one per layer
+    import legato
+    import onnxruntime as ort
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.asarray(legato.compile(module, "cpu_ref")(x)), want,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_constant_repeated_is_decoded_once_into_constants_of_their_own(monkeypatch):
+    from legato.frontends.onnx import importer
+    decoded = []
+    tensor_array = importer.tensor_array
+    monkeypatch.setattr(importer, "tensor_array",
+                        lambda t, *a: decoded.append(t.dims[:]) or tensor_array(t, *a))
+    ints = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Constant", [], [f"k{i}"], value=helper.make_tensor(
+                 "v", ints, [2], [3, 4])) for i in range(3)]
+    nodes.append(helper.make_node("Concat", ["k0", "k1", "k2", "x"], ["y"], axis=0))
+    module, _ = lonnx.load_with_nodes(model(nodes, [tensor("x", [2], ints)],
+                                            [tensor("y", None, ints)], opset=17))
+    assert decoded == [[2]]   # was one per node
+    consts = module.main.calls[0].inputs[:3]
+    assert len({id(c) for c in consts}) == 3   # each node's own constant, as before
+    assert all(c.data.tolist() == [3, 4] and c.type == consts[0].type for c in consts)
