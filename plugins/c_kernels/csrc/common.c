@@ -727,8 +727,8 @@ const char *lgk_activation_name(int activation)
       lgk_binary(W(0), W(1), PTR(2), PTR(3), W(4), PTR(5), PTR(6), W(7), PTR(8), PTR(9),  \
                  W(10)))                                                                  \
     X(lgk_unary, "iipp", lgk_unary(W(0), W(1), PTR(2), PTR(3)))                           \
-    X(lgk_softmax, "iiipp", lgk_softmax(W(0), W(1), W(2), PTR(3), PTR(4)))                 \
-    X(lgk_log_softmax, "iiipp", lgk_log_softmax(W(0), W(1), W(2), PTR(3), PTR(4)))         \
+    X(lgk_softmax, "iiippi", lgk_softmax(W(0), W(1), W(2), PTR(3), PTR(4), W(5)))          \
+    X(lgk_log_softmax, "iiippi", lgk_log_softmax(W(0), W(1), W(2), PTR(3), PTR(4), W(5)))  \
     X(lgk_layer_norm, "iipppfp",                                                          \
       lgk_layer_norm(W(0), W(1), PTR(2), PTR(3), PTR(4), F32(5), PTR(6)))                 \
     X(lgk_rms_norm, "iippfp", lgk_rms_norm(W(0), W(1), PTR(2), PTR(3), F32(4), PTR(5)))    \

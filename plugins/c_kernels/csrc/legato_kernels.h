@@ -283,9 +283,11 @@ int lgk_strided_copy(int ndim, const int64_t *shape,
 
 /* ---- normalisation and reductions ---------------------------------------- */
 /* x is viewed as (outer, n, inner) dense; the op runs along n for each of the
- * outer * inner lines. y has the same layout and may equal x. */
-int lgk_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y);
-int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y);
+ * outer * inner lines, on up to nthreads threads (each line's result the same on
+ * any count). y has the same layout and may equal x. */
+int lgk_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y, int nthreads);
+int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                    int nthreads);
 
 /* Over each of `rows` contiguous rows of n floats: y = (x - mean) / sqrt(var +
  * eps) * gamma + beta (population variance). gamma/beta have length n or are

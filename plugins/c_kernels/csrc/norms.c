@@ -441,32 +441,68 @@ static int check_oni(int64_t outer, int64_t n, int64_t inner, const float *x, co
     return LGK_OK;
 }
 
-static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
-                        int log_domain)
+/* Lines of at least this many floats per thread: below it the hand-off to a pool worker
+ * (1-2 us) costs about what its share of the exps saves. */
+#define SOFTMAX_MIN_PER_THREAD 16384
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n, inner, tiles; /* tiles: COL_TILE-wide column tiles per outer index */
+    int log_domain;
+} softmax_task;
+
+/* Rows [begin, end) of the inner == 1 case: a row's result does not depend on which
+ * rows share its call (a pair's rows compute as lone rows do). */
+static int softmax_row_range(void *ctx, int64_t begin, int64_t end)
 {
-    LGK_TRY(check_oni(outer, n, inner, x, y));
-    unsigned mode = lgk_flush_subnormals(); /* masked positions: exp(-100) and below */
-    if (inner == 1 && n > 0)
-        softmax_rows(outer, n, x, y, log_domain);
-    for (int64_t o = 0; o < outer && inner > 1 && n > 0; ++o) {
-        const float *xo = x + o * n * inner;
-        float *yo = y + o * n * inner;
-        for (int64_t j = 0; j < inner; j += COL_TILE)
-            softmax_cols(xo + j, n, inner, LGK_MIN((int64_t)COL_TILE, inner - j), yo + j,
-                         log_domain);
-    }
-    lgk_restore_fp_mode(mode);
+    const softmax_task *t = ctx;
+    softmax_rows(end - begin, t->n, t->x + begin * t->n, t->y + begin * t->n, t->log_domain);
     return LGK_OK;
 }
 
-int lgk_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y)
+/* Column tiles [begin, end) of the inner > 1 case, numbered outer-major. */
+static int softmax_tile_range(void *ctx, int64_t begin, int64_t end)
 {
-    return softmax_impl(outer, n, inner, x, y, 0);
+    const softmax_task *t = ctx;
+    for (int64_t u = begin; u < end; ++u) {
+        int64_t o = u / t->tiles, j = u % t->tiles * COL_TILE;
+        int64_t at = o * t->n * t->inner + j;
+        softmax_cols(t->x + at, t->n, t->inner, LGK_MIN((int64_t)COL_TILE, t->inner - j),
+                     t->y + at, t->log_domain);
+    }
+    return LGK_OK;
 }
 
-int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y)
+static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                        int log_domain, int nthreads)
 {
-    return softmax_impl(outer, n, inner, x, y, 1);
+    LGK_TRY(check_oni(outer, n, inner, x, y));
+    if (outer == 0 || n == 0 || inner == 0)
+        return LGK_OK;
+    unsigned mode = lgk_flush_subnormals(); /* masked positions: exp(-100) and below */
+    softmax_task t = {x, y, n, inner, (inner + COL_TILE - 1) / COL_TILE, log_domain};
+    int status;
+    if (inner == 1) /* whole row pairs per slice */
+        status = lgk_parallel_for(nthreads, outer, (SOFTMAX_MIN_PER_THREAD / n + 2) & ~(int64_t)1,
+                                  softmax_row_range, &t);
+    else
+        status = lgk_parallel_for(nthreads, outer * t.tiles,
+                                  SOFTMAX_MIN_PER_THREAD / (n * LGK_MIN(inner, COL_TILE)) + 1,
+                                  softmax_tile_range, &t);
+    lgk_restore_fp_mode(mode);
+    return status;
+}
+
+int lgk_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y, int nthreads)
+{
+    return softmax_impl(outer, n, inner, x, y, 0, nthreads);
+}
+
+int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                    int nthreads)
+{
+    return softmax_impl(outer, n, inner, x, y, 1, nthreads);
 }
 
 /* ---- layer / rms norm ---------------------------------------------------------------- */

@@ -169,3 +169,23 @@ def test_softmax_rows_with_nan_or_inf_match_the_reference(row):
     for op, kernel in (("nn.softmax", K.nn_softmax), ("nn.log_softmax", K.nn_log_softmax)):
         want = legato.context().backend("cpu_ref").kernel(op)(x, axis=-1)
         np.testing.assert_allclose(kernel(x, axis=-1), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, axis", [((37, 1500), -1), ((3, 70, 600), 1), ((2, 5, 4000), -1)])
+def test_softmax_on_two_threads_equals_one_thread(rng, monkeypatch, shape, axis):
+    """Softmaxes of >= 32 Ki floats split their rows (or column tiles) over the threads that
+    LEGATO_NUM_THREADS names, which the prepared call carries; every row's result is the
+    one-thread result bit for bit."""
+    from legato_c_kernels.kernels.norms import _plan_nn_softmax
+    x = f32(rng, *shape, low=-10, high=10)
+    got = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+        out, call = _plan_nn_softmax(x, axis=axis)
+        assert call.args[-1] == int(threads)
+        call.run()
+        got[threads] = out
+        assert_close(K.nn_log_softmax(x, axis=axis), log_softmax_ref(x, axis), rtol=1e-5,
+                     atol=1e-5)
+    np.testing.assert_array_equal(got["2"], got["1"])
+    assert_close(got["2"], softmax_ref(x, axis), rtol=1e-5)

@@ -9,8 +9,8 @@ import numpy as np
 
 from .._lib import lib
 from .common import (OUT, Array, CCall, F32, Unbindable, bound, broadcasts_to, dense, detach,
-                     error, f32, norm_axes, norm_axis, number, opt_f32, opt_ptr, out_array,
-                     prod, ptr, run_call)
+                     error, f32, norm_axes, norm_axis, num_threads, number, opt_f32, opt_ptr,
+                     out_array, prod, ptr, run_call)
 from .elementwise import BINARY, permute_dims
 
 
@@ -25,7 +25,8 @@ def _plan_softmax(op: str, fn: Any, data: Any, axis: Any, out: Optional[Array],
         return out, None
     x = dense(detach(data, out, True, strict), strict)
     outer, n, inner = prod(data.shape[:ax]), data.shape[ax], prod(data.shape[ax + 1:])
-    return out, CCall(op, fn, (outer, n, inner, ptr(x), ptr(out)), (), ((0, 3), (OUT, 4)))
+    return out, CCall(op, fn, (outer, n, inner, ptr(x), ptr(out), num_threads()), (),
+                      ((0, 3), (OUT, 4)))
 
 
 def _plan_nn_softmax(data: Array, *, axis: int = -1, out: Optional[Array] = None,
