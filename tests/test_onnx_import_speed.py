@@ -475,3 +475,14 @@ def test_a_small_constant_repeated_is_decoded_once_into_constants_of_their_own(m
     consts = module.main.calls[0].inputs[:3]
     assert len({id(c) for c in consts}) == 3   # each node's own constant, as before
     assert all(c.data.tolist() == [3, 4] and c.type == consts[0].type for c in consts)
+
+
+def test_the_benchmarks_cpu_mode_counts_the_workers_cpu_time():
+    # benchmarks/import_speed.py --cpu adds the worker's CPU time spent on an import (shape
+    # inference) to the importing process's own
+    from benchmarks import import_speed
+    lonnx.load(old_model())
+    before = import_speed._worker_cpu()
+    assert before > 0   # it started, and read onnx's schemas
+    isolate.run_isolated(b"C", old_model(200), "onnx's version converter", "failed")
+    assert import_speed._worker_cpu() > before

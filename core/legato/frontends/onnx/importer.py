@@ -86,16 +86,17 @@ def _import(proto, base_dir, weights, input_shapes, registry):
     read = read_weights(proto.graph, weights)  # while the worker starts, before check_graph
     early = convert_early(proto, opset, input_shapes, registry, weights, read, nodes, external)
     check_graph(proto.graph, opset, nodes)
-    read_in = with_external_data(proto, base_dir, weights, external)
-    converted, opset = upgrade(read_in, opset)
-    check_shapes(converted, input_shapes)
+    # (a late conversion reads another model, upgraded or with its external data read in)
+    del nodes   # freed before shape inference copies the graph
+    proto = with_external_data(proto, base_dir, weights, external)
+    proto, opset = upgrade(proto, opset)
+    check_shapes(proto, input_shapes)
     if early is not None:
         importer, outcome = early
         if isinstance(outcome, Exception):
             raise _with_symbols_hint(outcome, importer)
         return outcome, importer.nodes
-    importer = _Importer(converted.graph, opset, input_shapes, registry, weights, read,
-                         nodes if converted is proto else None)
+    importer = _Importer(proto.graph, opset, input_shapes, registry, weights, read)
     try:
         return importer.run(), importer.nodes
     except LegatoError as err:
@@ -556,6 +557,7 @@ class _Importer:
         with collecting_guards() as guards:  # what symbolic slices assumed of the sizes
             for node in node_fields(self.graph) if self.fields is None else self.fields:
                 self.convert(node)
+        self.fields = None   # (the caller's list is freed with it)
         results = [self.lookup(out.name, "graph output") for out in self.graph.output]
         check_no_symbolic_consts(self.b.calls, results)
         if not guards:
