@@ -486,3 +486,33 @@ def test_the_benchmarks_cpu_mode_counts_the_workers_cpu_time():
     assert before > 0   # it started, and read onnx's schemas
     isolate.run_isolated(b"C", old_model(200), "onnx's version converter", "failed")
     assert import_speed._worker_cpu() > before
+
+
+def constants_then(bad_index: int | None, count: int = 4):
+    """`count` Constant nodes of the same small tensor, the one at `bad_index` declaring
+    4 values and holding 3, concatenated."""
+    nodes = []
+    for i in range(count):
+        value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+        if i == bad_index:
+            value.dims[0] = 4
+        nodes.append(helper.make_node("Constant", [], [f"k{i}"], name=f"c{i}", value=value))
+    nodes.append(helper.make_node("Concat", [f"k{i}" for i in range(count)], ["y"], axis=0))
+    return model(nodes, [], [tensor("y", None)], opset=17)
+
+
+def test_a_repeated_small_tensor_is_checked_once(monkeypatch):
+    from legato.frontends.onnx import check
+    checked = []
+    check_tensor = check.check_tensor
+    monkeypatch.setattr(check, "check_tensor",
+                        lambda t, where: checked.append(str(where)) or check_tensor(t, where))
+    assert lonnx.load(constants_then(None)).main.results[0].type.shape == (12,)
+    assert checked == ["Constant node 'c0': attribute 'value'"]   # was one per node
+
+
+@pytest.mark.parametrize("bad", [0, 2])
+def test_a_lying_tensor_among_repeats_is_named(bad):
+    with pytest.raises(LegatoError, match=rf"^Constant node 'c{bad}': attribute 'value': "
+                                          r"declares shape \[4\] of float32"):
+        lonnx.load(constants_then(bad))

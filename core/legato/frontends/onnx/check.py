@@ -76,9 +76,10 @@ def check_graph(graph, opset: int, nodes: list[NodeFields] | None = None) -> Non
     nodes = node_fields(graph) if nodes is None else nodes
     prefetch_schemas(graph, opset, nodes)
     defined = _check_graph_inputs(graph)
+    passed: set[bytes] = set()   # small attribute tensors that check_tensor passed
     for index, node in enumerate(nodes):
         where = Label(_node_label, node, index)
-        if check_node(node, opset, where):
+        if check_node(node, opset, where, passed):
             check_bodies(node, opset, where)
         inputs, outputs = node.inputs, node.outputs
         if not defined.issuperset(inputs):   # (an empty name is an absent optional input)
@@ -187,14 +188,14 @@ def check_bodies(node: NodeFields, opset: int, where: str, depth: int = 0) -> No
                 check_bodies(inner, opset, inner_where, depth + 1)
 
 
-def check_node(node: NodeFields, opset: int, where: str) -> bool:
+def check_node(node: NodeFields, opset: int, where: str, passed: set | None = None) -> bool:
     """Check `node` against its schema; whether it holds bodies (GRAPH or GRAPHS
-    attributes), for check_bodies."""
+    attributes), for check_bodies. `passed`: see _check_tensor_once."""
     schema = node_schema(node, opset)
     if schema is None:
         raise LegatoError(f"{where}: ONNX opset {opset} has no operator "
                           f"{quote(node.op_type)}")
-    bodies = _check_attributes(node, schema, where)
+    bodies = _check_attributes(node, schema, where, passed)
     _check_arity(node.inputs, schema.inputs, schema.min_input, schema.max_input, where,
                  "input")
     _check_arity(node.outputs, schema.outputs, schema.min_output, schema.max_output, where,
@@ -304,7 +305,7 @@ SUPPORTED_ATTRIBUTE_TYPES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: 
                              6: "FLOATS", 7: "INTS", 8: "STRINGS"}
 
 
-def _check_attributes(node: NodeFields, schema, where: str) -> bool:
+def _check_attributes(node: NodeFields, schema, where: str, passed: set | None) -> bool:
     """The node's attributes against the schema's; whether one holds a body (GRAPH,
     GRAPHS)."""
     seen, specs, bodies = set(), schema.attributes, False
@@ -332,7 +333,7 @@ def _check_attributes(node: NodeFields, schema, where: str) -> bool:
         if field and not attr.HasField(field):
             raise LegatoError(f"{label} of type {_type_name(expected)} holds no value")
         if kind == TENSOR:
-            check_tensor(attr.t, label)
+            _check_tensor_once(attr.t, label, passed)
         elif kind in (3, 8):
             _check_utf8([attr.s] if kind == 3 else attr.strings, label)
         elif kind in (GRAPH, GRAPHS):
@@ -341,6 +342,22 @@ def _check_attributes(node: NodeFields, schema, where: str) -> bool:
         if name not in seen:
             raise LegatoError(f"{where}: required attribute {quote(name)} is missing")
     return bodies
+
+
+SMALL_TENSOR = 1024   # bytes serialized: tensors checked once per distinct content
+
+
+def _check_tensor_once(tensor, where, passed: set | None) -> None:
+    """check_tensor, skipped for a small tensor whose serialized bytes are in `passed`
+    (which it joins when it passes): the check reads nothing but the tensor, and exports
+    repeat a few small Constant tensors hundreds of times (MobileNetV2: 10 in 538)."""
+    if passed is None or tensor.ByteSize() > SMALL_TENSOR:
+        check_tensor(tensor, where)
+        return
+    key = tensor.SerializeToString()
+    if key not in passed:
+        check_tensor(tensor, where)
+        passed.add(key)
 
 
 def _type_name(code: int) -> str:
