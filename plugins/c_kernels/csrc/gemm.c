@@ -230,7 +230,7 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
     }
     for (int64_t k = 0; k < kc; ++k) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        if (b_ks == AVX512_NR) {
+        if (pack == NULL) { /* B packed (a B in place may also be NR floats wide) */
             _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
         } else { /* B in place: packed for the next tiles; the next sliver's row */
             _mm512_store_ps(pack, b0);
