@@ -516,3 +516,29 @@ def test_a_lying_tensor_among_repeats_is_named(bad):
     with pytest.raises(LegatoError, match=rf"^Constant node 'c{bad}': attribute 'value': "
                                           r"declares shape \[4\] of float32"):
         lonnx.load(constants_then(bad))
+
+
+def test_the_weight_scan_keeps_every_other_field_as_protobuf_parses_it(tmp_path):
+    # the scan of a model file reads one-byte field keys and lengths inline; fields of
+    # every length (nodes over 127 bytes, 2-byte keys such as ModelProto.metadata_props)
+    # must come through as protobuf parses them, the large weights as mapped references
+    from legato.frontends.onnx.weights import load_mapped
+    proto = padded_conv_layers(channels=(3, 64, 96))
+    proto.graph.node[0].name = "n" * 300
+    proto.graph.node[0].doc_string = "d" * 5
+    onnx.helper.set_model_props(proto, {"key": "v" * 200})
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    parsed, mapped = load_mapped(path, onnx)
+    try:
+        assert mapped is not None
+        want = onnx.load(str(path))
+        for tensor in parsed.graph.initializer:
+            if mapped.owns(tensor):
+                original = next(t for t in want.graph.initializer if t.name == tensor.name)
+                np.testing.assert_array_equal(mapped.array(tensor, "w"),
+                                              numpy_helper.to_array(original))
+                tensor.CopyFrom(original)
+        assert parsed.SerializeToString() == want.SerializeToString()
+    finally:
+        mapped.close()

@@ -70,15 +70,17 @@ def _fields(buf, start: int, end: int):
     """(field number, wire type, field start, payload start, payload end) of each field."""
     pos = start
     while pos < end:
-        key, body = _varint(buf, pos)
+        key = buf[pos]   # one byte for fields 1-15 (a graph's nodes and initializers)
+        key, body = (key, pos + 1) if key < 0x80 else _varint(buf, pos)
         number, wire = key >> 3, key & 7
-        if wire == 0:
+        if wire == 2:
+            length = buf[body] if body < end else 0x80   # (a short one: one byte)
+            length, body = (length, body + 1) if length < 0x80 else _varint(buf, body)
+            stop = body + length
+        elif wire == 0:
             _, stop = _varint(buf, body)
         elif wire == 1:
             stop = body + 8
-        elif wire == 2:
-            length, body = _varint(buf, body)
-            stop = body + length
         elif wire == 5:
             stop = body + 4
         else:
