@@ -22,10 +22,16 @@ class Rearranged(NamedTuple):
 
     @property
     def type(self) -> TensorType:
+        return TensorType(*self.type_key)
+
+    @property
+    def type_key(self) -> tuple:
+        """(shape, dtype) of `type`, without making (and checking) a TensorType: region
+        keys ask for it at every try."""
         shape = self.shape if self.shape is not None else self.base.shape
         if self.axes is not None:
-            shape = tuple(shape[a] for a in self.axes)
-        return TensorType(shape, self.base.dtype)
+            shape = tuple([shape[a] for a in self.axes])
+        return shape, self.base.dtype
 
 
 _REARRANGEMENTS: dict = {}

@@ -101,6 +101,7 @@ class Recomposer(Recovers):
         self._shared_known = registry.derived("recompose.known")
         self._unverified = registry.derived("recompose.unverified")
         self._checked = registry.derived("recompose.checked")
+        self._contents = registry.derived("recompose.contents")  # constant -> its bytes
 
     def expandable(self, op: str) -> bool:
         """Expand the input's composite calls whose primitives the patterns use."""

@@ -110,7 +110,7 @@ class Recovers:
         if problem:
             return problem
         region = sorted(env.region())
-        key = region_key(view, region, values)
+        key = region_key(view, region, values, self._contents)
         known_at = None if key is None else self._known if key[2] else self._shared_known
         if known_at is not None:  # a repeated layer: the same region, the same answer
             known = known_at.get((template, key))
@@ -317,14 +317,18 @@ def traced(registry, form, types, attrs):
 
 
 SMALL_CONST = 4096  # elements; a larger constant in a region is told apart by identity
+MAX_CONTENTS = 1024  # small constants' contents a registry keeps
 
 
-def region_key(view, region: list[int], values) -> tuple | None:
+def region_key(view, region: list[int], values, contents: dict | None = None) -> tuple | None:
     """The region as data: each call's op, attributes, result types and where its inputs
     come from (the region, an op input, a constant's contents), plus the op inputs'
     types, and whether it holds a constant (one too large to key by its contents). Two
     regions with one key recover the same attributes (layers repeat); None if an input
-    comes from elsewhere."""
+    comes from elsewhere. `contents` keeps each small constant's contents (see
+    `const_contents`)."""
+    if contents is None:
+        contents = {}
     bound = {}
     for i, v in enumerate(values):
         if v is not None:
@@ -351,7 +355,8 @@ def region_key(view, region: list[int], values) -> tuple | None:
                 data = v.data
                 small = data.size <= SMALL_CONST
                 holds = holds or not small
-                ins.append((v.type.dtype, v.type.shape, data.tobytes() if small else v))
+                ins.append((v.type.dtype, v.type.shape,
+                            const_contents(contents, v) if small else v))
             else:
                 return None
         outs = call.outputs
@@ -359,8 +364,22 @@ def region_key(view, region: list[int], values) -> tuple | None:
                       tuple([(o.type.shape, o.type.dtype) for o in outs]), tuple(ins)))
         for j, out in enumerate(outs):
             made[id(out)] = ("call", k, j)
-    types = tuple([None if v is None else ((t := v.type).shape, t.dtype) for v in values])
+    types = tuple([None if v is None else v.type_key if isinstance(v, Rearranged) else
+                   ((t := v.type).shape, t.dtype) for v in values])
     return tuple(items), types, holds
+
+
+def const_contents(contents: dict, const: Const) -> bytes:
+    """`const`'s data as bytes, made once per constant and kept in `contents` with the
+    constant itself (so the id stays its own while the entry lives): a bytes object
+    hashes once, and each region key read a 16 KB weight's contents again, copying and
+    hashing them (nn.linear is tried at every matmul with a constant weight)."""
+    found = contents.get(id(const))
+    if found is None:
+        if len(contents) >= MAX_CONTENTS:
+            contents.clear()
+        found = contents[id(const)] = (const, const.data.tobytes())
+    return found[1]
 
 
 def opdef_attrs(registry, template, attrs):
