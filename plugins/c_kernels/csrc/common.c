@@ -723,15 +723,16 @@ const char *lgk_activation_name(int activation)
 #define F32(i) lgk_u2f((uint32_t)(uint64_t)w[i])
 
 #define LGK_PROGRAM_CALLS(X)                                                              \
-    X(lgk_binary, "iippippippi",                                                          \
+    X(lgk_binary, "iippippippii",                                                         \
       lgk_binary(W(0), W(1), PTR(2), PTR(3), W(4), PTR(5), PTR(6), W(7), PTR(8), PTR(9),  \
-                 W(10)))                                                                  \
-    X(lgk_unary, "iipp", lgk_unary(W(0), W(1), PTR(2), PTR(3)))                           \
+                 W(10), W(11)))                                                           \
+    X(lgk_unary, "iippi", lgk_unary(W(0), W(1), PTR(2), PTR(3), W(4)))                    \
     X(lgk_softmax, "iiippi", lgk_softmax(W(0), W(1), W(2), PTR(3), PTR(4), W(5)))          \
     X(lgk_log_softmax, "iiippi", lgk_log_softmax(W(0), W(1), W(2), PTR(3), PTR(4), W(5)))  \
-    X(lgk_layer_norm, "iipppfp",                                                          \
-      lgk_layer_norm(W(0), W(1), PTR(2), PTR(3), PTR(4), F32(5), PTR(6)))                 \
-    X(lgk_rms_norm, "iippfp", lgk_rms_norm(W(0), W(1), PTR(2), PTR(3), F32(4), PTR(5)))    \
+    X(lgk_layer_norm, "iipppfpi",                                                         \
+      lgk_layer_norm(W(0), W(1), PTR(2), PTR(3), PTR(4), F32(5), PTR(6), W(7)))           \
+    X(lgk_rms_norm, "iippfpi",                                                            \
+      lgk_rms_norm(W(0), W(1), PTR(2), PTR(3), F32(4), PTR(5), W(6)))                     \
     X(lgk_reduce, "iiiipp", lgk_reduce(W(0), W(1), W(2), W(3), PTR(4), PTR(5)))            \
     X(lgk_permute_copy, "ippippi",                                                        \
       lgk_permute_copy(W(0), PTR(1), PTR(2), W(3), PTR(4), PTR(5), W(6)))                 \

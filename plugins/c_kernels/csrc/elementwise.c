@@ -72,14 +72,32 @@ const char *lgk_unary_name(int op)
     return op >= 0 && op < UNARY_COUNT ? unary_names[op] : NULL;
 }
 
-int lgk_unary(int op, int64_t n, const float *x, float *y)
+/* Elements of at least this many per thread: below it the hand-off to a pool worker
+ * (1-2 us) costs about what its share saves. Slices start at multiples of it, so every
+ * element takes the same (vector or tail) path of a loop at any thread count. */
+#define ELEMENTWISE_MIN_PER_THREAD 16384
+
+typedef struct {
+    unary_fn fn;
+    const float *x;
+    float *y;
+} unary_task;
+
+static int unary_range(void *ctx, int64_t begin, int64_t end)
+{
+    const unary_task *t = ctx;
+    t->fn(end - begin, t->x + begin, t->y + begin);
+    return LGK_OK;
+}
+
+int lgk_unary(int op, int64_t n, const float *x, float *y, int nthreads)
 {
     LGK_CHECK(op >= 0 && op < UNARY_COUNT, LGK_ERR_ARG);
     LGK_CHECK(n >= 0, LGK_ERR_SHAPE);
     LGK_TRY(lgk_checked_count(1, &n, &n));
     LGK_CHECK(x != NULL && y != NULL, LGK_ERR_NULL);
-    unary_fns[op](n, x, y);
-    return LGK_OK;
+    unary_task t = {unary_fns[op], x, y};
+    return lgk_parallel_for(nthreads, n, ELEMENTWISE_MIN_PER_THREAD, unary_range, &t);
 }
 
 /* ---- N-d iteration -------------------------------------------------------------- */
@@ -285,36 +303,61 @@ const char *lgk_binary_name(int op)
     return op >= 0 && op < BINARY_COUNT ? binary_names[op] : NULL;
 }
 
+typedef struct {
+    nd_layout l;
+    binary_fn fn;
+    int power_by_line; /* power with one exponent per line */
+    const float *a, *b;
+    float *out;
+} binary_task;
+
+/* Output elements [begin, end) in row-major order: the lines they cover, the first and
+ * last possibly in part. Each element's result depends on its operands alone. */
+static int binary_range(void *ctx, int64_t begin, int64_t end)
+{
+    const binary_task *t = ctx;
+    const nd_layout *l = &t->l;
+    int last = l->ndim - 1;
+    int64_t len = l->shape[last], sa = l->strides[1][last], sb = l->strides[2][last];
+    int64_t idx[LGK_MAX_NDIM] = {0}, off[MAX_OPERANDS] = {0};
+    int64_t line = begin / len, pos = begin % len;
+    for (int d = last - 1; d >= 0; --d) {
+        idx[d] = line % l->shape[d];
+        line /= l->shape[d];
+        for (int k = 0; k < l->nops; ++k)
+            off[k] += idx[d] * l->strides[k][d];
+    }
+    for (int64_t at = begin; at < end; pos = 0) {
+        int64_t m = LGK_MIN(len - pos, end - at);
+        const float *a = t->a + off[1] + pos * sa, *b = t->b + off[2] + pos * sb;
+        if (t->power_by_line)
+            power_by_scalar(m, a, sa, *b, t->out + off[0] + pos);
+        else
+            t->fn(m, a, sa, b, sb, t->out + off[0] + pos);
+        at += m;
+        if (at < end)
+            nd_next(l, last, idx, off);
+    }
+    return LGK_OK;
+}
+
 int lgk_binary(int op, int ndim, const int64_t *shape,
                const float *a, int64_t a_len, const int64_t *a_strides,
                const float *b, int64_t b_len, const int64_t *b_strides,
-               float *out, int64_t out_len)
+               float *out, int64_t out_len, int nthreads)
 {
     LGK_CHECK(op >= 0 && op < BINARY_COUNT, LGK_ERR_ARG);
-    nd_layout l;
+    binary_task t = {.fn = binary_fns[op], .a = a, .b = b, .out = out};
     int64_t count;
     const int64_t *strides[2] = {a_strides, b_strides};
     const int64_t lens[2] = {a_len, b_len};
-    LGK_TRY(make_layout(ndim, shape, 2, strides, lens, out_len, &l, &count));
+    LGK_TRY(make_layout(ndim, shape, 2, strides, lens, out_len, &t.l, &count));
     LGK_CHECK(a != NULL && b != NULL && out != NULL, LGK_ERR_NULL);
     if (count == 0)
         return LGK_OK;
-    coalesce(&l);
-    int last = l.ndim - 1;
-    int64_t idx[LGK_MAX_NDIM] = {0}, off[MAX_OPERANDS] = {0};
-    binary_fn fn = binary_fns[op];
-    if (op == BINARY_power && l.strides[2][last] == 0) { /* one exponent per line */
-        do {
-            power_by_scalar(l.shape[last], a + off[1], l.strides[1][last], b[off[2]],
-                            out + off[0]);
-        } while (nd_next(&l, last, idx, off));
-        return LGK_OK;
-    }
-    do {
-        fn(l.shape[last], a + off[1], l.strides[1][last], b + off[2], l.strides[2][last],
-           out + off[0]);
-    } while (nd_next(&l, last, idx, off));
-    return LGK_OK;
+    coalesce(&t.l);
+    t.power_by_line = op == BINARY_power && t.l.strides[2][t.l.ndim - 1] == 0;
+    return lgk_parallel_for(nthreads, count, ELEMENTWISE_MIN_PER_THREAD, binary_range, &t);
 }
 
 /* ---- strided copy / permute ------------------------------------------------------ */

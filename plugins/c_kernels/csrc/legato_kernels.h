@@ -261,19 +261,21 @@ const char *lgk_unary_name(int op);
 int lgk_binary_count(void);
 const char *lgk_binary_name(int op);
 
-/* y[i] = op(x[i]) for i < n; y may equal x (in place) but not partially overlap. */
-int lgk_unary(int op, int64_t n, const float *x, float *y);
+/* y[i] = op(x[i]) for i < n, on up to nthreads threads (at least 16 Ki elements each;
+ * the result the same on any count); y may equal x (in place) but not partially overlap. */
+int lgk_unary(int op, int64_t n, const float *x, float *y, int nthreads);
 
 /*
  * out[idx] = op(a[idx . a_strides], b[idx . b_strides]) over the index space
  * `shape` (ndim <= LGK_MAX_NDIM, ndim == 0 is a scalar); out is dense in
  * `shape`. Broadcast dims have stride 0. out may equal a or b when that input
- * is dense with the output's shape (in-place update).
+ * is dense with the output's shape (in-place update). Runs on up to nthreads threads as
+ * lgk_unary does.
  */
 int lgk_binary(int op, int ndim, const int64_t *shape,
                const float *a, int64_t a_len, const int64_t *a_strides,
                const float *b, int64_t b_len, const int64_t *b_strides,
-               float *out, int64_t out_len);
+               float *out, int64_t out_len, int nthreads);
 
 /* dst (dense in `shape`) = src viewed through `src_strides`; with permuted
  * strides this is permute_dims. Blocked when the innermost source stride != 1. */
@@ -291,12 +293,13 @@ int lgk_log_softmax(int64_t outer, int64_t n, int64_t inner, const float *x, flo
 
 /* Over each of `rows` contiguous rows of n floats: y = (x - mean) / sqrt(var +
  * eps) * gamma + beta (population variance). gamma/beta have length n or are
- * NULL (1 and 0). y may equal x. */
+ * NULL (1 and 0). y may equal x. Rows split over up to nthreads threads as softmax
+ * lines are. */
 int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
-                   const float *gamma, const float *beta, float epsilon, float *y);
+                   const float *gamma, const float *beta, float epsilon, float *y, int nthreads);
 /* y = x / sqrt(mean(x^2) + eps) * gamma; gamma may be NULL. */
 int lgk_rms_norm(int64_t rows, int64_t n, const float *x,
-                 const float *gamma, float epsilon, float *y);
+                 const float *gamma, float epsilon, float *y, int nthreads);
 
 enum lgk_reduce_op { LGK_REDUCE_SUM = 0, LGK_REDUCE_MEAN, LGK_REDUCE_MAX, LGK_REDUCE_MIN };
 

@@ -530,13 +530,33 @@ LGK_CLONES static void layer_norm_rows(int64_t rows, int64_t n, const float *x,
     }
 }
 
-int lgk_layer_norm(int64_t rows, int64_t n, const float *x,
-                   const float *gamma, const float *beta, float epsilon, float *y)
+typedef struct {
+    const float *x, *gamma, *beta;
+    float *y;
+    int64_t n;
+    float epsilon;
+} norm_task;
+
+/* Rows [begin, end) of a layer norm; a row's result does not depend on its slice. */
+static int layer_norm_range(void *ctx, int64_t begin, int64_t end)
+{
+    const norm_task *t = ctx;
+    layer_norm_rows(end - begin, t->n, t->x + begin * t->n, t->gamma, t->beta, t->epsilon,
+                    t->y + begin * t->n);
+    return LGK_OK;
+}
+
+/* The rows of one thread's slice: at least SOFTMAX_MIN_PER_THREAD floats. */
+static int64_t norm_row_grain(int64_t n) { return SOFTMAX_MIN_PER_THREAD / n + 1; }
+
+int lgk_layer_norm(int64_t rows, int64_t n, const float *x, const float *gamma,
+                   const float *beta, float epsilon, float *y, int nthreads)
 {
     LGK_TRY(check_oni(rows, n, 1, x, y));
-    if (n > 0)
-        layer_norm_rows(rows, n, x, gamma, beta, epsilon, y);
-    return LGK_OK;
+    if (n == 0)
+        return LGK_OK;
+    norm_task t = {x, gamma, beta, y, n, epsilon};
+    return lgk_parallel_for(nthreads, rows, norm_row_grain(n), layer_norm_range, &t);
 }
 
 LGK_CLONES static void rms_norm_rows(int64_t rows, int64_t n, const float *x,
@@ -553,13 +573,22 @@ LGK_CLONES static void rms_norm_rows(int64_t rows, int64_t n, const float *x,
     }
 }
 
+static int rms_norm_range(void *ctx, int64_t begin, int64_t end)
+{
+    const norm_task *t = ctx;
+    rms_norm_rows(end - begin, t->n, t->x + begin * t->n, t->gamma, t->epsilon,
+                  t->y + begin * t->n);
+    return LGK_OK;
+}
+
 int lgk_rms_norm(int64_t rows, int64_t n, const float *x, const float *gamma, float epsilon,
-                 float *y)
+                 float *y, int nthreads)
 {
     LGK_TRY(check_oni(rows, n, 1, x, y));
-    if (n > 0)
-        rms_norm_rows(rows, n, x, gamma, epsilon, y);
-    return LGK_OK;
+    if (n == 0)
+        return LGK_OK;
+    norm_task t = {x, gamma, NULL, y, n, epsilon};
+    return lgk_parallel_for(nthreads, rows, norm_row_grain(n), rms_norm_range, &t);
 }
 
 /* ---- reductions ------------------------------------------------------------------------- */

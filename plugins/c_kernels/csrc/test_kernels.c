@@ -610,27 +610,27 @@ static void test_unary(void)
     double want[N];
     for (int i = 0; i < N; ++i)
         x[i] *= 20.0f;
-    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, x, y, 1), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = exp(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 0));
-    EXPECT_STATUS(lgk_unary(unary_code("tanh"), N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("tanh"), N, x, y, 1), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = tanh(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 0));
-    EXPECT_STATUS(lgk_unary(unary_code("erf"), N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("erf"), N, x, y, 1), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = erf(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 1e-30));
     for (int i = 0; i < N; ++i) x[i] = fabsf(x[i]) + 1e-3f;
-    EXPECT_STATUS(lgk_unary(unary_code("log"), N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("log"), N, x, y, 1), LGK_OK);
     for (int i = 0; i < N; ++i) want[i] = log(x[i]);
     EXPECT(all_close(y, want, N, 2e-6, 1e-7));
     for (int i = 0; i < N; ++i) want[i] = 1.0 / sqrt(x[i]);
-    EXPECT_STATUS(lgk_unary(unary_code("rsqrt"), N, x, x), LGK_OK); /* in place */
+    EXPECT_STATUS(lgk_unary(unary_code("rsqrt"), N, x, x, 1), LGK_OK); /* in place */
     EXPECT(all_close(x, want, N, 1e-5, 0));
-    EXPECT_STATUS(lgk_unary(lgk_unary_count(), N, x, y), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_unary(-1, N, x, y), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_unary(unary_code("exp"), -1, x, y), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, NULL, y), LGK_ERR_NULL);
-    EXPECT_STATUS(lgk_unary(unary_code("exp"), INT64_MAX, x, y), LGK_ERR_OVERFLOW);
+    EXPECT_STATUS(lgk_unary(lgk_unary_count(), N, x, y, 1), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_unary(-1, N, x, y, 1), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), -1, x, y, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), N, NULL, y, 1), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_unary(unary_code("exp"), INT64_MAX, x, y, 1), LGK_ERR_OVERFLOW);
     free(x);
 }
 
@@ -640,25 +640,25 @@ static void test_binary(void)
     const int64_t shape[3] = {2, 3, 4}, sa[3] = {12, 4, 1}, sb[3] = {0, 1, 0};
     float *a = rand_buf(24), *b = rand_buf(3), out[24];
     double want[24];
-    EXPECT_STATUS(lgk_binary(binary_code("subtract"), 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("subtract"), 3, shape, a, 24, sa, b, 3, sb, out, 24, 1), LGK_OK);
     for (int i = 0; i < 24; ++i) want[i] = (double)a[i] - b[(i / 4) % 3];
     EXPECT(all_close(out, want, 24, 0, 0));
-    EXPECT_STATUS(lgk_binary(binary_code("maximum"), 3, shape, b, 3, sb, a, 24, sa, out, 24), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("maximum"), 3, shape, b, 3, sb, a, 24, sa, out, 24, 1), LGK_OK);
     for (int i = 0; i < 24; ++i) want[i] = fmax(a[i], b[(i / 4) % 3]);
     EXPECT(all_close(out, want, 24, 0, 0));
     /* scalar (ndim 0) */
-    EXPECT_STATUS(lgk_binary(binary_code("multiply"), 0, NULL, a, 1, NULL, b, 1, NULL, out, 1), LGK_OK);
+    EXPECT_STATUS(lgk_binary(binary_code("multiply"), 0, NULL, a, 1, NULL, b, 1, NULL, out, 1, 1), LGK_OK);
     EXPECT(out[0] == a[0] * b[0]);
     /* errors */
     const int64_t big_stride[3] = {12, 4, 2}, neg[3] = {12, -4, 1}, bad_shape[3] = {2, -3, 4};
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, big_stride, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, neg, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, bad_shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, b, 3, sb, out, 23), LGK_ERR_SHAPE);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 9, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_binary(lgk_binary_count(), 3, shape, a, 24, sa, b, 3, sb, out, 24), LGK_ERR_ARG);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, NULL, b, 3, sb, out, 24), LGK_ERR_NULL);
-    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, NULL, 3, sb, out, 24), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, big_stride, b, 3, sb, out, 24, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, neg, b, 3, sb, out, 24, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, bad_shape, a, 24, sa, b, 3, sb, out, 24, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, b, 3, sb, out, 23, 1), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 9, shape, a, 24, sa, b, 3, sb, out, 24, 1), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_binary(lgk_binary_count(), 3, shape, a, 24, sa, b, 3, sb, out, 24, 1), LGK_ERR_ARG);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, NULL, b, 3, sb, out, 24, 1), LGK_ERR_NULL);
+    EXPECT_STATUS(lgk_binary(binary_code("add"), 3, shape, a, 24, sa, NULL, 3, sb, out, 24, 1), LGK_ERR_NULL);
     free(a), free(b);
 }
 
@@ -704,7 +704,7 @@ static void test_softmax_norms(void)
         for (int r = 0; r < ROWS; ++r) want[r * N + i] = x[r * N + i] - m - log(s);
     }
     EXPECT(all_close(y, want, ROWS * N, 1e-5, 1e-6));
-    EXPECT_STATUS(lgk_layer_norm(ROWS, N, x, g, b, 1e-5f, y), LGK_OK);
+    EXPECT_STATUS(lgk_layer_norm(ROWS, N, x, g, b, 1e-5f, y, 1), LGK_OK);
     for (int r = 0; r < ROWS; ++r) {
         double mean = 0, var = 0;
         for (int i = 0; i < N; ++i) mean += x[r * N + i] / (double)N;
@@ -713,7 +713,7 @@ static void test_softmax_norms(void)
             want[r * N + i] = (x[r * N + i] - mean) / sqrt(var + 1e-5) * g[i] + b[i];
     }
     EXPECT(all_close(y, want, ROWS * N, 1e-4, 1e-5));
-    EXPECT_STATUS(lgk_rms_norm(ROWS, N, x, NULL, 1e-5f, y), LGK_OK);
+    EXPECT_STATUS(lgk_rms_norm(ROWS, N, x, NULL, 1e-5f, y, 1), LGK_OK);
     for (int r = 0; r < ROWS; ++r) {
         double ms = 0;
         for (int i = 0; i < N; ++i) ms += (double)x[r * N + i] * x[r * N + i] / N;
@@ -722,8 +722,8 @@ static void test_softmax_norms(void)
     EXPECT(all_close(y, want, ROWS * N, 1e-4, 1e-5));
     EXPECT_STATUS(lgk_softmax(-1, N, 1, x, y, 1), LGK_ERR_SHAPE);
     EXPECT_STATUS(lgk_softmax(ROWS, N, 1, x, NULL, 1), LGK_ERR_NULL);
-    EXPECT_STATUS(lgk_layer_norm(INT64_MAX, 2, x, NULL, NULL, 1e-5f, y), LGK_ERR_OVERFLOW);
-    EXPECT_STATUS(lgk_rms_norm(ROWS, -N, x, NULL, 1e-5f, y), LGK_ERR_SHAPE);
+    EXPECT_STATUS(lgk_layer_norm(INT64_MAX, 2, x, NULL, NULL, 1e-5f, y, 1), LGK_ERR_OVERFLOW);
+    EXPECT_STATUS(lgk_rms_norm(ROWS, -N, x, NULL, 1e-5f, y, 1), LGK_ERR_SHAPE);
     free(x), free(g), free(b);
 }
 
@@ -753,10 +753,10 @@ static void test_norm_ranges(void)
                            + (offset && k < 6 ? scales[k] : 0.0f);
                 float eps = epsilons[e];
                 int tiny = scales[k] < 1e-10f;
-                EXPECT_STATUS(lgk_layer_norm(1, N, x, NULL, NULL, eps, y), LGK_OK);
+                EXPECT_STATUS(lgk_layer_norm(1, N, x, NULL, NULL, eps, y, 1), LGK_OK);
                 norm_ref(x, N, 1, eps, want);
                 EXPECT(all_close(y, want, N, offset ? 1e-3 : 1e-4, tiny && eps > 0 ? 1e-6 : 1e-5));
-                EXPECT_STATUS(lgk_rms_norm(1, N, x, NULL, eps, y), LGK_OK);
+                EXPECT_STATUS(lgk_rms_norm(1, N, x, NULL, eps, y, 1), LGK_OK);
                 norm_ref(x, N, 0, eps, want);
                 EXPECT(all_close(y, want, N, 1e-5, tiny && eps > 0 ? 1e-6 : 1e-6));
             }
@@ -771,7 +771,7 @@ static void test_sigmoid_tails(void)
     enum { N = 20001 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     for (int i = 0; i < N; ++i) x[i] = -100.0f + 0.01f * (float)i;
-    EXPECT_STATUS(lgk_unary(unary_code("sigmoid"), N, x, y), LGK_OK);
+    EXPECT_STATUS(lgk_unary(unary_code("sigmoid"), N, x, y, 1), LGK_OK);
     int bad = 0;
     for (int i = 0; i < N; ++i) {
         double v = x[i], want = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));

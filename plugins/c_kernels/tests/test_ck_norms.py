@@ -189,3 +189,23 @@ def test_softmax_on_two_threads_equals_one_thread(rng, monkeypatch, shape, axis)
                      atol=1e-5)
     np.testing.assert_array_equal(got["2"], got["1"])
     assert_close(got["2"], softmax_ref(x, axis), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_layer_and_rms_norm_on_two_threads_equal_one_thread(rng, monkeypatch, rms):
+    """Norms of >= 32 Ki floats split their rows over the threads that LEGATO_NUM_THREADS
+    names (Whisper-tiny's 1500 x 384); every row's result is the one-thread result."""
+    from legato_c_kernels.kernels.norms import _plan_layer_norm, _plan_rms_norm
+    x, g, b = f32(rng, 1500, 384, low=-3, high=3), f32(rng, 384), f32(rng, 384)
+    got = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+        out, call = _plan_rms_norm(x, g) if rms else _plan_layer_norm(x, g, b)
+        assert call.args[-1] == int(threads)
+        call.run()
+        got[threads] = out
+    np.testing.assert_array_equal(got["2"], got["1"])
+    x64 = x.astype(np.float64)
+    ref = (x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * g if rms
+           else layer_norm_ref(x, g, b, -1, 1e-5))
+    assert_close(got["2"], ref, atol=1e-4)

@@ -28,8 +28,8 @@ import numpy as np
 
 from .._lib import ffi, lib
 from .common import (MAX_NDIM, OUT, Array, CCall, Unbindable, bound, broadcast_shape, dense,
-                     detach, error, estrides, extent, f32, i64, norm_axis, out_array, ptr,
-                     run_call, strided)
+                     detach, error, estrides, extent, f32, i64, norm_axis, num_threads, out_array,
+                     ptr, run_call, strided)
 
 
 def python_name(op: str) -> str:
@@ -109,7 +109,8 @@ def _plan_binary(op: str, code: int, a: Any, b: Any, out: Optional[Array],
         ndim, dims = len(shape), i64(shape)
         sa, sb = i64(_broadcast_strides(a, shape)), i64(_broadcast_strides(b, shape))
     return out, CCall(op, lib.lgk_binary, (code, ndim, dims, ptr(a), extent(a), sa, ptr(b),
-                                           extent(b), sb, ptr(out), out.size), (a, b),
+                                           extent(b), sb, ptr(out), out.size, num_threads()),
+                      (a, b),
                       ((0, 3), (1, 6), (OUT, 9)))
 
 
@@ -120,7 +121,7 @@ def _plan_unary(op: str, code: int, x: Any, out: Optional[Array],
     if out.size == 0:
         return out, None
     x = dense(detach(x, out, True, strict), strict)
-    return out, CCall(op, lib.lgk_unary, (code, x.size, ptr(x), ptr(out)), (),
+    return out, CCall(op, lib.lgk_unary, (code, x.size, ptr(x), ptr(out), num_threads()), (),
                       ((0, 2), (OUT, 3)))
 
 

@@ -61,10 +61,12 @@ def _norm_call(op: str, rms: bool, rows: int, n: int, x: Array, g: Optional[Arra
                b: Optional[Array], eps: float, y: Array) -> CCall:
     affine = ((1, 3),) if g is not None else ()  # gamma: the data of input 1 (no copy)
     if rms:
-        return CCall(op, lib.lgk_rms_norm, (rows, n, ptr(x), opt_ptr(g), eps, ptr(y)), (g,),
+        return CCall(op, lib.lgk_rms_norm, (rows, n, ptr(x), opt_ptr(g), eps, ptr(y),
+                                             num_threads()), (g,),
                      ((0, 2), *affine, (OUT, 5)))
     affine += ((2, 4),) if b is not None else ()
-    return CCall(op, lib.lgk_layer_norm, (rows, n, ptr(x), opt_ptr(g), opt_ptr(b), eps, ptr(y)),
+    return CCall(op, lib.lgk_layer_norm, (rows, n, ptr(x), opt_ptr(g), opt_ptr(b), eps, ptr(y),
+                                          num_threads()),
                  (g, b), ((0, 2), *affine, (OUT, 6)))
 
 
