@@ -347,7 +347,9 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
             if v is None:
                 ins.append(None)
                 continue
-            found = made.get(id(v)) or bound.get(id(v))
+            found = made.get(id(v))
+            if found is None:
+                found = bound.get(id(v))
             if found is not None:
                 ins.append(found)
             elif isinstance(v, Const):
@@ -400,21 +402,23 @@ def region_problem(view: View, gi: int, env: Env, values) -> str | None:
     an interior value is used outside it, it covers part of an input call, or an input
     of the op is computed inside it."""
     region = env.region()
-    root_value = view.calls[gi].outputs[0]
+    calls, owners = view.calls, view.owners
+    root_value = calls[gi].outputs[0]
     users, results = view.users, view.results
+    made, covered = set(), {}  # the region's results; input call -> view calls it covers
     for i in region:
-        for out in view.calls[i].outputs:
-            if out is not root_value and (id(out) in results or
-                                          not region.issuperset(users.get(id(out), ()))):
+        for out in calls[i].outputs:
+            key = id(out)
+            made.add(key)
+            if out is not root_value and (key in results or
+                                          not region.issuperset(users.get(key, ()))):
                 return "an interior value is used outside the region"
-    covered: dict[int, int] = {}
-    for i in region:
-        for o in view.owners[i]:
+        for o in owners[i]:
             covered[o] = covered.get(o, 0) + 1
     counts = view.owner_counts()
-    if any(counts[o] != n for o, n in covered.items()):
-        return "the region covers part of an input call"
-    made = {id(out) for i in region for out in view.calls[i].outputs}
+    for o, n in covered.items():
+        if counts[o] != n:
+            return "the region covers part of an input call"
     for v in values:
         base = v.base if isinstance(v, Rearranged) else v
         if base is not None and id(base) in made:
