@@ -72,11 +72,8 @@ const char *lgk_unary_name(int op)
     return op >= 0 && op < UNARY_COUNT ? unary_names[op] : NULL;
 }
 
-/* Elements of at least this many per thread: below it the hand-off to a pool worker
- * (1-2 us) costs about what its share saves. Slices start at multiples of it, so every
- * element takes the same (vector or tail) path of a loop at any thread count. */
-#define ELEMENTWISE_MIN_PER_THREAD 16384
-
+/* Slices start at multiples of LGK_STREAM_MIN_PER_THREAD, so every element takes the same
+ * (vector or tail) path of a loop at any thread count. */
 typedef struct {
     unary_fn fn;
     const float *x;
@@ -97,7 +94,7 @@ int lgk_unary(int op, int64_t n, const float *x, float *y, int nthreads)
     LGK_TRY(lgk_checked_count(1, &n, &n));
     LGK_CHECK(x != NULL && y != NULL, LGK_ERR_NULL);
     unary_task t = {unary_fns[op], x, y};
-    return lgk_parallel_for(nthreads, n, ELEMENTWISE_MIN_PER_THREAD, unary_range, &t);
+    return lgk_parallel_for(nthreads, n, LGK_STREAM_MIN_PER_THREAD, unary_range, &t);
 }
 
 /* ---- N-d iteration -------------------------------------------------------------- */
@@ -357,7 +354,7 @@ int lgk_binary(int op, int ndim, const int64_t *shape,
         return LGK_OK;
     coalesce(&t.l);
     t.power_by_line = op == BINARY_power && t.l.strides[2][t.l.ndim - 1] == 0;
-    return lgk_parallel_for(nthreads, count, ELEMENTWISE_MIN_PER_THREAD, binary_range, &t);
+    return lgk_parallel_for(nthreads, count, LGK_STREAM_MIN_PER_THREAD, binary_range, &t);
 }
 
 /* ---- strided copy / permute ------------------------------------------------------ */

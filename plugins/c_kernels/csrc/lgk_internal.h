@@ -96,6 +96,10 @@ void lgk_scratch_release(lgk_scratch *s);
  * on the caller, so the result never depends on thread availability. */
 typedef int (*lgk_range_fn)(void *ctx, int64_t begin, int64_t end);
 int lgk_parallel_for(int nthreads, int64_t n, int64_t grain, lgk_range_fn fn, void *ctx);
+
+/* Floats of streaming work (elementwise ops, softmax and norm rows) a thread takes at
+ * least: below it the hand-off to a pool worker (1-2 us) costs about what its share saves. */
+#define LGK_STREAM_MIN_PER_THREAD 16384
 /* Clamp a caller's thread request to [1, LGK_MAX_THREADS]. */
 int lgk_clamp_threads(int nthreads);
 

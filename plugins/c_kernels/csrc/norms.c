@@ -446,10 +446,6 @@ static int check_oni(int64_t outer, int64_t n, int64_t inner, const float *x, co
     return LGK_OK;
 }
 
-/* Lines of at least this many floats per thread: below it the hand-off to a pool worker
- * (1-2 us) costs about what its share of the exps saves. */
-#define SOFTMAX_MIN_PER_THREAD 16384
-
 typedef struct {
     const float *x;
     float *y;
@@ -489,11 +485,12 @@ static int softmax_impl(int64_t outer, int64_t n, int64_t inner, const float *x,
     softmax_task t = {x, y, n, inner, (inner + COL_TILE - 1) / COL_TILE, log_domain};
     int status;
     if (inner == 1) /* whole row pairs per slice */
-        status = lgk_parallel_for(nthreads, outer, (SOFTMAX_MIN_PER_THREAD / n + 2) & ~(int64_t)1,
+        status = lgk_parallel_for(nthreads, outer,
+                                  (LGK_STREAM_MIN_PER_THREAD / n + 2) & ~(int64_t)1,
                                   softmax_row_range, &t);
     else
         status = lgk_parallel_for(nthreads, outer * t.tiles,
-                                  SOFTMAX_MIN_PER_THREAD / (n * LGK_MIN(inner, COL_TILE)) + 1,
+                                  LGK_STREAM_MIN_PER_THREAD / (n * LGK_MIN(inner, COL_TILE)) + 1,
                                   softmax_tile_range, &t);
     lgk_restore_fp_mode(mode);
     return status;
@@ -546,8 +543,8 @@ static int layer_norm_range(void *ctx, int64_t begin, int64_t end)
     return LGK_OK;
 }
 
-/* The rows of one thread's slice: at least SOFTMAX_MIN_PER_THREAD floats. */
-static int64_t norm_row_grain(int64_t n) { return SOFTMAX_MIN_PER_THREAD / n + 1; }
+/* The rows of one thread's slice: at least LGK_STREAM_MIN_PER_THREAD floats. */
+static int64_t norm_row_grain(int64_t n) { return LGK_STREAM_MIN_PER_THREAD / n + 1; }
 
 int lgk_layer_norm(int64_t rows, int64_t n, const float *x, const float *gamma,
                    const float *beta, float epsilon, float *y, int nthreads)
