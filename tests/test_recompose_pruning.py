@@ -186,3 +186,55 @@ def test_a_claimed_call_on_a_path_refuses_the_template_as_the_search_does():
     look.claimed.add(sin_call)  # a recovery claimed it: what the look knew is forgotten
     assert not look.may_match(paths_of(REGISTRY, template), root)
     assert not Matcher(template, view, {sin_call}, concrete=False).find(root, 1)
+
+
+def _linear_templates():
+    from legato.passes.templates import templates_of
+    found, _ = templates_of(REGISTRY, REGISTRY.get("nn.linear"))
+    return found
+
+
+def test_a_lone_root_template_at_a_constant_weight_is_told_one_call_as_the_search_finds():
+    """nn.linear's `matmul(x, permute_dims(w))` is its root over the op's inputs: where
+    the transposed input is a constant of the rank, the search would find the matmul
+    alone, so the recomposition says "one call" without searching; anywhere else it
+    searches. The quick answer agrees with the search on each form below."""
+    import numpy as np
+    from legato.passes.matching import lone_at, lone_root
+    template = next(t for t in _linear_templates() if t.root.op == "matmul")
+    ranks = lone_root(template)
+    assert ranks is not None and sorted(ranks) == [-1, 2]
+    assert lone_root(trace(REGISTRY, Form("multiply", exp_times, "test"), (T, T), {})) is None
+    w2 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    y = b.input("y", (4, 3))
+    forms = [b.matmul(x, b.const(w2)),                       # constant weight: one call
+             b.matmul(x, b.permute_dims(y, axes=[1, 0])),    # a transposed input: searched
+             b.matmul(x, b.const(w2.reshape(1, 3, 4))),      # a weight of another rank
+             b.matmul(b.const(w2.T.copy()), b.const(w2))]    # constant both sides
+    view, fn = view_of(b.build(*forms))
+    roots = [i for i, c in enumerate(view.calls) if c.op == "matmul"]
+    assert len(roots) == 4
+    told = []
+    for gi in roots:
+        envs = Matcher(template, view, set(), concrete=False).find(gi, 1)
+        lone = lone_at(ranks, view.calls[gi])
+        told.append(lone)
+        if lone:  # the search finds the same: a match of that call alone
+            assert envs and envs[0].region() == {gi}
+    assert told == [True, False, False, True]
+
+
+def test_the_one_call_miss_is_reported_alike_with_or_without_the_search(monkeypatch):
+    import numpy as np
+    from legato.passes import recompose as R
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, 3))
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    module = b.build(b.matmul(x, b.const(w)), b.matmul(x, b.const(w + 1)))
+    quick = R.explain(module, ops=["nn.linear"]).text()
+    assert "not recovered x2: the region is one call (matmul) (first at call 0 (matmul))" \
+        in quick
+    monkeypatch.setattr(R, "lone_root", lambda template: None)  # always search
+    assert R.explain(module, ops=["nn.linear"]).text() == quick

@@ -434,6 +434,54 @@ def _steps(template: Template) -> dict:
     return steps
 
 
+def lone_root(template: Template):
+    """For a template that is its root call over the op's inputs, some transposed (the
+    linear's `matmul(x, permute_dims(w))`): per root input, the rank a transposed input
+    must have, or -1 for an input taken as it is; None for any other template. Where
+    each transposed input is a constant of that rank, the match at a root call of the
+    same arity is the root call alone (the search would find just that), so a caller can
+    tell "the region is one call" without the search (worked out once per template)."""
+    found = template.matching.get("lone", False)
+    if found is not False:
+        return found
+    steps = template.matching.get("steps")
+    if steps is None:
+        steps = template.matching["steps"] = _steps(template)
+    root, ranks, seen = template.root, [], set()
+    step = steps.get(id(template.result))
+    ok = step is not None and step[0] == CALL and len(step[4]) == 1 and \
+        len(root.outputs) == 1
+    for v in root.inputs if ok else ():
+        kind = steps.get(id(v)) if v is not None else None
+        ok = kind is not None and kind[0] in (PARAM, PERMUTED) and id(v) not in seen
+        if not ok:
+            break
+        param = v if kind[0] == PARAM else kind[3]
+        ok = id(param) not in seen  # an input used twice must be one value: searched
+        if not ok:
+            break
+        seen.update((id(v), id(param)))
+        ranks.append(kind[4] if kind[0] == PERMUTED else -1)
+    # the root and one transpose per transposed input: no other call
+    ok = ok and len(template.view.calls) == 1 + sum(r >= 0 for r in ranks)
+    found = tuple(ranks) if ok else None
+    template.matching["lone"] = found
+    return found
+
+
+def lone_at(ranks: tuple, call: Call) -> bool:
+    """Whether the template of `lone_root` (`ranks`) matches graph call `call` (of the
+    root's op) as that call alone: the arity is the root's, every input is there, and
+    each transposed input is a constant of its rank."""
+    ins = call.inputs
+    if len(ins) != len(ranks) or len(call.outputs) != 1:
+        return False
+    for v, rank in zip(ins, ranks):
+        if v is None or rank >= 0 and (not isinstance(v, Const) or v.rank != rank):
+            return False
+    return True
+
+
 def _index(outputs, value) -> int:
     for i, out in enumerate(outputs):
         if out is value:

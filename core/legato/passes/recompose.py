@@ -25,7 +25,7 @@ from ..ir import Call, Function, Module
 from ..ir.errors import ConfigError, quote
 from ..plugins.context import context
 from .manager import FunctionPass, PassResult
-from .matching import Matcher, operand_kinds, plausible, root_need
+from .matching import Matcher, lone_at, lone_root, operand_kinds, plausible, root_need
 from .paths import Look, paths_of
 from .patterns import Template, build_view
 from .recovery import Recovers
@@ -145,6 +145,11 @@ class Recomposer(Recovers):
 
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
+        lone = lone_root(template)
+        if lone is not None and len(view.owners[gi]) == 1 and lone_at(lone, view.calls[gi]):
+            # nn.linear's matmul over a constant weight: the match is this call alone
+            self._one_call(template, fn.calls[view.owners[gi][0]].op, view, gi, fn)
+            return None
         found = matcher.find(gi, 1)  # most tries end here: the structure differs
         if not found:
             self.report.miss(op, _differs(template), at=_where(view, gi, fn))
@@ -152,9 +157,7 @@ class Recomposer(Recovers):
         env = found[0]
         owners = {o for i in env.region() for o in view.owners[i]}
         if len(owners) == 1:  # one call for another gains nothing (and a kept op is kept)
-            only = fn.calls[next(iter(owners))].op
-            self.report.miss(op, f"already a {op} call" if only == op else
-                             f"the region is one call ({only})", at=_where(view, gi, fn))
+            self._one_call(template, fn.calls[next(iter(owners))].op, view, gi, fn)
             return None
         result = self.recover(template, view, gi, claimed, env, fn)
         if not isinstance(result, str):
@@ -168,6 +171,16 @@ class Recomposer(Recovers):
             reason = result
         self.report.miss(op, f"{template.form.label}: {reason}", at=_where(view, gi, fn))
         return None
+
+    def _one_call(self, template, only: str, view, gi: int, fn: Function) -> None:
+        """The miss of a match that is one input call (`only` its op): its text made once
+        per template and op."""
+        op = template.form.op
+        reason = template.matching.get(("one call", only))
+        if reason is None:
+            reason = template.matching[("one call", only)] = \
+                f"already a {op} call" if only == op else f"the region is one call ({only})"
+        self.report.miss(op, reason, at=_where(view, gi, fn))
 
 
 def _differs(template) -> str:
