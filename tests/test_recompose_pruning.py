@@ -8,7 +8,7 @@ import itertools
 import legato
 from legato.ir import TensorType
 from legato.passes.matching import Matcher
-from legato.passes.paths import Look, paths_of
+from legato.passes.paths import MIN_CALLS, Look, paths_of
 from legato.passes.patterns import Form, build_view, trace
 
 REGISTRY = legato.context().registry
@@ -139,14 +139,19 @@ def test_a_recovered_ops_checked_types_are_remembered_per_input_types():
         assert [c.outputs[0].shape for c in norms] == [feed.shape, expected]
 
 
+def _wave(b, x):
+    return b.tanh(b.sin(b.cos(b.abs(b.sigmoid(b.negative(x))))))
+
+
 def wave_times(b, x, y, head="exp"):
-    """head(tanh(sin(cos(x)))) * y: five calls, enough for the path look."""
-    return b.multiply(b.call(head, b.tanh(b.sin(b.cos(x)))), y)
+    """head(tanh(sin(cos(abs(sigmoid(-x)))))) * y: eight calls, enough for the path look
+    (paths.MIN_CALLS)."""
+    return b.multiply(b.call(head, _wave(b, x)), y)
 
 
 def wave_shifted(b, x, y):
     """The same but for an add under the head: the templates differ past their start."""
-    return b.multiply(b.exp(b.add(b.tanh(b.sin(b.cos(x))), y)), y)
+    return b.multiply(b.exp(b.add(_wave(b, x), y)), y)
 
 
 def test_the_path_look_passes_what_matches_and_skips_what_cannot():
@@ -157,6 +162,7 @@ def test_the_path_look_passes_what_matches_and_skips_what_cannot():
     shifted = trace(REGISTRY, Form("multiply", wave_shifted, "test"), (T, T), {})
     small = trace(REGISTRY, Form("multiply", exp_times, "test"), (T, T), {})
     assert paths_of(REGISTRY, small) == ()  # two calls: searched without a look
+    assert template.size >= MIN_CALLS > small.size
     for graph_op, expected in (("exp", True), ("log", False)):
         b = legato.GraphBuilder()
         x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
@@ -238,3 +244,21 @@ def test_the_one_call_miss_is_reported_alike_with_or_without_the_search(monkeypa
         in quick
     monkeypatch.setattr(R, "lone_root", lambda template: None)  # always search
     assert R.explain(module, ops=["nn.linear"]).text() == quick
+
+
+def test_an_operand_tree_kept_on_the_view_is_the_walk_with_the_calls_claimed_or_taken():
+    """tree_at keeps a call's operand tree with nothing claimed; it answers as the walk
+    `_tree` does, with any set of claimed or taken calls (a claimed inner call is a leaf)."""
+    from legato.passes.operands import _tree, tree_at
+    b = legato.GraphBuilder()
+    x, y, z, w = (b.input(n, (2, 3)) for n in "xyzw")
+    view, fn = view_of(b.build(b.add(b.add(b.add(x, y), z), b.exp(w))))
+    root = root_of(view)
+    adds = [i for i, c in enumerate(view.calls) if c.op == "add" and i != root]
+    assert len(adds) == 2
+    for claimed, taken in itertools.product([set(), {adds[0]}, {adds[1]}, set(adds)],
+                                            [(), {adds[0]}, {adds[1]}]):
+        leaves, inner = [], []
+        _tree(view, view.calls[root], leaves, inner, claimed, taken)
+        assert tree_at(view, root, claimed, taken) == (leaves, inner)
+    assert len(tree_at(view, root, set())[0]) == 4  # x, y, z and exp(w)

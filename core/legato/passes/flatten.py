@@ -44,6 +44,7 @@ class View:
             else:
                 found.append(index)
         self.producer, self.users, self.by_op = producer, users, by_op
+        self.trees: dict = {}  # call -> its operand tree with nothing claimed (operands.tree_at)
 
     def owner_counts(self) -> dict[int, int]:
         """How many view calls stand for each input call."""

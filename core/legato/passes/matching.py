@@ -16,7 +16,7 @@ import numpy as np
 from ..ir import Call, Const, TensorType
 from ..ir.shapes import norm_axes
 from .operands import (ASSOC, _tree, operand_kinds, plausible,  # noqa: F401 - re-exported
-                       root_need)
+                       root_need, tree_at)
 from .patterns import Template, View
 from .rearranged import Rearranged, _perm, _rearrangement
 
@@ -256,8 +256,7 @@ class Matcher:
                 return False
             if what == TREE:
                 p_leaves, p_inner = self.pattern_leaves(pi)
-                g_leaves, g_inner = [], []
-                _tree(self.g, gc, g_leaves, g_inner, self.claimed, taken)
+                g_leaves, g_inner = tree_at(self.g, gi, self.claimed, taken)
                 if len(p_leaves) != len(g_leaves):
                     return False
                 trail.append((_CALL, pi, self._with_call(pi, gi, g_inner), len(g_inner)))

@@ -11,14 +11,32 @@ from .patterns import Template, View
 ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
 
 
-def _operands(view: View, call: Call, claimed) -> list:
-    """The operands of `call`, the leaves of its operand tree for a sum, product, ...
-    (`claimed` None on the pattern side, else the graph calls taken)."""
+def _operands(view: View, gi: int, claimed) -> list:
+    """The operands of graph call `gi`, the leaves of its operand tree for a sum,
+    product, ... (`claimed`: the graph calls taken)."""
+    call = view.calls[gi]
     if call.op in ASSOC and len(call.inputs) == 2:
-        leaves: list = []
-        _tree(view, call, leaves, [], claimed)
-        return leaves
+        return tree_at(view, gi, claimed)[0]
     return list(call.inputs)
+
+
+def tree_at(view: View, gi: int, claimed, taken=()) -> tuple[list, list]:
+    """The leaves and inner calls of graph call `gi`'s operand tree, as `_tree` finds them
+    (not to be changed: shared). The tree with nothing claimed is worked out once per
+    view; it stands while none of its inner calls is claimed or taken (each step of
+    `_tree` only refuses those), else the tree is walked again."""
+    trees = view.trees
+    found = trees.get(gi)
+    if found is None:
+        leaves, inner = [], []
+        _tree(view, view.calls[gi], leaves, inner, None)
+        found = trees[gi] = (leaves, inner)
+    for j in found[1]:
+        if j in claimed or j in taken:
+            leaves, inner = [], []
+            _tree(view, view.calls[gi], leaves, inner, claimed, taken)
+            return leaves, inner
+    return found
 
 
 def _tree(view: View, call: Call, leaves, inner, claimed, taken=()):
@@ -35,6 +53,14 @@ def _tree(view: View, call: Call, leaves, inner, claimed, taken=()):
             _tree(view, sub, leaves, inner, claimed, taken)
         else:
             leaves.append(v)
+
+
+def _pattern_operands(view: View, call: Call) -> list:
+    if call.op in ASSOC and len(call.inputs) == 2:
+        leaves: list = []
+        _tree(view, call, leaves, [], None)
+        return leaves
+    return list(call.inputs)
 
 
 def _kind(view: View, value, params) -> str:
@@ -58,7 +84,7 @@ def root_need(template: Template) -> tuple:
     if need is None:
         params = template.param_ids
         kinds = [_kind(template.view, v, params)
-                 for v in _operands(template.view, template.root, None)]
+                 for v in _pattern_operands(template.view, template.root)]
         need = template.matching["need"] = (len(kinds),
                                             tuple(sorted(k for k in kinds if k != "any")))
     return need
@@ -66,7 +92,7 @@ def root_need(template: Template) -> tuple:
 
 def operand_kinds(graph: View, gi: int, claimed) -> list:
     """What makes each operand of graph call `gi` (the op, "const" or "value")."""
-    return [_kind(graph, v, ()) for v in _operands(graph, graph.calls[gi], claimed)]
+    return [_kind(graph, v, ()) for v in _operands(graph, gi, claimed)]
 
 
 def plausible(need: tuple, have: list) -> bool:

@@ -14,14 +14,16 @@ match any graph value.
 from __future__ import annotations
 
 from .matching import CALL, SWAP, TREE, _steps
-from .operands import _tree
+from .operands import _tree, tree_at
 from .patterns import Template, View
 
 ROOT, INPUT, EITHER, LEAF = range(4)  # how a path steps from its parent's call
 MAX_STEPS = 32  # the paths a template is looked at along (the first, nearest the root)
 # a search of a template smaller than this fails about as fast as the look (it has no
-# paths to look along: 27 relu6 clips of mobilenet_v1 each paid for a look that passed)
-MIN_CALLS = 5
+# paths to look along: 27 relu6 clips of mobilenet_v1 each paid for a look that passed;
+# the 6-7 call RMS norms of t5 and gemma paid for one at every norm they recovered; at 10
+# gpt_neo's 9-call gelu, which fails at 10 products of 12, lost its quick refusals)
+MIN_CALLS = 8
 MAX_PATHS = 65536  # the shared paths a registry keeps (past it they are made anew)
 
 
@@ -134,8 +136,7 @@ class Look:
             elif p.how == EITHER:
                 values = call.inputs
             else:
-                values = []
-                _tree(view, call, values, [], self.claimed)
+                values = tree_at(view, j, self.claimed)[0]
             for v in values:
                 k = view.producer.get(id(v)) if v is not None else None
                 if k is not None and k not in out and self._fits(p, k):
@@ -152,6 +153,4 @@ class Look:
             return len(call.inputs) == p.arity
         if len(call.inputs) != 2:
             return False
-        leaves: list = []
-        _tree(self.view, call, leaves, [], self.claimed)
-        return len(leaves) == p.arity
+        return len(tree_at(self.view, j, self.claimed)[0]) == p.arity
