@@ -42,3 +42,26 @@ def test_a_rearranged_inputs_type_key_is_its_types_shape_and_dtype():
               Rearranged(const, (2, 2, 4), (2, 0, 1))):
         assert r.type_key == (r.type.shape, r.type.dtype)
         assert region_key(view, [0], [x, r])[1][1] == (r.type.shape, r.type.dtype)
+
+
+def test_a_small_constants_scalar_value_is_kept_on_the_registry_with_it_and_a_weight_is_not():
+    """The canonical form asks each constant whether all its elements are one number (a
+    `* 1`, `+ 0`, a divisor): a small constant's answer is kept on the registry with the
+    constant (so its id stays its own), read again by the next view; a weight larger
+    than a broadcast scalar is told at once and not held."""
+    from legato.passes.canonical import SCALAR_LIMIT, canonical
+    values = REGISTRY.derived("recompose.scalars")
+    values.clear()
+    b = legato.GraphBuilder()
+    x = b.input("x", (2, SCALAR_LIMIT + 1), "float32")
+    ones = b.const(np.ones(SCALAR_LIMIT + 1, np.float32))          # a weight: not held
+    half = b.const(np.full((1,), 0.5, np.float32))
+    fn = b.build(b.divide(b.multiply(x, ones), half)).main
+    calls, owners = list(fn.calls), [(i,) for i in range(len(fn.calls))]
+    first = canonical(REGISTRY, calls, owners, fn.results)
+    kept = {k: v for k, v in values.items()}
+    assert [v[1] for v in kept.values()] == [0.5] and kept[id(half)][0] is half
+    assert id(ones) not in values
+    again = canonical(REGISTRY, calls, owners, fn.results)
+    assert [c.op for c in again[0]] == [c.op for c in first[0]] == ["multiply", "multiply"]
+    assert values[id(half)] is kept[id(half)]  # read, not worked out again

@@ -12,7 +12,8 @@ from typing import Callable
 import numpy as np
 
 from ..ir import Call, Const, Value
-from ..ir.calls import make_call
+from ..ir.graph import DTYPES
+from ..ir.calls import make_call, new_call
 from ..ir.errors import ShapeError
 from ..ir.shapes import broadcast_shapes
 
@@ -35,8 +36,11 @@ def scalar_value(value) -> float | None:
     return float(flat[0]) if bool((flat == flat[0]).all()) else None
 
 
+_FLOATS = frozenset(d for d in DTYPES if d.startswith(("float", "bfloat")))
+
+
 def _is_float(value) -> bool:
-    return value is not None and value.dtype.startswith(("float", "bfloat"))
+    return value is not None and value.type.dtype in _FLOATS
 
 
 def _const_like(number: float, like: Const) -> Const:
@@ -46,6 +50,7 @@ def _const_like(number: float, like: Const) -> Const:
 
 
 MAX_CONSTS = 4096  # the constants `canonical` made that a registry keeps
+MAX_SCALARS = 1024  # small constants whose scalar value (or none) a registry keeps
 
 
 def _consts_like(registry) -> Callable[[float, Const], Const]:
@@ -85,7 +90,7 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
             normal = registry.get(op).normalize_attrs(attrs)
             if not attrs:
                 no_attrs[op] = normal
-        out_calls.append(Call(op, tuple(inputs), normal, tuple(outputs)))
+        out_calls.append(new_call(op, tuple(inputs), normal, tuple(outputs), None))
         out_owners.append(owner)
 
     def fresh(op, inputs):
@@ -126,15 +131,23 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         dropped.add(j)
         return calls[j].inputs[0]
 
-    values: dict = {}  # id of a constant read here -> scalar_value (layers share constants)
+    # id of a constant -> (the constant, its scalar_value): kept on the registry with the
+    # constant itself (so the id stays its own while the entry lives), as layers and the
+    # next recomposition of a model read the same constants
+    values = registry.derived("recompose.scalars")
 
     def scalar(v):
         if not isinstance(v, Const):
             return None
-        found_value = values.get(id(v), values)
-        if found_value is values:
-            found_value = values[id(v)] = scalar_value(v)
-        return found_value
+        found = values.get(id(v))
+        if found is not None:
+            return found[1]
+        value = scalar_value(v)
+        if v.data.size <= SCALAR_LIMIT:  # (a weight is told at once, and not held)
+            if len(values) >= MAX_SCALARS:
+                values.clear()
+            values[id(v)] = (v, value)
+        return value
 
     shapes_kept: dict = {}  # (shape of a, shape of b) -> broadcasting keeps a's
 
@@ -151,9 +164,9 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
     for i, call in enumerate(calls):
         owner = owners[i]
         if rename and not rename.keys().isdisjoint(map(id, call.inputs)):
-            call = Call(call.op, tuple(rename.get(id(v), v) if v is not None else None
-                                       for v in call.inputs), call.attrs, call.outputs,
-                        call.origin)
+            call = new_call(call.op, tuple([rename.get(id(v), v) if v is not None else None
+                                            for v in call.inputs]), call.attrs, call.outputs,
+                            call.origin)
         op, ins = call.op, call.inputs
         # most calls are kept as they are: any op but these five, a sum or product of two
         # computed values, a call whose result is not a float (nothing below applies)
