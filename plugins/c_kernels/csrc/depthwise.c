@@ -14,6 +14,9 @@
  *    a zero-padded copy, vectorised along x, as in pooling; no transposes. With
  *    stride 2 along x the copy holds the even and the odd columns apart, so every
  *    tap loads whole vectors at unit stride.
+ *  - 3x3 (stride 1 or 2, dilation 1) on maps at least 12 outputs wide: plane by plane
+ *    straight from the input, rows of 16 outputs at once (depthwise_3x3.inc): no copy,
+ *    no transposes; on 7-wide maps most of its lanes would idle, and the bands win.
  * Without AVX-512 every conv goes by planes of 8-lane vectors (depthwise_planes.inc
  * is the plane code for both widths). The 16-lane forms apply relu and relu6 in registers.
  * The caller (lgk_conv2d_nchw) has checked the shapes and buffer sizes.
@@ -29,6 +32,8 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #define DW_WIDE __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512cd,avx2,fma")))
 #define DW_CPU_WIDE() __builtin_cpu_supports("avx512f")
+#define DW_X86 1
+#include <immintrin.h>
 #else
 #define DW_WIDE
 #define DW_CPU_WIDE() 0
@@ -115,6 +120,10 @@ static int dw_extent(int64_t in, int64_t pads, int64_t n_out, int64_t block, int
 #undef DWP
 #undef DWP_TARGET
 #undef DWP_CLAMP
+
+#ifdef DW_X86
+#include "depthwise_3x3.inc"
+#endif
 
 /* ---- channel bands: 16 channels per vector, pixel-major scratch ------------------- */
 
@@ -438,6 +447,12 @@ static int cb_plan(cb_job *j, int nthreads)
 #define CB_MIN_FILTERS 8
 #define CB_WIDE_MAP 16
 
+/* 3x3 convs on maps this wide go by depthwise_3x3.inc. Single-conv A/B, 1 thread,
+ * against the bands / 16-lane planes, us: 32x112^2 390 -> 251, stride 2 96x112^2 566 ->
+ * 399, 144x56^2 418 -> 324, 192x28^2 156 -> 136, 576x14^2 141 -> 128; but 960x7^2
+ * 82 -> 118 and stride 2 576x14^2 (7 wide) 75 -> 96. */
+#define DW3_MIN_OW 12
+
 /* Planes also win on wide maps of small unit-stride kernels whose rows are whole
  * vectors: no transposes, and few taps to amortise them over (16x32x32 3x3: 7.5 vs
  * 11.7 us; with 5x5 and larger kernels or row tails the bands win); and with stride 2
@@ -476,6 +491,10 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
                                                    work / DW_MIN_WORK_PER_THREAD));
     if (!dw_wide())
         return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
+#ifdef DW_X86
+    if (dw3_fits(p) && ow >= DW3_MIN_OW)
+        return dw3_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
+#endif
     if ((p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP) || dw_planes_win(p, ow))
         return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
     cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
