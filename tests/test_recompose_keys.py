@@ -29,8 +29,8 @@ def test_regions_reading_equal_constants_share_a_key_and_the_contents_are_read_o
     assert len(contents) == 3
     again = region_key(view, [0], [x], contents)
     assert again == keys[0]
-    read = [k for k in again[0][0][3] if isinstance(k, tuple) and isinstance(k[2], bytes)]
-    first = [k for k in keys[0][0][0][3] if isinstance(k, tuple) and isinstance(k[2], bytes)]
+    read = [k for k in again[0][0][1] if isinstance(k, tuple) and isinstance(k[2], bytes)]
+    first = [k for k in keys[0][0][0][1] if isinstance(k, tuple) and isinstance(k[2], bytes)]
     assert read[0][2] is first[0][2]  # the kept bytes (hashed once), not a new copy
     assert region_key(view, [0], [x]) == keys[0]  # no cache given: the same key
 

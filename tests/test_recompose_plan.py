@@ -43,9 +43,10 @@ def test_the_shared_look_gives_what_looking_at_every_call_gives(flat_transformer
     # every template looks at every root call itself (as before groups existed)
 
     def look_at_every_call(self, template, roots, need, root_op):
-        differs = self._first(template, roots, need)
+        differs = self._first(template, roots, need, [], [])
         if differs:
-            self.r.report.miss(template.form.op, recompose_module._differs(template), differs)
+            self.r.report.miss(template.form.op, recompose_module._differs(template),
+                               times=differs)
 
     monkeypatch.setattr(_Search, "template", look_at_every_call)
     assert _report(flat_transformer) == fast

@@ -262,3 +262,32 @@ def test_an_operand_tree_kept_on_the_view_is_the_walk_with_the_calls_claimed_or_
         _tree(view, view.calls[root], leaves, inner, claimed, taken)
         assert tree_at(view, root, claimed, taken) == (leaves, inner)
     assert len(tree_at(view, root, set())[0]) == 4  # x, y, z and exp(w)
+
+
+def test_the_look_tries_first_the_path_that_refused_last_and_answers_as_without_it():
+    """With the template's hint the look starts at the path that refused the last root
+    (layers fail a template at the same place); the answers are those of the look in path
+    order, at a root that fits and at one that does not."""
+    template = trace(REGISTRY, Form("multiply", wave_times, "test"), (T, T), {})
+    paths = paths_of(REGISTRY, template)
+    b = legato.GraphBuilder()
+    x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+    view, _ = view_of(b.build(wave_times(b, x, y, "log"), wave_times(b, y, x, "exp")))
+    roots = [i for i, c in enumerate(view.calls) if c.op == "multiply"]
+    hint: dict = {}
+    look = Look(view, set())
+    assert look.may_match(paths, roots[0], hint) is False  # log for exp: refused
+    refused = hint["refused"]
+    assert paths[refused].op == "exp"
+    asked = []
+    ends_of = look._ends_of
+    look._ends_of = lambda p, gi: asked.append(p) or ends_of(p, gi)
+    assert look.may_match(paths, roots[0], hint) is False and asked == []  # remembered
+    fresh = Look(view, set())
+    fresh._ends_of = lambda p, gi: asked.append(p) or ends_of.__func__(fresh, p, gi)
+    assert fresh.may_match(paths, roots[0], hint) is False
+    assert asked[0] is paths[refused]  # the remembered path, looked at first
+    for root in roots:
+        assert Look(view, set()).may_match(paths, root, dict(hint)) is \
+            Look(view, set()).may_match(paths, root)
+    assert Look(view, set()).may_match(paths, roots[1], hint) is True

@@ -7,6 +7,8 @@ primitive calls. Division or subtraction by a constant becomes multiplication or
 from __future__ import annotations
 
 import math
+from collections import Counter
+from itertools import chain
 from typing import Callable
 
 import numpy as np
@@ -112,14 +114,9 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         if not found:
             made = found["made"] = {id(call.outputs[0]): i for i, call in enumerate(calls)
                                     if call.op == "sqrt" and call.outputs}
-            uses = found["uses"] = dict.fromkeys(made, 0)
-            for call in calls:
-                for v in call.inputs:
-                    if id(v) in uses:
-                        uses[id(v)] += 1
-            for r in results:
-                if id(r) in uses:
-                    uses[id(r)] += 1
+            reads = Counter(map(id, chain.from_iterable([call.inputs for call in calls])))
+            reads.update(map(id, results))
+            found["uses"] = {key: reads[key] for key in made}
         return found["made"], found["uses"]
 
     def sqrt_input(value):

@@ -45,6 +45,7 @@ class View:
                 found.append(index)
         self.producer, self.users, self.by_op = producer, users, by_op
         self.trees: dict = {}  # call -> its operand tree with nothing claimed (operands.tree_at)
+        self.heads: dict = {}  # call -> its op, attributes and result types (region keys)
 
     def owner_counts(self) -> dict[int, int]:
         """How many view calls stand for each input call."""

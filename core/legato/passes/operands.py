@@ -90,9 +90,9 @@ def root_need(template: Template) -> tuple:
     return need
 
 
-def operand_kinds(graph: View, gi: int, claimed) -> list:
+def operand_kinds(graph: View, gi: int, claimed) -> tuple:
     """What makes each operand of graph call `gi` (the op, "const" or "value")."""
-    return [_kind(graph, v, ()) for v in _operands(graph, gi, claimed)]
+    return tuple([_kind(graph, v, ()) for v in _operands(graph, gi, claimed)])
 
 
 def plausible(need: tuple, have: list) -> bool:

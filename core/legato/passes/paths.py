@@ -106,19 +106,34 @@ class Look:
         self._ends: dict = {}
         self._claimed_then = len(claimed)
 
-    def may_match(self, paths: tuple, gi: int) -> bool:
-        """False where some path of the template ends at no graph call from `gi`."""
+    def may_match(self, paths: tuple, gi: int, hint: dict | None = None) -> bool:
+        """False where some path of the template ends at no graph call from `gi`. With
+        `hint` (the template's), the path that refused last is looked along first: the
+        layers of a model fail a template at the same place, past the paths it shares
+        with the templates like it (the answer does not depend on the order)."""
         if len(self.claimed) != self._claimed_then:  # claimed only grows
             self._ends.clear()
             self._claimed_then = len(self.claimed)
         ends = self._ends
-        for p in paths:
+        if hint is not None:
+            last = hint.get("refused")
+            if last is not None and not self._at(ends, paths[last], gi):
+                return False
+        for k, p in enumerate(paths):
             found = ends.get((p, gi))
             if found is None:
                 found = ends[(p, gi)] = self._ends_of(p, gi)
             if not found:
+                if hint is not None:
+                    hint["refused"] = k
                 return False
         return True
+
+    def _at(self, ends: dict, p: "Path", gi: int) -> tuple:
+        found = ends.get((p, gi))
+        if found is None:
+            found = ends[(p, gi)] = self._ends_of(p, gi)
+        return found
 
     def _ends_of(self, p: Path, gi: int) -> tuple:
         """The graph calls from `gi` at the end of path `p` that have its op and arity."""

@@ -49,14 +49,24 @@ class Recovery:
     where: dict = field(default_factory=dict)  # (op, reason) -> the first call it was at
 
     def miss(self, op: str, reason: str, times: int = 1, at=None) -> None:
-        """Count a miss; `at` names the first call it was at (or a function that names it:
-        most misses repeat one already placed)."""
+        """Count a miss (`times` over); `at` names the first call it was at."""
         reasons = self.misses.get(op)
         if reasons is None:
             reasons = self.misses[op] = {}
         reasons[reason] = reasons.get(reason, 0) + times
         if at is not None and (op, reason) not in self.where:
-            self.where[op, reason] = at() if callable(at) else at
+            self.where[op, reason] = at
+
+    def miss_at(self, op: str, reason: str, owners: tuple, calls) -> None:
+        """`miss` once, at the input calls `owners` (indices into `calls`; the first is
+        named where the reason is new): the hot path, with no function made per miss."""
+        reasons = self.misses.get(op)
+        if reasons is None:
+            reasons = self.misses[op] = {}
+        reasons[reason] = reasons.get(reason, 0) + 1
+        if owners and (op, reason) not in self.where:
+            first = min(owners)
+            self.where[op, reason] = f"call {first} ({calls[first].op})"
 
     def text(self) -> str:
         lines = []
@@ -152,7 +162,7 @@ class Recomposer(Recovers):
             return None
         found = matcher.find(gi, 1)  # most tries end here: the structure differs
         if not found:
-            self.report.miss(op, _differs(template), at=_where(view, gi, fn))
+            self.report.miss_at(op, _differs(template), view.owners[gi], fn.calls)
             return None
         env = found[0]
         owners = {o for i in env.region() for o in view.owners[i]}
@@ -169,7 +179,7 @@ class Recomposer(Recovers):
             if not isinstance(result, str):
                 return result
             reason = result
-        self.report.miss(op, f"{template.form.label}: {reason}", at=_where(view, gi, fn))
+        self.report.miss_at(op, f"{template.form.label}: {reason}", view.owners[gi], fn.calls)
         return None
 
     def _one_call(self, template, only: str, view, gi: int, fn: Function) -> None:
@@ -180,7 +190,7 @@ class Recomposer(Recovers):
         if reason is None:
             reason = template.matching[("one call", only)] = \
                 f"already a {op} call" if only == op else f"the region is one call ({only})"
-        self.report.miss(op, reason, at=_where(view, gi, fn))
+        self.report.miss_at(op, reason, view.owners[gi], fn.calls)
 
 
 def _differs(template) -> str:
@@ -189,14 +199,6 @@ def _differs(template) -> str:
     if reason is None:
         reason = template.matching["differs"] = f"{template.form.label}: structure differs"
     return reason
-
-
-def _where(view, gi: int, fn: Function):
-    """A function naming the input call where view call `gi` starts (None: no such call)."""
-    owners = view.owners[gi]
-    if not owners:
-        return None
-    return lambda: f"call {min(owners)} ({fn.calls[min(owners)].op})"
 
 
 
@@ -214,29 +216,29 @@ class _Search:
         self.kinds: dict = {}  # graph call -> the kinds of its operands, from the first look
         self.look = Look(view, claimed)  # the second look: along the template's paths
         self.fits: dict = {}  # a template root's needs -> graph call -> plausible
+        self.answers: dict = {}  # (need, operand kinds) -> plausible
         self.groups: dict = {}  # (need, root op) -> (calls that passed, calls that did not)
 
     def template(self, template, roots: list, need: tuple, root_op: str) -> None:
         group = self.groups.get((need, root_op))
         if group is None:
-            differs = self._first(template, roots, need)
-            fits = self.fits[need]
+            passed, failed = [], []
+            differs = self._first(template, roots, need, passed, failed)
             # every root is now looked at, or claimed (and stays so): the answers stand
-            self.groups[need, root_op] = (
-                [gi for gi in roots if fits.get(gi)],
-                frozenset([gi for gi in roots if fits.get(gi) is False]))
+            self.groups[need, root_op] = (passed, frozenset(failed))
         else:
             differs = self._again(template, roots, *group)
         if differs:
             self.r.report.miss(template.form.op, _differs(template), differs)
 
-    def _first(self, template, roots, need) -> int:
+    def _first(self, template, roots, need, passed: list, failed: list) -> int:
         """Visit every root call not claimed, looking at those not looked at before for
-        this need; the number whose operands differ."""
+        this need; the number whose operands differ. The roots looked at go to `passed`
+        or `failed`, in order."""
         fits_need = self.fits.get(need)
         if fits_need is None:
             fits_need = self.fits[need] = {}
-        claimed, kinds, view = self.claimed, self.kinds, self.view
+        claimed, kinds, view, answers = self.claimed, self.kinds, self.view, self.answers
         state = [None, None]  # the template's paths and matcher, made when first needed
         differs = 0
         for gi in roots:
@@ -247,10 +249,15 @@ class _Search:
                 have = kinds.get(gi)
                 if have is None:
                     have = kinds[gi] = operand_kinds(view, gi, claimed)
-                ok = fits_need[gi] = plausible(need, have)
+                ok = answers.get((need, have))
+                if ok is None:  # layers ask alike
+                    ok = answers[need, have] = plausible(need, have)
+                fits_need[gi] = ok
             if not ok:
+                failed.append(gi)
                 differs += 1
                 continue
+            passed.append(gi)
             self._visit(template, gi, state)
         return differs
 
@@ -290,8 +297,9 @@ class _Search:
         paths = state[0]
         if paths is None:
             paths = state[0] = paths_of(r.registry, template)
-        if paths and not self.look.may_match(paths, gi):  # the search would fail
-            r.report.miss(template.form.op, _differs(template), at=_where(view, gi, self.fn))
+        if paths and not self.look.may_match(paths, gi, template.matching):  # would fail
+            r.report.miss_at(template.form.op, _differs(template), view.owners[gi],
+                             self.fn.calls)
             return
         matcher = state[1]
         if matcher is None:

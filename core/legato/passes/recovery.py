@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..ir import Attrs, Call, Const, Origin, TensorType, attr_key
-from ..ir.calls import make_call
+from ..ir.calls import make_call, new_call
 from ..ir.errors import LegatoError
 from .canonical import scalar_value
 from .matching import RTOL, Env, Matcher, same_value
@@ -269,7 +269,7 @@ class Recovers:
             return f"the op refuses the region's inputs: {err}"
         if type_ != root_value.type:
             return f"the op gives {type_}, the region {root_value.type}"
-        new = Call(opdef.name, inputs, attrs, (root_value,), origin)
+        new = new_call(opdef.name, inputs, attrs, (root_value,), origin)
         claimed.update(region)
         self.report.recovered[opdef.name] += 1
         return owners, prelude + [new]
@@ -338,7 +338,7 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
                 bound[id(v)] = ("input", i, None, None)
     made: dict[int, tuple] = {}
     items, holds = [], False
-    calls = view.calls
+    calls, heads = view.calls, view.heads
     # types as (shape, dtype): equal when the types are, and hashed without a call
     for k, i in enumerate(region):
         call = calls[i]
@@ -361,10 +361,12 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
                             const_contents(contents, v) if small else v))
             else:
                 return None
-        outs = call.outputs
-        items.append((call.op, call.attrs.key(),
-                      tuple([(o.type.shape, o.type.dtype) for o in outs]), tuple(ins)))
-        for j, out in enumerate(outs):
+        head = heads.get(i)  # the call's own part: op, attributes, result types
+        if head is None:
+            head = heads[i] = (call.op, call.attrs.key(),
+                               tuple([(o.type.shape, o.type.dtype) for o in call.outputs]))
+        items.append((head, tuple(ins)))
+        for j, out in enumerate(call.outputs):
             made[id(out)] = ("call", k, j)
     types = tuple([None if v is None else v.type_key if isinstance(v, Rearranged) else
                    ((t := v.type).shape, t.dtype) for v in values])
