@@ -220,9 +220,16 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
             keep[1](owner)
     if not dropped:
         return out_calls, out_owners
-    gone = {id(calls[j]) for j in dropped}
-    keep = [k for k, call in enumerate(out_calls) if id(call) not in gone]
-    return [out_calls[k] for k in keep], [out_owners[k] for k in keep]
+    at = []  # where the absorbed sqrt calls went in the output (list.index: by identity)
+    for j in dropped:
+        try:
+            at.append(out_calls.index(calls[j]))
+        except ValueError:  # rewritten on its way (an input renamed): it stays
+            pass
+    for k in sorted(at, reverse=True):
+        del out_calls[k]
+        del out_owners[k]
+    return out_calls, out_owners
 
 
 # the ops `canonical` may rewrite or drop; any other call is kept as it is

@@ -9,6 +9,8 @@ own results, without running the decomposition (nor the nested ones) again.
 """
 from __future__ import annotations
 
+from collections import Counter
+from itertools import chain
 from typing import Callable
 
 from ..ir import Call, Const, Value
@@ -25,24 +27,15 @@ class View:
         self.owners: list[tuple[int, ...]] = owners
         self.params = {id(p) for p in params if p is not None}
         self.results = {id(r) for r in results}
-        producer: dict[int, int] = {}
+        producer = {id(out): index for index, call in enumerate(calls)
+                    for out in call.outputs}
         users: dict[int, list[int]] = {}
         by_op: dict[str, list[int]] = {}
         for index, call in enumerate(calls):
-            for out in call.outputs:
-                producer[id(out)] = index
+            by_op.setdefault(call.op, []).append(index)
             for value in call.inputs:
                 if value is not None:
-                    found = users.get(id(value))
-                    if found is None:
-                        users[id(value)] = [index]
-                    else:
-                        found.append(index)
-            found = by_op.get(call.op)
-            if found is None:
-                by_op[call.op] = [index]
-            else:
-                found.append(index)
+                    users.setdefault(id(value), []).append(index)
         self.producer, self.users, self.by_op = producer, users, by_op
         self.trees: dict = {}  # call -> its operand tree with nothing claimed (operands.tree_at)
         self.heads: dict = {}  # call -> its op, attributes and result types (region keys)
@@ -51,10 +44,7 @@ class View:
         """How many view calls stand for each input call."""
         counts = getattr(self, "_owner_counts", None)
         if counts is None:
-            counts = self._owner_counts = {}
-            for owners in self.owners:
-                for o in owners:
-                    counts[o] = counts.get(o, 0) + 1
+            counts = self._owner_counts = Counter(chain.from_iterable(self.owners))
         return counts
 
     def single_use(self, value: Value) -> bool:

@@ -189,7 +189,8 @@ class Matcher:
 
     def _solve(self, goals, trail) -> bool:
         binds, calls, taken, steps = self._binds, self._calls, self._taken, self._step
-        producer, concrete = self._producer, self.concrete
+        producer, concrete, claimed, gcalls = \
+            self._producer, self.concrete, self.claimed, self._gcalls
         while True:
             if goals is None:
                 return self._emit()
@@ -217,8 +218,14 @@ class Matcher:
                 return False
             step = steps[id(pv)]
             what = step[0]
-            if what == PARAM:
-                if not self._bind(pv, gv, trail):
+            if what == PARAM:  # (_bind, written out: a third of the goals)
+                have = binds.get(id(pv))
+                if have is None:
+                    if concrete and gv.type != pv.type:
+                        return False
+                    binds[id(pv)] = gv
+                    trail.append((_BIND, id(pv)))
+                elif not same_value(have, gv):
                     return False
                 goals = rest
                 continue
@@ -244,9 +251,9 @@ class Matcher:
                 goals = rest
                 continue
             gi = producer.get(id(gv))
-            if gi is None or gi in self.claimed or gi in taken:
+            if gi is None or gi in claimed or gi in taken:
                 return False
-            gc = self._gcalls[gi]
+            gc = gcalls[gi]
             pc = step[2]
             if gc.op != pc.op or len(gc.inputs) != len(pc.inputs) or (
                     gc.outputs[0] is not gv if step[3] == 0 else
@@ -256,7 +263,7 @@ class Matcher:
                 return False
             if what == TREE:
                 p_leaves, p_inner = self.pattern_leaves(pi)
-                g_leaves, g_inner = tree_at(self.g, gi, self.claimed, taken)
+                g_leaves, g_inner = tree_at(self.g, gi, claimed, taken)
                 if len(p_leaves) != len(g_leaves):
                     return False
                 trail.append((_CALL, pi, self._with_call(pi, gi, g_inner), len(g_inner)))

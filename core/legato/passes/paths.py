@@ -144,17 +144,19 @@ class Look:
         if parents is None:
             parents = self._ends[(p.parent, gi)] = self._ends_of(p.parent, gi)
         out = []
+        calls, producer, how, op = view.calls, view.producer, p.how, p.op
         for j in parents:
-            call = view.calls[j]
-            if p.how == INPUT:
+            call = calls[j]
+            if how == INPUT:
                 values = (call.inputs[p.at],)
-            elif p.how == EITHER:
+            elif how == EITHER:
                 values = call.inputs
             else:
                 values = tree_at(view, j, self.claimed)[0]
             for v in values:
-                k = view.producer.get(id(v)) if v is not None else None
-                if k is not None and k not in out and self._fits(p, k):
+                k = producer.get(id(v))  # (None's id is no result's)
+                # most calls along a path are of another op: told before _fits
+                if k is not None and calls[k].op == op and k not in out and self._fits(p, k):
                     out.append(k)
         return tuple(out)
 
