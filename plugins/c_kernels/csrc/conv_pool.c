@@ -110,9 +110,25 @@ typedef struct {
     int64_t qh, qw; /* the phase split: the strides, or 1 x 1 (one padded plane per
                      * channel, strides applied by the pixel gathers) */
     const float *res; /* NULL, or a residual added to y before the activation (res_act;
-                       * the GEMM epilogue then has none): y = act(conv + bias + res) */
+                       * the GEMM epilogue then has none): y = act(conv + bias + res); y
+                       * itself where the conv runs in place, onto the residual y holds */
     int res_act;
 } conv_job;
+
+/* Whether y holds the residual: the GEMM then adds it in its tiles' epilogue as it writes
+ * them over it (lgk_sgemm_block_onto), with the activation; pixels as rows add t^T onto it
+ * as they transpose. A residual apart from y was added in a pass over the blocks of a
+ * cold y after the GEMM wrote them: in ResNet-50 (1 thread), where the planner gives the
+ * conv its dying residual's buffer, the 1x1 expansions at 56^2 took 2.3 ms each with that
+ * pass, 1.5 in place; at 28^2 1.5 -> 1.2, at 14^2 1.2 -> 1.0, at 7^2 1.5 -> 1.3. */
+static int onto_y(const conv_job *j)
+{
+    return j->res != NULL && j->res == j->y;
+}
+
+typedef int (*gemm_block_fn)(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                             float *c, int64_t ldc, const float *bias, int bias_mode,
+                             int activation, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 static int is_pointwise(const lgk_conv2d_params *p)
 {
@@ -129,7 +145,7 @@ static int is_pointwise(const lgk_conv2d_params *p)
 static void add_residual(const conv_job *j, float *yb, int64_t plane, int64_t f0, int64_t f1,
                          int64_t q0, int64_t q1)
 {
-    if (j->res == NULL)
+    if (j->res == NULL || onto_y(j))
         return;
     const float *rb = j->res + (yb - j->y);
     for (int64_t f = f0; f < f1; ++f) {
@@ -475,23 +491,24 @@ static void pixel_panels(const conv_job *j, const float *src, int64_t oy0, int64
     gather_panels(j->kg, j->layout.kc, width, npad, base, s->off, s->qidx, s->panels);
 }
 
-/* dst[o * ldd + i] = src[i * lds + o] for i in [i0, i1), o in [o0, o1). */
+/* dst[o * ldd + i] = src[i * lds + o] (+= with `add`) for i in [i0, i1), o in [o0, o1). */
 static void transpose_block(int64_t i0, int64_t i1, int64_t o0, int64_t o1, const float *src,
-                            int64_t lds, float *dst, int64_t ldd)
+                            int64_t lds, float *dst, int64_t ldd, int add)
 {
     for (int64_t o = o0; o < o1; ++o)
         for (int64_t i = i0; i < i1; ++i)
-            dst[o * ldd + i] = src[i * lds + o];
+            dst[o * ldd + i] = add ? src[i * lds + o] + dst[o * ldd + i] : src[i * lds + o];
 }
 
 #ifdef CONV_X86
 #define PS_PD _mm512_castps_pd
 #define PD_PS _mm512_castpd_ps
 
-/* A 16 x 16 block: dst[k * ldd + i] = src[i * lds + k], in registers (pairs of rows
- * interleaved by floats, then by pairs, then 128-bit lanes twice). */
+/* A 16 x 16 block: dst[k * ldd + i] = src[i * lds + k] (+= with `add`), in registers
+ * (pairs of rows interleaved by floats, then by pairs, then 128-bit lanes twice). */
 __attribute__((target("avx512f"))) static void transpose16_avx512(const float *src, int64_t lds,
-                                                                 float *dst, int64_t ldd)
+                                                                 float *dst, int64_t ldd,
+                                                                 int add)
 {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; ++i)
@@ -512,18 +529,24 @@ __attribute__((target("avx512f"))) static void transpose16_avx512(const float *s
             t[h + 4 + j] = _mm512_shuffle_f32x4(r[h + j], r[h + 4 + j], 0xdd);
         }
     for (int j = 0; j < 8; ++j) { /* columns j and j + 8 */
-        _mm512_storeu_ps(dst + j * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
-        _mm512_storeu_ps(dst + (j + 8) * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd));
+        __m512 lo = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        __m512 hi = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+        if (add) {
+            lo = _mm512_add_ps(lo, _mm512_loadu_ps(dst + j * ldd));
+            hi = _mm512_add_ps(hi, _mm512_loadu_ps(dst + (j + 8) * ldd));
+        }
+        _mm512_storeu_ps(dst + j * ldd, lo);
+        _mm512_storeu_ps(dst + (j + 8) * ldd, hi);
     }
 }
 #undef PS_PD
 #undef PD_PS
 #endif
 
-/* dst[o * ldd + i] = src[i * lds + o] for i < rows, o < cols: 16 x 16 blocks in
- * registers where the CPU has AVX-512, else L1-sized tiles. */
+/* dst[o * ldd + i] = src[i * lds + o] (+= with `add`) for i < rows, o < cols: 16 x 16
+ * blocks in registers where the CPU has AVX-512, else L1-sized tiles. */
 static void transpose_into(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
-                           int64_t ldd)
+                           int64_t ldd, int add)
 {
     int64_t full_rows = 0, full_cols = 0;
 #ifdef CONV_X86
@@ -532,15 +555,15 @@ static void transpose_into(int64_t rows, int64_t cols, const float *src, int64_t
         full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
         for (int64_t i0 = 0; i0 < full_rows; i0 += 16)
             for (int64_t o0 = 0; o0 < full_cols; o0 += 16)
-                transpose16_avx512(src + i0 * lds + o0, lds, dst + o0 * ldd + i0, ldd);
-        transpose_block(0, full_rows, full_cols, cols, src, lds, dst, ldd);
+                transpose16_avx512(src + i0 * lds + o0, lds, dst + o0 * ldd + i0, ldd, add);
+        transpose_block(0, full_rows, full_cols, cols, src, lds, dst, ldd, add);
     }
 #endif
     const int64_t block = 32;
     for (int64_t i0 = full_rows; i0 < rows; i0 += block)
         for (int64_t o0 = 0; o0 < cols; o0 += block)
             transpose_block(i0, LGK_MIN(rows, i0 + block), o0, LGK_MIN(cols, o0 + block), src,
-                            lds, dst, ldd);
+                            lds, dst, ldd, add);
 }
 
 /* One thread's work buffers (phases; panels with their indices, offsets and pieces;
@@ -651,10 +674,12 @@ static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, conv_part
     lgk_operand w = {j->w + g * j->og * j->kg, j->kg, 1, NULL};
     if (j->packed)
         w = (lgk_operand){NULL, 0, 0, j->w};
+    gemm_block_fn gemm = onto_y(j) ? lgk_sgemm_block_onto : lgk_sgemm_block;
+    int act = onto_y(j) ? j->res_act : j->activation;
     if (is_pointwise(p)) {
         lgk_operand b = {xg, plane, 1, NULL};
-        LGK_TRY(lgk_sgemm_block(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode,
-                                j->activation, part.f0, part.f1, part.p0, part.p1));
+        LGK_TRY(gemm(j->og, plane, j->kg, w, b, yg, plane, bias, bias_mode, act, part.f0,
+                     part.f1, part.p0, part.p1));
         add_residual(j, yg, plane, part.f0, part.f1, part.p0, part.p1);
         return LGK_OK;
     }
@@ -669,8 +694,8 @@ static int conv_filter_rows(const conv_job *j, int64_t img, int64_t g, conv_part
             phase_panels(j, s->ph, s->pieces, count, s->off, s->panels);
         }
         lgk_operand b = {NULL, 0, 0, s->panels};
-        LGK_TRY(lgk_sgemm_block(j->og, n, j->kg, w, b, yg + oy0 * j->ow, plane, bias,
-                                bias_mode, j->activation, part.f0, part.f1, 0, n));
+        LGK_TRY(gemm(j->og, n, j->kg, w, b, yg + oy0 * j->ow, plane, bias, bias_mode, act,
+                     part.f0, part.f1, 0, n));
         add_residual(j, yg, plane, part.f0, part.f1, oy0 * j->ow, oy0 * j->ow + n);
     }
     return LGK_OK;
@@ -705,8 +730,12 @@ static int conv_pixel_rows(const conv_job *j, int64_t img, conv_part part,
         LGK_TRY(lgk_sgemm_block(q1 - q0, p->o, j->kg, a, w, s->t, p->o, j->bias,
                                 j->bias != NULL ? LGK_BIAS_COL : LGK_BIAS_NONE, j->activation,
                                 0, q1 - q0, part.f0, part.f1));
+        /* onto the residual y holds: t^T added as it is transposed (t + res: the sum of
+         * (conv + bias) + res), then the activation on the rows still in cache */
         transpose_into(q1 - q0, part.f1 - part.f0, s->t + part.f0, p->o,
-                       yi + part.f0 * plane + q0, plane);
+                       yi + part.f0 * plane + q0, plane, onto_y(j));
+        for (int64_t f = part.f0; f < part.f1 && onto_y(j) && j->res_act != LGK_ACT_NONE; ++f)
+            lgk_activate(j->res_act, yi + f * plane + q0, q1 - q0);
         add_residual(j, yi, plane, part.f0, part.f1, q0, q1);
     }
     return LGK_OK;
@@ -966,7 +995,8 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
 
 /* A groups == 1 conv with weights packed once: as the GEMM's right operand (pixels x
  * filters, `by_pixels`) or as its left one (filters x pixels, written into NCHW); `res`
- * (NULL or y's size, apart from y) is added before the activation. */
+ * (NULL or y's size: apart from y, or y itself, the conv then written over it) is added
+ * before the activation. */
 static int packed_conv(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                        const float *packed_w, int64_t packed_len, const float *bias,
                        int64_t bias_len, const float *res, int64_t res_len, float *y,
@@ -980,12 +1010,12 @@ static int packed_conv(const lgk_conv2d_params *p, const float *x, int64_t x_len
     LGK_TRY(conv_setup(p, x, x_len, NULL, -1, bias, bias_len, y, y_len, activation, &j, &done));
     LGK_TRY(by_pixels ? lgk_sgemm_check_packed_b(j.kg, p->o, packed_w, packed_len)
                       : lgk_sgemm_check_packed_a(p->o, j.kg, packed_w, packed_len));
-    if (res != NULL) { /* y's size (checked by conv_setup), and not y: the GEMM writes y first */
+    if (res != NULL) { /* y's size (checked by conv_setup); y itself or apart from it */
         int64_t ny;
         const int64_t yd[4] = {p->n, p->o, j.oh, j.ow};
         LGK_TRY(lgk_checked_count(4, yd, &ny));
         LGK_TRY(lgk_check_buffer(res, res_len, ny));
-        LGK_CHECK(res + ny <= y || y + ny <= res, LGK_ERR_ARG);
+        LGK_CHECK(res == y || res + ny <= y || y + ny <= res, LGK_ERR_ARG);
         j.res = res, j.res_act = activation, j.activation = LGK_ACT_NONE;
     }
     if (done)

@@ -33,6 +33,7 @@ typedef struct {
     const float *row_bias; /* the bias of the tile's row 0, one per row, or NULL */
     const float *col_bias; /* the bias of the tile's column 0, one per column, or NULL */
     int activation;        /* LGK_ACT_NONE, LGK_ACT_RELU or LGK_ACT_RELU6 */
+    int add_c;             /* C held an addend: added after the bias, before the activation */
 } tile_ep;
 
 /* Computes the full MR x NR tile c = a_sliver @ b_sliver (+ c if accumulate), then
@@ -53,11 +54,14 @@ typedef void (*lgk_direct_b_ukernel)(int rows, int64_t kc, const float *a, const
                                      int64_t ldb, float *pack, float *c, int64_t ldc,
                                      int accumulate, const tile_ep *ep);
 
-/* ep on one value, as lgk_activate does it (NaN stays NaN, -0 becomes +0). */
-static inline float tile_ep_value(const tile_ep *ep, int i, int j, float v)
+/* ep on one value v whose C element held c_old, as lgk_activate does it (NaN stays NaN,
+ * -0 becomes +0). */
+static inline float tile_ep_value(const tile_ep *ep, int i, int j, float v, float c_old)
 {
     v += ep->row_bias != NULL ? ep->row_bias[i] : 0.0f;
     v += ep->col_bias != NULL ? ep->col_bias[j] : 0.0f;
+    if (ep->add_c)
+        v += c_old;
     if (ep->activation == LGK_ACT_RELU)
         return lgk_reluf(v);
     return ep->activation == LGK_ACT_RELU6 ? lgk_relu6f(v) : v;
@@ -99,7 +103,7 @@ static void ukernel_generic(int64_t kc, const float *restrict a, const float *re
     for (int i = 0; i < GEN_MR; ++i)
         for (int j = 0; j < GEN_NR; ++j) {
             float v = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
-            c[i * ldc + j] = ep != NULL ? tile_ep_value(ep, i, j, v) : v;
+            c[i * ldc + j] = ep != NULL ? tile_ep_value(ep, i, j, v, c[i * ldc + j]) : v;
         }
 }
 
@@ -109,14 +113,16 @@ static void ukernel_generic(int64_t kc, const float *restrict a, const float *re
 #define AVX2_MR 6
 #define AVX2_NR 16
 
-/* tile_ep_value on the 8 columns [j, j + 8) of row i. */
+/* tile_ep_value on the 8 columns [j, j + 8) of row i, whose C row is ci. */
 __attribute__((target("avx2,fma"), always_inline))
-static inline __m256 avx2_ep(const tile_ep *ep, int i, int j, __m256 v)
+static inline __m256 avx2_ep(const tile_ep *ep, int i, int j, const float *ci, __m256 v)
 {
     if (ep->row_bias != NULL)
         v = _mm256_add_ps(v, _mm256_set1_ps(ep->row_bias[i]));
     if (ep->col_bias != NULL)
         v = _mm256_add_ps(v, _mm256_loadu_ps(ep->col_bias + j));
+    if (ep->add_c)
+        v = _mm256_add_ps(v, _mm256_loadu_ps(ci + j));
     if (ep->activation != LGK_ACT_NONE) { /* x <= 0 and x >= 6 are false for NaN */
         __m256 zero = _mm256_setzero_ps();
         v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LE_OQ));
@@ -158,8 +164,8 @@ static inline void avx2_rows(const int rows, int64_t kc, const float *restrict a
             acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(ci + 8));
         }
         if (ep != NULL) {
-            acc[i][0] = avx2_ep(ep, i, 0, acc[i][0]);
-            acc[i][1] = avx2_ep(ep, i, 8, acc[i][1]);
+            acc[i][0] = avx2_ep(ep, i, 0, ci, acc[i][0]);
+            acc[i][1] = avx2_ep(ep, i, 8, ci, acc[i][1]);
         }
         _mm256_storeu_ps(ci, acc[i][0]);
         _mm256_storeu_ps(ci + 8, acc[i][1]);
@@ -191,14 +197,16 @@ static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, floa
 #define AVX512_MR 12
 #define AVX512_NR 32
 
-/* tile_ep_value on the 16 columns [j, j + 16) of row i. */
+/* tile_ep_value on the 16 columns [j, j + 16) of row i, whose C row is ci. */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, __m512 v)
+static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, const float *ci, __m512 v)
 {
     if (ep->row_bias != NULL)
         v = _mm512_add_ps(v, _mm512_set1_ps(ep->row_bias[i]));
     if (ep->col_bias != NULL)
         v = _mm512_add_ps(v, _mm512_loadu_ps(ep->col_bias + j));
+    if (ep->add_c)
+        v = _mm512_add_ps(v, _mm512_loadu_ps(ci + j));
     if (ep->activation != LGK_ACT_NONE) { /* x <= 0 and x >= 6 are false for NaN */
         __m512 zero = _mm512_setzero_ps();
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
@@ -258,8 +266,8 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
             acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(ci + 16));
         }
         if (ep != NULL) {
-            acc[i][0] = avx512_ep(ep, i, 0, acc[i][0]);
-            acc[i][1] = avx512_ep(ep, i, 16, acc[i][1]);
+            acc[i][0] = avx512_ep(ep, i, 0, ci, acc[i][0]);
+            acc[i][1] = avx512_ep(ep, i, 16, ci, acc[i][1]);
         }
         _mm512_storeu_ps(ci, acc[i][0]);
         _mm512_storeu_ps(ci + 16, acc[i][1]);
@@ -479,11 +487,13 @@ typedef struct {
     const float *bias; /* already offset to the problem's row/col 0 */
     int bias_mode;
     int activation;
+    int add_c; /* C holds an addend (a conv's residual, written over): C = act(A @ B + bias
+                * + C), summed in that order, in the tiles' epilogue (see gemm_onto_saved) */
 } epilogue;
 
 static int epilogue_is_noop(const epilogue *ep)
 {
-    return ep->bias_mode == LGK_BIAS_NONE && ep->activation == LGK_ACT_NONE;
+    return ep->bias_mode == LGK_BIAS_NONE && ep->activation == LGK_ACT_NONE && !ep->add_c;
 }
 
 /* Applies bias and activation to C[row0:row0+m, col0:col0+n]. The blocked
@@ -576,7 +586,7 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
             if (ep != NULL) {
                 te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + row0 + ir : NULL,
                                ep->bias_mode == LGK_BIAS_COL ? ep->bias + col0 + jr : NULL,
-                               ep->activation};
+                               ep->activation, ep->add_c};
                 tep = &te;
             }
             if (in_place && ir == 0) {
@@ -584,6 +594,12 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                             tep);
             } else if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
                 run_tile(g, m, kc, a, lda, b, cij, ldc, accumulate, tep);
+            } else if (ep != NULL && ep->add_c) { /* edge, C's addend read before the store */
+                run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j)
+                        cij[i * ldc + j] = tile_ep_value(&te, (int)i, (int)j, tile[i * g->nr + j],
+                                                         cij[i * ldc + j]);
             } else { /* edge: the tile's rows into scratch, copy the valid part */
                 run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
                 for (int64_t i = 0; i < m; ++i)
@@ -845,12 +861,61 @@ static int direct_a(const gemm_impl *g, const gemm_problem *p)
            && p->N <= DIRECT_A_MAX_N;
 }
 
+/* The depth of the blocked path's K blocks. */
+static int64_t k_block_depth(const gemm_impl *g, const gemm_problem *p, int direct)
+{
+    return direct && p->packed_b == NULL ? LGK_MIN(p->K, (int64_t)DIRECT_A_KC)
+                                         : block_depth(g, p->K);
+}
+
+/* Whether C[m0:m1, n0:n1]'s addend (ep.add_c) can wait in C for the tiles' epilogue: the
+ * blocked path, K in one block (a second would add to the first's partial sums) and an
+ * epilogue the tiles apply. */
+static int adds_c_in_tiles(const gemm_impl *g, const gemm_problem *p, int64_t rows,
+                           int64_t cols)
+{
+    return p->K > 0 && !small_m_fits(p, rows) && !small_n_fits(p, cols)
+           && epilogue_in_tiles(&p->ep) && k_block_depth(g, p, direct_a(g, p)) >= p->K;
+}
+
+static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
+                            int64_t n0, int64_t n1);
+
+/* C[m0:m1, n0:n1] with an addend in C that cannot wait there (see adds_c_in_tiles): copied
+ * aside, C = A @ B + bias written over it, then the addend added and the activation
+ * applied, the sums in the same order as the tiles' epilogue. */
+static int gemm_onto_saved(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
+                           int64_t n0, int64_t n1)
+{
+    int64_t m = m1 - m0, n = n1 - n0; /* a block of C, whose size the caller checked */
+    lgk_scratch saved = {NULL, 0};
+    LGK_TRY(lgk_scratch_acquire(m * n, &saved));
+    float *c = p->c + m0 * p->ldc + n0;
+    for (int64_t i = 0; i < m; ++i)
+        memcpy(saved.data + i * n, c + i * p->ldc, (size_t)n * sizeof(float));
+    gemm_problem q = *p;
+    q.ep.add_c = 0, q.ep.activation = LGK_ACT_NONE;
+    int status = gemm_block_range(g, &q, m0, m1, n0, n1);
+    for (int64_t i = 0; i < m && status == LGK_OK; ++i) {
+        float *restrict ci = c + i * p->ldc;
+        const float *restrict si = saved.data + i * n;
+        for (int64_t j = 0; j < n; ++j)
+            ci[j] += si[j];
+        if (p->ep.activation != LGK_ACT_NONE)
+            lgk_activate(p->ep.activation, ci, n);
+    }
+    lgk_scratch_release(&saved);
+    return status;
+}
+
 /* C[m0:m1, n0:n1] on the calling thread, with private packing buffers. */
 static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
                             int64_t n0, int64_t n1)
 {
     if (m1 <= m0 || n1 <= n0)
         return LGK_OK;
+    if (p->ep.add_c && !adds_c_in_tiles(g, p, m1 - m0, n1 - n0))
+        return gemm_onto_saved(g, p, m0, m1, n0, n1);
     if (p->K == 0) {
         gemm_empty_k(p, m0, m1, n0, n1);
         return LGK_OK;
@@ -863,8 +928,7 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
         return gemm_small_n(p, m0, m1, n0, n1);
     int direct = direct_a(g, p);
     int in_place_b = !direct && pack_in_tiles(g, p);
-    int64_t kc_max = direct && p->packed_b == NULL ? LGK_MIN(p->K, (int64_t)DIRECT_A_KC)
-                                                   : block_depth(g, p->K);
+    int64_t kc_max = k_block_depth(g, p, direct);
     int64_t nc_step = p->packed_b != NULL ? g->nc : packed_panel_cols(g, kc_max);
     int64_t mc_max = LGK_MIN(g->mc, (m1 - m0 + g->mr - 1) / g->mr * g->mr);
     int64_t nc_max = LGK_MIN(nc_step, (n1 - n0 + g->nr - 1) / g->nr * g->nr);
@@ -1044,7 +1108,7 @@ int lgk_sgemm(int64_t M, int64_t N, int64_t K,
     if (M == 0 || N == 0)
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
-                      {bias, bias_mode, activation}, NULL, NULL};
+                      {bias, bias_mode, activation, 0}, NULL, NULL};
     return gemm_run(current_impl(), &p, gemm_threads_for(&p, nthreads));
 }
 
@@ -1088,7 +1152,7 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
         return LGK_OK;
     /* a, b, c point at the buffers' starts */
     gemm_problem base = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
-                         {bias, bias_mode, activation}, NULL, NULL};
+                         {bias, bias_mode, activation, 0}, NULL, NULL};
     double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
     int threads = threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
     return gemm_run_batch(current_impl(), &base, batch, a_offsets, b_offsets, c_batch_stride,
@@ -1204,7 +1268,7 @@ int lgk_sgemm_prepacked(int64_t M, int64_t N, int64_t K,
     if (M == 0 || N == 0)
         return LGK_OK;
     gemm_problem p = {M, N, K, a, rs_a, cs_a, NULL, 0, 0, c, ldc,
-                      {bias, bias_mode, activation}, packed_b + PACKED_HEADER_FLOATS, NULL};
+                      {bias, bias_mode, activation, 0}, packed_b + PACKED_HEADER_FLOATS, NULL};
     return gemm_run(g, &p, gemm_threads_for(&p, nthreads));
 }
 
@@ -1292,8 +1356,21 @@ int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_opera
     if (M == 0 || N == 0)
         return LGK_OK;
     gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
-                      {bias, bias_mode, activation}, b.panels, a.panels};
+                      {bias, bias_mode, activation, 0}, b.panels, a.panels};
     return gemm_run(current_impl(), &p, gemm_threads_for(&p, nthreads));
+}
+
+static int sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                       float *c, int64_t ldc, epilogue ep, int64_t m0, int64_t m1, int64_t n0,
+                       int64_t n1)
+{
+    gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc, ep, b.panels,
+                      a.panels};
+    unsigned mode = lgk_flush_subnormals();
+    int status = gemm_block_range(current_impl(), &p, LGK_MAX(m0, (int64_t)0),
+                                  LGK_MIN(m1, M), LGK_MAX(n0, (int64_t)0), LGK_MIN(n1, N));
+    lgk_restore_fp_mode(mode);
+    return status;
 }
 
 /* C[m0:m1, n0:n1] of lgk_sgemm_operands on the calling thread (n0 a multiple of NR
@@ -1302,11 +1379,14 @@ int lgk_sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand 
                     int64_t ldc, const float *bias, int bias_mode, int activation, int64_t m0,
                     int64_t m1, int64_t n0, int64_t n1)
 {
-    gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
-                      {bias, bias_mode, activation}, b.panels, a.panels};
-    unsigned mode = lgk_flush_subnormals();
-    int status = gemm_block_range(current_impl(), &p, LGK_MAX(m0, (int64_t)0),
-                                  LGK_MIN(m1, M), LGK_MAX(n0, (int64_t)0), LGK_MIN(n1, N));
-    lgk_restore_fp_mode(mode);
-    return status;
+    return sgemm_block(M, N, K, a, b, c, ldc, (epilogue){bias, bias_mode, activation, 0}, m0,
+                       m1, n0, n1);
+}
+
+int lgk_sgemm_block_onto(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                         float *c, int64_t ldc, const float *bias, int bias_mode, int activation,
+                         int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    return sgemm_block(M, N, K, a, b, c, ldc, (epilogue){bias, bias_mode, activation, 1}, m0,
+                       m1, n0, n1);
 }

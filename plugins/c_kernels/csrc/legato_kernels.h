@@ -199,9 +199,10 @@ int lgk_conv2d_nchw_packed_a(const lgk_conv2d_params *p,
                              const float *bias, int64_t bias_len,
                              float *y, int64_t y_len, int activation, int nthreads);
 
-/* The two above with a residual res (n, o, oh, ow; not overlapping y) added before the
- * activation, as a fused epilogue: y = act(conv(x) + bias + res), each sum rounded as
- * (conv + bias) + res, in one pass over y after the GEMM (not one per op). */
+/* The two above with a residual res (n, o, oh, ow) added before the activation, as a
+ * fused epilogue: y = act(conv(x) + bias + res), each sum rounded as (conv + bias) + res.
+ * res apart from y: added in one pass over y after the GEMM (not one per op); res == y
+ * (in place, x apart from it): added as the GEMM writes its tiles over it. */
 int lgk_conv2d_nchw_prepacked_residual(const lgk_conv2d_params *p, const float *x,
                                        int64_t x_len, const float *packed_w,
                                        int64_t packed_len, const float *bias, int64_t bias_len,

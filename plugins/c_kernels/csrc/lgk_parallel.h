@@ -44,5 +44,9 @@ void lgk_grid_range(int64_t step, int64_t count, int64_t extent, int64_t i, int6
 int lgk_sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b, float *c,
                     int64_t ldc, const float *bias, int bias_mode, int activation, int64_t m0,
                     int64_t m1, int64_t n0, int64_t n1);
+/* The same onto the addend C holds: C = act(A @ B + bias + C), summed in that order. */
+int lgk_sgemm_block_onto(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
+                         float *c, int64_t ldc, const float *bias, int bias_mode, int activation,
+                         int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 #endif /* LGK_PARALLEL_H */

@@ -179,9 +179,11 @@ class _PlannedInstance:
                 dying.remove(roots[call.output])  # the view keeps its owner's buffer alive
             return
         in_place = self._in_place(call)
+        onto = self._dying_residual(call, dying, roots)
         for out in call.outputs:
-            reuse = next((r for r in dying if in_place and r.type.size == out.type.size
-                          and r.dtype == out.dtype), None)
+            reuse = onto if onto is not None else \
+                next((r for r in dying if in_place and r.type.size == out.type.size
+                      and r.dtype == out.dtype), None)
             if reuse is not None:  # in place: the kernel may write over its dying input
                 dying.remove(reuse)
                 self.buffers[out] = self.buffers[reuse].reshape(out.shape)
@@ -189,6 +191,18 @@ class _PlannedInstance:
                 self.buffers[out] = np.zeros(out.shape, out.dtype)
             else:
                 self.buffers[out] = self.arena.take(out.shape, out.dtype)
+
+    def _dying_residual(self, step, dying: list, roots):
+        """The buffer owner of a fused conv's residual when the residual dies at `step`
+        and is no other input of it: the conv then writes its result over the residual,
+        adding onto it (the C conv runs in place when the two are one buffer)."""
+        gemm, _, _, residual = self._epilogue(step)
+        if residual is None or isinstance(residual, Const):
+            return None
+        root, out = roots.get(residual, residual), step.outputs[0]
+        read = {roots.get(v, v) for v in gemm.inputs if v is not None}  # conv(r) + r: no
+        return root if root in dying and root not in read and \
+            root.type.size == out.type.size and root.dtype == out.dtype else None
 
     def _epilogue(self, step) -> tuple[Any, Any, str | None, Any]:
         """(GEMM step, bias, activation, residual) of a fused epilogue's call: the GEMM

@@ -70,3 +70,40 @@ def test_a_3x3_conv_or_a_broadcast_add_is_not_a_residual():
     z = b.call("add", _conv(b, y, 6, 6), b.const(np.ones((1, 6, 1, 1), np.float32)))
     c = _check(b.build(b.call("nn.relu", z)), (1, 4, 10, 10), (1, 6, 10, 10))
     assert not any(fn.attrs.get("residual") for fn in _fused(c.module))
+
+
+def _written_over_residual(c) -> list[bool]:
+    """Per fused residual conv of the plan: is its output buffer its residual's?"""
+    from legato_c_kernels._lib import ffi
+    calls = [run.call for run, _, _ in c._runner.steps
+             if "residual" in getattr(getattr(run, "call", None), "fn", print).__name__]
+    address = lambda arg: int(ffi.cast("intptr_t", arg))  # noqa: E731
+    return [address(call.args[7]) == address(call.args[9]) for call in calls]
+
+
+@pytest.mark.parametrize("hw", [9, 2, 40])
+def test_a_residual_that_dies_at_the_conv_is_written_over(hw):
+    """The shortcut is a value of the model read by nothing after the conv: the conv
+    writes its result over it, adding onto it (filters as the GEMM's rows at 9^2 and
+    40^2, pixels as rows at 2^2); the results are those of cpu_ref."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 8, hw, hw))
+    shortcut = b.call("nn.relu", _conv(b, x, 8, 96))
+    y = b.call("nn.relu", b.call("add", _conv(b, b.call("nn.relu", _conv(b, x, 8, 16)), 16, 96),
+                                 shortcut))
+    c = _check(b.build(y), (1, 8, hw, hw))
+    assert _written_over_residual(c) == [True]
+
+
+def test_a_residual_read_later_or_by_the_conv_itself_keeps_its_buffer():
+    """The shortcut is read again after the fused conv (it must survive it), and a conv
+    of r plus r itself (the conv reads what it would write over): neither in place."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 8, 12, 12))
+    s = b.call("nn.relu", _conv(b, x, 8, 32))
+    y = b.call("nn.relu", b.call("add", _conv(b, b.call("nn.relu", _conv(b, x, 8, 16)), 16, 32),
+                                 s))
+    r = b.call("nn.relu", _conv(b, y, 32, 32))
+    z = b.call("add", _conv(b, r, 32, 32), r)
+    c = _check(b.build(b.call("add", z, s)), (1, 8, 12, 12))
+    assert _written_over_residual(c) == [False, False]

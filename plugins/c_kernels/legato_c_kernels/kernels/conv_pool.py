@@ -224,7 +224,8 @@ def _residual_call(op: str, packed: Optional[PackedConvWeight], residual: Array,
                    by_pixels: bool, args: tuple, tail: tuple, bias_touch: tuple, pixels: int,
                    strict: bool) -> CCall:
     """The GEMM conv with a fused residual: act(conv + bias + residual), the add done on
-    each block of the output while it is in cache (the fusion pass fuses 1x1 convs with
+    each block of the output while it is in cache, or in the GEMM's tiles as it writes
+    them over the residual when `residual` is `out` (the fusion pass fuses 1x1 convs with
     constant weights only, which take the GEMM convs)."""
     if packed is None or _direct(packed.shape, pixels):
         raise error(op, "a fused residual needs a constant weight of a conv the GEMM runs "
@@ -232,7 +233,7 @@ def _residual_call(op: str, packed: Optional[PackedConvWeight], residual: Array,
     r = f32(op, "residual", residual)
     if r.shape != out.shape:
         raise error(op, f"residual must have the output's shape {out.shape}, got {r.shape}")
-    r = dense(detach(r, out, strict=strict), strict)
+    r = dense(detach(r, out, in_place_ok=True, strict=strict), strict)  # r is out: in place
     w = _packed_buffer(op, packed.packed) if by_pixels else packed.packed_left(op)
     fn = (lib.lgk_conv2d_nchw_prepacked_residual if by_pixels
           else lib.lgk_conv2d_nchw_packed_a_residual)
