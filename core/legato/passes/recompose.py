@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Sequence
 
 from ..ir import Call, Function, Module
@@ -215,7 +216,6 @@ class _Search:
             recomposer, view, claimed, fn, rewrites
         self.kinds: dict = {}  # graph call -> the kinds of its operands, from the first look
         self.look = Look(view, claimed)  # the second look: along the template's paths
-        self.fits: dict = {}  # a template root's needs -> graph call -> plausible
         self.answers: dict = {}  # (need, operand kinds) -> plausible
         self.groups: dict = {}  # (need, root op) -> (calls that passed, calls that did not)
 
@@ -232,34 +232,26 @@ class _Search:
             self.r.report.miss(template.form.op, _differs(template), differs)
 
     def _first(self, template, roots, need, passed: list, failed: list) -> int:
-        """Visit every root call not claimed, looking at those not looked at before for
-        this need; the number whose operands differ. The roots looked at go to `passed`
-        or `failed`, in order."""
-        fits_need = self.fits.get(need)
-        if fits_need is None:
-            fits_need = self.fits[need] = {}
+        """Visit every root call not claimed whose operands fit the need (a group's
+        roots are looked at here once: the group keeps the answers); the number whose
+        operands differ. The roots looked at go to `passed` or `failed`, in order."""
         claimed, kinds, view, answers = self.claimed, self.kinds, self.view, self.answers
         state = [None, None]  # the template's paths and matcher, made when first needed
-        differs = 0
         for gi in roots:
             if gi in claimed:
                 continue
-            ok = fits_need.get(gi)
-            if ok is None:
-                have = kinds.get(gi)
-                if have is None:
-                    have = kinds[gi] = operand_kinds(view, gi, claimed)
-                ok = answers.get((need, have))
-                if ok is None:  # layers ask alike
-                    ok = answers[need, have] = plausible(need, have)
-                fits_need[gi] = ok
-            if not ok:
+            have = kinds.get(gi)
+            if have is None:
+                have = kinds[gi] = operand_kinds(view, gi, claimed)
+            ok = answers.get((need, have))
+            if ok is None:  # layers ask alike
+                ok = answers[need, have] = plausible(need, have)
+            if ok:
+                passed.append(gi)
+                self._visit(template, gi, state)
+            else:
                 failed.append(gi)
-                differs += 1
-                continue
-            passed.append(gi)
-            self._visit(template, gi, state)
-        return differs
+        return len(failed)
 
     def _again(self, template, roots, passed: list, failed: frozenset) -> int:
         """As `_first`, once the roots are all looked at: only the calls that passed are
@@ -330,15 +322,16 @@ def _without_dead(calls: list[Call], dead: set[int], results) -> list[Call]:
     """`calls` less the identities (ids in `dead`) whose results nothing reads, swept
     from the end: a chain `(s + 0) + 0` feeding a recovered call goes whole (a forward
     pass kept the first link, reading a value the rewrite removed)."""
-    used = {id(r) for r in results}
-    kept = []
-    for call in reversed(calls):
-        if id(call) in dead and not any(id(o) in used for o in call.outputs):
-            continue
-        kept.append(call)
-        used.update(map(id, call.inputs))  # (None's id is no output's)
-    kept.reverse()
-    return kept
+    # reads of each value by the calls and the results; a call's readers come after it,
+    # so deciding the identities last first sees each one's readers decided
+    reads = Counter(map(id, chain.from_iterable([call.inputs for call in calls])))
+    reads.update(map(id, results))
+    gone = set()
+    for call in reversed([call for call in calls if id(call) in dead]):
+        if not any(reads[id(o)] for o in call.outputs):
+            gone.add(id(call))
+            reads.subtract(map(id, call.inputs))  # (None's id is no output's)
+    return [call for call in calls if id(call) not in gone] if gone else calls
 
 
 class RecomposePass(FunctionPass):

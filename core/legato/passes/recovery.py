@@ -326,7 +326,7 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
     types, and whether it holds a constant (one too large to key by its contents). Two
     regions with one key recover the same attributes (layers repeat); None if an input
     comes from elsewhere. `contents` keeps each small constant's contents (see
-    `const_contents`)."""
+    `const_item`)."""
     if contents is None:
         contents = {}
     bound = {}
@@ -336,7 +336,9 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
                 bound[id(v.base)] = ("input", i, v.shape, v.axes)
             else:
                 bound[id(v)] = ("input", i, None, None)
-    made: dict[int, tuple] = {}
+    # where a value comes from: an op input (above), then each result of the region as
+    # it is made (an op input is never made inside the region: region_problem says so)
+    made = bound
     items, holds = [], False
     calls, heads = view.calls, view.heads
     # types as (shape, dtype): equal when the types are, and hashed without a call
@@ -348,17 +350,14 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
                 ins.append(None)
                 continue
             found = made.get(id(v))
-            if found is None:
-                found = bound.get(id(v))
             if found is not None:
                 ins.append(found)
             elif isinstance(v, Const):
-                # a large one by itself (held by the key: compared by identity)
-                data = v.data
-                small = data.size <= SMALL_CONST
-                holds = holds or not small
-                ins.append((v.type.dtype, v.type.shape,
-                            const_contents(contents, v) if small else v))
+                if v.data.size <= SMALL_CONST:
+                    ins.append(const_item(contents, v))
+                else:  # a large one by itself (held by the key: compared by identity)
+                    holds = True
+                    ins.append((v.type.dtype, v.type.shape, v))
             else:
                 return None
         head = heads.get(i)  # the call's own part: op, attributes, result types
@@ -373,17 +372,23 @@ def region_key(view, region: list[int], values, contents: dict | None = None) ->
     return tuple(items), types, holds
 
 
-def const_contents(contents: dict, const: Const) -> bytes:
-    """`const`'s data as bytes, made once per constant and kept in `contents` with the
-    constant itself (so the id stays its own while the entry lives): a bytes object
-    hashes once, and each region key read a 16 KB weight's contents again, copying and
-    hashing them (nn.linear is tried at every matmul with a constant weight)."""
+def const_item(contents: dict, const: Const) -> tuple:
+    """A small constant as a region key holds it, (dtype, shape, its data as bytes), made
+    once per constant and kept in `contents` with the constant itself (so the id stays its
+    own while the entry lives): a bytes object hashes once, and each region key read a
+    16 KB weight's contents again, copying and hashing them (nn.linear is tried at every
+    matmul with a constant weight)."""
+    return _contents_entry(contents, const)[2]
+
+
+def _contents_entry(contents: dict, const: Const) -> tuple:
     found = contents.get(id(const))
     if found is None:
         if len(contents) >= MAX_CONTENTS:
             contents.clear()
-        found = contents[id(const)] = (const, const.data.tobytes())
-    return found[1]
+        data = const.data.tobytes()
+        found = contents[id(const)] = (const, data, (const.type.dtype, const.type.shape, data))
+    return found
 
 
 def opdef_attrs(registry, template, attrs):
