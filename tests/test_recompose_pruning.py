@@ -200,13 +200,15 @@ def _linear_templates():
     return found
 
 
-def test_a_lone_root_template_at_a_constant_weight_is_told_one_call_as_the_search_finds():
+def test_a_lone_root_template_is_told_as_the_search_finds():
     """nn.linear's `matmul(x, permute_dims(w))` is its root over the op's inputs: where
     the transposed input is a constant of the rank, the search would find the matmul
-    alone, so the recomposition says "one call" without searching; anywhere else it
-    searches. The quick answer agrees with the search on each form below."""
+    alone; where it is a value no reshape or transpose makes (or of another rank), the
+    search would fail; both are told without searching, anything else is searched. Each
+    quick answer agrees with the search, claimed calls included."""
     import numpy as np
-    from legato.passes.matching import lone_at, lone_root
+    from legato.passes.matching import LONE_ALONE, LONE_FAILS, LONE_SEARCH, lone_answer, \
+        lone_root
     template = next(t for t in _linear_templates() if t.root.op == "matmul")
     ranks = lone_root(template)
     assert ranks is not None and sorted(ranks) == [-1, 2]
@@ -215,21 +217,29 @@ def test_a_lone_root_template_at_a_constant_weight_is_told_one_call_as_the_searc
     b = legato.GraphBuilder()
     x = b.input("x", (2, 3))
     y = b.input("y", (4, 3))
+    z = b.input("z", (3, 4))
     forms = [b.matmul(x, b.const(w2)),                       # constant weight: one call
              b.matmul(x, b.permute_dims(y, axes=[1, 0])),    # a transposed input: searched
              b.matmul(x, b.const(w2.reshape(1, 3, 4))),      # a weight of another rank
-             b.matmul(b.const(w2.T.copy()), b.const(w2))]    # constant both sides
+             b.matmul(b.const(w2.T.copy()), b.const(w2)),    # constant both sides
+             b.matmul(x, b.exp(z)),                          # made by another op: fails
+             b.matmul(x, z)]                                 # an input of the function
     view, fn = view_of(b.build(*forms))
     roots = [i for i, c in enumerate(view.calls) if c.op == "matmul"]
-    assert len(roots) == 4
+    assert len(roots) == 6
+    permute = next(i for i, c in enumerate(view.calls) if c.op == "permute_dims")
     told = []
-    for gi in roots:
-        envs = Matcher(template, view, set(), concrete=False).find(gi, 1)
-        lone = lone_at(ranks, view.calls[gi])
-        told.append(lone)
-        if lone:  # the search finds the same: a match of that call alone
-            assert envs and envs[0].region() == {gi}
-    assert told == [True, False, False, True]
+    for claimed in (set(), {permute}):
+        for gi in roots:
+            envs = Matcher(template, view, claimed, concrete=False).find(gi, 1)
+            answer = lone_answer(ranks, view, gi, claimed)
+            told.append(answer)
+            if answer == LONE_ALONE:  # the search finds the same: that call alone
+                assert envs and envs[0].region() == {gi}
+            elif answer == LONE_FAILS:
+                assert not envs
+    assert told == [LONE_ALONE, LONE_SEARCH, LONE_FAILS, LONE_ALONE, LONE_FAILS, LONE_FAILS,
+                    LONE_ALONE, LONE_FAILS, LONE_FAILS, LONE_ALONE, LONE_FAILS, LONE_FAILS]
 
 
 def test_the_one_call_miss_is_reported_alike_with_or_without_the_search(monkeypatch):

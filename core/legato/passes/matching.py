@@ -475,17 +475,36 @@ def lone_root(template: Template):
     return found
 
 
-def lone_at(ranks: tuple, call: Call) -> bool:
-    """Whether the template of `lone_root` (`ranks`) matches graph call `call` (of the
-    root's op) as that call alone: the arity is the root's, every input is there, and
-    each transposed input is a constant of its rank."""
+LONE_SEARCH, LONE_FAILS, LONE_ALONE = range(3)  # what lone_answer tells
+
+
+def lone_answer(ranks: tuple, view: View, gi: int, claimed) -> int:
+    """What the search of the template of `lone_root` (`ranks`) finds at graph call `gi`
+    (of the root's op), where it can be told at once: LONE_FAILS where an input is
+    missing or the arity differs, or a transposed input is of another rank, or neither a
+    constant nor the single-use result of a reshape or transpose not claimed (what the
+    search absorbs into the input); LONE_ALONE where each transposed input is a constant
+    of its rank (the match is the call alone); else LONE_SEARCH."""
+    call = view.calls[gi]
     ins = call.inputs
     if len(ins) != len(ranks) or len(call.outputs) != 1:
-        return False
+        return LONE_FAILS
+    answer = LONE_ALONE
     for v, rank in zip(ins, ranks):
-        if v is None or rank >= 0 and (not isinstance(v, Const) or v.rank != rank):
-            return False
-    return True
+        if v is None:
+            return LONE_FAILS
+        if rank < 0:
+            continue
+        if v.rank != rank:
+            return LONE_FAILS
+        if isinstance(v, Const):
+            continue
+        j = view.producer.get(id(v))
+        if j is None or j in claimed or view.calls[j].op not in ("reshape", "permute_dims") \
+                or not view.single_use(v):
+            return LONE_FAILS
+        answer = LONE_SEARCH
+    return answer
 
 
 def _index(outputs, value) -> int:

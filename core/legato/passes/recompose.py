@@ -26,7 +26,8 @@ from ..ir import Call, Function, Module
 from ..ir.errors import ConfigError, quote
 from ..plugins.context import context
 from .manager import FunctionPass, PassResult
-from .matching import Matcher, lone_at, lone_root, operand_kinds, plausible, root_need
+from .matching import (LONE_ALONE, LONE_FAILS, Matcher, lone_answer, lone_root, operand_kinds,
+                       plausible, root_need)
 from .paths import Look, paths_of
 from .patterns import Template, build_view
 from .recovery import Recovers
@@ -157,10 +158,15 @@ class Recomposer(Recovers):
     def try_at(self, template, matcher, view, gi, claimed, fn):
         op = template.form.op
         lone = lone_root(template)
-        if lone is not None and len(view.owners[gi]) == 1 and lone_at(lone, view.calls[gi]):
-            # nn.linear's matmul over a constant weight: the match is this call alone
-            self._one_call(template, fn.calls[view.owners[gi][0]].op, view, gi, fn)
-            return None
+        if lone is not None:  # nn.linear's matmul(x, permute_dims(w)): told without a search
+            told = lone_answer(lone, view, gi, claimed)
+            if told == LONE_FAILS:
+                self.report.miss_at(op, _differs(template), view.owners[gi], fn.calls)
+                return None
+            if told == LONE_ALONE and len(view.owners[gi]) == 1:
+                # over a constant weight: the match is this call alone
+                self._one_call(template, fn.calls[view.owners[gi][0]].op, view, gi, fn)
+                return None
         found = matcher.find(gi, 1)  # most tries end here: the structure differs
         if not found:
             self.report.miss_at(op, _differs(template), view.owners[gi], fn.calls)
