@@ -199,6 +199,12 @@ class Matcher:
                 if not pv:
                     goals = rest
                     continue
+                if len(pv) == 1:  # the last takes the graph leaf left: no choice to make
+                    for last in gv:
+                        if last is not None:
+                            break
+                    goals = (0, pv[0], last, rest)
+                    continue
                 first, others = pv[0], pv[1:]
                 choices = self._choices(first, gv)
                 if len(choices) == 1:
@@ -278,7 +284,11 @@ class Matcher:
             trail.append((_CALL, pi, (gi,), 0))
             g_ins, orders = gc.inputs, step[4]
             if len(orders) == 1:
-                goals = _pairs(orders[0], g_ins, rest)
+                p_ins = orders[0]
+                if len(p_ins) == 2:  # most calls: the pairs written out
+                    goals = (0, p_ins[0], g_ins[0], (0, p_ins[1], g_ins[1], rest))
+                else:
+                    goals = _pairs(p_ins, g_ins, rest)
                 continue
             for n, p_ins in enumerate(orders):
                 if self._run(_pairs(p_ins, g_ins, rest)):
