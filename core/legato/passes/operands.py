@@ -11,13 +11,13 @@ from .patterns import Template, View
 ASSOC = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or"})
 
 
-def _operands(view: View, gi: int, claimed) -> list:
+def _operands(view: View, gi: int, claimed):
     """The operands of graph call `gi`, the leaves of its operand tree for a sum,
-    product, ... (`claimed`: the graph calls taken)."""
+    product, ... (`claimed`: the graph calls taken); not to be changed."""
     call = view.calls[gi]
     if call.op in ASSOC and len(call.inputs) == 2:
         return tree_at(view, gi, claimed)[0]
-    return list(call.inputs)
+    return call.inputs
 
 
 def tree_at(view: View, gi: int, claimed, taken=()) -> tuple[list, list]:
@@ -91,8 +91,15 @@ def root_need(template: Template) -> tuple:
 
 
 def operand_kinds(graph: View, gi: int, claimed) -> tuple:
-    """What makes each operand of graph call `gi` (the op, "const" or "value")."""
-    return tuple([_kind(graph, v, ()) for v in _operands(graph, gi, claimed)])
+    """What makes each operand of graph call `gi` (the op, "const" or "value"; `_kind`
+    with no parameters, written out: every root call of every template asks)."""
+    producer, calls = graph.producer, graph.calls
+    kinds = []
+    for v in _operands(graph, gi, claimed):
+        j = producer.get(id(v))  # (None's id is no result's)
+        kinds.append(calls[j].op if j is not None else "none" if v is None else
+                     "const" if isinstance(v, Const) else "value")
+    return tuple(kinds)
 
 
 def plausible(need: tuple, have: list) -> bool:
