@@ -301,3 +301,39 @@ def test_the_look_tries_first_the_path_that_refused_last_and_answers_as_without_
         assert Look(view, set()).may_match(paths, root, dict(hint)) is \
             Look(view, set()).may_match(paths, root)
     assert Look(view, set()).may_match(paths, roots[1], hint) is True
+
+
+def test_the_look_is_skipped_at_the_next_layers_once_a_template_recovered_alike(monkeypatch):
+    """Three layer norms written out: once the template recovered at the first, the
+    roots whose operands are made by the same ops are searched without the look (the
+    look would pass); what is recovered and reported is what the look everywhere gives."""
+    import numpy as np
+    from legato.passes import recompose as R
+    rng = np.random.default_rng(5)
+    b = legato.GraphBuilder()
+    y = b.input("x", (2, 4, 8), "float32")
+    for _ in range(3):
+        gamma, beta = (b.const(rng.uniform(0.5, 1.5, 8).astype(np.float32)) for _ in "gb")
+        y = b.exp(b.call("nn.layer_norm", y, gamma, beta, epsilon=1e-5))
+    low = legato.legalize(b.build(y), max_level=0).module
+    looks = []
+    original_look, original_visit = Look.may_match, R._Search._visit
+
+    def counting(self, paths, gi, hint=None):
+        looks.append(gi)
+        return original_look(self, paths, gi, hint)
+
+    monkeypatch.setattr(Look, "may_match", counting)
+    skipping = R.explain(low, ops=["nn.layer_norm"])
+    skipped_looks = len(looks)
+    looks.clear()
+
+    def always_look(self, template, gi, state):
+        state[2].clear()
+        return original_visit(self, template, gi, state)
+
+    monkeypatch.setattr(R._Search, "_visit", always_look)
+    everywhere = R.explain(low, ops=["nn.layer_norm"])
+    assert skipping.recovered["nn.layer_norm"] == everywhere.recovered["nn.layer_norm"] == 3
+    assert skipping.text() == everywhere.text()
+    assert skipped_looks < len(looks)

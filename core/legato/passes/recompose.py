@@ -242,7 +242,8 @@ class _Search:
         roots are looked at here once: the group keeps the answers); the number whose
         operands differ. The roots looked at go to `passed` or `failed`, in order."""
         claimed, kinds, view, answers = self.claimed, self.kinds, self.view, self.answers
-        state = [None, None]  # the template's paths and matcher, made when first needed
+        state = [None, None, set()]  # the template's paths and matcher (made when first
+        # needed), the operand kinds of the roots it recovered at
         for gi in roots:
             if gi in claimed:
                 continue
@@ -263,7 +264,7 @@ class _Search:
         """As `_first`, once the roots are all looked at: only the calls that passed are
         visited; the others count as differing where not claimed when their turn came."""
         claimed = self.claimed
-        state = [None, None]
+        state = [None, None, set()]  # as in _first
         claims = []  # (index in roots, the calls a rewrite there claimed)
         for gi in passed:
             if gi in claimed:
@@ -290,12 +291,17 @@ class _Search:
         return differs
 
     def _visit(self, template, gi: int, state: list) -> None:
-        """The look along the template's paths, then the full match at `gi`."""
+        """The look along the template's paths, then the full match at `gi`. Once the
+        template recovered at a root, the look is skipped at roots whose operands are
+        made by the same ops (the next layers' blocks: the look would pass), until a
+        search there misses (a look that would have refused gives the same miss)."""
         r, view = self.r, self.view
         paths = state[0]
         if paths is None:
             paths = state[0] = paths_of(r.registry, template)
-        if paths and not self.look.may_match(paths, gi, template.matching):  # would fail
+        have = self.kinds.get(gi) if paths else None
+        skipped = paths and have in state[2]
+        if paths and not skipped and not self.look.may_match(paths, gi, template.matching):
             r.report.miss_at(template.form.op, _differs(template), view.owners[gi],
                              self.fn.calls)
             return
@@ -305,6 +311,10 @@ class _Search:
         done = r.try_at(template, matcher, view, gi, self.claimed, self.fn)
         if done is not None:
             self.rewrites.append(done)
+            if paths:
+                state[2].add(have)
+        elif skipped:
+            state[2].discard(have)
 
 
 def _apply(fn: Function, rewrites, identities=frozenset()) -> Function:
