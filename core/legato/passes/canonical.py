@@ -157,20 +157,20 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
 
     result_ids = {id(r) for r in results}
     rename: dict[int, Value] = {}  # results of dropped calls -> the value they equal
-    keep = out_calls.append, out_owners.append
-    for i, call in enumerate(calls):
-        owner = owners[i]
+    keep_call, keep_owner = out_calls.append, out_owners.append
+    for call, owner in zip(calls, owners):
         if rename and not rename.keys().isdisjoint(map(id, call.inputs)):
             call = new_call(call.op, tuple([rename.get(id(v), v) if v is not None else None
                                             for v in call.inputs]), call.attrs, call.outputs,
                             call.origin)
-        op, ins = call.op, call.inputs
+        op = call.op
         # most calls are kept as they are: any op but these five, a sum or product of two
         # computed values, a call whose result is not a float (nothing below applies)
         if op not in CANONICAL_OPS:
-            keep[0](call)
-            keep[1](owner)
+            keep_call(call)
+            keep_owner(owner)
             continue
+        ins = call.inputs
         n = len(ins)
         a = ins[0] if n else None
         b = ins[1] if n > 1 else None
@@ -181,15 +181,15 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
                     id(out) not in result_ids:
                 same = _identity_operand(op, a, b, out, scalar)
             if same is None:
-                keep[0](call)
-                keep[1](owner)
+                keep_call(call)
+                keep_owner(owner)
             else:  # x * 1, x + 0: the call is its other operand
                 rename[id(out)] = rename.get(id(same), same)
                 identities.update(owner)
             continue
         if not _is_float(out):
-            keep[0](call)
-            keep[1](owner)
+            keep_call(call)
+            keep_owner(owner)
             continue
         c = scalar(b)
         if op == "divide":
@@ -202,8 +202,8 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
                 emit("rsqrt", [root], {}, [inv], owner + _owner_of(sqrts()[0], owners, b))
                 emit("multiply", [a, inv], {}, [out], owner)
             else:
-                keep[0](call)
-                keep[1](owner)
+                keep_call(call)
+                keep_owner(owner)
         elif op == "subtract" and c is not None:
             emit("add", [a, const_like(-c, b)], {}, [out], owner)
         elif op == "power" and c in (2.0, 3.0) and keeps_shape(a, b):
@@ -216,8 +216,8 @@ def canonical(registry, calls: list[Call], owners: list[tuple[int, ...]], result
         elif op == "power" and c in (0.5, -0.5) and keeps_shape(a, b):
             emit("sqrt" if c == 0.5 else "rsqrt", [a], {}, [out], owner)
         else:
-            keep[0](call)
-            keep[1](owner)
+            keep_call(call)
+            keep_owner(owner)
     if not dropped:
         return out_calls, out_owners
     at = []  # where the absorbed sqrt calls went in the output (list.index: by identity)

@@ -163,19 +163,17 @@ def build_view(registry, calls, params, results, expandable) -> View:
     recipes = Recipes(registry)  # layers expand the same composites alike
     shared = registry.derived("recompose.flats")
     local: dict = {}  # expansions keyed by a large constant: kept by this view only
-    expands: dict[str, bool] = {}  # per op: whether `expand` may decompose it
-    for index, call in enumerate(calls):
-        op = call.op
-        may = expands.get(op)
-        if may is None:
-            opdef = registry.find(op)
-            may = expands[op] = opdef is not None and opdef.decompose is not None and \
-                expandable(op)
-        if not may:  # a primitive (most calls): itself
-            flat.append(call)
-            owners.append((index,))
-            continue
+    expands = {}  # per op: whether `expand` may decompose it
+    for op in {call.op for call in calls}:
         opdef = registry.find(op)
+        expands[op] = opdef is not None and opdef.decompose is not None and expandable(op)
+    done = 0  # the calls before this one are in `flat`: primitives (most) copied in runs
+    for index in [index for index, call in enumerate(calls) if expands[call.op]]:
+        flat.extend(calls[done:index])
+        owners.extend([(k,) for k in range(done, index)])
+        done = index + 1
+        call = calls[index]
+        opdef = registry.find(call.op)
         key, large = Recipes.key(opdef, call.inputs, call.attrs)
         table = local if large else shared
         entry = table.get(key)
@@ -189,9 +187,10 @@ def build_view(registry, calls, params, results, expandable) -> View:
                 if len(table) >= MAX_FLATS:
                     table.clear()
                 table[key] = (opdef, found)
-        for inner in inner_calls:
-            flat.append(inner)
-            owners.append((index,))
+        flat.extend(inner_calls)
+        owners.extend([(index,)] * len(inner_calls))
+    flat.extend(calls[done:])
+    owners.extend([(k,) for k in range(done, len(calls))])
     identities: set[int] = set()
     flat, owners = canonical(registry, flat, owners, results, identities)
     view = View(flat, owners, params, results)
