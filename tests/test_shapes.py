@@ -142,6 +142,17 @@ def test_window_refusals_name_the_attribute(args, message):
         shapes.window(*args, what="pool", kernel_name="pool_size")
 
 
+def test_a_conv_weight_of_no_taps_is_named_with_its_shape_and_layout():
+    """conv2d passes its kernel's name as a function (made only for the error)."""
+    import legato
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 2, 3, 3))
+    weight = b.const(np.zeros((4, 2, 0, 1), np.float32))
+    with pytest.raises(ShapeError, match=r"conv2d weight \[4, 2, 0, 1\] \(OIHW\) kernel "
+                                         r"\[0, 1\] must be 2 positive ints"):
+        b.call("nn.conv2d", x, weight, None)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 12), positive, positive), min_size=1, max_size=3),
        st.sampled_from(["SAME_UPPER", "SAME_LOWER"]), st.booleans())

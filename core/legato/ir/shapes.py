@@ -324,21 +324,23 @@ def _misses_input(size, kernel, stride, pad_begin, dilation, out) -> bool:
     return bool(np.any(first_tap >= pad_begin + size))
 
 
-def _window_ints(values, count: int, least: int, what: str, name: str) -> tuple[int, ...]:
+def _window_ints(values, count: int, least: int, what: str, name) -> tuple[int, ...]:
     values = tuple(values)
     if len(values) != count or any(not least <= v < INDEX_LIMIT for v in values):
         kind = "non-negative" if least == 0 else "positive"
+        name = name() if callable(name) else name
         fail(f"{what} {name} {quote(list(values))} must be {count} {kind} ints below 2**31")
     return tuple(int(v) for v in values)
 
 
 def window(spatial_in: Sequence[int], kernel: Sequence[int], strides=None, dilation=None,
            padding=None, ceil_mode: bool = False, *, what: str = "window",
-           kernel_name: str = "kernel") -> Window:
+           kernel_name="kernel") -> Window:
     """Validate a sliding window's attributes and compute its geometry.
 
     strides default to the kernel (pooling's rule), dilation to 1, padding (every begin,
-    then every end) to 0. `what` and `kernel_name` name the op and its kernel in errors."""
+    then every end) to 0. `what` and `kernel_name` name the op and its kernel in errors
+    (`kernel_name` may be a function that makes the name: called only for the error)."""
     n = len(spatial_in)
     kernel = _window_ints(kernel, n, 1, what, kernel_name)
     strides = kernel if strides is None else _window_ints(strides, n, 1, what, "strides")

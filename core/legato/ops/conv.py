@@ -42,9 +42,9 @@ def conv_window(data_shape, weight_shape, attrs) -> Window:
     _, _, h, w = _layout(data_shape, attrs["data_layout"])
     _, _, kh, kw = oihw_shape(weight_shape, attrs["kernel_layout"])
     return shapes.window((h, w), (kh, kw), attrs["strides"], attrs["dilation"],
-                         attrs["padding"], what="conv2d",
-                         kernel_name=f"weight {list(weight_shape)} ({attrs['kernel_layout']}) "
-                                     "kernel")
+                         attrs["padding"], what="conv2d",  # (the name made for an error only)
+                         kernel_name=lambda: f"weight {list(weight_shape)} "
+                                             f"({attrs['kernel_layout']}) kernel")
 
 
 def _conv2d(types, attrs):
