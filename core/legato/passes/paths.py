@@ -120,16 +120,14 @@ class Look:
             if last is not None and not self._at(ends, paths[last], gi):
                 return False
         for k, p in enumerate(paths):
-            found = ends.get((p, gi))
-            if found is None:
-                found = ends[(p, gi)] = self._ends_of(p, gi)
-            if not found:
+            if not self._at(ends, p, gi):
                 if hint is not None:
                     hint["refused"] = k
                 return False
         return True
 
     def _at(self, ends: dict, p: "Path", gi: int) -> tuple:
+        """The ends of path `p` from `gi`, worked out once while `claimed` stands."""
         found = ends.get((p, gi))
         if found is None:
             found = ends[(p, gi)] = self._ends_of(p, gi)
@@ -140,9 +138,7 @@ class Look:
         view = self.view
         if p.how == ROOT:
             return (gi,) if self._fits(p, gi) else ()
-        parents = self._ends.get((p.parent, gi))
-        if parents is None:
-            parents = self._ends[(p.parent, gi)] = self._ends_of(p.parent, gi)
+        parents = self._at(self._ends, p.parent, gi)
         out = []
         calls, producer, how, op = view.calls, view.producer, p.how, p.op
         for j in parents:

@@ -62,13 +62,11 @@ class Recovery:
     def miss_at(self, op: str, reason: str, owners: tuple, calls) -> None:
         """`miss` once, at the input calls `owners` (indices into `calls`; the first is
         named where the reason is new): the hot path, with no function made per miss."""
-        reasons = self.misses.get(op)
-        if reasons is None:
-            reasons = self.misses[op] = {}
-        reasons[reason] = reasons.get(reason, 0) + 1
+        at = None
         if owners and (op, reason) not in self.where:
             first = min(owners)
-            self.where[op, reason] = f"call {first} ({calls[first].op})"
+            at = f"call {first} ({calls[first].op})"
+        self.miss(op, reason, 1, at)
 
     def text(self) -> str:
         lines = []

@@ -378,17 +378,13 @@ def const_item(contents: dict, const: Const) -> tuple:
     own while the entry lives): a bytes object hashes once, and each region key read a
     16 KB weight's contents again, copying and hashing them (nn.linear is tried at every
     matmul with a constant weight)."""
-    return _contents_entry(contents, const)[2]
-
-
-def _contents_entry(contents: dict, const: Const) -> tuple:
     found = contents.get(id(const))
     if found is None:
         if len(contents) >= MAX_CONTENTS:
             contents.clear()
-        data = const.data.tobytes()
-        found = contents[id(const)] = (const, data, (const.type.dtype, const.type.shape, data))
-    return found
+        found = contents[id(const)] = (const, (const.type.dtype, const.type.shape,
+                                               const.data.tobytes()))
+    return found[1]
 
 
 def opdef_attrs(registry, template, attrs):
