@@ -54,6 +54,13 @@ typedef void (*lgk_direct_b_ukernel)(int rows, int64_t kc, const float *a, const
                                      int64_t ldb, float *pack, float *c, int64_t ldc,
                                      int accumulate, const tile_ep *ep);
 
+/* The tile of `rows` (1 .. MR) rows and only its first `cols` (1 .. NR - 1) columns, A
+ * packed (lda == 0) or read in place (lda > 0, as the direct kernel), from a whole
+ * packed B sliver: C outside the columns is neither read nor written. */
+typedef void (*lgk_cols_ukernel)(int rows, int cols, int64_t kc, const float *a, int64_t lda,
+                                 const float *b, float *c, int64_t ldc, int accumulate,
+                                 const tile_ep *ep);
+
 /* ep on one value v whose C element held c_old, as lgk_activate does it (NaN stays NaN,
  * -0 becomes +0). */
 static inline float tile_ep_value(const tile_ep *ep, int i, int j, float v, float c_old)
@@ -75,6 +82,7 @@ typedef struct {
     lgk_edge_ukernel edge; /* NULL: edge rows go through a scratch tile */
     lgk_direct_ukernel direct; /* NULL: A is always packed */
     lgk_direct_b_ukernel direct_b; /* NULL: B is always packed */
+    lgk_cols_ukernel cols; /* NULL: a partial sliver goes through a scratch tile */
 } gemm_impl;
 
 #define MAX_MR 16
@@ -312,6 +320,140 @@ static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, con
     }
 }
 
+/* avx512_ep on the lanes of mask only (the others are past C's columns: neither the
+ * column bias nor C is read there). */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 avx512_ep_masked(const tile_ep *ep, int i, int j, const float *ci, __m512 v,
+                                      __mmask16 mask)
+{
+    if (ep->row_bias != NULL)
+        v = _mm512_add_ps(v, _mm512_set1_ps(ep->row_bias[i]));
+    if (ep->col_bias != NULL)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->col_bias + j));
+    if (ep->add_c)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ci + j));
+    if (ep->activation != LGK_ACT_NONE) {
+        __m512 zero = _mm512_setzero_ps();
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
+        if (ep->activation == LGK_ACT_RELU6) {
+            __m512 six = _mm512_set1_ps(6.0f);
+            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
+        }
+    }
+    return v;
+}
+
+/* The first `nv` (1 or 2) vectors of a tile's rows, the last one's lanes limited to
+ * `last`: a partial sliver (14 x 14 maps: 196 = 6 x 32 + 4 columns) ran a whole 32-wide
+ * tile into scratch, 1/7 of the multiply-adds for 4 columns, and copied it out. The
+ * products and sums per element are the full tile's, in the same order. */
+__attribute__((target("avx512f"), always_inline))
+static inline void avx512_cols(const int rows, const int nv, __mmask16 last, int64_t kc,
+                               const float *restrict a, const int64_t a_rs, const int64_t a_ks,
+                               const float *restrict b, float *restrict c, int64_t ldc,
+                               int accumulate, const tile_ep *ep)
+{
+    __m512 acc[AVX512_MR][2];
+    __mmask16 mask[2] = {nv == 1 ? last : (__mmask16)0xffff, last};
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i)
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = nv == 2 ? _mm512_loadu_ps(b + 16) : b0;
+#pragma GCC unroll 12
+        for (int i = 0; i < rows; ++i) {
+            __m512 ai = _mm512_set1_ps(a[i * a_rs]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            if (nv == 2)
+                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        a += a_ks;
+        b += AVX512_NR;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i) {
+        float *ci = c + i * ldc;
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; ++v) {
+            if (accumulate)
+                acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+            if (ep != NULL)
+                acc[i][v] = avx512_ep_masked(ep, i, 16 * v, ci, acc[i][v], mask[v]);
+            _mm512_mask_storeu_ps(ci + 16 * v, mask[v], acc[i][v]);
+        }
+    }
+}
+
+/* At most 8 columns: one ymm per row, of which a Zen 4 core does two multiply-adds a
+ * cycle to one zmm (14 x 14 maps' last 4 columns: half a 16-wide tile's time). Same
+ * sums as avx512_cols. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void ymm_cols(const int rows, int cols, int64_t kc, const float *restrict a,
+                            const int64_t a_rs, const int64_t a_ks, const float *restrict b,
+                            float *restrict c, int64_t ldc, int accumulate, const tile_ep *ep)
+{
+    __m256 acc[AVX512_MR];
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols),
+                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i)
+        acc[i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k) {
+        __m256 b0 = _mm256_loadu_ps(b);
+#pragma GCC unroll 12
+        for (int i = 0; i < rows; ++i)
+            acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + i * a_rs), b0, acc[i]);
+        a += a_ks;
+        b += AVX512_NR;
+    }
+    __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+#pragma GCC unroll 12
+    for (int i = 0; i < rows; ++i) {
+        float *ci = c + i * ldc;
+        __m256 v = acc[i];
+        if (accumulate)
+            v = _mm256_add_ps(v, _mm256_maskload_ps(ci, mask));
+        if (ep != NULL) {
+            if (ep->row_bias != NULL)
+                v = _mm256_add_ps(v, _mm256_set1_ps(ep->row_bias[i]));
+            if (ep->col_bias != NULL)
+                v = _mm256_add_ps(v, _mm256_maskload_ps(ep->col_bias, mask));
+            if (ep->add_c)
+                v = _mm256_add_ps(v, _mm256_maskload_ps(ci, mask));
+            if (ep->activation != LGK_ACT_NONE) /* x <= 0 and x >= 6 are false for NaN */
+                v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LE_OQ));
+            if (ep->activation == LGK_ACT_RELU6)
+                v = _mm256_blendv_ps(v, six, _mm256_cmp_ps(v, six, _CMP_GE_OQ));
+        }
+        _mm256_maskstore_ps(ci, mask, v);
+    }
+}
+
+#define AVX512_COLS_CASE(R)                                                                  \
+    case R:                                                                                  \
+        if (cols <= 8)                                                                       \
+            ymm_cols(R, cols, kc, a, a_rs, a_ks, b, c, ldc, accumulate, ep);                 \
+        else if (cols > 16)                                                                  \
+            avx512_cols(R, 2, last, kc, a, a_rs, a_ks, b, c, ldc, accumulate, ep);           \
+        else                                                                                 \
+            avx512_cols(R, 1, last, kc, a, a_rs, a_ks, b, c, ldc, accumulate, ep);           \
+        break;
+
+__attribute__((target("avx512f,avx2,fma")))
+static void cols_avx512(int rows, int cols, int64_t kc, const float *a, int64_t lda,
+                        const float *b, float *c, int64_t ldc, int accumulate, const tile_ep *ep)
+{
+    int tail = cols > 16 ? cols - 16 : cols; /* 1 .. 16 lanes in the last vector */
+    __mmask16 last = (__mmask16)((1u << tail) - 1u);
+    int64_t a_rs = lda > 0 ? lda : 1, a_ks = lda > 0 ? 1 : AVX512_MR;
+    switch (rows) {
+    AVX512_COLS_CASE(1) AVX512_COLS_CASE(2) AVX512_COLS_CASE(3) AVX512_COLS_CASE(4)
+    AVX512_COLS_CASE(5) AVX512_COLS_CASE(6) AVX512_COLS_CASE(7) AVX512_COLS_CASE(8)
+    AVX512_COLS_CASE(9) AVX512_COLS_CASE(10) AVX512_COLS_CASE(11) AVX512_COLS_CASE(12)
+    default: break;
+    }
+}
+
 #define AVX512_DIRECT_B_CASE(R) \
     case R: avx512_rows(R, kc, a, 1, AVX512_MR, b, ldb, pack, c, ldc, accumulate, ep); break;
 
@@ -337,13 +479,13 @@ static void direct_b_avx512(int rows, int64_t kc, const float *a, const float *b
  * mc 96-480, nc 1024-4096 on Zen (48K L1 / 1M L2) found these best or tied. */
 
 static const gemm_impl impl_generic = {LGK_ISA_GENERIC, GEN_MR, GEN_NR, 256, 128, 2048,
-                                       ukernel_generic, NULL, NULL, NULL};
+                                       ukernel_generic, NULL, NULL, NULL, NULL};
 #ifdef LGK_X86_KERNELS
 static const gemm_impl impl_avx2 = {LGK_ISA_AVX2, AVX2_MR, AVX2_NR, 256, 144, 2048, ukernel_avx2,
-                                    edge_avx2, NULL, NULL};
+                                    edge_avx2, NULL, NULL, NULL};
 static const gemm_impl impl_avx512 = {LGK_ISA_AVX512, AVX512_MR, AVX512_NR, 256, 240, 2048,
                                       ukernel_avx512, edge_avx512, direct_avx512,
-                                      direct_b_avx512};
+                                      direct_b_avx512, cols_avx512};
 #endif
 
 static int cpu_can_run(int isa)
@@ -594,6 +736,8 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                             tep);
             } else if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
                 run_tile(g, m, kc, a, lda, b, cij, ldc, accumulate, tep);
+            } else if (g->cols != NULL) {
+                g->cols((int)m, (int)n, kc, a, lda, b, cij, ldc, accumulate, tep);
             } else if (ep != NULL && ep->add_c) { /* edge, C's addend read before the store */
                 run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
                 for (int64_t i = 0; i < m; ++i)

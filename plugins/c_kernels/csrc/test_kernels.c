@@ -864,6 +864,7 @@ static void test_subnormals(void) {}
 #include "test_grid_split.inc"
 #include "test_gemm_direct.inc"
 #include "test_gemm_pack_in_tiles.inc"
+#include "test_gemm_cols.inc"
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
 #include "test_qim2col.inc"
@@ -907,6 +908,7 @@ int main(void)
     test_grid_split();
     test_gemm_direct();
     test_gemm_pack_in_tiles();
+    test_gemm_cols();
     test_qconv();
     test_qdwconv();
     test_qconv_vnni();
