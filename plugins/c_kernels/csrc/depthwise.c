@@ -18,7 +18,8 @@
  *    straight from the input, rows of 16 outputs at once (depthwise_3x3.inc): no copy,
  *    no transposes; on 7-wide maps most of its lanes would idle. Small maps of stride 1
  *    (33..256 outputs, rows as wide as the input's) go as one run of pixels a plane,
- *    16 consecutive outputs a vector whatever rows they span.
+ *    16 consecutive outputs a vector whatever rows they span. Maps at most 8 outputs
+ *    wide from rows of at most 16 inputs go two planes a vector, one in each half.
  * Without AVX-512 every conv goes by planes of 8-lane vectors (depthwise_planes.inc
  * is the plane code for both widths). The 16-lane forms apply relu and relu6 in registers.
  * The caller (lgk_conv2d_nchw) has checked the shapes and buffer sizes.
@@ -494,6 +495,8 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
     if (!dw_wide())
         return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 #ifdef DW_X86
+    if (dwn_fits(p, ow))
+        return dwn_by_pairs(p, oh, ow, x, w, bias, y, activation, threads);
     if (dwf_fits(p, oh, ow))
         return dwf_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
     if (dw3_fits(p) && ow >= DW3_MIN_OW)
