@@ -1217,6 +1217,95 @@ __attribute__((target("avx512f"))) static void pool_row_avx512(
     }
 }
 
+/* Output columns [i, i + n) of a 3-wide stride-2 max row exactly as pool_row_avx512 does
+ * them (each column's rows in order, then its 3 columns in order, lgk_maxf): for the
+ * groups holding a NaN, whose propagation vmaxps does not keep. */
+static void max_3s2_exact(const lgk_pool2d_params *p, const float *plane, const window *wy,
+                          int64_t oy, int64_t i, int64_t n, float *y)
+{
+    for (int64_t t = 0; t < n; ++t) {
+        float out = -INFINITY;
+        for (int64_t kj = 0; kj < 3; ++kj) {
+            int64_t col = 2 * (i + t) + kj - p->pad_left;
+            float c = -INFINITY;
+            for (int64_t ki = wy->lo; ki < wy->hi && col >= 0 && col < p->w; ++ki) {
+                float v = plane[(oy * p->stride_h - p->pad_top + ki * p->dilation_h) * p->w + col];
+                c = ki == wy->lo ? v : lgk_maxf(c, v);
+            }
+            out = lgk_maxf(out, c);
+        }
+        y[i + t] = out;
+    }
+}
+
+/* Input columns [c, c + 32) of a row of a 3-wide stride-2 max pool, reduced down the
+ * window's rows into v[0], v[1] (columns at or past w read as -inf). Returns nonzero
+ * where a NaN was read: vmaxps(acc, x) is lgk_maxf(acc, x) except where acc is NaN. */
+__attribute__((target("avx512f"), always_inline)) static inline int max_3s2_rows(
+    const float *first, int64_t row_step, const window *wy, int64_t c, int64_t w, __m512 *v)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __mmask16 m0 = lanes(w - c), m1 = lanes(w - c - 16), nan = 0;
+    int masked = c + 32 > w; /* merge-masked loads cost more than plain ones */
+    v[0] = v[1] = ninf;
+    for (int64_t ki = wy->lo; ki < wy->hi; ++ki) {
+        const float *row = first + ki * row_step + c;
+        __m512 r0, r1;
+        if (masked) {
+            r0 = _mm512_mask_loadu_ps(ninf, m0, row);
+            r1 = _mm512_mask_loadu_ps(ninf, m1, row + 16);
+        } else {
+            r0 = _mm512_loadu_ps(row);
+            r1 = _mm512_loadu_ps(row + 16);
+        }
+        nan |= _mm512_cmp_ps_mask(r0, r1, _CMP_UNORD_Q);
+        v[0] = ki == wy->lo ? r0 : _mm512_max_ps(v[0], r0);
+        v[1] = ki == wy->lo ? r1 : _mm512_max_ps(v[1], r1);
+    }
+    return nan != 0;
+}
+
+/* Max pooling 3 columns wide at column stride 2 with one column of left padding
+ * (ResNet's 3x3 stride-2 pool), 16 outputs from the 32 input columns [2i, 2i + 32)
+ * reduced down the rows in registers: columns 2t and 2t + 1 picked by permutes, column
+ * 2t - 1 from the same vectors moved one lane on, the previous group's last column
+ * carried in. The reduced row went through memory, and each tap through masked loads
+ * and a NaN-keeping blend: 2x this one's time. Bit-identical to pool_row_avx512: a
+ * group that may hold a NaN (and the one after it, which reads its last column) is
+ * redone in lgk_maxf's order by max_3s2_exact. */
+__attribute__((target("avx512f"))) static void max_row_3s2_avx512(
+    const lgk_pool2d_params *p, const float *plane, const window *wy, int64_t oy, int64_t ow,
+    float *y)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const float *first = plane + (oy * p->stride_h - p->pad_top) * p->w;
+    __m512 prev = _mm512_set1_ps(-INFINITY); /* columns 2i - 16 .. 2i - 1: column -1 pads */
+    int nan_before = 0;
+    for (int64_t i = 0; i < ow; i += 16) {
+        int64_t n = LGK_MIN((int64_t)16, ow - i);
+        __m512 v[2];
+        int nan = max_3s2_rows(first, p->dilation_h * p->w, wy, 2 * i, p->w, v);
+        if (nan || nan_before) {
+            max_3s2_exact(p, plane, wy, oy, i, n, y);
+        } else {
+            __m512i v0 = _mm512_castps_si512(v[0]), v1 = _mm512_castps_si512(v[1]);
+            __m512 left0 = _mm512_castsi512_ps(
+                _mm512_alignr_epi32(v0, _mm512_castps_si512(prev), 15));
+            __m512 left1 = _mm512_castsi512_ps(_mm512_alignr_epi32(v1, v0, 15));
+            __m512 acc = _mm512_max_ps(_mm512_permutex2var_ps(left0, even, left1),
+                                       _mm512_permutex2var_ps(v[0], even, v[1]));
+            acc = _mm512_max_ps(acc, _mm512_permutex2var_ps(v[0], odd, v[1]));
+            if (n == 16)
+                _mm512_storeu_ps(y + i, acc);
+            else
+                _mm512_mask_storeu_ps(y + i, lanes(n), acc);
+        }
+        prev = v[1], nan_before = nan;
+    }
+}
+
 static int pool_row_vectors(const lgk_pool2d_params *p)
 {
     __builtin_cpu_init();
@@ -1229,6 +1318,13 @@ static int pool_row_vectors(const lgk_pool2d_params *p)
     return 0;
 }
 #endif
+
+/* Whether max_row_3s2_avx512 pools the rows. */
+static int pool_row_3s2(const lgk_pool2d_params *p, int is_max)
+{
+    return is_max && p->kw == 3 && p->stride_w == 2 && p->dilation_w == 1 && p->pad_left == 1
+           && pool_row_vectors(p);
+}
 
 /* Few outputs per row (global pooling): tap passes over 1-2 outputs would be
  * all loop overhead, so walk each window instead. */
@@ -1277,8 +1373,8 @@ static int pool_planes(void *ctx, int64_t begin, int64_t end)
     const lgk_pool2d_params *p = j->p;
     float *r = malloc((size_t)j->rw * sizeof(float));
     LGK_CHECK(r != NULL, LGK_ERR_NOMEM);
-    int vectors = pool_row_vectors(p);
-    (void)vectors; /* unused without the x86 kernels */
+    int vectors = pool_row_vectors(p), three_by_two = pool_row_3s2(p, j->is_max);
+    (void)vectors, (void)three_by_two; /* unused without the x86 kernels */
     for (int64_t plane = begin; plane < end; ++plane) {
         const float *xp = j->x + plane * p->h * p->w;
         for (int64_t oy = 0; oy < j->oh; ++oy) {
@@ -1286,6 +1382,8 @@ static int pool_planes(void *ctx, int64_t begin, int64_t end)
             if (j->ow < POOL_MIN_ROW)
                 pool_row_by_window(p, xp, &j->wy[oy], oy, j->wx, j->ow, yr, j->is_max);
 #ifdef CONV_X86
+            else if (three_by_two)
+                max_row_3s2_avx512(p, xp, &j->wy[oy], oy, j->ow, yr);
             else if (vectors)
                 pool_row_avx512(p, xp, &j->wy[oy], oy, j->ow, j->rw, r, yr, j->is_max);
 #endif

@@ -865,6 +865,7 @@ static void test_subnormals(void) {}
 #include "test_gemm_direct.inc"
 #include "test_gemm_pack_in_tiles.inc"
 #include "test_gemm_cols.inc"
+#include "test_pool_3s2.inc"
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
 #include "test_qim2col.inc"
@@ -909,6 +910,7 @@ int main(void)
     test_gemm_direct();
     test_gemm_pack_in_tiles();
     test_gemm_cols();
+    test_pool_3s2();
     test_qconv();
     test_qdwconv();
     test_qconv_vnni();
