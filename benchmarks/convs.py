@@ -9,7 +9,7 @@ activation, or a MaxPool) built with onnx.helper; the same model runs on onnxrun
 case: median µs of both, onnxruntime / c_kernels throughput (above 1: c_kernels faster)
 and the largest error of c_kernels relative to onnxruntime's largest magnitude.
 `--cases` keeps the cases whose name contains any of the comma-separated words; the convs of
-ResNet-50 and MobileNetV2 at 224^2 ("real ...") run only when named (`--cases real`).
+ResNet-50, MobileNetV2 and ConvNeXt-tiny at 224^2 ("real ...") run only when named (`--cases real`).
 Whole runs are timed in interleaved rounds, so load from other processes falls on both.
 
 `--kernels` times the kernels alone instead of whole runs (no per-run overhead of either
@@ -132,9 +132,10 @@ CASES = [
     _dw("dw segformer 3x3 128x8x8", 128, 8, 3),
 ]
 
-# The heaviest convs of ResNet-50 and MobileNetV2 at 224^2 (benchmarks/real_size.py), by
-# the shape they run at there ("real" selects them all; they are kept apart from the zoo's
-# small cases above, which measure per-call costs instead).
+# The heaviest convs of ResNet-50 and MobileNetV2 at 224^2 and ConvNeXt-tiny's depthwise
+# ones (benchmarks/real_size.py), by the shape they run at there ("real" selects them all;
+# they are kept apart from the zoo's small cases above, which measure per-call costs
+# instead).
 REAL_CASES = [
     Case("real resnet50 stem 7x7 s2 3->64 224", 3, 64, 224, 7, 2, 3, act="relu"),
     Case("real resnet50 3x3 64->64 56", 64, 64, 56, 3, 1, 1, act="relu"),
@@ -164,6 +165,10 @@ REAL_CASES = [
     _dw("real mobilenetv2 dw 3x3 384x14", 384, 14, 3, act="relu6"),
     Case("real mobilenetv2 1x1 960->160 7", 960, 160, 7, 1),
     Case("real mobilenetv2 1x1 320->1280 7", 320, 1280, 7, 1, act="relu6"),
+    _dw("real convnext dw 7x7 96x56", 96, 56, 7),
+    _dw("real convnext dw 7x7 192x28", 192, 28, 7),
+    _dw("real convnext dw 7x7 384x14", 384, 14, 7),
+    _dw("real convnext dw 7x7 768x7", 768, 7, 7),
 ]
 
 
