@@ -297,6 +297,51 @@ cb_taps_row(lgk_v16 *acc, const float *base, int64_t step, const float *wp, cons
         }
 }
 
+/* cb_taps_row at stride 1 and no dilation along x, the kernel's width kw (3, 5 or 7) a
+ * constant where inlined: the CB_PIX + kw - 1 input vectors of a kernel row are loaded
+ * once for its kw taps (cb_taps_row loads 9 vectors per 8 multiply-adds, more than the
+ * load ports feed; here 21 per 56 at kw = 7). Same products, summed in the same order. */
+static inline __attribute__((always_inline)) void
+cb_taps_row_s1(lgk_v16 *acc, const float *base, const float *wp, const lgk_v16 *bias,
+               int64_t kh, const int kw, int64_t dy)
+{
+    for (int k = 0; k < CB_PIX; ++k)
+        acc[k] = *bias;
+    for (int64_t ki = 0; ki < kh; ++ki) {
+        const float *s = base + ki * dy;
+        lgk_v16 in[CB_PIX + 6];
+#pragma GCC unroll 14
+        for (int i = 0; i < CB_PIX + kw - 1; ++i)
+            memcpy(&in[i], s + i * CB_LANES, sizeof in[i]);
+#pragma GCC unroll 7
+        for (int kj = 0; kj < kw; ++kj) {
+            lgk_v16 wv;
+            memcpy(&wv, wp + (ki * kw + kj) * CB_LANES, sizeof wv);
+#pragma GCC unroll 8
+            for (int k = 0; k < CB_PIX; ++k)
+                acc[k] += wv * in[k + kj];
+        }
+    }
+}
+
+/* Whether cb_taps_s1 applies: stride 1 and no dilation along x, a 3, 5 or 7 wide kernel. */
+static inline int cb_unit_x(const lgk_conv2d_params *p)
+{
+    return p->stride_w == 1 && p->dilation_w == 1 && (p->kw == 3 || p->kw == 5 || p->kw == 7);
+}
+
+static inline __attribute__((always_inline)) void
+cb_taps_s1(lgk_v16 *acc, const float *base, const float *wp, const lgk_v16 *bias,
+           const lgk_conv2d_params *p, int64_t dy)
+{
+    if (p->kw == 7)
+        cb_taps_row_s1(acc, base, wp, bias, p->kh, 7, dy);
+    else if (p->kw == 5)
+        cb_taps_row_s1(acc, base, wp, bias, p->kh, 5, dy);
+    else
+        cb_taps_row_s1(acc, base, wp, bias, p->kh, 3, dy);
+}
+
 /* The `rows` output rows of a strip, pixel-major into o, from the scratch rows t. */
 static inline __attribute__((always_inline)) void
 cb_compute(const cb_job *j, const float *t, const float *wp, const lgk_v16 *bias, int64_t rows,
@@ -305,12 +350,28 @@ cb_compute(const cb_job *j, const float *t, const float *wp, const lgk_v16 *bias
     const lgk_conv2d_params *p = j->p;
     int64_t ow = j->ow, npix = rows * ow, tw = j->tw;
     int64_t ystep = p->stride_h * tw * CB_LANES, xstep = p->stride_w * CB_LANES;
-    int64_t oy = 0, ox = 0; /* of pixel q */
+    int64_t dy = p->dilation_h * tw * CB_LANES, oy = 0, ox = 0; /* of pixel q */
+    int unit_x = cb_unit_x(p);
+    if (unit_x && ow < CB_PIX) { /* 7 x 7 maps: a block per row (not blocks across rows,
+                                  * which read each tap of each pixel apart); its spare
+                                  * pixels read past the row (the scratch has room) and
+                                  * are stored over the next row's, computed after */
+        for (int64_t r = 0; r < rows; ++r) {
+            lgk_v16 acc[CB_PIX];
+            cb_taps_s1(acc, t + r * ystep, wp, bias, p, dy);
+            *done = dw_clamp(acc, CB_PIX, j->activation);
+            for (int k = 0; k < CB_PIX; ++k)
+                memcpy(o + (r * ow + k) * CB_LANES, &acc[k], sizeof acc[k]);
+        }
+        return;
+    }
     for (int64_t q = 0; q < npix; q += CB_PIX) {
         lgk_v16 acc[CB_PIX];
         if (ox + CB_PIX <= ow) {
             const float *base = t + oy * ystep + ox * xstep;
-            if (p->stride_w == 1)
+            if (unit_x)
+                cb_taps_s1(acc, base, wp, bias, p, dy);
+            else if (p->stride_w == 1)
                 cb_taps_row(acc, base, CB_LANES, wp, bias, p, tw);
             else if (p->stride_w == 2)
                 cb_taps_row(acc, base, 2 * CB_LANES, wp, bias, p, tw);
@@ -426,6 +487,8 @@ static int cb_plan(cb_job *j, int nthreads)
     j->strip_rows = rows;
     j->strips = (j->oh + rows - 1) / rows;
     LGK_TRY(lgk_mul(row, (rows - 1) * p->stride_h + taps_h, &j->t_floats));
+    /* a block of a row narrower than CB_PIX reads up to CB_PIX pixels past the last row */
+    LGK_TRY(lgk_add(j->t_floats, CB_PIX * CB_LANES, &j->t_floats));
     /* outputs and weights have room for whole blocks: constant-count stores */
     LGK_TRY(lgk_mul(rows * j->ow + CB_PIX, CB_LANES, &j->o_floats));
     j->w_floats = (p->kh * p->kw + CB_LANES) / CB_LANES * CB_LANES * CB_LANES;
