@@ -46,24 +46,30 @@ def make_executor(module, backend, fallback, fallback_calls, registry, *, shared
     return PlannedExecutor(module, backend, fallback, fallback_calls, registry, shared=shared)
 
 
-def packed_constant(kernel, call, packed: dict) -> tuple[int, Any]:
+def packed_constant(kernel, call, packed: dict, constant_view=None) -> tuple[int, Any]:
     """(input index, packed form) of `call`'s constant weight, from `packed` (weight,
     transposed, op -> packed form), packed into it the first time (kernels that take one
     say which input: `packed_input = (index, transposed)`; a kernel with
     `pack(weight, **attrs)` packs it itself, or returns None); (-1, None) where there is
-    nothing to pack."""
+    nothing to pack. `constant_view(value)` gives the data of a value that is a view of a
+    constant (a reshaped weight: a conv1d's, made a conv2d's by legalization), or None."""
     spec = getattr(kernel, "packed_input", None)
     if spec is None:
         return -1, None
     index, transposed = spec
     weight = call.inputs[index]
+    if isinstance(weight, Const):
+        data = weight.data
+    else:
+        data = constant_view(weight) if constant_view is not None and weight is not None \
+            else None
     pack = getattr(kernel, "pack", None)
-    if not isinstance(weight, Const) or (pack is None and weight.rank != 2):
+    if data is None or (pack is None and data.ndim != 2):
         return -1, None
     key = (weight, transposed, call.op)
     if key not in packed:
-        packed[key] = pack(weight.data, **call.attrs) if pack is not None else \
-            K.pack_weight(weight.data, transposed=transposed)
+        packed[key] = pack(data, **call.attrs) if pack is not None else \
+            K.pack_weight(data, transposed=transposed)
     return index, packed[key]
 
 
@@ -136,7 +142,7 @@ class _PlannedInstance:
     def _plan(self, flat: Flat) -> dict:
         """Plan buffers and bind every step; returns the view roots."""
         calls = flat.calls
-        roots = view_roots(calls, self._is_view)
+        roots = self._roots = view_roots(calls, self._is_view)
         last_use = last_uses(calls, roots)
         pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
         results = set(flat.results)
@@ -280,9 +286,14 @@ class _PlannedInstance:
 
     def _pack_constant_weight(self, kernel, call, inputs) -> None:
         """A constant weight is packed for the GEMM micro-kernel once, not every run."""
-        index, packed = packed_constant(kernel, call, self._packed)
+        index, packed = packed_constant(kernel, call, self._packed, self._constant_view)
         if packed is not None:
             inputs[index] = packed
+
+    def _constant_view(self, value):
+        """The data of a value that is a view of a constant (its buffer, planned as a
+        reshape of the constant's data), or None."""
+        return self._buffer(value) if isinstance(self._roots.get(value), Const) else None
 
     def _fallback_kernel(self, call):
         backend = self.fallback if self.fallback is not None else self.backend

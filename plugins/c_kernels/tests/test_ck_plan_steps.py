@@ -64,3 +64,26 @@ def test_a_failing_call_in_a_program_is_named():
         run()
     assert run.failed == 1
     assert program.encode(good._replace(fn=lib.lgk_strerror)) is None  # not a program call
+
+
+@pytest.mark.parametrize("op, weight_shape, attrs", [
+    ("nn.conv2d", (8, 4, 1, 3), dict(padding=[0, 1, 0, 1])),  # a conv1d made a conv2d
+    ("matmul", (6, 8), {}),
+])
+def test_a_reshaped_constant_weight_is_packed_once(op, weight_shape, attrs):
+    """A weight reaching its GEMM through a reshape (a view of the constant, no step) is
+    packed at planning like a constant weight, not packed again by every call."""
+    rng = np.random.default_rng(1)
+    weights = rng.standard_normal(int(np.prod(weight_shape))).astype(np.float32)
+    b = legato.GraphBuilder()
+    x = b.input("x", (1, 4, 1, 16) if op == "nn.conv2d" else (5, 6))
+    w = b.call("reshape", b.const(weights), shape=list(weight_shape))
+    mod = b.build(b.call(op, x, w, **attrs))
+    c = legato.compile(mod, "c_kernels")
+    runner = c._runner.prototype
+    step = next(s for s in runner.steps if s.call.op == op)
+    call = step.run.call  # the prepared C call: a packed weight's entry point
+    assert "prepacked" in call.fn.__name__ or "direct" in call.fn.__name__, call.fn
+    assert len(runner._packed) == 1
+    x_in = rng.standard_normal(x.shape).astype(np.float32)
+    np.testing.assert_allclose(c(x_in), legato.reference(mod)(x_in), rtol=1e-5, atol=1e-5)
