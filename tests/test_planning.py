@@ -1,6 +1,7 @@
 """legato.runtime.planning: liveness, buffer reuse and whole-module flattening shared by the
 reference interpreter and planned executors."""
 import numpy as np
+import pytest
 
 import legato
 from legato.ir import CALL_OP
@@ -72,3 +73,19 @@ def test_interpreter_frees_intermediates_with_the_shared_liveness():
     _, _, _, steps, _ = runner.main
     assert [len(step.free) for step in steps] == [len(d) for d in planning.frees(
         mod.main.calls, (*mod.main.params, *mod.main.results))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "int8", "bool"])
+@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (1,), (), (17, 3, 7)])
+def test_arena_buffers_are_zeroed_and_start_on_a_cache_line(shape, dtype):
+    arena = planning.Arena()
+    buffers = [arena.take(shape, dtype) for _ in range(3)]  # several: numpy's own vary
+    for buffer in buffers:
+        assert buffer.shape == shape and buffer.dtype == np.dtype(dtype)
+        assert buffer.size == 0 or buffer.ctypes.data % planning.BUFFER_ALIGN == 0
+        assert not buffer.any()
+        buffer[...] = 1  # writable, and its own memory
+    assert all(b.all() for b in buffers if b.size)
+    arena.give(buffers[0])
+    assert arena.take(shape, dtype) is not None and arena.allocated == \
+        3 * int(np.prod(shape)) * np.dtype(dtype).itemsize

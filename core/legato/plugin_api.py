@@ -14,7 +14,7 @@ What a plugin may rely on is named in `__all__` below, grouped as:
   kernels share with the core (`dft_axis`, `dft_sizes`, `window_counts`).
 - Backends: `Backend`, `parse_capability`, the `Interpreter` an executor can fall back to
   (with `as_tuple`, `bind_inputs`, `describe_call`), memory planning (`flatten`, `Flat`,
-  `Arena`, `last_uses`, `view_roots`), `ToolsMissing` for validators.
+  `Arena`, `aligned_zeros`, `last_uses`, `view_roots`), `ToolsMissing` for validators.
 - Testing: `Sample` (what a `samples` generator yields), `samples` and `difference`.
 
 Stability: these names keep their meaning and signatures across minor versions; a change
@@ -41,7 +41,8 @@ from legato.passes.pipeline import Lowering
 from legato.passes.regions import lift_regions
 from legato.plugins.validators import ToolsMissing
 from legato.runtime.interpreter import Interpreter, as_tuple, bind_inputs, describe_call
-from legato.runtime.planning import Arena, Flat, FlatCall, flatten, last_uses, view_roots
+from legato.runtime.planning import (Arena, Flat, FlatCall, aligned_zeros, flatten, last_uses,
+                                     view_roots)
 from legato.testing import Sample, difference, samples
 
 __all__ = [
@@ -58,7 +59,8 @@ __all__ = [
     "Window", "broadcast_shapes", "channel_view", "dft_axis", "dft_sizes", "norm_axes",
     "norm_axis", "resolve_reshape", "slice_params", "split_sizes", "window", "window_counts",
     # backends
-    "Arena", "Backend", "Flat", "FlatCall", "Interpreter", "ToolsMissing", "as_tuple", "bind_inputs",
+    "Arena", "Backend", "Flat", "FlatCall", "Interpreter", "ToolsMissing", "aligned_zeros", "as_tuple",
+    "bind_inputs",
     "describe_call", "flatten", "last_uses", "parse_capability", "view_roots",
     # a backend's own passes (register(..., passes=[factory])): factory(Lowering) -> pass
     "Lowering", "ModulePass", "PassResult", "lift_regions",

@@ -60,6 +60,22 @@ def frees(steps: Sequence[Any], keep: Iterable, roots: dict | None = None
     return [tuple(values) for values in dying]
 
 
+BUFFER_ALIGN = 64  # bytes: a cache line, and one AVX-512 vector
+
+
+def aligned_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.zeros whose data starts on a BUFFER_ALIGN-byte boundary. numpy's own start 16
+    bytes past one as often as not, and a kernel's vector loads and stores then split
+    cache lines (a max pool's in registers ran 16% slower on such buffers)."""
+    kind = np.dtype(dtype)
+    if kind.hasobject:
+        return np.zeros(shape, kind)
+    nbytes = math.prod(shape) * kind.itemsize
+    raw = np.zeros(nbytes + BUFFER_ALIGN, np.uint8)
+    start = -raw.ctypes.data % BUFFER_ALIGN
+    return raw[start:start + nbytes].view(kind).reshape(shape)
+
+
 class Arena:
     """Buffers by size and dtype: a buffer given back serves a later value of the same
     size. `allocated` counts the bytes of the buffers it had to make."""
@@ -75,7 +91,7 @@ class Arena:
         if pool:
             return pool.pop().reshape(shape)
         self.allocated += size * kind.itemsize
-        return np.zeros(shape, dtype)  # zeros: nothing uninitialised is ever read
+        return aligned_zeros(shape, kind)  # zeros: nothing uninitialised is ever read
 
     def give(self, buffer: np.ndarray) -> None:
         self._free.setdefault((buffer.size, buffer.dtype), []).append(buffer)

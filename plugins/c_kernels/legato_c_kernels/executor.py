@@ -28,8 +28,8 @@ import numpy as np
 
 import legato
 from legato.plugin_api import (CALL_OP, CUSTOM_OP, Arena, Const, ExecutionError, Flat,
-                               FlatCall, LegatoError, as_tuple, bind_inputs, decode_custom,
-                               describe_call, flatten, last_uses, view_roots)
+                               FlatCall, LegatoError, aligned_zeros, as_tuple, bind_inputs,
+                               decode_custom, describe_call, flatten, last_uses, view_roots)
 
 from . import kernels as K
 from . import program
@@ -129,7 +129,7 @@ class _PlannedInstance:
     # --- buffers ----------------------------------------------------------------------
 
     def _own(self, value) -> np.ndarray:
-        self.buffers[value] = np.zeros(value.shape, value.dtype)
+        self.buffers[value] = aligned_zeros(value.shape, value.dtype)
         return self.buffers[value]
 
     def _buffer(self, value):
