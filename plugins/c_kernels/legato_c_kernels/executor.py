@@ -92,6 +92,12 @@ def pack_constants(module, backend, fallback_calls, shared: dict) -> None:
 make_executor.pack_constants = pack_constants
 
 
+# The largest result (elements) of a step computed once from constants when the plan is
+# made: as the core's constant folding bounds what it folds, so that a small table
+# broadcast to a large mask is not kept alive between runs in full.
+CONSTANT_STEP_MAX_ELEMENTS = 1 << 20
+
+
 class _Step:
     """A bound step: `run()` computes it on the planned buffers; `touches` says which
     values it reads and writes, and how (see boundary.Touch)."""
@@ -144,9 +150,15 @@ class _PlannedInstance:
         calls = flat.calls
         roots = self._roots = view_roots(calls, self._is_view)
         last_use = last_uses(calls, roots)
-        pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
         results = set(flat.results)
+        constant = self._constant_steps(calls, roots, results)
+        pinned = {roots.get(v, v) for v in (*flat.params, *flat.results)}
+        pinned.update(out for step in constant for out in step.outputs)
+        self.computed_once = 0
         for index, step in enumerate(calls):
+            if step in constant:
+                self._compute_once(step)
+                continue
             dying = [r for r in {roots.get(v, v) for v in step.inputs if v is not None}
                      if r in self.buffers and r not in pinned and last_use.get(r) == index]
             self._assign_outputs(step, dying, roots, results)
@@ -154,6 +166,42 @@ class _PlannedInstance:
             for root in dying:  # what was not reused in place goes back to the arena
                 self.arena.give(self.buffers[root])
         return roots
+
+    def _constant_steps(self, calls, roots, results) -> set:
+        """The steps that compute from constants only (a causal mask, position ids and
+        their embeddings: ops on constant tables that a model repeats per layer), each
+        result at most CONSTANT_STEP_MAX_ELEMENTS: computed once, by the same kernels, when
+        the plan is made. Views stay views; results, function calls and custom calls are
+        left to every run."""
+        known: set = set()  # values such steps compute, and views of them
+
+        def constant(value) -> bool:
+            root = roots.get(value, value)
+            return value is None or isinstance(value, Const) or isinstance(root, Const) \
+                or root in known
+
+        steps = set()
+        for step in calls:
+            if step.op in (CALL_OP, CUSTOM_OP) or self._is_view(step) or \
+                    any(out in results or out.type.size > CONSTANT_STEP_MAX_ELEMENTS
+                        for out in step.outputs):
+                continue
+            if all(constant(v) for v in step.inputs):
+                steps.add(step)
+                known.update(step.outputs)
+        return steps
+
+    def _compute_once(self, step) -> None:
+        """A constant step, run now into buffers of its own that nothing reuses."""
+        for out in step.outputs:
+            self.buffers[out] = aligned_zeros(out.shape, out.dtype)
+        self._bind(step)
+        bound = self.steps.pop()
+        try:
+            bound.run()
+        except LegatoError as err:
+            raise ExecutionError(f"{describe_call(step.call, step.where)}: {err}") from None
+        self.computed_once += 1
 
     def _is_view(self, call) -> bool:
         """A call whose kernel says its result may be a view of its first input (reshape):
@@ -345,10 +393,11 @@ class _PlannedInstance:
         return [(step.call.op, float(t)) for step, t in zip(self.steps, medians)]
 
     def stats(self) -> dict:
-        """How the plan came out: steps, steps that are one prepared C call, bytes of
-        intermediate buffers, inputs read in place and results written in place."""
+        """How the plan came out: steps, steps that are one prepared C call, steps computed
+        once at planning (from constants only), bytes of intermediate buffers, inputs read
+        in place and results written in place."""
         direct = sum(getattr(step.run, "direct", False) for step in self.steps)
-        return {"steps": len(self.steps), "replayed": direct,
+        return {"steps": len(self.steps), "replayed": direct, "computed_once": self.computed_once,
                 "merged": sum(len(indices) for _, indices in self.runs if len(indices) > 1),
                 "calls": len(self.runs),
                 "arena_bytes": self.arena.allocated,

@@ -11,7 +11,7 @@ def test_a_reshaped_constant_is_a_view_of_its_data_not_a_step():
     b = legato.GraphBuilder()
     x = b.input("x", (3, 4))
     w = b.call("reshape", b.const(weights.copy()), shape=[3, 4])
-    y = b.call("exp", b.call("add", w, 1.0))  # elementwise: may run in place on a dying input
+    y = b.call("exp", b.call("add", w, x))  # elementwise: may run in place on a dying input
     mod = b.build(b.call("multiply", y, x))
     c = legato.compile(mod, "c_kernels")
     ops = [step.call.op for step in c._runner.prototype.steps]
@@ -87,3 +87,28 @@ def test_a_reshaped_constant_weight_is_packed_once(op, weight_shape, attrs):
     assert len(runner._packed) == 1
     x_in = rng.standard_normal(x.shape).astype(np.float32)
     np.testing.assert_allclose(c(x_in), legato.reference(mod)(x_in), rtol=1e-5, atol=1e-5)
+
+
+def test_steps_on_constants_only_are_computed_once_when_planned():
+    """A causal mask built from constant tables (as a decoder repeats it per layer) is
+    computed by the backend's kernels when the plan is made, not on every run, into a
+    buffer no later step writes over; results and steps reading inputs still run."""
+    rng = np.random.default_rng(2)
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 4))
+    rows = b.call("reshape", b.const(np.arange(4, dtype=np.float32)), shape=[4, 1])
+    cols = b.const(np.arange(4, dtype=np.float32).reshape(1, 4))
+    mask = b.call("where", b.call("less_equal", cols, rows), b.const(np.zeros(1, np.float32)),
+                  b.const(np.full(1, -1e9, np.float32)))
+    scaled = b.call("multiply", mask, 0.5)
+    y = b.call("exp", b.call("add", x, scaled))  # may reuse a dying buffer in place
+    mod = b.build(b.call("add", y, scaled))
+    c = legato.compile(mod, "c_kernels")
+    runner = c._runner.prototype
+    ops = [step.call.op for step in runner.steps]
+    assert ops == ["add", "exp", "add"], ops
+    assert runner.stats()["computed_once"] == 3
+    want = legato.reference(mod)
+    for _ in range(3):  # a step writing over the mask would change the next run
+        x_in = rng.standard_normal((4, 4)).astype(np.float32)
+        np.testing.assert_allclose(c(x_in), want(x_in), rtol=1e-6)
