@@ -738,6 +738,11 @@ const char *lgk_activation_name(int activation)
       lgk_permute_copy(W(0), PTR(1), PTR(2), W(3), PTR(4), PTR(5), W(6)))                 \
     X(lgk_permute_copy_elems, "iippippi",                                                 \
       lgk_permute_copy_elems(W(0), W(1), PTR(2), PTR(3), W(4), PTR(5), PTR(6), W(7)))     \
+    X(lgk_permute_copy_threads, "ippippii",                                               \
+      lgk_permute_copy_threads(W(0), PTR(1), PTR(2), W(3), PTR(4), PTR(5), W(6), W(7)))   \
+    X(lgk_permute_copy_elems_threads, "iippippii",                                        \
+      lgk_permute_copy_elems_threads(W(0), W(1), PTR(2), PTR(3), W(4), PTR(5), PTR(6),     \
+                                     W(7), W(8)))                                          \
     X(lgk_sgemm, "iiipiiipiiipiipiiii",                                                   \
       lgk_sgemm(W(0), W(1), W(2), PTR(3), W(4), W(5), W(6), PTR(7), W(8), W(9), W(10),    \
                 PTR(11), W(12), W(13), PTR(14), W(15), W(16), W(17), W(18)))              \

@@ -320,6 +320,15 @@ int lgk_permute_copy(int ndim, const int64_t *shape,
 int lgk_permute_copy_elems(int elem_size, int ndim, const int64_t *shape,
                            const void *src, int64_t src_len, const int64_t *src_strides,
                            void *dst, int64_t dst_len);
+/* The two above on up to nthreads threads (slabs of the copy's outermost dim; copies
+ * under 256 KiB stay on the calling thread); the same result at any thread count. */
+int lgk_permute_copy_threads(int ndim, const int64_t *shape,
+                             const float *src, int64_t src_len, const int64_t *src_strides,
+                             float *dst, int64_t dst_len, int nthreads);
+int lgk_permute_copy_elems_threads(int elem_size, int ndim, const int64_t *shape,
+                                   const void *src, int64_t src_len,
+                                   const int64_t *src_strides, void *dst, int64_t dst_len,
+                                   int nthreads);
 
 /* ---- int8 GEMM and convolution (qgemm.c, qconv.c) ---------------------------------
  * Quantized operands are uint8 or int8 bytes; products accumulate in int32 on

@@ -199,9 +199,55 @@ static void pm_move_before_last(pm_layout *l, int p)
     l->shape[l->n - 2] = shape, l->ss[l->n - 2] = ss, l->ds[l->n - 2] = ds;
 }
 
-int lgk_permute_copy_elems(int elem_size, int ndim, const int64_t *shape, const void *src,
-                           int64_t src_len, const int64_t *src_strides, void *dst,
-                           int64_t dst_len)
+/* A planned copy: the layout, its kernel and how many of its dims that kernel takes. */
+typedef struct {
+    pm_layout l;
+    int kind, outer, elem_size;
+    pm_inner_fn *block;
+    const unsigned char *from;
+    unsigned char *to;
+} pm_plan;
+
+/* Every block of l (dims [0, outer) counted one by one, the kernel on the rest). */
+static void pm_walk(const pm_plan *p, const pm_layout *l, const unsigned char *from,
+                    unsigned char *to)
+{
+    int64_t idx[LGK_MAX_NDIM] = {0}, so = 0, dof = 0;
+    int es = p->elem_size;
+    for (;;) {
+        p->block(l, p->kind, p->outer, PM_AT(from, so, es), PM_AT(to, dof, es));
+        int d = p->outer - 1;
+        for (; d >= 0; --d) { /* odometer over the outer dims */
+            so += l->ss[d], dof += l->ds[d];
+            if (++idx[d] < l->shape[d])
+                break;
+            so -= l->ss[d] * l->shape[d], dof -= l->ds[d] * l->shape[d];
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+/* Indices [b, e) of the layout's first dim: the same walk over that slab. */
+static int pm_slab(void *ctx, int64_t b, int64_t e)
+{
+    const pm_plan *p = ctx;
+    pm_layout l = p->l;
+    l.shape[0] = e - b;
+    pm_walk(p, &l, PM_AT(p->from, b * p->l.ss[0], p->elem_size),
+            PM_AT(p->to, b * p->l.ds[0], p->elem_size));
+    return LGK_OK;
+}
+
+/* Copies below this many bytes stay on the calling thread (a 256 KiB transpose takes
+ * ~20 us: a hand-off to a worker costs 1-2). */
+#define PM_PARALLEL_BYTES ((int64_t)256 * 1024)
+
+int lgk_permute_copy_elems_threads(int elem_size, int ndim, const int64_t *shape,
+                                   const void *src, int64_t src_len,
+                                   const int64_t *src_strides, void *dst, int64_t dst_len,
+                                   int nthreads)
 {
     int64_t count, extent, bytes;
     LGK_CHECK(elem_size == 1 || elem_size == 2 || elem_size == 4 || elem_size == 8,
@@ -218,42 +264,51 @@ int lgk_permute_copy_elems(int elem_size, int ndim, const int64_t *shape, const 
     LGK_TRY(lgk_mul(LGK_MAX(src_len, dst_len), elem_size, &bytes));
     LGK_CHECK((uint64_t)bytes <= SIZE_MAX, LGK_ERR_OVERFLOW);
     LGK_CHECK(src != NULL && dst != NULL, LGK_ERR_NULL);
-    const unsigned char *from = src;
-    unsigned char *to = dst;
-    pm_layout l;
-    pm_simplify(ndim, shape, src_strides, &l);
-    if (l.n == 0) {
-        memcpy(to, from, (size_t)elem_size);
+    pm_plan p = {.elem_size = elem_size, .from = src, .to = dst};
+    pm_layout *l = &p.l;
+    pm_simplify(ndim, shape, src_strides, l);
+    if (l->n == 0) {
+        memcpy(p.to, p.from, (size_t)elem_size);
         return LGK_OK;
     }
-    int last = l.n - 1, kind = PM_RUNS, p = -1;
-    if (l.ss[last] != 1) {
+    int last = l->n - 1, pos = -1;
+    p.kind = PM_RUNS;
+    if (l->ss[last] != 1) {
         for (int d = 0; d < last; ++d)
-            if (l.ss[d] == 1)
-                p = d;
-        kind = p >= 0 ? PM_TRANSPOSE : PM_GATHER;
-        if (p >= 0)
-            pm_move_before_last(&l, p);
+            if (l->ss[d] == 1)
+                pos = d;
+        p.kind = pos >= 0 ? PM_TRANSPOSE : PM_GATHER;
+        if (pos >= 0)
+            pm_move_before_last(l, pos);
     }
     /* the kernel takes the last two dims, three where the rows are short */
-    int inner = LGK_MIN(l.n, kind == PM_RUNS && l.shape[last] < 64 ? 3 : 2);
-    int outer = l.n - inner;
-    pm_inner_fn *block = elem_size == 1 ? pm_inner_1 : elem_size == 2 ? pm_inner_2
-                       : elem_size == 4 ? pm_inner_4 : pm_inner_8;
-    int64_t idx[LGK_MAX_NDIM] = {0}, so = 0, dof = 0;
-    for (;;) {
-        block(&l, kind, outer, PM_AT(from, so, elem_size), PM_AT(to, dof, elem_size));
-        int d = outer - 1;
-        for (; d >= 0; --d) { /* odometer over the outer dims */
-            so += l.ss[d], dof += l.ds[d];
-            if (++idx[d] < l.shape[d])
-                break;
-            so -= l.ss[d] * l.shape[d], dof -= l.ds[d] * l.shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return LGK_OK;
-    }
+    int inner = LGK_MIN(l->n, p.kind == PM_RUNS && l->shape[last] < 64 ? 3 : 2);
+    p.outer = l->n - inner;
+    p.block = elem_size == 1 ? pm_inner_1 : elem_size == 2 ? pm_inner_2
+            : elem_size == 4 ? pm_inner_4 : pm_inner_8;
+    /* threads take slabs of the first dim; where that is a transpose's rows, whole tiles */
+    int threads = count * elem_size >= PM_PARALLEL_BYTES ? lgk_clamp_threads(nthreads) : 1;
+    int64_t grain = p.kind == PM_TRANSPOSE && l->n == 2 ? LGK_V16 : 1;
+    if (threads > 1 && l->shape[0] >= 2 * grain)
+        return lgk_parallel_for(threads, l->shape[0], grain, pm_slab, &p);
+    pm_walk(&p, l, p.from, p.to);
+    return LGK_OK;
+}
+
+int lgk_permute_copy_elems(int elem_size, int ndim, const int64_t *shape, const void *src,
+                           int64_t src_len, const int64_t *src_strides, void *dst,
+                           int64_t dst_len)
+{
+    return lgk_permute_copy_elems_threads(elem_size, ndim, shape, src, src_len, src_strides,
+                                          dst, dst_len, 1);
+}
+
+int lgk_permute_copy_threads(int ndim, const int64_t *shape, const float *src, int64_t src_len,
+                             const int64_t *src_strides, float *dst, int64_t dst_len,
+                             int nthreads)
+{
+    return lgk_permute_copy_elems_threads((int)sizeof(float), ndim, shape, src, src_len,
+                                          src_strides, dst, dst_len, nthreads);
 }
 
 int lgk_permute_copy(int ndim, const int64_t *shape, const float *src, int64_t src_len,

@@ -137,3 +137,15 @@ def test_where_in_place_over_its_else_operand():
     want = np.where(cond, x, np.float32(2.0))
     K.KERNELS["where"].bind(cond, x, np.array(2.0, np.float32), out=x)()
     np.testing.assert_array_equal(x, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8"])
+@pytest.mark.parametrize("shape, axes", [((6, 1500, 64), (1, 0, 2)), ((384, 1500), (1, 0)),
+                                         ((1, 56, 56, 96), (0, 3, 1, 2))])
+def test_permutes_split_over_threads_match_numpy(monkeypatch, dtype, shape, axes):
+    """Copies past 256 KiB run in slabs of their outermost dim on every thread."""
+    data = (np.arange(np.prod(shape)) % 251).astype(dtype).reshape(shape)
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+        np.testing.assert_array_equal(K.KERNELS["permute_dims"](data, axes=axes),
+                                      np.transpose(data, axes))

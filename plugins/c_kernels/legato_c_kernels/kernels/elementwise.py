@@ -274,9 +274,9 @@ def _elems_call(op: str, x: Array, shape: tuple[int, ...], perm: list[int], out:
         x = np.ascontiguousarray(x)
     steps = [s // size for s in x.strides]
     span = 1 + sum((d - 1) * s for d, s in zip(x.shape, steps))
-    return CCall(op, lib.lgk_permute_copy_elems,
+    return CCall(op, lib.lgk_permute_copy_elems_threads,
                  (size, len(shape), i64(shape), _byte_ptr(x), span, i64([steps[p] for p in perm]),
-                  _byte_ptr(out), out.size), (x,), ((0, 3), (OUT, 6)))
+                  _byte_ptr(out), out.size, num_threads()), (x,), ((0, 3), (OUT, 6)))
 
 
 def _byte_ptr(x: Array) -> Any:
@@ -307,9 +307,9 @@ def _plan_permute(data: Array, *, axes: Optional[Sequence[int]] = None,
         return out, None
     x = strided(detach(data, out, strict=strict), strict)
     src_strides = [estrides(x)[p] for p in perm]
-    return out, CCall(op, lib.lgk_permute_copy, (len(shape), i64(shape), ptr(x), extent(x),
-                                                 i64(src_strides), ptr(out), out.size), (x,),
-                      ((0, 2), (OUT, 5)))
+    return out, CCall(op, lib.lgk_permute_copy_threads,
+                      (len(shape), i64(shape), ptr(x), extent(x), i64(src_strides), ptr(out),
+                       out.size, num_threads()), (x,), ((0, 2), (OUT, 5)))
 
 
 def permute_dims(data: Array, *, axes: Optional[Sequence[int]] = None,
