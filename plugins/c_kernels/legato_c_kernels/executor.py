@@ -195,7 +195,10 @@ class _PlannedInstance:
         """A constant step, run now into buffers of its own that nothing reuses."""
         for out in step.outputs:
             self.buffers[out] = aligned_zeros(out.shape, out.dtype)
+        before = len(self.steps)
         self._bind(step)
+        if len(self.steps) == before:
+            return  # an empty result: nothing to compute
         bound = self.steps.pop()
         try:
             bound.run()

@@ -112,3 +112,15 @@ def test_steps_on_constants_only_are_computed_once_when_planned():
     for _ in range(3):  # a step writing over the mask would change the next run
         x_in = rng.standard_normal((4, 4)).astype(np.float32)
         np.testing.assert_allclose(c(x_in), want(x_in), rtol=1e-6)
+
+
+def test_an_empty_constant_step_is_planned():
+    """A constant step with an empty result has nothing to compute, at planning or after."""
+    b = legato.GraphBuilder()
+    x = b.input("x", (4, 4))
+    empty = b.call("multiply", b.const(np.zeros((0, 4), np.float32)),
+                   b.const(np.full(1, 2.0, np.float32)))
+    mod = b.build(b.call("concat", empty, x, axis=0))
+    c = legato.compile(mod, "c_kernels")
+    x_in = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(c(x_in), x_in)
