@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PLUGINS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 INSTALL_DEPS := pyproject.toml Makefile $(wildcard plugins/*/pyproject.toml plugins/*/setup.py \
-	plugins/*/csrc/*.c plugins/*/csrc/*.h plugins/*/*/_build.py)
+	plugins/*/csrc/*.c plugins/*/csrc/*.h plugins/*/csrc/*.inc plugins/*/*/_build.py)
 
 # Extra set-up steps (e.g. tools in their own venvs) live in mk/*.mk and add their stamp
 # files to TEST_DEPS.

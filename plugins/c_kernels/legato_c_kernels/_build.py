@@ -82,6 +82,15 @@ def _cdef_from_header(text: str) -> str:
     return "\n".join(kept)
 
 
+def _included_files() -> list[str]:
+    """The headers and .inc files the sources include (the C tests' own excepted): a
+    change to any of them rebuilds the library (a kernel in an .inc file was left out
+    of the list, and an edit to it kept the old build)."""
+    folder = PROJECT / CSRC
+    return sorted(path.name for pattern in ("*.h", "*.inc") for path in folder.glob(pattern)
+                  if not path.name.startswith("test_"))
+
+
 def _make_builder(csrc: str = CSRC) -> FFI:
     """``csrc`` is relative to the project for setup.py (setuptools rejects
     absolute source paths) and absolute for in-place builds (cffi compiles from
@@ -94,9 +103,7 @@ def _make_builder(csrc: str = CSRC) -> FFI:
         f'#include "{HEADER}"',
         sources=[f"{csrc}/{name}" for name in SOURCES],
         include_dirs=[csrc],
-        depends=[f"{csrc}/{HEADER}", f"{csrc}/lgk_internal.h", f"{csrc}/lgk_transpose.h",
-                 f"{csrc}/lgk_parallel.h", f"{csrc}/depthwise_planes.inc",
-                 f"{csrc}/lgk_qgemm.h"],
+        depends=[f"{csrc}/{name}" for name in _included_files()],
         extra_compile_args=COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
         libraries=["m"],
