@@ -206,16 +206,18 @@ static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, floa
 #define AVX512_NR 32
 #define C_PREFETCH_MAX_KC 32
 
-/* tile_ep_value on the 16 columns [j, j + 16) of row i, whose C row is ci. */
+/* tile_ep_value on the lanes of mask of the 16 columns [j, j + 16) of row i, whose C row
+ * is ci (the others are past C's columns: neither the column bias nor C is read there). */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, const float *ci, __m512 v)
+static inline __m512 avx512_ep_masked(const tile_ep *ep, int i, int j, const float *ci, __m512 v,
+                                      __mmask16 mask)
 {
     if (ep->row_bias != NULL)
         v = _mm512_add_ps(v, _mm512_set1_ps(ep->row_bias[i]));
     if (ep->col_bias != NULL)
-        v = _mm512_add_ps(v, _mm512_loadu_ps(ep->col_bias + j));
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->col_bias + j));
     if (ep->add_c)
-        v = _mm512_add_ps(v, _mm512_loadu_ps(ci + j));
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ci + j));
     if (ep->activation != LGK_ACT_NONE) { /* x <= 0 and x >= 6 are false for NaN */
         __m512 zero = _mm512_setzero_ps();
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
@@ -225,6 +227,13 @@ static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, const float *ci,
         }
     }
     return v;
+}
+
+/* The same on all 16 lanes (a whole tile's columns). */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 avx512_ep(const tile_ep *ep, int i, int j, const float *ci, __m512 v)
+{
+    return avx512_ep_masked(ep, i, j, ci, v, (__mmask16)0xffff);
 }
 
 /* Edge tiles of M (e.g. the last 4 rows of M = 64) run with exactly their rows
@@ -332,29 +341,6 @@ static void direct_avx512(int rows, int64_t kc, const float *a, int64_t lda, con
     AVX512_DIRECT_CASE(12)
     default: break;
     }
-}
-
-/* avx512_ep on the lanes of mask only (the others are past C's columns: neither the
- * column bias nor C is read there). */
-__attribute__((target("avx512f"), always_inline))
-static inline __m512 avx512_ep_masked(const tile_ep *ep, int i, int j, const float *ci, __m512 v,
-                                      __mmask16 mask)
-{
-    if (ep->row_bias != NULL)
-        v = _mm512_add_ps(v, _mm512_set1_ps(ep->row_bias[i]));
-    if (ep->col_bias != NULL)
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->col_bias + j));
-    if (ep->add_c)
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ci + j));
-    if (ep->activation != LGK_ACT_NONE) {
-        __m512 zero = _mm512_setzero_ps();
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
-        if (ep->activation == LGK_ACT_RELU6) {
-            __m512 six = _mm512_set1_ps(6.0f);
-            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
-        }
-    }
-    return v;
 }
 
 /* The first `nv` (1 or 2) vectors of a tile's rows, the last one's lanes limited to
