@@ -974,6 +974,16 @@ static int subsampled_conv(const conv_job *j, int nthreads)
     return status;
 }
 
+/* The conv j (checked, with work to do) into j->y, NCHW. */
+static int conv_dispatch(conv_job *j, int nthreads)
+{
+    const lgk_conv2d_params *p = j->p;
+    if (p->c == p->groups && p->c > 0)
+        return lgk_depthwise_conv2d(p, j->oh, j->ow, j->x, j->w, j->bias, j->y, j->activation,
+                                    lgk_clamp_threads(nthreads));
+    return is_strided_pointwise(p) ? subsampled_conv(j, nthreads) : conv_run(j, nthreads);
+}
+
 int lgk_conv2d_nchw(const lgk_conv2d_params *p,
                     const float *x, int64_t x_len,
                     const float *w, int64_t w_len,
@@ -983,12 +993,38 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
     conv_job j;
     int done;
     LGK_TRY(conv_setup(p, x, x_len, w, w_len, bias, bias_len, y, y_len, activation, &j, &done));
+    return done ? LGK_OK : conv_dispatch(&j, nthreads);
+}
+
+int lgk_conv2d_nchw_to_nhwc(const lgk_conv2d_params *p,
+                            const float *x, int64_t x_len,
+                            const float *w, int64_t w_len,
+                            const float *bias, int64_t bias_len,
+                            float *y, int64_t y_len, int activation, int nthreads)
+{
+    conv_job j;
+    int done;
+    LGK_TRY(conv_setup(p, x, x_len, w, w_len, bias, bias_len, y, y_len, activation, &j, &done));
     if (done)
         return LGK_OK;
-    if (p->c == p->groups && p->c > 0)
-        return lgk_depthwise_conv2d(p, j.oh, j.ow, x, w, bias, y, activation,
-                                    lgk_clamp_threads(nthreads));
-    return is_strided_pointwise(p) ? subsampled_conv(&j, nthreads) : conv_run(&j, nthreads);
+    if (p->c == p->groups && p->c > 0 && lgk_depthwise_bands_nhwc(p, j.oh, j.ow))
+        return lgk_depthwise_conv2d_nhwc(p, j.oh, j.ow, x, w, bias, y, activation,
+                                         lgk_clamp_threads(nthreads));
+    /* the other forms write NCHW planes: into scratch, then one transposing copy */
+    int64_t count;
+    const int64_t dims[4] = {p->n, p->o, j.oh, j.ow};
+    LGK_TRY(lgk_checked_count(4, dims, &count));
+    lgk_scratch s = {NULL, 0};
+    LGK_TRY(lgk_scratch_acquire(count, &s));
+    j.y = s.data;
+    int status = conv_dispatch(&j, nthreads);
+    if (status == LGK_OK) {
+        const int64_t shape[4] = {p->n, j.oh, j.ow, p->o};
+        const int64_t strides[4] = {p->o * j.oh * j.ow, j.ow, 1, j.oh * j.ow};
+        status = lgk_permute_copy_threads(4, shape, s.data, count, strides, y, count, nthreads);
+    }
+    lgk_scratch_release(&s);
+    return status;
 }
 
 /* ---- packed weights ------------------------------------------------------------- */

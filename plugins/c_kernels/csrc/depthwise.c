@@ -144,6 +144,7 @@ typedef struct {
     const float *x, *x_end, *w, *bias;
     float *y;
     int activation;
+    int nhwc; /* y is (n, oh, ow, o): the pixel-major outputs go out without a transpose */
 } cb_job;
 
 /* Zeros of the scratch rows r0..r0+nr outside the input rows iy_lo..iy_hi and,
@@ -419,12 +420,32 @@ cb_store(const float *o, int64_t npix, int lanes, float *const *dst)
             dst[l][q] = o[q * CB_LANES + l];
 }
 
+/* The pixel-major outputs o (npix pixels) into an NHWC image's rows of `o_total`
+ * channels, from its channel `lanes` wide at dst: per pixel one run of channels. */
+static inline __attribute__((always_inline)) void
+cb_store_nhwc(const float *o, int64_t npix, int lanes, float *dst, int64_t o_total)
+{
+    if (lanes == CB_LANES) { /* a constant size: one vector per pixel */
+        for (int64_t q = 0; q < npix; ++q)
+            memcpy(dst + q * o_total, o + q * CB_LANES, CB_LANES * sizeof(float));
+        return;
+    }
+    for (int64_t q = 0; q < npix; ++q)
+        for (int l = 0; l < lanes; ++l)
+            dst[q * o_total + l] = o[q * CB_LANES + l];
+}
+
 /* One unit: the band's 16 (or fewer, the last band) filters over one strip of output
  * rows of one image. Scratch: input rows, outputs, weights, bias. */
 DW_WIDE static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
 {
     const lgk_conv2d_params *p = j->p;
-    int64_t strip = unit % j->strips, band = unit / j->strips % j->bands;
+    /* NCHW: a band's strips in turn, its planes written row after row; NHWC: a strip's
+     * bands in turn, so that its pixels' rows of channels are written whole while in
+     * cache (band by band, each pass over a map of 96 channels at 56 x 56 wrote 64 of
+     * every 384 bytes, and every line came in from memory again for the next band) */
+    int64_t strip = j->nhwc ? unit / j->bands % j->strips : unit % j->strips;
+    int64_t band = j->nhwc ? unit % j->bands : unit / j->strips % j->bands;
     int64_t img = unit / j->strips / j->bands;
     int64_t o0 = band * CB_LANES, oy0 = strip * j->strip_rows;
     int64_t rows = LGK_MIN(j->strip_rows, j->oh - oy0), plane = j->oh * j->ow;
@@ -447,7 +468,11 @@ DW_WIDE static void cb_unit(const cb_job *j, int64_t unit, float *scratch)
     cb_compute(j, t, wp, &bias, rows, o, &done);
     if (!done)
         lgk_activate(j->activation, o, rows * j->ow * CB_LANES);
-    cb_store(o, rows * j->ow, lanes, dst);
+    if (j->nhwc)
+        cb_store_nhwc(o, rows * j->ow, lanes, j->y + ((img * j->oh + oy0) * j->ow) * p->o + o0,
+                      p->o);
+    else
+        cb_store(o, rows * j->ow, lanes, dst);
 }
 
 static int cb_units(void *ctx, int64_t begin, int64_t end)
@@ -548,13 +573,42 @@ static int dw_wide(void)
     return !dw_portable_forced && DW_CPU_WIDE();
 }
 
+/* Threads for a depthwise conv of this size: 1 below DW_MIN_WORK_PER_THREAD per thread. */
+static int dw_threads(const lgk_conv2d_params *p, int64_t oh, int64_t ow, int nthreads)
+{
+    int64_t work = p->n * p->o * oh * ow * p->kh * p->kw;
+    return (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads, work / DW_MIN_WORK_PER_THREAD));
+}
+
+/* Whether the conv goes by channel bands (cb_*) rather than one of the plane forms. */
+static int dw_by_bands(const lgk_conv2d_params *p, int64_t oh, int64_t ow)
+{
+    if (!dw_wide())
+        return 0;
+#ifdef DW_X86
+    if (dwn_fits(p, ow) || dwf_fits(p, oh, ow) || (dw3_fits(p) && ow >= DW3_MIN_OW))
+        return 0;
+#else
+    (void)oh;
+#endif
+    return !((p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP) || dw_planes_win(p, ow));
+}
+
+static int dw_bands(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
+                    const float *w, const float *bias, float *y, int activation, int threads,
+                    int nhwc)
+{
+    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
+                w, bias, y, activation, nhwc};
+    LGK_TRY(cb_plan(&j, threads));
+    return lgk_parallel_for(threads, p->n * j.bands * j.strips, 1, cb_units, &j);
+}
+
 int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
                          const float *w, const float *bias, float *y, int activation,
                          int nthreads)
 {
-    int64_t work = p->n * p->o * oh * ow * p->kh * p->kw;
-    int threads = (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads,
-                                                   work / DW_MIN_WORK_PER_THREAD));
+    int threads = dw_threads(p, oh, ow, nthreads);
     if (!dw_wide())
         return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 #ifdef DW_X86
@@ -565,10 +619,20 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
     if (dw3_fits(p) && ow >= DW3_MIN_OW)
         return dw3_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 #endif
-    if ((p->o < CB_MIN_FILTERS && ow >= CB_WIDE_MAP) || dw_planes_win(p, ow))
+    if (!dw_by_bands(p, oh, ow))
         return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
-    cb_job j = {p, oh, ow, p->o / p->c, 0, 0, 0, 0, 0, 0, 0, x, x + p->n * p->c * p->h * p->w,
-                w, bias, y, activation};
-    LGK_TRY(cb_plan(&j, threads));
-    return lgk_parallel_for(threads, p->n * j.bands * j.strips, 1, cb_units, &j);
+    return dw_bands(p, oh, ow, x, w, bias, y, activation, threads, 0);
+}
+
+int lgk_depthwise_bands_nhwc(const lgk_conv2d_params *p, int64_t oh, int64_t ow)
+{
+    return dw_by_bands(p, oh, ow);
+}
+
+int lgk_depthwise_conv2d_nhwc(const lgk_conv2d_params *p, int64_t oh, int64_t ow,
+                              const float *x, const float *w, const float *bias, float *y,
+                              int activation, int nthreads)
+{
+    LGK_CHECK(dw_by_bands(p, oh, ow), LGK_ERR_ARG);
+    return dw_bands(p, oh, ow, x, w, bias, y, activation, dw_threads(p, oh, ow, nthreads), 1);
 }

@@ -179,6 +179,16 @@ int lgk_conv2d_nchw(const lgk_conv2d_params *p,
                     const float *bias, int64_t bias_len,
                     float *y, int64_t y_len, int activation, int nthreads);
 
+/* lgk_conv2d_nchw with y channels last, (n, oh, ow, o): the conv and a permute to NHWC
+ * after it in one call. Depthwise convs (groups == c) that go by channel bands write
+ * their pixel-major results straight out (those bands transposed them into planes);
+ * every other conv is computed into scratch and copied out transposed. */
+int lgk_conv2d_nchw_to_nhwc(const lgk_conv2d_params *p,
+                            const float *x, int64_t x_len,
+                            const float *w, int64_t w_len,
+                            const float *bias, int64_t bias_len,
+                            float *y, int64_t y_len, int activation, int nthreads);
+
 /* lgk_conv2d_nchw with groups == 1 and the weights (o, c, kh, kw) prepacked as
  * the GEMM right operand W^T (K = c * kh * kw, N = o): lgk_sgemm_pack_b(K, o,
  * w, len, 1, K, ...). Computed as im2col^T @ W^T (pixels x filters), so the

@@ -428,6 +428,13 @@ int lgk_conv_split_forced(void);
 int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
                          const float *w, const float *bias, float *y, int activation,
                          int nthreads);
+/* Whether lgk_depthwise_conv2d goes by channel bands here, whose pixel-major results
+ * lgk_depthwise_conv2d_nhwc writes out channels last (n, oh, ow, o) without a transpose
+ * (LGK_ERR_ARG for the convs that go another way). */
+int lgk_depthwise_bands_nhwc(const lgk_conv2d_params *p, int64_t oh, int64_t ow);
+int lgk_depthwise_conv2d_nhwc(const lgk_conv2d_params *p, int64_t oh, int64_t ow,
+                              const float *x, const float *w, const float *bias, float *y,
+                              int activation, int nthreads);
 
 /* GEMM operands packed by their caller (gemm.c). A packed operand holds, per K block
  * of depth kc (the last may be shallower), its rows (A: mr-row slivers) or columns

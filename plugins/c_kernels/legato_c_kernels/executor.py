@@ -316,6 +316,9 @@ class _PlannedInstance:
                         attrs["residual"] = self._buffer(residual)
                         touches.append(Touch(residual, K.conv_pool.RESIDUAL_INPUT))
                     attrs["activation"] = act
+                    layout = self.module.functions[step.attrs["callee"]].attrs.get("layout")
+                    if layout is not None:  # the conv writes its permuted result
+                        attrs["out_layout"] = layout
             else:
                 kernel = self._fallback_kernel(call)
             run = self._prepare(kernel, inputs, outs, attrs)

@@ -1,7 +1,8 @@
 """The c_kernels GEMM epilogue, as IR: a pass that puts a GEMM (matmul, nn.linear,
 nn.conv2d), the bias add that follows it (or a 1x1 conv's residual add: ResNet's
-shortcut) and the activation after that into one `primitive` function, which the
-planned executor runs as one C call.
+shortcut), the activation after that and, after a depthwise conv, a permute of its result
+to channels last, into one `primitive` function, which the planned executor runs as one
+C call.
 
 The pass runs on the legalized module (`legato.compile` runs a backend's passes after
 legalization), so the fusion shows in `compiled.module`, `legato show` and the report
@@ -73,7 +74,7 @@ class GemmEpilogue(ModulePass):
             if len(members) < 2:
                 continue
             taken.update(map(id, members))
-            act = activation_name(members[-1])
+            act = next((name for name in map(activation_name, members[1:]) if name), None)
             residual = call.op == "nn.conv2d" and members[1].op == EPILOGUE_BIAS_OP
             has_bias = members[1].op == EPILOGUE_BIAS_OP and not residual
             name = f"{fn_name}_epilogue_{len(regions)}"
@@ -83,6 +84,8 @@ class GemmEpilogue(ModulePass):
                      "ops": [m.op for m in members]}
             if residual:
                 attrs["residual"] = True
+            if members[-1].op == "permute_dims":
+                attrs["layout"] = "NHWC"
             regions.append((name, "primitive", Attrs(attrs), members))
             fused[" + ".join(m.op for m in members)] += 1
         return regions
@@ -123,7 +126,28 @@ class GemmEpilogue(ModulePass):
             nxt = sole_reader()
         if nxt is not None and nxt.inputs[0] is product and activation_name(nxt):
             members.append(nxt)
+            product = nxt.output
+            nxt = sole_reader()
+        if nxt is not None and self._is_to_channels_last(call, nxt, product):
+            members.append(nxt)
         return members
+
+    @staticmethod
+    def _is_to_channels_last(conv: Call, permute: Call, product) -> bool:
+        """Is `permute` the NCHW -> NHWC permute of a float32 depthwise conv's result?
+        Such convs compute pixel-major (16 channels a vector) and then transposed into
+        planes: one C call writes channels last without either transpose (ConvNeXt's
+        depthwise conv, then its layer norm over channels)."""
+        if conv.op != "nn.conv2d" or permute.op != "permute_dims" or \
+                permute.inputs[0] is not product or \
+                list(permute.attrs.get("axes", ())) != [0, 2, 3, 1]:
+            return False
+        groups = conv.attrs.get("groups", 1)
+        try:
+            return groups > 1 and conv.inputs[0].shape[1] == groups and \
+                product.dtype == "float32" and conv.attrs.get("data_layout", "NCHW") == "NCHW"
+        except ShapeError:  # a symbolic channel count
+            return False
 
     @staticmethod
     def _is_residual(conv: Call, add: Call) -> bool:

@@ -155,11 +155,12 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
                  dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
                  kernel_layout: str = "OIHW", out: Optional[Array] = None,
                  activation: str = "none", residual: Optional[Array] = None,
-                 strict: bool = False) -> tuple[Array, Optional[CCall]]:
+                 out_layout: str = "NCHW", strict: bool = False) -> tuple[Array, Optional[CCall]]:
     op = "nn.conv2d"
     if isinstance(data, np.ndarray) and data.dtype == np.int32:  # on the int8 conv or numpy
         if strict:
             raise Unbindable  # (int_conv looks at the data's values on every call)
+        _require_layout(op, "out_layout", out_layout, "NCHW")
         from .int_conv import int_conv2d
         return int_conv2d(data, weight, bias, strides=strides, padding=padding,
                           dilation=dilation, groups=groups, data_layout=data_layout,
@@ -188,7 +189,13 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     p.o, p.kh, p.kw, p.groups = n_out, weight_shape[2], weight_shape[3], int(groups)
     win = _geometry(op, lib.lgk_conv2d_out_shape, p, data.shape, list(weight_shape[2:]),
                     strides, padding, dilation)
-    out = out_array(op, out, (data.shape[0], n_out, *win.out))
+    if out_layout == "NHWC":  # the conv and a permute to channels last, in one C call
+        if packed is not None or residual is not None:
+            raise error(op, "out_layout NHWC takes an unpacked weight and no residual")
+        out = out_array(op, out, (data.shape[0], *win.out, n_out))
+    else:
+        _require_layout(op, "out_layout", out_layout, "NCHW")
+        out = out_array(op, out, (data.shape[0], n_out, *win.out))
     if out.size == 0:
         return out, None
     x = dense(detach(data, out, strict=strict), strict)
@@ -211,7 +218,8 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
         return out, CCall(op, fn, (*args, ptr(w), w.size, *tail), (),
                           ((0, 1), *bias_touch, (OUT, 7)))
     w = dense(detach(weight, out, strict=strict), strict)
-    return out, CCall(op, lib.lgk_conv2d_nchw, (*args, ptr(w), w.size, *tail), (),
+    fn = lib.lgk_conv2d_nchw_to_nhwc if out_layout == "NHWC" else lib.lgk_conv2d_nchw
+    return out, CCall(op, fn, (*args, ptr(w), w.size, *tail), (),
                       ((0, 1), (1, 3), *bias_touch, (OUT, 7)))
 
 
@@ -246,14 +254,16 @@ def nn_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
               strides: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0, 0, 0),
               dilation: Sequence[int] = (1, 1), groups: int = 1, data_layout: str = "NCHW",
               kernel_layout: str = "OIHW", out: Optional[Array] = None,
-              activation: str = "none", residual: Optional[Array] = None) -> Array:
+              activation: str = "none", residual: Optional[Array] = None,
+              out_layout: str = "NCHW") -> Array:
     """nn.conv2d, NCHW data and OIHW weight (or a :class:`PackedConvWeight`);
-    ``activation`` and ``residual`` (added before the activation; packed weights only)
+    ``activation``, ``residual`` (added before the activation; packed weights only) and
+    ``out_layout="NHWC"`` (the result permuted to channels last; unpacked weights only)
     are optional fusions."""
     return run_call(*_plan_conv2d(data, weight, bias, strides=strides, padding=padding,
                                   dilation=dilation, groups=groups, data_layout=data_layout,
                                   kernel_layout=kernel_layout, out=out, activation=activation,
-                                  residual=residual))
+                                  residual=residual, out_layout=out_layout))
 
 
 def _plan_pool(op: str, fn: Any, data: Array, pool_size: Any, strides: Any, padding: Any,
