@@ -142,12 +142,9 @@ class GemmEpilogue(ModulePass):
                 permute.inputs[0] is not product or \
                 list(permute.attrs.get("axes", ())) != [0, 2, 3, 1]:
             return False
-        groups = conv.attrs.get("groups", 1)
-        try:
-            return groups > 1 and conv.inputs[0].shape[1] == groups and \
-                product.dtype == "float32" and conv.attrs.get("data_layout", "NCHW") == "NCHW"
-        except ShapeError:  # a symbolic channel count
-            return False
+        groups, channels = conv.attrs.get("groups", 1), conv.inputs[0].shape[1]
+        return isinstance(channels, int) and groups > 1 and channels == groups and \
+            product.dtype == "float32" and conv.attrs.get("data_layout", "NCHW") == "NCHW"
 
     @staticmethod
     def _is_residual(conv: Call, add: Call) -> bool:

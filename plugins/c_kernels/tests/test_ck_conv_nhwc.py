@@ -65,6 +65,19 @@ def test_with_an_activation_and_a_batch():
     assert fn.attrs["activation"] == "nn.relu"
 
 
+def test_a_symbolic_batch_fuses_and_runs_at_every_size():
+    text = str(_block()).replace("float32[1, 40, 14, 14]", "float32[n, 40, 14, 14]") \
+        .replace("float32[1, 14, 14, 40]", "float32[n, 14, 14, 40]")
+    mod = legato.parse(text)
+    c = legato.compile(mod, "c_kernels")
+    assert [fn.attrs["layout"] for fn in _fused(c.module)] == ["NHWC"]
+    reference = legato.compile(mod, "cpu_ref")
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 40, 14, 14)) \
+            .astype(np.float32)
+        np.testing.assert_allclose(c(x), reference(x), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("kwargs", [dict(axes=(0, 3, 1, 2)), dict(second_reader=True),
                                     dict(groups=1), dict(groups=20)])
 def test_not_fused_where_it_does_not_apply(kwargs):
