@@ -552,13 +552,28 @@ int lgk_gemm_isa(void)
 
 /* ---- packing ------------------------------------------------------------------ */
 
-/* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers, k-major inside a sliver;
- * rows past mc are zero so the micro-kernel never needs a row mask. */
-static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs,
-                   float *restrict dst)
+/* Rows of the micro-tile at row ir of an mc-row block: mr, except that with `retile`,
+ * where that would leave a last tile of one row, the last mr + 1 rows are two tiles of
+ * about half. A one-row tile is a chain of two accumulators bound by the multiply-add
+ * latency (AVX-512: a sixth of a whole tile's time for a twelfth of its work); 1x1 convs
+ * on 7x7 maps, 49 pixels as the rows, ran 4 x 12 + 1. Each row's sums are the same
+ * whatever tile it is in. */
+static int64_t tile_rows(int mr, int64_t mc, int64_t ir, int retile)
 {
-    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += mr * kc) {
-        int m = (int)LGK_MIN((int64_t)mr, mc - i0);
+    int64_t left = mc - ir;
+    if (retile && left == mr + 1)
+        return (left + 1) / 2;
+    return LGK_MIN((int64_t)mr, left);
+}
+
+/* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers (one per tile_rows tile), k-major
+ * inside a sliver; rows past the tile's are zero so the micro-kernel never needs a row
+ * mask. */
+static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs,
+                   int retile, float *restrict dst)
+{
+    for (int64_t i0 = 0, m = 0; i0 < mc; i0 += m, dst += mr * kc) {
+        m = tile_rows(mr, mc, i0, retile);
         const float *rows = a + i0 * rs;
         for (int64_t k = 0; k < kc; ++k) {
             float *d = dst + k * mr;
@@ -714,11 +729,13 @@ static void run_tile(const gemm_impl *g, int64_t m, int64_t kc, const float *a, 
  * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
  * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
  * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
- * sliver packs it into pb as it multiplies (see pack_in_tiles). */
+ * sliver packs it into pb as it multiplies (see pack_in_tiles). `retile`: the row tiles
+ * as tile_rows lays them out (a packed A's slivers as pack_a packed them with the same
+ * flag). */
 static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                          const float *pa, int64_t lda, const float *pb, const float *b_rows,
                          int64_t ldb, float *c, int64_t ldc, int accumulate,
-                         const epilogue *ep, int64_t row0, int64_t col0)
+                         const epilogue *ep, int64_t row0, int64_t col0, int retile)
 {
     _Alignas(64) float tile[MAX_MR * MAX_NR];
     for (int64_t jr = 0; jr < nc; jr += g->nr) {
@@ -728,10 +745,10 @@ static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
         int in_place = b_rows != NULL && n == g->nr;
         if (b_rows != NULL && !in_place) /* a partial sliver: packed, columns past B zero */
             pack_b(g->nr, kc, n, b_rows + jr, ldb, 1, (float *)b);
-        for (int64_t ir = 0; ir < mc; ir += g->mr) {
-            int64_t m = LGK_MIN((int64_t)g->mr, mc - ir);
+        for (int64_t ir = 0, m = 0, t = 0; ir < mc; ir += m, ++t) {
+            m = tile_rows(g->mr, mc, ir, retile);
             float *cij = c + ir * ldc + jr;
-            const float *a = lda > 0 ? pa + ir * lda : pa + ir * kc;
+            const float *a = lda > 0 ? pa + ir * lda : pa + t * g->mr * kc;
             tile_ep te, *tep = NULL;
             if (ep != NULL) {
                 te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + row0 + ir : NULL,
@@ -1130,12 +1147,12 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
                     pa = p->a + ic * p->rs_a + pc;
                 else
                     pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a,
-                           scratch.data);
+                           1, scratch.data);
                 float *c = p->c + ic * p->ldc + jc;
                 int in_tiles = last && epilogue_in_tiles(ep);
                 macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb,
                              ic == m0 ? b_rows : NULL, p->rs_b, c, p->ldc, pc > 0,
-                             in_tiles ? ep : NULL, ic, jc);
+                             in_tiles ? ep : NULL, ic, jc, p->packed_a == NULL);
                 if (last && ep != NULL && !in_tiles) /* whole block rows: see epilogue_tile */
                     epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);
             }
@@ -1491,7 +1508,7 @@ int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len, int64_
     memcpy(packed, &h, sizeof h);
     float *panels = packed + PACKED_HEADER_FLOATS;
     for (int64_t pc = 0; pc < K; pc += h.kc)
-        pack_a(g->mr, M, LGK_MIN(h.kc, K - pc), a + pc * cs_a, rs_a, cs_a,
+        pack_a(g->mr, M, LGK_MIN(h.kc, K - pc), a + pc * cs_a, rs_a, cs_a, 0,
                panels + pc * padded_rows(g, M));
     return LGK_OK;
 }
