@@ -123,6 +123,12 @@ static void test_gemm_values(void)
         check_gemm_case(300, 420, 290, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* 2 threads, split N */
         check_gemm_case(640, 64, 640, 0, LGK_BIAS_ROW, LGK_ACT_SILU, 2);  /* 2 threads, split M */
         check_gemm_case(5, 7, 0, 0, LGK_BIAS_COL, LGK_ACT_SILU, 1);        /* K == 0 */
+        /* K <= 32 and three row tiles or more: row tile by row tile along the slivers,
+         * B packed by the first row tile (a partial last sliver), or packed ahead */
+        check_gemm_case(50, 100, 16, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 1);
+        check_gemm_case(97, 70, 32, 1, LGK_BIAS_COL, LGK_ACT_RELU, 1);
+        check_gemm_case(37, 2100, 24, 0, LGK_BIAS_ROW, LGK_ACT_NONE, 1);
+        check_gemm_case(400, 333, 20, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 2);
     }
     EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
     EXPECT_STATUS(lgk_gemm_force_isa(42), LGK_ERR_ARG);
@@ -281,6 +287,7 @@ static void test_gemm_prepacked_values(void)
         check_prepacked_case(64, 300, 784, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* K in 4 blocks, split N */
         check_prepacked_case(700, 64, 300, 0, LGK_BIAS_NONE, LGK_ACT_NONE, 2); /* split M */
         check_prepacked_case(5, 7, 0, 0, LGK_BIAS_COL, LGK_ACT_SILU, 1);       /* K == 0 */
+        check_prepacked_case(61, 45, 24, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 1); /* rows outer */
     }
     EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
 }
