@@ -572,6 +572,16 @@ static int direct_units(void *ctx, int64_t u0, int64_t u1)
 #endif
 }
 
+/* Pixels in lanes: output rows [oy0, oy1), every filter, LANE_F at a time, in bands of
+ * LANE_BAND rows: per band, each group of LANE_F filters over all its rows, so that the
+ * stores run along LANE_F output planes (LANE_BAND rows of a plane are consecutive)
+ * rather than along all the filters' planes a row at a time; the band's input rows stay
+ * in L1/L2 for the filter groups. A 3 -> 32 channel stem at 224^2, stride 2, in a model
+ * (its output out in memory): 366 -> 312 us with bands of 16 rows (8: 317, 32: 315), the
+ * prefetch of the next row's outputs that row by row needed no longer helping; ResNet-50's
+ * 7x7 stem 2441 -> 2285 us. */
+#define LANE_BAND 16
+
 /* Pixels in lanes: output rows [oy0, oy1), every filter, LANE_F at a time. */
 static int lanes_units(void *ctx, int64_t oy0, int64_t oy1)
 {
@@ -582,10 +592,8 @@ static int lanes_units(void *ctx, int64_t oy0, int64_t oy1)
     int64_t chunks = (nvec + LANE_NV - 1) / LANE_NV, tail = j->ow - (nvec - 1) * 16;
     int64_t group_floats = j->cbs * p->kh * p->kw * GF;
     __mmask16 last = (__mmask16)((1u << tail) - 1u);
-    for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const float *xrow = j->xb + oy * p->stride_h * p->stride_w * j->lane_len;
-        float *yrow = j->y + oy * j->ow;
-        prefetch_outputs(yrow + j->ow, j->ow, p->o, plane);
+    for (int64_t b0 = oy0; b0 < oy1; b0 += LANE_BAND) {
+        int64_t b1 = LGK_MIN(oy1, b0 + LANE_BAND);
         for (int64_t f0 = 0; f0 < p->o; f0 += LANE_F) {
             int64_t g = f0 / GF, in_group = f0 % GF;
             int64_t wstep = LGK_MIN((int64_t)GF, (p->o - g * GF + CB - 1) / CB * CB);
@@ -594,18 +602,22 @@ static int lanes_units(void *ctx, int64_t oy0, int64_t oy1)
             float bias[LANE_F];
             for (int f = 0; f < LANE_F; ++f)
                 bias[f] = j->bias != NULL && f < nfilt ? j->bias[f0 + f] : 0.0f;
-            int64_t v0 = 0;
-            for (int64_t k = 0; k < chunks; ++k) {
-                int64_t nv = (nvec - v0) / (chunks - k) + ((nvec - v0) % (chunks - k) != 0);
-                float *y = yrow + f0 * plane + v0 * 16;
-                lanes_tiles((int)nv, j, xrow + v0 * 16, w, wstep, bias, y, plane, nfilt,
-                            v0 + nv == nvec ? last : (__mmask16)0xffff);
-                if (j->activation != LGK_ACT_NONE && j->activation != LGK_ACT_RELU
-                    && j->activation != LGK_ACT_RELU6)
-                    for (int f = 0; f < nfilt; ++f)
-                        lgk_activate(j->activation, y + f * plane,
-                                     LGK_MIN(nv * 16, j->ow - v0 * 16));
-                v0 += nv;
+            for (int64_t oy = b0; oy < b1; ++oy) {
+                const float *xrow = j->xb + oy * p->stride_h * p->stride_w * j->lane_len;
+                float *yrow = j->y + oy * j->ow;
+                int64_t v0 = 0;
+                for (int64_t k = 0; k < chunks; ++k) {
+                    int64_t nv = (nvec - v0) / (chunks - k) + ((nvec - v0) % (chunks - k) != 0);
+                    float *y = yrow + f0 * plane + v0 * 16;
+                    lanes_tiles((int)nv, j, xrow + v0 * 16, w, wstep, bias, y, plane, nfilt,
+                                v0 + nv == nvec ? last : (__mmask16)0xffff);
+                    if (j->activation != LGK_ACT_NONE && j->activation != LGK_ACT_RELU
+                        && j->activation != LGK_ACT_RELU6)
+                        for (int f = 0; f < nfilt; ++f)
+                            lgk_activate(j->activation, y + f * plane,
+                                         LGK_MIN(nv * 16, j->ow - v0 * 16));
+                    v0 += nv;
+                }
             }
         }
     }
