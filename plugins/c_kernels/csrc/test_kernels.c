@@ -288,6 +288,10 @@ static void test_gemm_prepacked_values(void)
         check_prepacked_case(700, 64, 300, 0, LGK_BIAS_NONE, LGK_ACT_NONE, 2); /* split M */
         check_prepacked_case(5, 7, 0, 0, LGK_BIAS_COL, LGK_ACT_SILU, 1);       /* K == 0 */
         check_prepacked_case(61, 45, 24, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 1); /* rows outer */
+        /* AVX-512 keeps K <= 1024 one block, deeper K in blocks of at most 768 */
+        check_prepacked_case(49, 70, 1024, 1, LGK_BIAS_COL, LGK_ACT_RELU, 1);
+        check_prepacked_case(49, 70, 1025, 0, LGK_BIAS_ROW, LGK_ACT_NONE, 1);
+        check_prepacked_case(30, 100, 1700, 1, LGK_BIAS_COL, LGK_ACT_RELU6, 2);
     }
     EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
 }
