@@ -205,6 +205,7 @@ static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, floa
 #define AVX512_MR 12
 #define AVX512_NR 32
 #define C_PREFETCH_MAX_KC 32
+#define B_PREFETCH_FAR 64
 
 /* tile_ep_value on the lanes of mask of the 16 columns [j, j + 16) of row i, whose C row
  * is ci (the others are past C's columns: neither the column bias nor C is read there). */
@@ -271,6 +272,13 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         if (pack == NULL) { /* B packed (a B in place may also be NR floats wide) */
             _mm_prefetch((const char *)(b + 8 * AVX512_NR), _MM_HINT_T0);
+            /* Both lines of the k step 64 on into L2: a layer's prepacked weights come from
+             * memory (the model's other weights evicted them since its last run), and the
+             * L1 prefetch 8 steps on is too late for memory's latency. MobileNetV2's 1x1
+             * convs on 7x7 maps (pixels as rows, B = W^T streamed once): 1764 -> 1671 us
+             * in the model, ResNet-50 76.4 -> 75.5 ms. */
+            _mm_prefetch((const char *)(b + B_PREFETCH_FAR * AVX512_NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(b + B_PREFETCH_FAR * AVX512_NR + 16), _MM_HINT_T1);
         } else { /* B in place: packed for the next tiles; the row of the sliver 4 on, into
                   * L2 (1 on into L1 left the 12-row tile waiting on 16-32 rows from L3: 32 ->
                   * 16 channels at 112^2 0.93x, 256 -> 64 at 56^2 0.80x the time with this) */
@@ -544,13 +552,28 @@ int lgk_gemm_isa(void)
 
 /* ---- packing ------------------------------------------------------------------ */
 
-/* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers, k-major inside a sliver;
- * rows past mc are zero so the micro-kernel never needs a row mask. */
-static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs,
-                   float *restrict dst)
+/* Rows of the micro-tile at row ir of an mc-row block: mr, except that with `retile`,
+ * where that would leave a last tile of one row, the last mr + 1 rows are two tiles of
+ * about half. A one-row tile is a chain of two accumulators bound by the multiply-add
+ * latency (AVX-512: a sixth of a whole tile's time for a twelfth of its work); 1x1 convs
+ * on 7x7 maps, 49 pixels as the rows, ran 4 x 12 + 1. Each row's sums are the same
+ * whatever tile it is in. */
+static int64_t tile_rows(int mr, int64_t mc, int64_t ir, int retile)
 {
-    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += mr * kc) {
-        int m = (int)LGK_MIN((int64_t)mr, mc - i0);
+    int64_t left = mc - ir;
+    if (retile && left == mr + 1)
+        return (left + 1) / 2;
+    return LGK_MIN((int64_t)mr, left);
+}
+
+/* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers (one per tile_rows tile), k-major
+ * inside a sliver; rows past the tile's are zero so the micro-kernel never needs a row
+ * mask. */
+static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs,
+                   int retile, float *restrict dst)
+{
+    for (int64_t i0 = 0, m = 0; i0 < mc; i0 += m, dst += mr * kc) {
+        m = tile_rows(mr, mc, i0, retile);
         const float *rows = a + i0 * rs;
         for (int64_t k = 0; k < kc; ++k) {
             float *d = dst + k * mr;
@@ -706,52 +729,110 @@ static void run_tile(const gemm_impl *g, int64_t m, int64_t kc, const float *a, 
  * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
  * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
  * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
- * sliver packs it into pb as it multiplies (see pack_in_tiles). */
+ * sliver packs it into pb as it multiplies (see pack_in_tiles). `retile`: the row tiles
+ * as tile_rows lays them out (a packed A's slivers as pack_a packed them with the same
+ * flag). */
+/* The arguments of macro_kernel that every one of its tiles shares. */
+typedef struct {
+    const gemm_impl *g;
+    int64_t kc, lda, ldb, ldc, row0, col0;
+    const float *pa, *pb, *b_rows;
+    float *c;
+    int accumulate;
+    const epilogue *ep;
+} macro_args;
+
+/* The micro-tile of rows [ir, ir + m) (A's t-th sliver) and the n columns from jr. */
+static void macro_tile(const macro_args *x, int64_t ir, int64_t m, int64_t t, int64_t jr,
+                       int64_t n)
+{
+    const gemm_impl *g = x->g;
+    const int64_t kc = x->kc, lda = x->lda, ldc = x->ldc;
+    const epilogue *ep = x->ep;
+    const float *b = x->pb + jr * kc;
+    int in_place = x->b_rows != NULL && n == g->nr;
+    float *cij = x->c + ir * ldc + jr;
+    const float *a = lda > 0 ? x->pa + ir * lda : x->pa + t * g->mr * kc;
+    _Alignas(64) float tile[MAX_MR * MAX_NR];
+    tile_ep te, *tep = NULL;
+    if (ep != NULL) {
+        te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + x->row0 + ir : NULL,
+                       ep->bias_mode == LGK_BIAS_COL ? ep->bias + x->col0 + jr : NULL,
+                       ep->activation, ep->add_c};
+        tep = &te;
+    }
+    if (in_place && ir == 0) {
+        g->direct_b((int)m, kc, a, x->b_rows + jr, x->ldb, (float *)b, cij, ldc, x->accumulate,
+                    tep);
+    } else if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
+        run_tile(g, m, kc, a, lda, b, cij, ldc, x->accumulate, tep);
+    } else if (g->cols != NULL) {
+        g->cols((int)m, (int)n, kc, a, lda, b, cij, ldc, x->accumulate, tep);
+    } else if (ep != NULL && ep->add_c) { /* edge, C's addend read before the store */
+        run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+                cij[i * ldc + j] = tile_ep_value(&te, (int)i, (int)j, tile[i * g->nr + j],
+                                                 cij[i * ldc + j]);
+    } else { /* edge: the tile's rows into scratch, copy the valid part */
+        run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+                cij[i * ldc + j] = tile[i * g->nr + j] + (x->accumulate ? cij[i * ldc + j] : 0.0f);
+        if (ep != NULL) /* past n, the tile's column bias would be out of bounds */
+            epilogue_tile(ep, cij, ldc, x->row0 + ir, x->col0 + jr, m, n);
+    }
+}
+
+/* With b_rows, a partial sliver at jr is packed before its first tile (columns past B
+ * zero); whole ones are packed by their first tile (see pack_in_tiles). */
+static void macro_partial_sliver(const macro_args *x, int64_t jr, int64_t n)
+{
+    if (x->b_rows != NULL && n < x->g->nr)
+        pack_b(x->g->nr, x->kc, n, x->b_rows + jr, x->ldb, 1, (float *)(x->pb + jr * x->kc));
+}
+
+/* Blocks of at most this depth and at least three row tiles run row tile by row tile, each
+ * along all of the block's slivers, rather than sliver by sliver: with so few multiply-adds
+ * per C element the time goes into writing C, and a row tile's 12 rows then take
+ * consecutive slivers of the same lines one after another (12 streams, each prefetched
+ * one sliver ahead by the kernel, rather than all of the block's rows at once); the
+ * B panel (at most 32 x nc floats) is read from L2 by each row tile. MobileNetV2's 1x1
+ * convs of 16 -> 96 channels at 112^2 and 24 -> 144 at 56^2 in the model: 541 -> 504 and
+ * 270 -> 259 us; with 32 of K and M = 16 (two row tiles) it was no faster. */
+#define ROWS_OUTER_MAX_KC 32
+
+/* Runs every micro-tile of one (mc x kc) x (kc x nc) block pair, B packed and A packed
+ * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
+ * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
+ * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
+ * sliver packs it into pb as it multiplies (see pack_in_tiles). `retile`: the row tiles
+ * as tile_rows lays them out (a packed A's slivers as pack_a packed them with the same
+ * flag). */
 static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                          const float *pa, int64_t lda, const float *pb, const float *b_rows,
                          int64_t ldb, float *c, int64_t ldc, int accumulate,
-                         const epilogue *ep, int64_t row0, int64_t col0)
+                         const epilogue *ep, int64_t row0, int64_t col0, int retile)
 {
-    _Alignas(64) float tile[MAX_MR * MAX_NR];
+    const macro_args x = {g, kc, lda, ldb, ldc, row0, col0, pa, pb, b_rows, c, accumulate, ep};
+    if (kc <= ROWS_OUTER_MAX_KC && mc > 2 * (int64_t)g->mr) {
+        for (int64_t ir = 0, m = 0, t = 0; ir < mc; ir += m, ++t) {
+            m = tile_rows(g->mr, mc, ir, retile);
+            for (int64_t jr = 0; jr < nc; jr += g->nr) {
+                int64_t n = LGK_MIN((int64_t)g->nr, nc - jr);
+                if (ir == 0)
+                    macro_partial_sliver(&x, jr, n);
+                macro_tile(&x, ir, m, t, jr, n);
+            }
+        }
+        return;
+    }
     for (int64_t jr = 0; jr < nc; jr += g->nr) {
         int64_t n = LGK_MIN((int64_t)g->nr, nc - jr);
-        const float *b = pb + jr * kc;
-        /* with b_rows, pb is the call's own scratch, the slivers packed here */
-        int in_place = b_rows != NULL && n == g->nr;
-        if (b_rows != NULL && !in_place) /* a partial sliver: packed, columns past B zero */
-            pack_b(g->nr, kc, n, b_rows + jr, ldb, 1, (float *)b);
-        for (int64_t ir = 0; ir < mc; ir += g->mr) {
-            int64_t m = LGK_MIN((int64_t)g->mr, mc - ir);
-            float *cij = c + ir * ldc + jr;
-            const float *a = lda > 0 ? pa + ir * lda : pa + ir * kc;
-            tile_ep te, *tep = NULL;
-            if (ep != NULL) {
-                te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + row0 + ir : NULL,
-                               ep->bias_mode == LGK_BIAS_COL ? ep->bias + col0 + jr : NULL,
-                               ep->activation, ep->add_c};
-                tep = &te;
-            }
-            if (in_place && ir == 0) {
-                g->direct_b((int)m, kc, a, b_rows + jr, ldb, (float *)b, cij, ldc, accumulate,
-                            tep);
-            } else if (n == g->nr && (m == g->mr || g->edge != NULL || lda > 0)) {
-                run_tile(g, m, kc, a, lda, b, cij, ldc, accumulate, tep);
-            } else if (g->cols != NULL) {
-                g->cols((int)m, (int)n, kc, a, lda, b, cij, ldc, accumulate, tep);
-            } else if (ep != NULL && ep->add_c) { /* edge, C's addend read before the store */
-                run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
-                for (int64_t i = 0; i < m; ++i)
-                    for (int64_t j = 0; j < n; ++j)
-                        cij[i * ldc + j] = tile_ep_value(&te, (int)i, (int)j, tile[i * g->nr + j],
-                                                         cij[i * ldc + j]);
-            } else { /* edge: the tile's rows into scratch, copy the valid part */
-                run_tile(g, m, kc, a, lda, b, tile, g->nr, 0, NULL);
-                for (int64_t i = 0; i < m; ++i)
-                    for (int64_t j = 0; j < n; ++j)
-                        cij[i * ldc + j] = tile[i * g->nr + j] + (accumulate ? cij[i * ldc + j] : 0.0f);
-                if (ep != NULL) /* past n, the tile's column bias would be out of bounds */
-                    epilogue_tile(ep, cij, ldc, row0 + ir, col0 + jr, m, n);
-            }
+        macro_partial_sliver(&x, jr, n);
+        for (int64_t ir = 0, m = 0, t = 0; ir < mc; ir += m, ++t) {
+            m = tile_rows(g->mr, mc, ir, retile);
+            macro_tile(&x, ir, m, t, jr, n);
         }
     }
 }
@@ -957,8 +1038,17 @@ static int64_t block_depth(const gemm_impl *g, int64_t K)
  * operands packed. */
 #define PACKED_KC_AVX512 768
 
+/* Up to this depth a packed K stays one block under AVX-512 rather than two of half:
+ * MobileNetV2's 1x1 convs of 960 channels on 7x7 maps (pixels as rows, M = 49, so the A
+ * panel is small) re-read and re-wrote their C block at the boundary. In a model: the
+ * 7x7 1x1 convs of MobileNetV2 1647 -> 1635 us, ResNet-50's 1x1 convs of 1024 channels
+ * 8810 -> 8680 us. */
+#define PACKED_ONE_BLOCK_AVX512 1024
+
 static int64_t packed_depth(const gemm_impl *g, int64_t K)
 {
+    if (g->isa == LGK_ISA_AVX512 && K <= PACKED_ONE_BLOCK_AVX512)
+        return K;
     return split_depth(K, g->isa == LGK_ISA_AVX512 ? PACKED_KC_AVX512 : g->kc);
 }
 
@@ -1122,12 +1212,12 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
                     pa = p->a + ic * p->rs_a + pc;
                 else
                     pack_a(g->mr, mc, kc, p->a + ic * p->rs_a + pc * p->cs_a, p->rs_a, p->cs_a,
-                           scratch.data);
+                           1, scratch.data);
                 float *c = p->c + ic * p->ldc + jc;
                 int in_tiles = last && epilogue_in_tiles(ep);
                 macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb,
                              ic == m0 ? b_rows : NULL, p->rs_b, c, p->ldc, pc > 0,
-                             in_tiles ? ep : NULL, ic, jc);
+                             in_tiles ? ep : NULL, ic, jc, p->packed_a == NULL);
                 if (last && ep != NULL && !in_tiles) /* whole block rows: see epilogue_tile */
                     epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);
             }
@@ -1483,7 +1573,7 @@ int lgk_sgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t a_len, int64_
     memcpy(packed, &h, sizeof h);
     float *panels = packed + PACKED_HEADER_FLOATS;
     for (int64_t pc = 0; pc < K; pc += h.kc)
-        pack_a(g->mr, M, LGK_MIN(h.kc, K - pc), a + pc * cs_a, rs_a, cs_a,
+        pack_a(g->mr, M, LGK_MIN(h.kc, K - pc), a + pc * cs_a, rs_a, cs_a, 0,
                panels + pc * padded_rows(g, M));
     return LGK_OK;
 }

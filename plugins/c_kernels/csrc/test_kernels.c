@@ -123,6 +123,12 @@ static void test_gemm_values(void)
         check_gemm_case(300, 420, 290, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* 2 threads, split N */
         check_gemm_case(640, 64, 640, 0, LGK_BIAS_ROW, LGK_ACT_SILU, 2);  /* 2 threads, split M */
         check_gemm_case(5, 7, 0, 0, LGK_BIAS_COL, LGK_ACT_SILU, 1);        /* K == 0 */
+        /* K <= 32 and three row tiles or more: row tile by row tile along the slivers,
+         * B packed by the first row tile (a partial last sliver), or packed ahead */
+        check_gemm_case(50, 100, 16, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 1);
+        check_gemm_case(97, 70, 32, 1, LGK_BIAS_COL, LGK_ACT_RELU, 1);
+        check_gemm_case(37, 2100, 24, 0, LGK_BIAS_ROW, LGK_ACT_NONE, 1);
+        check_gemm_case(400, 333, 20, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 2);
     }
     EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
     EXPECT_STATUS(lgk_gemm_force_isa(42), LGK_ERR_ARG);
@@ -281,6 +287,51 @@ static void test_gemm_prepacked_values(void)
         check_prepacked_case(64, 300, 784, 1, LGK_BIAS_COL, LGK_ACT_GELU, 2); /* K in 4 blocks, split N */
         check_prepacked_case(700, 64, 300, 0, LGK_BIAS_NONE, LGK_ACT_NONE, 2); /* split M */
         check_prepacked_case(5, 7, 0, 0, LGK_BIAS_COL, LGK_ACT_SILU, 1);       /* K == 0 */
+        check_prepacked_case(61, 45, 24, 0, LGK_BIAS_ROW, LGK_ACT_RELU6, 1); /* rows outer */
+        /* AVX-512 keeps K <= 1024 one block, deeper K in blocks of at most 768 */
+        check_prepacked_case(49, 70, 1024, 1, LGK_BIAS_COL, LGK_ACT_RELU, 1);
+        check_prepacked_case(49, 70, 1025, 0, LGK_BIAS_ROW, LGK_ACT_NONE, 1);
+        check_prepacked_case(30, 100, 1700, 1, LGK_BIAS_COL, LGK_ACT_RELU6, 2);
+    }
+    EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
+}
+
+/* A stored by columns (rs 1, cs M: a 1x1 conv's pixels as the rows), so that the call
+ * packs it; B prepacked or not. */
+static void check_gemm_a_cols(int64_t M, int64_t N, int64_t K, int prepacked, int act,
+                              int threads)
+{
+    float *a = rand_buf(M * K), *b = rand_buf(K * N), *bias = rand_buf(N), *c = rand_buf(M * N);
+    double *want = malloc((size_t)(M * N) * sizeof(double));
+    int64_t size = lgk_sgemm_packed_b_size(K, N);
+    float *packed = packed_alloc(size);
+    EXPECT_STATUS(lgk_sgemm_pack_b(K, N, b, K * N, N, 1, packed, size), LGK_OK);
+    gemm_ref(M, N, K, a, 1, M, b, N, 1, bias, LGK_BIAS_COL, act, want);
+    int st = prepacked ? lgk_sgemm_prepacked(M, N, K, a, M * K, 1, M, packed, size, c, M * N, N,
+                                             bias, N, LGK_BIAS_COL, act, threads)
+                       : lgk_sgemm(M, N, K, a, M * K, 1, M, b, K * N, N, 1, c, M * N, N, bias, N,
+                                   LGK_BIAS_COL, act, threads);
+    EXPECT(st == LGK_OK);
+    if (!all_close(c, want, M * N, 1e-4, 1e-5 * (double)(K + 1)))
+        fprintf(stderr, "  gemm A by columns M %ld N %ld K %ld prepacked %d\n", (long)M, (long)N,
+                (long)K, prepacked);
+    free(a), free(b), free(bias), free(c), free(want), free(packed);
+}
+
+/* Row counts whose last micro-tile would be a single row (one past a multiple of the
+ * micro-kernel's rows: 4, 6 or 12), whose last rows are re-split into two tiles; K in one
+ * and in two blocks, 1 and 2 threads. */
+static void test_gemm_lone_row(void)
+{
+    static const int64_t rows[] = {5, 7, 13, 25, 49, 241, 253};
+    for (int isa = LGK_ISA_GENERIC; isa <= LGK_ISA_AVX512; ++isa) {
+        if (lgk_gemm_force_isa(isa) != LGK_OK)
+            continue;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
+            check_gemm_a_cols(rows[i], 160, 96, 1, LGK_ACT_RELU6, 1);
+            check_gemm_a_cols(rows[i], 70, 40, 0, LGK_ACT_NONE, 1);
+            check_gemm_a_cols(rows[i], 300, 960, 1, LGK_ACT_RELU, 2);
+        }
     }
     EXPECT_STATUS(lgk_gemm_force_isa(LGK_ISA_AUTO), LGK_OK);
 }
@@ -882,6 +933,7 @@ int main(void)
     test_gemm_batched_matvec();
     test_gemm_errors();
     test_gemm_prepacked_values();
+    test_gemm_lone_row();
     test_gemm_prepacked_errors();
     test_conv();
     test_conv_edges();

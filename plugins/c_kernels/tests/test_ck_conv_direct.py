@@ -44,6 +44,11 @@ def test_the_kernel_follows_the_geometry(rng, c, o, k, size, direct):
     ((1, 128, 8, 8), 96, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     ((1, 3, 40, 40), 64, 7, (2, 2), (3, 3, 3, 3), (1, 1)),    # stems: channels as planes
     ((2, 5, 12, 9), 20, 3, (1, 2), (1, 0, 1, 1), (1, 1)),
+    # planes with output rows of 16 pixels or more: output pixels in the vector lanes
+    ((1, 3, 45, 67), 38, 3, (2, 2), (1, 1, 1, 1), (1, 1)),    # 34 wide, 38 filters
+    ((2, 1, 20, 33), 7, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 10, 229), 20, 3, (2, 2), (0, 0, 1, 1), (1, 1)),   # 114 wide: 2 tiles a row
+    ((1, 2, 11, 100), 9, 5, (1, 3), (2, 1, 0, 2), (2, 1)),    # stride 3, dilated rows
 ], ids=str)
 @pytest.mark.parametrize("activation", ["none", "relu", "clip:min=0.0,max=6.0", "silu"])
 @pytest.mark.parametrize("threads", ["1", "2"])
