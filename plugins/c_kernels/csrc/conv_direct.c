@@ -513,6 +513,20 @@ static void lanes_tiles(int nv, const direct_job *j, const float *x, const float
     default: break;
     }
 }
+
+/* The next of `parts` balanced pieces of the `left` items still to split: ceil(left /
+ * parts), so that 56 pixels in 5 tiles are 12 + 4 x 11 and 14 in 2 are 7 + 7. */
+static int64_t balanced_step(int64_t left, int64_t parts)
+{
+    return left / parts + (left % parts != 0);
+}
+
+/* bias[0:n] = the bias of filters f0 .. f0 + nfilt (zeros past them, or all with none). */
+static void fill_bias(float *bias, int64_t n, const float *src, int64_t f0, int64_t nfilt)
+{
+    for (int64_t f = 0; f < n; ++f)
+        bias[f] = src != NULL && f < nfilt ? src[f0 + f] : 0.0f;
+}
 #endif /* DIRECT_X86 */
 
 /* Tiles per output row: balanced, 56 = 12 + 4 x 11, 14 = 7 + 7. */
@@ -542,8 +556,7 @@ static int direct_units(void *ctx, int64_t u0, int64_t u1)
             last_group = g;
             nfilt = LGK_MIN((int64_t)GF, p->o - f0);
             nf = (nfilt + CB - 1) / CB;
-            for (int64_t f = 0; f < GF; ++f)
-                bias[f] = j->bias != NULL && f < nfilt ? j->bias[f0 + f] : 0.0f;
+            fill_bias(bias, GF, j->bias, f0, nfilt);
             int s = p->stride_w == 1 ? 0 : p->stride_w == 2 ? 1 : 2;
             one = tile_fns[j->ci == 1][nf == 1][s];
             two = tile_fns[2][nf == 1][s];
@@ -556,7 +569,7 @@ static int direct_units(void *ctx, int64_t u0, int64_t u1)
         prefetch_outputs(yrow + rows * j->ow, rows * j->ow, nfilt, plane);
         int64_t ox0 = 0;
         for (int64_t k = 0; k < ntiles; ++k) {
-            int64_t np = (j->ow - ox0) / (ntiles - k) + ((j->ow - ox0) % (ntiles - k) != 0);
+            int64_t np = balanced_step(j->ow - ox0, ntiles - k);
             fn((int)np, sx, j, xrow + ox0 * sx, ry, w, bias, t);
             if (j->activation != LGK_ACT_NONE)
                 lgk_activate(j->activation, t, rows * np * GF);
@@ -600,14 +613,13 @@ static int lanes_units(void *ctx, int64_t oy0, int64_t oy1)
             const float *w = j->w + g * group_floats + in_group;
             int nfilt = (int)LGK_MIN((int64_t)LANE_F, p->o - f0);
             float bias[LANE_F];
-            for (int f = 0; f < LANE_F; ++f)
-                bias[f] = j->bias != NULL && f < nfilt ? j->bias[f0 + f] : 0.0f;
+            fill_bias(bias, LANE_F, j->bias, f0, nfilt);
             for (int64_t oy = b0; oy < b1; ++oy) {
                 const float *xrow = j->xb + oy * p->stride_h * p->stride_w * j->lane_len;
                 float *yrow = j->y + oy * j->ow;
                 int64_t v0 = 0;
                 for (int64_t k = 0; k < chunks; ++k) {
-                    int64_t nv = (nvec - v0) / (chunks - k) + ((nvec - v0) % (chunks - k) != 0);
+                    int64_t nv = balanced_step(nvec - v0, chunks - k);
                     float *y = yrow + f0 * plane + v0 * 16;
                     lanes_tiles((int)nv, j, xrow + v0 * 16, w, wstep, bias, y, plane, nfilt,
                                 v0 + nv == nvec ? last : (__mmask16)0xffff);

@@ -580,7 +580,9 @@ static int dw_threads(const lgk_conv2d_params *p, int64_t oh, int64_t ow, int nt
     return (int)LGK_MAX((int64_t)1, LGK_MIN((int64_t)nthreads, work / DW_MIN_WORK_PER_THREAD));
 }
 
-/* Whether the conv goes by channel bands (cb_*) rather than one of the plane forms. */
+/* Whether the conv goes by channel bands (cb_*) rather than one of the plane forms: with
+ * AVX-512, when none of the forms for narrow maps, tall-and-few-filter maps or 3x3 convs
+ * fits and the planes do not win. The one statement of the choice for both layouts. */
 static int dw_by_bands(const lgk_conv2d_params *p, int64_t oh, int64_t ow)
 {
     if (!dw_wide())
@@ -609,6 +611,8 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
                          int nthreads)
 {
     int threads = dw_threads(p, oh, ow, nthreads);
+    if (dw_by_bands(p, oh, ow))
+        return dw_bands(p, oh, ow, x, w, bias, y, activation, threads, 0);
     if (!dw_wide())
         return dw8_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 #ifdef DW_X86
@@ -619,9 +623,7 @@ int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, con
     if (dw3_fits(p) && ow >= DW3_MIN_OW)
         return dw3_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 #endif
-    if (!dw_by_bands(p, oh, ow))
-        return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
-    return dw_bands(p, oh, ow, x, w, bias, y, activation, threads, 0);
+    return dw16_by_planes(p, oh, ow, x, w, bias, y, activation, threads);
 }
 
 int lgk_depthwise_bands_nhwc(const lgk_conv2d_params *p, int64_t oh, int64_t ow)

@@ -725,13 +725,6 @@ static void run_tile(const gemm_impl *g, int64_t m, int64_t kc, const float *a, 
         g->kernel(kc, a, b, c, ldc, accumulate, ep);
 }
 
-/* Runs every micro-tile of one (mc x kc) x (kc x nc) block pair, B packed and A packed
- * (lda == 0) or read in place (A[i, k] = pa[i * lda + k]), whose C block starts at
- * (row0, col0) of the problem; ep (NULL: none) is applied to each finished tile (see
- * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
- * sliver packs it into pb as it multiplies (see pack_in_tiles). `retile`: the row tiles
- * as tile_rows lays them out (a packed A's slivers as pack_a packed them with the same
- * flag). */
 /* The arguments of macro_kernel that every one of its tiles shares. */
 typedef struct {
     const gemm_impl *g;
