@@ -566,6 +566,33 @@ static int64_t tile_rows(int mr, int64_t mc, int64_t ir, int retile)
     return LGK_MIN((int64_t)mr, left);
 }
 
+/* n (<= width) contiguous floats into a sliver's row (B: a row of NR columns; A read as
+ * A^T: a k step of MR rows), zeros after them. The widths in use are constants here, so
+ * whole rows are inline vector moves (a memcpy of a run-time size is a libc call per
+ * sliver row). */
+static inline void sliver_row(int width, int64_t n, const float *restrict src,
+                              float *restrict dst)
+{
+    /* Zeros first, then the n floats: both of constant sizes wherever the width is one in
+     * use (an edge tile's rows, 7 of A's 12 at M = 49, included); a loop of n moves or
+     * zeros becomes a memmove or memset call. */
+    switch (width) {
+    case 32: if (n < 32) memset(dst, 0, 32 * sizeof(float)); break;
+    case 16: if (n < 16) memset(dst, 0, 16 * sizeof(float)); break;
+    case 12: if (n < 12) memset(dst, 0, 12 * sizeof(float)); break;
+    default: memset(dst + n, 0, (size_t)(width - n) * sizeof(float)); break;
+    }
+    switch (n) {
+#define SLIVER_ROW_CASE(N) case N: memcpy(dst, src, N * sizeof(float)); break;
+    SLIVER_ROW_CASE(1) SLIVER_ROW_CASE(2) SLIVER_ROW_CASE(3) SLIVER_ROW_CASE(4)
+    SLIVER_ROW_CASE(5) SLIVER_ROW_CASE(6) SLIVER_ROW_CASE(7) SLIVER_ROW_CASE(8)
+    SLIVER_ROW_CASE(9) SLIVER_ROW_CASE(10) SLIVER_ROW_CASE(11) SLIVER_ROW_CASE(12)
+    SLIVER_ROW_CASE(16) SLIVER_ROW_CASE(32)
+#undef SLIVER_ROW_CASE
+    default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    }
+}
+
 /* A[0:mc, 0:kc] (strides rs, cs) -> MR-row slivers (one per tile_rows tile), k-major
  * inside a sliver; rows past the tile's are zero so the micro-kernel never needs a row
  * mask. */
@@ -575,6 +602,11 @@ static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, i
     for (int64_t i0 = 0, m = 0; i0 < mc; i0 += m, dst += mr * kc) {
         m = tile_rows(mr, mc, i0, retile);
         const float *rows = a + i0 * rs;
+        if (rs == 1) { /* A^T in place (a 1x1 conv's pixels as rows): vector copies */
+            for (int64_t k = 0; k < kc; ++k)
+                sliver_row(mr, m, rows + k * cs, dst + k * mr);
+            continue;
+        }
         for (int64_t k = 0; k < kc; ++k) {
             float *d = dst + k * mr;
             for (int i = 0; i < m; ++i)
@@ -582,22 +614,6 @@ static void pack_a(int mr, int64_t mc, int64_t kc, const float *a, int64_t rs, i
             for (int i = m; i < mr; ++i)
                 d[i] = 0.0f;
         }
-    }
-}
-
-/* n (<= nr) floats of a B row into a sliver row, zeros after them. The widths in use are
- * constants here, so whole rows are inline vector moves (a memcpy of a run-time size is
- * a libc call per sliver row). */
-static inline void sliver_row(int nr, int64_t n, const float *restrict src, float *restrict dst)
-{
-    if (n == 32 && nr == 32) {
-        memcpy(dst, src, 32 * sizeof(float));
-    } else if (n == 16 && nr == 16) {
-        memcpy(dst, src, 16 * sizeof(float));
-    } else {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        for (int64_t j = n; j < nr; ++j)
-            dst[j] = 0.0f;
     }
 }
 

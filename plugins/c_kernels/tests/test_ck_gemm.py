@@ -197,3 +197,21 @@ def test_few_column_matvecs(rng, monkeypatch, isa, threads):
         gemm_close(K.matmul(a[None].repeat(3, 0), b[None]), a[None].repeat(3, 0), b[None])
     a, b = f32(rng, 0, 5, 8), f32(rng, 0, 8, 1)
     assert K.matmul(a, b).shape == (0, 5, 1)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_transposed_a_packs_like_rows(rng, monkeypatch, isa, threads):
+    """An A whose columns are contiguous (a 1x1 conv's input read with its pixels as rows)
+    is packed by vector copies of each k step: the same products, bit for bit, as the
+    same A with its rows 2 apart (packed element by element), for every edge tile's row
+    count and a K of two blocks."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    for m, n, k in itertools.product((1, 5, 12, 13, 23, 49, 61), (7, 32, 45), (3, 1300)):
+        a = f32(rng, k, m).T  # rows m, columns contiguous down each column
+        spread = np.zeros((k, 2 * m), np.float32)
+        spread[:, ::2] = a.T
+        a_rows_apart = spread[:, ::2].T
+        b = f32(rng, k, n)
+        got = K.matmul(a, b)
+        assert np.array_equal(got, K.matmul(a_rows_apart, b)), (m, n, k)
+        gemm_close(got, a, b)
