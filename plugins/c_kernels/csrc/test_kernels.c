@@ -916,6 +916,7 @@ static void test_subnormals(void) {}
 #include "test_gemm_direct.inc"
 #include "test_gemm_pack_in_tiles.inc"
 #include "test_gemm_cols.inc"
+#include "test_gemm_lanes.inc"
 #include "test_pool_3s2.inc"
 #include "test_qdwconv.inc"
 #include "test_qconv_vnni.inc"
@@ -962,6 +963,7 @@ int main(void)
     test_gemm_direct();
     test_gemm_pack_in_tiles();
     test_gemm_cols();
+    test_gemm_lanes();
     test_pool_3s2();
     test_qconv();
     test_qdwconv();

@@ -101,3 +101,25 @@ def test_max_pool_vector_rows(rng):
     want_nan[0, 1, 2:4, 3:5] = True  # the windows over input (5, 7)
     assert (np.isnan(got) == want_nan).all()
     assert_close(got[~want_nan], ref[~want_nan], atol=0)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("h, w", [(7, 23), (4, 41), (14, 14), (5, 37), (12, 14), (3, 61),
+                                  (9, 21), (6, 33)], ids=str)
+def test_pointwise_filter_rows_narrow_last_sliver(rng, monkeypatch, threads, h, w):
+    """1x1 convs with filters as rows whose pixel count leaves 1 .. 8 and 17 .. 24 columns in
+    the last 32-wide sliver (161, 164, 196, 185, 168, 183, 189 and 198 pixels), 29 filters
+    (not a multiple of the 12-row tile), K in one block and in two, a residual and relu
+    or relu6 after it."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    for c_in, act in ((40, "relu"), (1100, "clip:min=0.0,max=6.0")):
+        x, wt, b = f32(rng, 1, c_in, h, w), f32(rng, 29, c_in, 1, 1), f32(rng, 29)
+        res = 4 * f32(rng, 1, 29, h, w)
+        attrs = dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+        packed = K.pack_conv_weight(wt)
+        _, call = conv_pool._plan_conv2d(x, packed, b, **attrs)
+        assert call.fn == lib.lgk_conv2d_nchw_packed_a
+        got = K.nn_conv2d(x, packed, b, activation=act, residual=res, **attrs)
+        ref = conv_ref(x, wt, b, attrs["strides"], attrs["padding"], attrs["dilation"], 1) + res
+        ref = np.maximum(ref, 0) if act == "relu" else np.clip(ref, 0, 6)
+        assert_close(got, ref, atol=1e-4)
