@@ -55,6 +55,30 @@ def test_arena_reuses_given_back_buffers_by_size_and_dtype():
     assert arena.allocated == 6 * 4 + 6 * 4
 
 
+def test_arena_hands_out_the_latest_block_that_holds_a_value():
+    """The block given back last (the memory just read, still in cache) serves the next
+    value of any dtype that fits in it with at most SLACK times its size; a block is never
+    handed out twice, and buffers it did not make are not taken back."""
+    arena = planning.Arena()
+    big, small, other = (arena.take((1024,), "float32"), arena.take((64,), "float32"),
+                         arena.take((256,), "int8"))
+    arena.give(small)
+    arena.give(big)
+    arena.give(big)  # twice: still one block
+    half = arena.take((2, 256), "int16")  # 1 KB fits the latest (4 KB) block
+    assert np.shares_memory(half, big) and half.dtype == np.int16 and half.shape == (2, 256)
+    assert half.ctypes.data % planning.BUFFER_ALIGN == 0
+    again = arena.take((16,), "float32")  # 64 B: big is taken, small (256 B) fits
+    assert np.shares_memory(again, small) and not np.shares_memory(again, half)
+    arena.give(half)
+    tiny = arena.take((4,), "uint8")  # 4 KB is more than SLACK x 64 B: a new block
+    assert not np.shares_memory(tiny, big)
+    arena.give(np.zeros(8, np.float32))  # not its own: ignored
+    fresh = arena.take((8,), "float32")
+    assert all(not np.shares_memory(fresh, x) for x in (big, small, other, tiny))
+    assert not fresh.any()
+
+
 def test_flatten_inlines_a_fresh_copy_per_call_site():
     mod = legato.parse(TWO_CALLS)
     flat = planning.flatten(mod)

@@ -77,24 +77,47 @@ def aligned_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 class Arena:
-    """Buffers by size and dtype: a buffer given back serves a later value of the same
-    size. `allocated` counts the bytes of the buffers it had to make."""
+    """Buffers for a plan's values: a value takes the block given back most recently that
+    holds it, whatever its dtype or shape was, and no more than SLACK times larger (so a
+    small value does not tie up a large block), else a new block. `allocated` counts the
+    bytes of the blocks it had to make.
+
+    The most recent block is the memory the steps before just read, still in the caches:
+    a result written there does not wait, store by store, on reads of lines from memory.
+    Buffers kept by exact size put each result into the block its size had last, often
+    untouched since the previous run (MobileNetV2 at 224^2, 1 thread: 1.02-1.04 -> 0.99-
+    1.02x onnxruntime's time, with 10 MB of blocks instead of 16.5; ResNet-50 -0.5%)."""
+
+    SLACK = 16
 
     def __init__(self):
-        self._free: dict[tuple[int, str], list[np.ndarray]] = {}
         self.allocated = 0
+        self._free: list[np.ndarray] = []  # raw blocks given back, the latest last
+        self._blocks: dict[int, np.ndarray] = {}  # a block's data address -> the block
 
     def take(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        size = math.prod(shape)  # (np.prod costs several times more, once per buffer)
-        kind = np.dtype(dtype)  # the key: a dtype's .name costs several us, its hash not
-        pool = self._free.get((size, kind))
-        if pool:
-            return pool.pop().reshape(shape)
-        self.allocated += size * kind.itemsize
-        return aligned_zeros(shape, kind)  # zeros: nothing uninitialised is ever read
+        kind = np.dtype(dtype)
+        need = math.prod(shape) * kind.itemsize  # (np.prod costs several times more)
+        if kind.hasobject:  # object references cannot live in raw bytes; never reused
+            self.allocated += need
+            return aligned_zeros(shape, kind)
+        limit = self.SLACK * max(need, BUFFER_ALIGN)
+        for i in range(len(self._free) - 1, -1, -1):
+            block = self._free[i]
+            if need <= block.size <= limit:
+                del self._free[i]
+                return block[:need].view(kind).reshape(shape)
+        self.allocated += need
+        block = aligned_zeros((max(need, 1),), np.uint8)  # zeros: nothing uninitialised
+        self._blocks[block.ctypes.data] = block  # is ever read
+        return block[:need].view(kind).reshape(shape)
 
     def give(self, buffer: np.ndarray) -> None:
-        self._free.setdefault((buffer.size, buffer.dtype), []).append(buffer)
+        """Give back a buffer `take` returned (or a view of it from its start); others,
+        and a block already given back, are ignored."""
+        block = self._blocks.get(buffer.ctypes.data)
+        if block is not None and not any(free is block for free in self._free):
+            self._free.append(block)
 
 
 # ---------------------------------------------------------------------------------
