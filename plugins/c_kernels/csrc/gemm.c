@@ -34,6 +34,7 @@ typedef struct {
     const float *col_bias; /* the bias of the tile's column 0, one per column, or NULL */
     int activation;        /* LGK_ACT_NONE, LGK_ACT_RELU or LGK_ACT_RELU6 */
     int add_c;             /* C held an addend: added after the bias, before the activation */
+    int far_c;             /* C far larger than the caches (AVX-512 only; see avx512_rows) */
 } tile_ep;
 
 /* Computes the full MR x NR tile c = a_sliver @ b_sliver (+ c if accumulate), then
@@ -205,6 +206,7 @@ static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, floa
 #define AVX512_MR 12
 #define AVX512_NR 32
 #define C_PREFETCH_MAX_KC 32
+#define C_PREFETCH_FAR_MAX_KC 64
 #define B_PREFETCH_FAR 64
 
 /* tile_ep_value on the lanes of mask of the 16 columns [j, j + 16) of row i, whose C row
@@ -260,8 +262,10 @@ static inline void avx512_rows(const int rows, int64_t kc, const float *restrict
      * buffer last used long ago) arrives before its stores, which otherwise each wait on
      * a read for ownership. A 1x1 conv of 16 -> 96 channels at 112^2 with its output
      * flushed from the caches took 646 us without this, 514 with, 482 with C in cache;
-     * with C in cache the prefetches cost 2-4%, so deeper K goes without. */
-    if (kc <= C_PREFETCH_MAX_KC) {
+     * with C in cache the prefetches cost 2-4%, so deeper K goes without, unless C is far
+     * larger than the caches (tile_ep.far_c): attention's scores, 6 heads of 1500 x 1500
+     * with K = 64, 19.8 -> 17.1 ms (1 thread). */
+    if (kc <= C_PREFETCH_MAX_KC || (kc <= C_PREFETCH_FAR_MAX_KC && ep != NULL && ep->far_c)) {
 #pragma GCC unroll 12
         for (int i = 0; i < rows; ++i) {
             _mm_prefetch((const char *)(c + i * ldc + AVX512_NR), _MM_HINT_T1);
@@ -847,6 +851,7 @@ typedef struct {
     float *c;
     int accumulate;
     const epilogue *ep;
+    int far_c; /* see tile_ep */
 } macro_args;
 
 /* The micro-tile of rows [ir, ir + m) (A's t-th sliver) and the n columns from jr. */
@@ -861,11 +866,11 @@ static void macro_tile(const macro_args *x, int64_t ir, int64_t m, int64_t t, in
     float *cij = x->c + ir * ldc + jr;
     const float *a = lda > 0 ? x->pa + ir * lda : x->pa + t * g->mr * kc;
     _Alignas(64) float tile[MAX_MR * MAX_NR];
-    tile_ep te, *tep = NULL;
+    tile_ep te = {NULL, NULL, LGK_ACT_NONE, 0, x->far_c}, *tep = x->far_c ? &te : NULL;
     if (ep != NULL) {
         te = (tile_ep){ep->bias_mode == LGK_BIAS_ROW ? ep->bias + x->row0 + ir : NULL,
                        ep->bias_mode == LGK_BIAS_COL ? ep->bias + x->col0 + jr : NULL,
-                       ep->activation, ep->add_c};
+                       ep->activation, ep->add_c, x->far_c};
         tep = &te;
     }
     if (in_place && ir == 0) {
@@ -915,13 +920,14 @@ static void macro_partial_sliver(const macro_args *x, int64_t jr, int64_t n)
  * epilogue_in_tiles). With b_rows (B's rows in place, ldb apart), the first tile of each
  * sliver packs it into pb as it multiplies (see pack_in_tiles). `retile`: the row tiles
  * as tile_rows lays them out (a packed A's slivers as pack_a packed them with the same
- * flag). */
+ * flag). `far_c`: see tile_ep. */
 static void macro_kernel(const gemm_impl *g, int64_t mc, int64_t nc, int64_t kc,
                          const float *pa, int64_t lda, const float *pb, const float *b_rows,
                          int64_t ldb, float *c, int64_t ldc, int accumulate,
-                         const epilogue *ep, int64_t row0, int64_t col0, int retile)
+                         const epilogue *ep, int64_t row0, int64_t col0, int retile, int far_c)
 {
-    const macro_args x = {g, kc, lda, ldb, ldc, row0, col0, pa, pb, b_rows, c, accumulate, ep};
+    const macro_args x = {g, kc, lda, ldb, ldc, row0, col0, pa, pb, b_rows, c, accumulate,
+                          ep, far_c};
     if (kc <= ROWS_OUTER_MAX_KC && mc > 2 * (int64_t)g->mr) {
         for (int64_t ir = 0, m = 0, t = 0; ir < mc; ir += m, ++t) {
             m = tile_rows(g->mr, mc, ir, retile);
@@ -1241,6 +1247,13 @@ static int adds_c_in_tiles(const gemm_impl *g, const gemm_problem *p, int64_t ro
            && epilogue_in_tiles(&p->ep) && k_block_depth(g, p, direct_a(g, p)) >= p->K;
 }
 
+/* A C matrix of at least this many floats (4 MiB: four times L2, an eighth of L3) is
+ * written to memory tile by tile: its micro-tiles prefetch the lines they store next at
+ * depths up to C_PREFETCH_FAR_MAX_KC as well (see avx512_rows). ResNet-50's largest conv
+ * output (64 x 112^2, 0.8 M floats) stays below: with C in cache the prefetches cost
+ * 1-2% (its 1x1 convs of K = 64 at 56^2, in the model). */
+#define FAR_C_FLOATS ((double)1024 * 1024)
+
 static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m0, int64_t m1,
                             int64_t n0, int64_t n1);
 
@@ -1303,6 +1316,7 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
         LGK_TRY(lgk_scratch_acquire(a_size + b_size, &scratch));
     const float *pa = scratch.data;
     const epilogue *ep = epilogue_is_noop(&p->ep) ? NULL : &p->ep;
+    int far_c = g->isa == LGK_ISA_AVX512 && (double)p->M * (double)p->N >= FAR_C_FLOATS;
     for (int64_t jc = n0; jc < n1; jc += nc_step) {
         int64_t nc = LGK_MIN(nc_step, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += kc_max) {
@@ -1324,7 +1338,7 @@ static int gemm_block_range(const gemm_impl *g, const gemm_problem *p, int64_t m
                 int in_tiles = last && epilogue_in_tiles(ep);
                 macro_kernel(g, mc, nc, kc, pa, direct ? p->rs_a : 0, pb,
                              ic == m0 ? b_rows : NULL, p->rs_b, c, p->ldc, pc > 0,
-                             in_tiles ? ep : NULL, ic, jc, p->packed_a == NULL);
+                             in_tiles ? ep : NULL, ic, jc, p->packed_a == NULL, far_c);
                 if (last && ep != NULL && !in_tiles) /* whole block rows: see epilogue_tile */
                     epilogue_tile(ep, c, p->ldc, ic, jc, mc, nc);
             }

@@ -215,3 +215,23 @@ def test_transposed_a_packs_like_rows(rng, monkeypatch, isa, threads):
         got = K.matmul(a, b)
         assert np.array_equal(got, K.matmul(a_rows_apart, b)), (m, n, k)
         gemm_close(got, a, b)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_far_c_prefetch_leaves_every_product_unchanged(rng, monkeypatch, isa, threads):
+    """A C of 1M floats or more (attention's scores) has its micro-tiles prefetch the lines
+    they store next at depths up to 64 as well: the same products, bit for bit, as the
+    same rows computed in halves below that size, with and without an epilogue."""
+    monkeypatch.setenv("LEGATO_NUM_THREADS", threads)
+    for m, n, k in ((1100, 1000, 64), (1030, 1025, 40)):
+        a, b = f32(rng, m, k), f32(rng, k, n)
+        bias = f32(rng, n)
+        whole = K.matmul(a, b)
+        halves = np.concatenate([K.matmul(a[:m // 2], b), K.matmul(a[m // 2:], b)])
+        assert np.array_equal(whole, halves), (m, n, k)
+        gemm_close(whole, a, b)
+        act = K.fused_matmul(a, b, bias=bias, activation="relu")
+        act_halves = np.concatenate([K.fused_matmul(a[:m // 2], b, bias=bias, activation="relu"),
+                                     K.fused_matmul(a[m // 2:], b, bias=bias, activation="relu")])
+        assert np.array_equal(act, act_halves)
+        assert np.allclose(act, np.maximum(whole + bias, 0), atol=1e-5)
