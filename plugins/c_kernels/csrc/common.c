@@ -753,6 +753,10 @@ const char *lgk_activation_name(int activation)
       lgk_sgemm_batched(W(0), W(1), W(2), W(3), PTR(4), W(5), PTR(6), W(7), W(8), PTR(9), \
                         W(10), PTR(11), W(12), W(13), PTR(14), W(15), W(16), W(17),       \
                         PTR(18), W(19), W(20), W(21), W(22)))                             \
+    X(lgk_sgemm_batched_softmax, "iiiipipiipipiipiiii",                                 \
+      lgk_sgemm_batched_softmax(W(0), W(1), W(2), W(3), PTR(4), W(5), PTR(6), W(7), W(8), \
+                                PTR(9), W(10), PTR(11), W(12), W(13), PTR(14), W(15),     \
+                                W(16), W(17), W(18)))                                     \
     X(lgk_conv2d_nchw, "ppipipipiii",                                                     \
       lgk_conv2d_nchw(PTR(0), PTR(1), W(2), PTR(3), W(4), PTR(5), W(6), PTR(7), W(8),     \
                       W(9), W(10)))                                                       \

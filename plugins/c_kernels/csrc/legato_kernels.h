@@ -101,6 +101,21 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
                       int activation, int nthreads);
 
 /*
+ * softmax(A @ B) along the rows of each C matrix (attention's scores and their softmax
+ * over the keys), arguments as lgk_sgemm_batched's: C's rows are finished a strip at a
+ * time and their softmax applied while they are in cache, instead of C written to memory
+ * and read again. Each element is the sum lgk_sgemm_batched computes and each row's
+ * softmax lgk_softmax's, bit for bit.
+ */
+int lgk_sgemm_batched_softmax(int64_t batch, int64_t M, int64_t N, int64_t K,
+                              const float *a, int64_t a_len, const int64_t *a_offsets,
+                              int64_t rs_a, int64_t cs_a,
+                              const float *b, int64_t b_len, const int64_t *b_offsets,
+                              int64_t rs_b, int64_t cs_b,
+                              float *c, int64_t c_len, int64_t c_batch_stride, int64_t ldc,
+                              int nthreads);
+
+/*
  * Prepacked B, for a right operand reused by many GEMMs (a model weight):
  * lgk_sgemm_pack_b stores B (K x N, B[k, n] = b[k * rs_b + n * cs_b], so both a
  * (K, N) row-major matrix and a transposed (N, K) nn.linear weight work) in the

@@ -87,6 +87,10 @@ typedef struct {
 int lgk_scratch_acquire(int64_t nfloats, lgk_scratch *s);
 void lgk_scratch_release(lgk_scratch *s);
 
+/* softmax (not log) in place along each of `rows` rows of n >= 1 floats, ld apart, as
+ * lgk_softmax computes each row (norms.c): for a GEMM whose epilogue it is. */
+void lgk_softmax_rows_inplace(int64_t rows, int64_t n, float *x, int64_t ld);
+
 /* ---- threads ----------------------------------------------------------------
  * Runs fn(ctx, begin, end) over `nthreads` contiguous slices of [0, n) and
  * returns the first non-zero status. The calling thread runs slice 0, the others

@@ -437,6 +437,16 @@ LGK_CLONES static void softmax_rows(int64_t rows, int64_t n, const float *x, flo
         softmax_row(x + r * n, n, y + r * n, log_domain);
 }
 
+void lgk_softmax_rows_inplace(int64_t rows, int64_t n, float *x, int64_t ld)
+{
+    if (ld == n) {
+        softmax_rows(rows, n, x, x, 0);
+        return;
+    }
+    for (int64_t r = 0; r < rows; ++r) /* a row's result does not depend on its partner */
+        softmax_rows(1, n, x + r * ld, x + r * ld, 0);
+}
+
 static int check_oni(int64_t outer, int64_t n, int64_t inner, const float *x, const float *y)
 {
     int64_t count;

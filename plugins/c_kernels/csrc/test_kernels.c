@@ -925,6 +925,7 @@ static void test_subnormals(void) {}
 #include "test_qelementwise.inc"
 #include "test_qrescale.inc"
 #include "test_movement_int8.inc"
+#include "test_gemm_softmax.inc"
 
 int main(void)
 {
@@ -975,6 +976,7 @@ int main(void)
     test_cast_to_byte();
     test_qrescale_all();
     test_movement_elems();
+    test_gemm_softmax();
     lgk_free_scratch(); /* the pool is empty afterwards: nothing left for LSan */
     lgk_free_scratch();
     printf("test_kernels: %d checks, %d failures (gemm isa %d)\n", checks, failures, lgk_gemm_isa());

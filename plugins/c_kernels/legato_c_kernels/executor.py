@@ -307,7 +307,11 @@ class _PlannedInstance:
             if native:
                 kernel = self.backend.kernel(call.op)
                 self._pack_constant_weight(kernel, call, inputs)
-                if gemm is not None:  # a GEMM with its epilogue
+                callee = self.module.functions[step.attrs["callee"]] if gemm is not None \
+                    else None
+                if callee is not None and callee.attrs.get("softmax"):
+                    kernel = kernel.softmax_epilogue  # softmax over the last axis: no more
+                elif gemm is not None:  # a GEMM with its epilogue
                     kernel = kernel.epilogue
                     if bias is not None:
                         attrs["bias"] = self._buffer(bias).reshape(-1)
@@ -316,7 +320,7 @@ class _PlannedInstance:
                         attrs["residual"] = self._buffer(residual)
                         touches.append(Touch(residual, K.conv_pool.RESIDUAL_INPUT))
                     attrs["activation"] = act
-                    layout = self.module.functions[step.attrs["callee"]].attrs.get("layout")
+                    layout = callee.attrs.get("layout")
                     if layout is not None:  # the conv writes its permuted result
                         attrs["out_layout"] = layout
             else:

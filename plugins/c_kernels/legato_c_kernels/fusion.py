@@ -86,6 +86,8 @@ class GemmEpilogue(ModulePass):
                 attrs["residual"] = True
             if members[-1].op == "permute_dims":
                 attrs["layout"] = "NHWC"
+            if members[-1].op == "nn.softmax":
+                attrs["softmax"] = True
             regions.append((name, "primitive", Attrs(attrs), members))
             fused[" + ".join(m.op for m in members)] += 1
         return regions
@@ -106,8 +108,6 @@ class GemmEpilogue(ModulePass):
             return [call]
         column_bias = getattr(kernel, "epilogue_bias", False)  # a GEMM (else: a conv)
         weight = call.inputs[1]
-        if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
-            return [call]
         members, product = [call], call.output
 
         def sole_reader():
@@ -115,6 +115,11 @@ class GemmEpilogue(ModulePass):
             return nxt if nxt is not None and self._native(nxt) and id(nxt) not in taken \
                 else None
         nxt = sole_reader()
+        if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
+            # no bias epilogue for a batched B; a softmax over the rows still fuses
+            if nxt is not None and self._is_row_softmax(call, nxt, kernel):
+                members.append(nxt)
+            return members
         if column_bias and len(call.inputs) == 2 and nxt is not None and \
                 nxt.op == EPILOGUE_BIAS_OP and self._is_column_bias(nxt, product):
             members.append(nxt)
@@ -130,7 +135,29 @@ class GemmEpilogue(ModulePass):
             nxt = sole_reader()
         if nxt is not None and self._is_to_channels_last(call, nxt, product):
             members.append(nxt)
+        if len(members) == 1 and nxt is not None and self._is_row_softmax(call, nxt, kernel):
+            members.append(nxt)
         return members
+
+    @staticmethod
+    def _is_row_softmax(matmul: Call, softmax: Call, kernel) -> bool:
+        """Is `softmax` nn.softmax over the last axis of a float32 matmul's result, the
+        matmul's operands both computed tensors of 2 or more dims? Its C call then applies
+        the softmax to each strip of rows while the strip is in cache (attention's scores).
+        Not for a constant operand (the matmul packs it once; the fused call packs per run),
+        nor for another axis (not along C's rows), nor int or quantized matmuls (no such
+        C call)."""
+        if getattr(kernel, "softmax_epilogue", None) is None or softmax.op != "nn.softmax" \
+                or len(matmul.inputs) != 2 or softmax.inputs[0] is not matmul.output:
+            return False
+        a, b = matmul.inputs
+        if a is None or b is None or isinstance(a, Const) or isinstance(b, Const):
+            return False
+        product = matmul.output
+        axis = softmax.attrs.get("axis", -1)
+        return a.rank >= 2 and b.rank >= 2 and a.dtype == b.dtype == "float32" and \
+            product.dtype == softmax.output.dtype == "float32" and \
+            isinstance(axis, int) and axis in (-1, product.rank - 1)
 
     @staticmethod
     def _is_to_channels_last(conv: Call, permute: Call, product) -> bool:

@@ -58,8 +58,8 @@ from .casts import cast, isnan
 from .conv_pool import (PackedConvWeight, nn_avg_pool2d, nn_conv2d, nn_max_pool2d,
                         pack_conv_weight)
 from .elementwise import python_name
-from .gemm import (ACTIVATIONS, PackedWeight, fused_linear, fused_matmul, matmul, nn_linear,
-                   pack_weight)
+from .gemm import (ACTIVATIONS, PackedWeight, fused_linear, fused_matmul, matmul,
+                   matmul_softmax, nn_linear, pack_weight)
 from .norms import (max_, mean, min_, nn_layer_norm, nn_log_softmax, nn_rms_norm, nn_softmax,
                     sum_)
 
@@ -91,7 +91,8 @@ globals().update({python_name(op): kernel for op, kernel in elementwise.KERNELS.
 
 __all__ = [
     "KERNELS", "ACTIVATIONS", "MAX_NDIM", "num_threads", "release_scratch", "bind_generic",
-    "PackedWeight", "pack_weight", "fused_linear", "fused_matmul", "PackedConvWeight",
+    "PackedWeight", "pack_weight", "fused_linear", "fused_matmul", "matmul_softmax",
+    "PackedConvWeight",
     "pack_conv_weight", "cast", "isnan",
     *sorted({python_name(op) for op in KERNELS}),
 ]

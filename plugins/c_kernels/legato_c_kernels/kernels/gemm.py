@@ -243,6 +243,38 @@ def _plan_matmul(a: Array, b: Any, *, bias: Optional[Array] = None, activation: 
     return out, _gemm_batched(op, a2, b2, c2, batch)
 
 
+def _plan_matmul_softmax(a: Array, b: Array, *, out: Optional[Array] = None,
+                         op: str = "matmul", strict: bool = False
+                         ) -> tuple[Array, Optional[CCall]]:
+    """The C call of softmax(a @ b) over the last axis (numpy.matmul batch broadcasting,
+    both operands at least 2-D): each C row strip's softmax runs while it is in cache."""
+    a, b = f32(op, "a", a), f32(op, "b", b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise error(op, f"matmul + softmax needs operands of 2 or more dims, got {a.shape} @ "
+                        f"{b.shape}")
+    (m, k), (kb, n) = a.shape[-2:], b.shape[-2:]
+    if k != kb:
+        raise error(op, f"inner dimensions differ: {a.shape} @ {b.shape}")
+    batch = broadcast_shape(op, a.shape[:-2], b.shape[:-2])
+    out = out_array(op, out, batch + (m, n))
+    if out.size == 0:
+        return out, None
+    a = strided(detach(a, out, strict=strict), strict)
+    b = strided(detach(b, out, strict=strict), strict)
+    a_off, b_off = _batch_offsets(a, batch), _batch_offsets(b, batch)
+    (rsa, csa), (rsb, csb) = estrides(a)[-2:], estrides(b)[-2:]
+    return out, CCall(op, lib.lgk_sgemm_batched_softmax, (
+        prod(batch), m, n, k, ptr(a), extent(a), a_off, rsa, csa, ptr(b), extent(b), b_off,
+        rsb, csb, ptr(out), out.size, m * n, n, num_threads()), (a, b, out),
+        ((0, 4), (1, 9), (OUT, 14)))
+
+
+def matmul_softmax(a: Array, b: Array, *, out: Optional[Array] = None) -> Array:
+    """``softmax(a @ b, axis=-1)`` as one C call, equal to :func:`matmul` followed by
+    :func:`nn_softmax` bit for bit; a and b at least 2-D, batch dims broadcast."""
+    return run_call(*_plan_matmul_softmax(a, b, out=out))
+
+
 def _is_int32(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) and a.dtype == np.int32:
         return True
@@ -319,11 +351,15 @@ def nn_linear(data: Array, weight: Any, bias: Optional[Array] = None, *,
 
 bound(fused_matmul, _plan_matmul)
 bound(matmul, _plan_matmul)
+bound(matmul_softmax, _plan_matmul_softmax)
 bound(fused_linear, _plan_linear)
 bound(nn_linear, _plan_linear)
 # The fused variant a planned executor may use to apply a following bias add and
 # activation in the GEMM's epilogue (same inputs, plus bias= and activation=).
 matmul.epilogue, nn_linear.epilogue = fused_matmul, fused_linear
+# The fused variant applying a following softmax over the last axis (float operands of
+# 2 or more dims, neither a packed weight).
+matmul.softmax_epilogue = matmul_softmax
 # The binary op whose per-column form the epilogue's bias computes (LGK_BIAS_COL).
 EPILOGUE_BIAS_OP = "add"
 matmul.epilogue_bias = nn_linear.epilogue_bias = True
