@@ -203,15 +203,15 @@ def report(names, thread_counts, repeat, eager, import_rounds: int = 3) -> list[
             f"{c['import_s'] / c['ort_session_s']:7.2f}{c['setup_s']:8.2f}{c['compile_s']:10.2f}"
             f"{c['peak_mb']:9.0f}"
             f"{c['weights_mb']:9.0f}" +
-            "".join(f"{ms[t]['c_kernels'] / ms[t]['onnxruntime']:10.2f}" for t in thread_counts) +
+            "".join(f"{ms[t]['c_kernels'] / ms[t]['onnxruntime']:10.3f}" for t in thread_counts) +
             "".join(f"{ms[t]['c_kernels'] / ms[t]['eager']:12.2f}"
                     for t in thread_counts if eager) + f"{lat['err']:9.1e}")
         lines.append(" " * 14 + "ms: " + "; ".join(
-            f"{t}t c {ms[t]['c_kernels']:.1f} ORT {ms[t]['onnxruntime']:.1f}" +
+            f"{t}t c {ms[t]['c_kernels']:.2f} ORT {ms[t]['onnxruntime']:.2f}" +
             (f" eager {ms[t]['eager']:.1f}" if eager else "") for t in thread_counts))
         print("\n".join(lines[-2:]), flush=True)
     lines.append(f"{'geomean c/ORT':14}" + " " * 59 +
-                 "".join(f"{geomean(ratios[t]):10.2f}" for t in thread_counts))
+                 "".join(f"{geomean(ratios[t]):10.3f}" for t in thread_counts))
     print(lines[-1], flush=True)
     return lines
 
