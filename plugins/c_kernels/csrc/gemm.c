@@ -209,6 +209,21 @@ static void edge_avx2(int rows, int64_t kc, const float *a, const float *b, floa
 #define C_PREFETCH_FAR_MAX_KC 64
 #define B_PREFETCH_FAR 64
 
+/* relu / relu6 of v as tile_ep_value applies them (x <= 0 and x >= 6 are false for NaN). */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 avx512_clamp(int activation, __m512 v)
+{
+    if (activation != LGK_ACT_NONE) {
+        __m512 zero = _mm512_setzero_ps();
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
+        if (activation == LGK_ACT_RELU6) {
+            __m512 six = _mm512_set1_ps(6.0f);
+            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
+        }
+    }
+    return v;
+}
+
 /* tile_ep_value on the lanes of mask of the 16 columns [j, j + 16) of row i, whose C row
  * is ci (the others are past C's columns: neither the column bias nor C is read there). */
 __attribute__((target("avx512f"), always_inline))
@@ -221,15 +236,7 @@ static inline __m512 avx512_ep_masked(const tile_ep *ep, int i, int j, const flo
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->col_bias + j));
     if (ep->add_c)
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ci + j));
-    if (ep->activation != LGK_ACT_NONE) { /* x <= 0 and x >= 6 are false for NaN */
-        __m512 zero = _mm512_setzero_ps();
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
-        if (ep->activation == LGK_ACT_RELU6) {
-            __m512 six = _mm512_set1_ps(6.0f);
-            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
-        }
-    }
-    return v;
+    return avx512_clamp(ep->activation, v);
 }
 
 /* The same on all 16 lanes (a whole tile's columns). */
@@ -461,15 +468,7 @@ static inline __m512 lanes_ep(const tile_ep *ep, int j, __mmask16 rmask, __m512 
         v = _mm512_add_ps(v, _mm512_set1_ps(ep->col_bias[j]));
     if (ep->add_c)
         v = _mm512_add_ps(v, old);
-    if (ep->activation != LGK_ACT_NONE) { /* x <= 0 and x >= 6 are false for NaN */
-        __m512 zero = _mm512_setzero_ps();
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
-        if (ep->activation == LGK_ACT_RELU6) {
-            __m512 six = _mm512_set1_ps(6.0f);
-            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
-        }
-    }
-    return v;
+    return avx512_clamp(ep->activation, v);
 }
 
 /* At most 8 columns from a packed A sliver: the sliver's MR rows in the lanes of one zmm
@@ -1509,14 +1508,13 @@ static int check_offsets(int64_t batch, const int64_t *off, int64_t extent, int6
     return LGK_OK;
 }
 
-int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
-                      const float *a, int64_t a_len, const int64_t *a_offsets,
-                      int64_t rs_a, int64_t cs_a,
-                      const float *b, int64_t b_len, const int64_t *b_offsets,
-                      int64_t rs_b, int64_t cs_b,
-                      float *c, int64_t c_len, int64_t c_batch_stride, int64_t ldc,
-                      const float *bias, int64_t bias_len, int bias_mode,
-                      int activation, int nthreads)
+/* The arguments of a batched GEMM (lgk_sgemm_batched, lgk_sgemm_batched_softmax): shapes
+ * and strides, every matrix's offsets inside a and b, and C's matrices apart and inside c. */
+static int check_batched(int64_t batch, int64_t M, int64_t N, int64_t K, const float *a,
+                         int64_t a_len, const int64_t *a_offsets, int64_t rs_a, int64_t cs_a,
+                         const float *b, int64_t b_len, const int64_t *b_offsets, int64_t rs_b,
+                         int64_t cs_b, const float *c, int64_t c_len, int64_t c_batch_stride,
+                         int64_t ldc)
 {
     int64_t ext[3], c_ext;
     LGK_CHECK(batch >= 0 && c_batch_stride >= 0, LGK_ERR_SHAPE);
@@ -1529,14 +1527,34 @@ int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
     LGK_TRY(lgk_mul(LGK_MAX(batch - 1, 0), c_batch_stride, &c_ext));
     LGK_TRY(lgk_add(c_ext, ext[2], &c_ext));
     LGK_TRY(lgk_check_buffer(c, c_len, c_ext));
+    return LGK_OK;
+}
+
+/* Threads for a batched GEMM's work. */
+static int batched_threads(int64_t batch, int64_t M, int64_t N, int64_t K, int nthreads)
+{
+    double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
+    return threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
+}
+
+int lgk_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K,
+                      const float *a, int64_t a_len, const int64_t *a_offsets,
+                      int64_t rs_a, int64_t cs_a,
+                      const float *b, int64_t b_len, const int64_t *b_offsets,
+                      int64_t rs_b, int64_t cs_b,
+                      float *c, int64_t c_len, int64_t c_batch_stride, int64_t ldc,
+                      const float *bias, int64_t bias_len, int bias_mode,
+                      int activation, int nthreads)
+{
+    LGK_TRY(check_batched(batch, M, N, K, a, a_len, a_offsets, rs_a, cs_a, b, b_len, b_offsets,
+                          rs_b, cs_b, c, c_len, c_batch_stride, ldc));
     LGK_TRY(check_epilogue(M, N, bias, bias_len, bias_mode, activation));
     if (batch == 0 || M == 0 || N == 0)
         return LGK_OK;
     /* a, b, c point at the buffers' starts */
     gemm_problem base = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
                          {bias, bias_mode, activation, 0}, NULL, NULL, 0};
-    double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
-    int threads = threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
+    int threads = batched_threads(batch, M, N, K, nthreads);
     return gemm_run_batch(current_impl(), &base, batch, a_offsets, b_offsets, c_batch_stride,
                           threads);
 }
@@ -1624,19 +1642,17 @@ static int gemm_softmax_run(const gemm_impl *g, gemm_problem *p, int64_t batch,
                             const int64_t *a_off, const int64_t *b_off, int64_t c_stride,
                             int nthreads)
 {
-    int direct = direct_a(g, p);
     /* Few rows or columns, or K = 0, take paths that read B unpacked (the unfused GEMM's
      * too): those go by strips with B as it is. Strips never have fewer rows than one
      * (all of M, or the rounded strip): a strip of <= SMALL_M rows would sum its
      * elements differently from the whole matrix. */
     int prepack = p->K > 0 && !small_m_fits(p, p->M) && !small_n_fits(p, p->N);
-    p->packed_kc = prepack ? k_block_depth(g, p, direct) : 0;
     int64_t packed_floats = 0;
-    if (prepack && lgk_mul(padded_cols(g, p->N), p->K, &packed_floats) == LGK_OK
-        && packed_floats > SOFTMAX_PACK_MAX_FLOATS)
+    if (prepack && (lgk_mul(padded_cols(g, p->N), p->K, &packed_floats) != LGK_OK
+                    || packed_floats > SOFTMAX_PACK_MAX_FLOATS))
         packed_floats = 0;
-    if (packed_floats == 0)
-        p->packed_kc = 0;
+    /* (p->packed_kc is 0 here: the depth the unfused GEMM takes) */
+    p->packed_kc = packed_floats > 0 ? k_block_depth(g, p, direct_a(g, p)) : 0;
     int64_t strip = packed_floats > 0 ? softmax_strip_rows(g, p->N) : g->mc;
     softmax_split s = {g, p, a_off, b_off, c_stride, strip, LGK_MAX(p->M / strip, (int64_t)1),
                        packed_floats};
@@ -1654,23 +1670,14 @@ int lgk_sgemm_batched_softmax(int64_t batch, int64_t M, int64_t N, int64_t K,
                               float *c, int64_t c_len, int64_t c_batch_stride, int64_t ldc,
                               int nthreads)
 {
-    int64_t ext[3], c_ext;
-    LGK_CHECK(batch >= 0 && c_batch_stride >= 0, LGK_ERR_SHAPE);
-    LGK_TRY(check_gemm(M, N, K, rs_a, cs_a, rs_b, cs_b, ldc, ext));
-    LGK_CHECK(a != NULL && b != NULL && c != NULL, LGK_ERR_NULL);
-    LGK_TRY(check_offsets(batch, a_offsets, ext[0], a_len));
-    LGK_TRY(check_offsets(batch, b_offsets, ext[1], b_len));
-    LGK_CHECK(batch <= 1 || c_batch_stride >= ext[2], LGK_ERR_SHAPE);
-    LGK_TRY(lgk_mul(LGK_MAX(batch - 1, 0), c_batch_stride, &c_ext));
-    LGK_TRY(lgk_add(c_ext, ext[2], &c_ext));
-    LGK_TRY(lgk_check_buffer(c, c_len, c_ext));
+    LGK_TRY(check_batched(batch, M, N, K, a, a_len, a_offsets, rs_a, cs_a, b, b_len, b_offsets,
+                          rs_b, cs_b, c, c_len, c_batch_stride, ldc));
     if (batch == 0 || M == 0 || N == 0)
         return LGK_OK;
     const gemm_impl *g = current_impl();
     gemm_problem p = {M, N, K, a, rs_a, cs_a, b, rs_b, cs_b, c, ldc,
                       {NULL, LGK_BIAS_NONE, LGK_ACT_NONE, 0}, NULL, NULL, 0};
-    double flops = 2.0 * (double)batch * (double)M * (double)N * (double)LGK_MAX(K, 1);
-    int threads = threads_for_flops(flops, GEMM_MIN_FLOPS_PER_THREAD, nthreads);
+    int threads = batched_threads(batch, M, N, K, nthreads);
     return gemm_softmax_run(g, &p, batch, a_offsets, b_offsets, c_batch_stride, threads);
 }
 

@@ -100,7 +100,8 @@ class GemmEpilogue(ModulePass):
         return self.backend.kernel(call.op) if self._native(call) else None
 
     def _chain(self, call: Call, readers: Counter, reader_of: dict, taken: set) -> list[Call]:
-        """[GEMM, bias or residual add?, activation?] starting at `call`: each next call
+        """[GEMM, bias or residual add?, activation?], or [matmul, last-axis softmax],
+        starting at `call`: each next call
         the sole reader of the value before it, in no other chain (a residual add of two
         convs goes with the first)."""
         kernel = self._kernel(call)
@@ -115,11 +116,10 @@ class GemmEpilogue(ModulePass):
             return nxt if nxt is not None and self._native(nxt) and id(nxt) not in taken \
                 else None
         nxt = sole_reader()
+        if nxt is not None and self._is_row_softmax(call, nxt, kernel):
+            return [call, nxt]  # a batched B too: the softmax needs no bias epilogue
         if column_bias and (weight is None or weight.rank != 2 or call.inputs[0].rank < 2):
-            # no bias epilogue for a batched B; a softmax over the rows still fuses
-            if nxt is not None and self._is_row_softmax(call, nxt, kernel):
-                members.append(nxt)
-            return members
+            return [call]
         if column_bias and len(call.inputs) == 2 and nxt is not None and \
                 nxt.op == EPILOGUE_BIAS_OP and self._is_column_bias(nxt, product):
             members.append(nxt)
@@ -134,8 +134,6 @@ class GemmEpilogue(ModulePass):
             product = nxt.output
             nxt = sole_reader()
         if nxt is not None and self._is_to_channels_last(call, nxt, product):
-            members.append(nxt)
-        if len(members) == 1 and nxt is not None and self._is_row_softmax(call, nxt, kernel):
             members.append(nxt)
         return members
 

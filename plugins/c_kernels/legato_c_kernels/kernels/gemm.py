@@ -79,16 +79,22 @@ def _as_rows(x: Array, strict: bool) -> Array:
         return dense(x).reshape(shape)
 
 
-def _gemm_batched(op: str, a: Array, b: Array, c: Array, batch: tuple[int, ...]) -> CCall:
-    """Broadcast batched matmul: one C call, per-matrix offsets for a and b."""
+def _gemm_batched(op: str, a: Array, b: Array, c: Array, batch: tuple[int, ...],
+                  softmax: bool = False) -> CCall:
+    """Broadcast batched matmul: one C call, per-matrix offsets for a and b; with
+    `softmax`, the softmax of each C row over the last axis in the same call."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
     a_off, b_off = _batch_offsets(a, batch), _batch_offsets(b, batch)
     (rsa, csa), (rsb, csb) = estrides(a)[-2:], estrides(b)[-2:]
-    return CCall(op, lib.lgk_sgemm_batched, (
-        prod(batch), m, n, k, ptr(a), extent(a), a_off, rsa, csa, ptr(b), extent(b), b_off,
-        rsb, csb, ptr(c), c.size, m * n, n, ffi.NULL, 0, lib.LGK_BIAS_NONE, lib.LGK_ACT_NONE,
-        num_threads()), (a, b, c), ((0, 4), (1, 9), (OUT, 14)))
+    args = (prod(batch), m, n, k, ptr(a), extent(a), a_off, rsa, csa, ptr(b), extent(b), b_off,
+            rsb, csb, ptr(c), c.size, m * n, n)
+    if softmax:
+        fn, args = lib.lgk_sgemm_batched_softmax, (*args, num_threads())
+    else:
+        fn, args = lib.lgk_sgemm_batched, (*args, ffi.NULL, 0, lib.LGK_BIAS_NONE,
+                                           lib.LGK_ACT_NONE, num_threads())
+    return CCall(op, fn, args, (a, b, c), ((0, 4), (1, 9), (OUT, 14)))
 
 
 _ISA_NAMES = {lib.LGK_ISA_GENERIC: "generic", lib.LGK_ISA_AVX2: "avx2",
@@ -261,12 +267,7 @@ def _plan_matmul_softmax(a: Array, b: Array, *, out: Optional[Array] = None,
         return out, None
     a = strided(detach(a, out, strict=strict), strict)
     b = strided(detach(b, out, strict=strict), strict)
-    a_off, b_off = _batch_offsets(a, batch), _batch_offsets(b, batch)
-    (rsa, csa), (rsb, csb) = estrides(a)[-2:], estrides(b)[-2:]
-    return out, CCall(op, lib.lgk_sgemm_batched_softmax, (
-        prod(batch), m, n, k, ptr(a), extent(a), a_off, rsa, csa, ptr(b), extent(b), b_off,
-        rsb, csb, ptr(out), out.size, m * n, n, num_threads()), (a, b, out),
-        ((0, 4), (1, 9), (OUT, 14)))
+    return out, _gemm_batched(op, a, b, out.reshape(out.size // n, n), batch, softmax=True)
 
 
 def matmul_softmax(a: Array, b: Array, *, out: Optional[Array] = None) -> Array:
