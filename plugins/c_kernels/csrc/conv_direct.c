@@ -647,21 +647,16 @@ int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                       const float *packed_w, int64_t packed_len, const float *bias,
                       int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads)
 {
-    int64_t oh, ow, nx, ny, hp, wp, block;
+    int64_t oh, ow, hp, wp, block;
     LGK_CHECK(p != NULL, LGK_ERR_NULL);
     LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
     LGK_CHECK(p->groups == 1, LGK_ERR_ARG);
     LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     LGK_CHECK(lgk_conv2d_direct_available(), LGK_ERR_ARG);
     LGK_TRY(check_packed(p, packed_w, packed_len));
-    const int64_t xd[4] = {p->n, p->c, p->h, p->w}, yd[4] = {p->n, p->o, oh, ow};
-    LGK_TRY(lgk_checked_count(4, xd, &nx));
-    LGK_TRY(lgk_checked_count(4, yd, &ny));
-    LGK_TRY(lgk_check_buffer(x, x_len, nx));
-    LGK_TRY(lgk_check_buffer(y, y_len, ny));
-    if (bias != NULL)
-        LGK_CHECK(bias_len >= p->o, LGK_ERR_SHAPE);
-    if (ny == 0)
+    LGK_TRY(lgk_conv2d_check_buffers(p, oh, ow, 0, x_len, -1, y_len, bias, bias_len, x, NULL,
+                                     y));
+    if (p->n == 0 || p->o == 0)
         return LGK_OK;
     /* the padded extent; a window never reaches past it (lgk_conv2d_out_shape) */
     LGK_TRY(lgk_add(p->h, p->pad_top + p->pad_bottom, &hp));

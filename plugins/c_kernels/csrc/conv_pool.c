@@ -806,10 +806,9 @@ static int conv_images_split(const conv_job *j, int threads)
     return LGK_OK;
 }
 
-/* Checks that every buffer holds its tensor; products are overflow-checked. */
-static int check_conv_buffers(const lgk_conv2d_params *p, int64_t oh, int64_t ow, int64_t kg,
-                              int64_t x_len, int64_t w_len, int64_t y_len, const float *bias,
-                              int64_t bias_len, const float *x, const float *w, const float *y)
+int lgk_conv2d_check_buffers(const lgk_conv2d_params *p, int64_t oh, int64_t ow, int64_t kg,
+                             int64_t x_len, int64_t w_len, int64_t y_len, const float *bias,
+                             int64_t bias_len, const float *x, const float *w, const float *y)
 {
     int64_t nx, nw, ny;
     const int64_t xd[4] = {p->n, p->c, p->h, p->w}, wd[2] = {p->o, kg},
@@ -836,7 +835,7 @@ static int conv_setup(const lgk_conv2d_params *p, const float *x, int64_t x_len,
     LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
     const int64_t kd[3] = {p->c / p->groups, p->kh, p->kw};
     LGK_TRY(lgk_checked_count(3, kd, &kg));
-    LGK_TRY(check_conv_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
+    LGK_TRY(lgk_conv2d_check_buffers(p, oh, ow, kg, x_len, w_len, y_len, bias, bias_len, x, w, y));
     *j = (conv_job){p, oh, ow, p->c / p->groups, p->o / p->groups, kg, 0, 0, 0, 0, x, w, bias,
                     y, activation, 0, 0, 0, lgk_gemm_panel_layout(kg), 1, 1, NULL, 0};
     /* Unpadded convs need no zeros: the panels are gathered from x itself, by int32

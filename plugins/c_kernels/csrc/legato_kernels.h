@@ -252,6 +252,20 @@ int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                       const float *packed_w, int64_t packed_len, const float *bias,
                       int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads);
 
+/* 3x3 stride-1 conv (groups 1, dilation 1) by Winograd's F(2x2, 3x3) (conv_winograd.c):
+ * 16 GEMMs of (o x c) @ (c x tiles), one per position of a 4x4 transform, for 16/36 of
+ * the direct conv's multiply-adds; each output within about twice the direct sum's
+ * rounding. The weights (o, c, 3, 3) are transformed and packed once by
+ * lgk_conv2d_winograd_pack into a 64-byte aligned buffer of
+ * lgk_conv2d_winograd_packed_size(o, c) floats (negative: -status), for the GEMM family
+ * in use (another family's buffer is rejected with LGK_ERR_ARG: pack again). */
+int64_t lgk_conv2d_winograd_packed_size(int64_t o, int64_t c);
+int lgk_conv2d_winograd_pack(int64_t o, int64_t c, const float *w, int64_t w_len,
+                             float *packed, int64_t packed_len);
+int lgk_conv2d_winograd(const lgk_conv2d_params *p, const float *x, int64_t x_len,
+                        const float *packed_w, int64_t packed_len, const float *bias,
+                        int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads);
+
 typedef struct {
     int64_t n, c, h, w;
     int64_t kh, kw;

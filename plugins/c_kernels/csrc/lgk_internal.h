@@ -428,6 +428,13 @@ void lgk_activate(int activation, float *x, int64_t n);
 /* 1 while lgk_conv_force_split(1) is in effect (tests): convs split however small. */
 int lgk_conv_split_forced(void);
 
+/* Checks that every buffer of a conv holds its tensor (x (n, c, h, w), the weights o x kg
+ * unless w_len < 0 (packed weights, checked by their header), y (n, o, oh, ow), a bias of
+ * o if any); products are overflow-checked (conv_pool.c). */
+int lgk_conv2d_check_buffers(const lgk_conv2d_params *p, int64_t oh, int64_t ow, int64_t kg,
+                             int64_t x_len, int64_t w_len, int64_t y_len, const float *bias,
+                             int64_t bias_len, const float *x, const float *w, const float *y);
+
 /* Depthwise conv2d (c == groups) into y, oh x ow per plane; shapes already checked. */
 int lgk_depthwise_conv2d(const lgk_conv2d_params *p, int64_t oh, int64_t ow, const float *x,
                          const float *w, const float *bias, float *y, int activation,

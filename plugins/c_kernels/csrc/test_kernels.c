@@ -907,6 +907,7 @@ static void test_subnormals(void) {}
 #include "test_conv.inc"
 #include "test_conv_bands.inc"
 #include "test_conv_direct.inc"
+#include "test_conv_winograd.inc"
 #include "test_conv_residual.inc"
 #include "test_depthwise.inc"
 #include "test_elementwise.inc"
@@ -953,6 +954,7 @@ int main(void)
     test_conv_more();
     test_conv_l2_bands();
     test_conv_direct();
+    test_conv_winograd();
     test_conv_residual();
     test_gemm_packed_panels();
     test_depthwise_more();

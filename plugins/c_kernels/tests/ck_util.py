@@ -79,3 +79,25 @@ def run_qlinear(op: str, values: dict, out_dtype):
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return session.run(None, {k: np.asarray(v) for k, v in values.items()})[0]
+
+
+def two_conv_onnx(rng, size, second_strides):
+    """An ONNX model of Conv 3x3 (32 -> 48) + Relu + Conv 3x3 (48 -> 64, `second_strides`),
+    pads 1, on a (1, 32, size, size) input, and such an input."""
+    from onnx import TensorProto, helper, numpy_helper
+    w1, b1 = 0.1 * f32(rng, 48, 32, 3, 3), f32(rng, 48)
+    w2, b2 = 0.1 * f32(rng, 64, 48, 3, 3), f32(rng, 64)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"),
+                                                        (b2, "b2"))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1],
+                              strides=list(second_strides))]
+    out = (size - 1) // second_strides[0] + 1
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [1, 32, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, out, out])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, f32(rng, 1, 32, size, size)

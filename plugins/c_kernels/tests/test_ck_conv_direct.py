@@ -3,7 +3,7 @@ results against float64 loops and onnxruntime."""
 import numpy as np
 import pytest
 
-from ck_util import assert_close, f32
+from ck_util import assert_close, f32, two_conv_onnx
 from test_ck_conv_pool import conv_ref
 
 from legato_c_kernels import kernels as K
@@ -12,6 +12,13 @@ from legato_c_kernels.kernels import conv_pool
 
 DIRECT = (lib.lgk_conv2d_direct_available() == 1
           and lib.lgk_gemm_isa() == lib.LGK_ISA_AVX512)
+
+
+@pytest.fixture(autouse=True)
+def _direct_not_winograd(monkeypatch):
+    """The 3x3 stride-1 convs of these tests take Winograd F(2x2, 3x3) by default
+    (test_ck_conv_winograd.py); here they stay on the direct kernel under test."""
+    monkeypatch.setattr(conv_pool, "WINOGRAD_MIN_PIXELS", 1 << 62)
 
 
 def _attrs(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1)):
@@ -69,24 +76,9 @@ def test_direct_convs_match_the_reference(rng, monkeypatch, case, activation, th
 def test_a_resnet_block_matches_onnxruntime(rng):
     """Conv 3x3 + Relu, stride-2 Conv 3x3, through the ONNX importer and c_kernels."""
     ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-
     import legato
     from legato.frontends import onnx as onnx_frontend
-    w1, b1 = 0.1 * f32(rng, 48, 32, 3, 3), f32(rng, 48)
-    w2, b2 = 0.1 * f32(rng, 64, 48, 3, 3), f32(rng, 64)
-    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"),
-                                                        (b2, "b2"))]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1],
-                              strides=[2, 2])]
-    graph = helper.make_graph(
-        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 30, 30])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 15, 15])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    x = f32(rng, 1, 32, 30, 30)
+    model, x = two_conv_onnx(rng, 30, (2, 2))
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = np.asarray(legato.compile(onnx_frontend.load(model), "c_kernels")(x))

@@ -22,10 +22,11 @@ class PackedConvWeight:
     (small maps), or as the left operand W (O, C*kh*kw) where filters are (large
     maps). ``weight`` is the source array."""
 
-    __slots__ = ("weight", "_as_b", "_as_a", "_direct")
+    __slots__ = ("weight", "_as_b", "_as_a", "_direct", "_winograd")
 
     def __init__(self, weight: Array):
         self.weight, self._as_b, self._as_a, self._direct = weight, None, None, None
+        self._winograd: Optional[tuple[int, Array]] = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -74,6 +75,22 @@ class PackedConvWeight:
             self._direct = data
         return self._direct
 
+    def packed_winograd(self, op: str) -> Array:
+        """The 3x3 weight transformed for lgk_conv2d_winograd (its 16 positions, each
+        packed as a GEMM left operand), for the kernel family in use."""
+        isa = lib.lgk_gemm_isa()
+        if self._winograd is None or self._winograd[0] != isa:
+            o, c = self.shape[:2]
+            size = lib.lgk_conv2d_winograd_packed_size(o, c)
+            if size < 0:
+                check_status(op, -size)
+            data, w = _aligned_empty(size), np.ascontiguousarray(self.weight)
+            check_status(op, lib.lgk_conv2d_winograd_pack(o, c, ptr(w), w.size, ptr(data),
+                                                          data.size))
+            data.flags.writeable = False
+            self._winograd = (isa, data)
+        return self._winograd[1]
+
     def __repr__(self) -> str:
         return f"PackedConvWeight(shape={self.shape})"
 
@@ -114,6 +131,26 @@ def _direct(weight_shape: tuple[int, ...], pixels: int) -> bool:
             and (c < 16 or (c + 15) // 16 * 16 * 4 <= 5 * c)
             and lib.lgk_gemm_isa() == lib.LGK_ISA_AVX512
             and lib.lgk_conv2d_direct_available() == 1)
+
+
+# 3x3 stride-1 convs run as Winograd F(2x2, 3x3) (csrc/conv_winograd.c: 16/36 of the
+# multiply-adds, as GEMMs) where there is enough work per tile and per channel to pay for
+# its transforms: 32 or more channels in and out, maps of 7x7 or more, and output pixels
+# times channels of at least 12800. Single convs, 1 thread, AVX-512, against the direct
+# conv (channels in = out): 64 at 56^2 0.64x the time, 128 at 28^2 0.62x, 256 at 14^2
+# 0.72x, 512 at 7^2 0.91x, 128 at 10^2 0.88x, 32 at 28^2 0.95x; left direct: 64 at 14^2
+# 1.04x, 128 at 8^2 1.06x, 256 at 7^2 1.01x, 512 at 6^2 1.09x, 16 at 56^2 1.05x.
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_PIXELS = 49
+WINOGRAD_MIN_WORK = 12800  # output pixels x min(channels, filters)
+
+
+def _winograd(weight_shape: tuple[int, ...], p: Any, pixels: int) -> bool:
+    """Whether lgk_conv2d_winograd runs this groups == 1 conv."""
+    o, c, kh, kw = weight_shape
+    return ((kh, kw, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w) == (3, 3, 1, 1, 1, 1)
+            and min(o, c) >= WINOGRAD_MIN_CHANNELS and pixels >= WINOGRAD_MIN_PIXELS
+            and pixels * min(o, c) >= WINOGRAD_MIN_WORK)
 
 
 def _require_layout(op: str, name: str, value: str, supported: str) -> None:
@@ -208,6 +245,10 @@ def _plan_conv2d(data: Array, weight: Array, bias: Optional[Array] = None, *,
     if residual is not None:
         return out, _residual_call(op, packed, residual, out, by_pixels, args, tail, bias_touch,
                                    pixels, strict)
+    if packed is not None and _winograd(weight_shape, p, pixels):
+        w = packed.packed_winograd(op)
+        return out, CCall(op, lib.lgk_conv2d_winograd, (*args, ptr(w), w.size, *tail), (),
+                          ((0, 1), *bias_touch, (OUT, 7)))
     if packed is not None and _direct(weight_shape, pixels):
         w = packed.packed_direct(op)
         return out, CCall(op, lib.lgk_conv2d_direct, (*args, ptr(w), w.size, *tail), (),
