@@ -153,8 +153,8 @@ typedef struct {
     int activation;
 } wino_job;
 
-/* Patch row r of tile row ty, columns -pad_left .. 2 * tw + 1 - pad_left of the input,
- * with zeros outside it. */
+/* Input row iy, columns -pad_left .. 2 * tw + 1 - pad_left of the input, with zeros
+ * outside it. */
 static void patch_row(const wino_job *j, const float *plane, int64_t iy, float *dst)
 {
     const lgk_conv2d_params *p = j->p;
@@ -200,26 +200,29 @@ LGK_CLONES static void input_rows(int64_t n, const float *restrict r0, const flo
     }
 }
 
-/* V of channels [c0, c1) for the band's tiles. */
+/* V of channels [ch0, ch1) for the band's tiles: the band's 2 * nty + 2 input rows are
+ * copied once, zero-padded, then combined down the columns and along the rows a tile row
+ * at a time. */
 static int input_units(void *ctx, int64_t ch0, int64_t ch1)
 {
     const wino_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
+    int64_t nrows = 2 * j->nty + 2, len = j->rowlen;
     lgk_scratch s = {NULL, 0};
-    LGK_TRY(lgk_scratch_acquire(8 * j->rowlen, &s));
-    float *rows = s.data, *cols = s.data + 4 * j->rowlen;
+    LGK_TRY(lgk_scratch_acquire((nrows + 4) * len, &s));
+    float *cols = s.data + nrows * len;
     int64_t stride = p->c * j->nt, n = 2 * j->tw + 2;
     for (int64_t ch = ch0; ch < ch1; ++ch) {
         const float *plane = j->x + ch * p->h * p->w;
+        for (int64_t r = 0; r < nrows; ++r)
+            patch_row(j, plane, 2 * j->ty0 - p->pad_top + r, s.data + r * len);
         for (int64_t ty = 0; ty < j->nty; ++ty) {
-            int64_t iy = 2 * (j->ty0 + ty) - p->pad_top;
-            for (int r = 0; r < 4; ++r)
-                patch_row(j, plane, iy + r, rows + r * j->rowlen);
-            input_rows(n, rows, rows + j->rowlen, rows + 2 * j->rowlen, rows + 3 * j->rowlen,
-                       cols, cols + j->rowlen, cols + 2 * j->rowlen, cols + 3 * j->rowlen);
+            const float *rows = s.data + 2 * ty * len;
+            input_rows(n, rows, rows + len, rows + 2 * len, rows + 3 * len, cols, cols + len,
+                       cols + 2 * len, cols + 3 * len);
             float *v = j->v + ch * j->nt + ty * j->tw;
             for (int i = 0; i < 4; ++i)
-                input_columns(j->tw, cols + i * j->rowlen, v + 4 * i * stride, stride);
+                input_columns(j->tw, cols + i * len, v + 4 * i * stride, stride);
         }
     }
     lgk_scratch_release(&s);
@@ -240,64 +243,64 @@ static int gemm_units(void *ctx, int64_t xi0, int64_t xi1)
     return LGK_OK;
 }
 
-/* A^T M A of one tile row of one filter, plus its bias: output rows 2ty, 2ty + 1 as
- * even and odd columns (e0, o0, e1, o1), tw each. m: position xi's row at m[xi * stride]. */
-LGK_CLONES static void output_tiles(int64_t tw, const float *restrict m, int64_t stride,
-                                    float bias, float *restrict e0, float *restrict o0,
-                                    float *restrict e1, float *restrict o1)
+/* A^T M A + bias of the first `whole` tiles of one tile row of one filter, both of whose
+ * output columns are in the map, into output rows y0 and y1 (y1 may be scratch where the
+ * second row is past the map). m: position xi's row at m[xi * stride]. */
+LGK_CLONES static void output_tiles(int64_t whole, const float *restrict m, int64_t stride,
+                                    float bias, float *restrict y0, float *restrict y1)
 {
-    for (int64_t t = 0; t < tw; ++t) {
-        float s[2][4];
-        for (int jx = 0; jx < 4; ++jx) {
-            float m0 = m[jx * stride + t], m1 = m[(4 + jx) * stride + t],
-                  m2 = m[(8 + jx) * stride + t], m3 = m[(12 + jx) * stride + t];
-            s[0][jx] = m0 + m1 + m2;
-            s[1][jx] = m1 - m2 - m3;
+    for (int64_t t = 0; t < whole; ++t) {
+        float s0[4], s1[4]; /* A^T M: the rows combined */
+        for (int k = 0; k < 4; ++k) {
+            float m0 = m[k * stride + t], m1 = m[(4 + k) * stride + t],
+                  m2 = m[(8 + k) * stride + t], m3 = m[(12 + k) * stride + t];
+            s0[k] = m0 + m1 + m2;
+            s1[k] = m1 - m2 - m3;
         }
-        e0[t] = s[0][0] + s[0][1] + s[0][2] + bias;
-        o0[t] = s[0][1] - s[0][2] - s[0][3] + bias;
-        e1[t] = s[1][0] + s[1][1] + s[1][2] + bias;
-        o1[t] = s[1][1] - s[1][2] - s[1][3] + bias;
+        y0[2 * t] = s0[0] + s0[1] + s0[2] + bias;
+        y0[2 * t + 1] = s0[1] - s0[2] - s0[3] + bias;
+        y1[2 * t] = s1[0] + s1[1] + s1[2] + bias;
+        y1[2 * t + 1] = s1[1] - s1[2] - s1[3] + bias;
     }
 }
 
-LGK_CLONES static void interleave(int64_t n, const float *restrict e, const float *restrict o,
-                                  float *restrict dst)
+/* The same for tile t alone, its second column past the map (an odd width). */
+static void output_last_column(int64_t t, const float *m, int64_t stride, float bias,
+                               float *y0, float *y1)
 {
-    for (int64_t k = 0; k < n / 2; ++k) {
-        dst[2 * k] = e[k];
-        dst[2 * k + 1] = o[k];
+    float s0[3], s1[3];
+    for (int k = 0; k < 3; ++k) {
+        float m0 = m[k * stride + t], m1 = m[(4 + k) * stride + t],
+              m2 = m[(8 + k) * stride + t], m3 = m[(12 + k) * stride + t];
+        s0[k] = m0 + m1 + m2;
+        s1[k] = m1 - m2 - m3;
     }
-    if (n % 2)
-        dst[n - 1] = e[n / 2];
+    y0[2 * t] = s0[0] + s0[1] + s0[2] + bias;
+    y1[2 * t] = s1[0] + s1[1] + s1[2] + bias;
 }
 
-/* Outputs of filters [f0, f1) for the band's tile rows. */
+/* Outputs of filters [f0, f1) for the band's tile rows, then their activation. */
 static int output_units(void *ctx, int64_t f0, int64_t f1)
 {
     const wino_job *j = ctx;
     const lgk_conv2d_params *p = j->p;
     lgk_scratch s = {NULL, 0};
-    LGK_TRY(lgk_scratch_acquire(4 * j->rowlen, &s));
-    float *half[4] = {s.data, s.data + j->rowlen, s.data + 2 * j->rowlen,
-                      s.data + 3 * j->rowlen};
-    int64_t stride = p->o * j->nt;
+    LGK_TRY(lgk_scratch_acquire(j->rowlen, &s)); /* the row past an odd height */
+    int64_t stride = p->o * j->nt, whole = j->ow / 2;
+    int64_t oy0 = 2 * j->ty0, rows = LGK_MIN(2 * j->nty, j->oh - oy0);
     for (int64_t f = f0; f < f1; ++f) {
         float b = j->bias != NULL ? j->bias[f] : 0.0f;
-        float *plane = j->y + f * j->oh * j->ow;
+        float *out = j->y + f * j->oh * j->ow + oy0 * j->ow;
         for (int64_t ty = 0; ty < j->nty; ++ty) {
-            output_tiles(j->tw, j->m + f * j->nt + ty * j->tw, stride, b, half[0], half[1],
-                         half[2], half[3]);
-            for (int r = 0; r < 2; ++r) {
-                int64_t oy = 2 * (j->ty0 + ty) + r;
-                if (oy >= j->oh)
-                    break;
-                float *row = plane + oy * j->ow;
-                interleave(j->ow, half[2 * r], half[2 * r + 1], row);
-                if (j->activation != LGK_ACT_NONE)
-                    lgk_activate(j->activation, row, j->ow);
-            }
+            const float *m = j->m + f * j->nt + ty * j->tw;
+            float *y0 = out + 2 * ty * j->ow;
+            float *y1 = 2 * ty + 1 < rows ? y0 + j->ow : s.data;
+            output_tiles(whole, m, stride, b, y0, y1);
+            if (j->ow % 2)
+                output_last_column(whole, m, stride, b, y0, y1);
         }
+        if (j->activation != LGK_ACT_NONE)
+            lgk_activate(j->activation, out, rows * j->ow);
     }
     lgk_scratch_release(&s);
     return LGK_OK;

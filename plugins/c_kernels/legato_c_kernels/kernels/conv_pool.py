@@ -137,9 +137,9 @@ def _direct(weight_shape: tuple[int, ...], pixels: int) -> bool:
 # multiply-adds, as GEMMs) where there is enough work per tile and per channel to pay for
 # its transforms: 32 or more channels in and out, maps of 7x7 or more, and output pixels
 # times channels of at least 12800. Single convs, 1 thread, AVX-512, against the direct
-# conv (channels in = out): 64 at 56^2 0.64x the time, 128 at 28^2 0.62x, 256 at 14^2
-# 0.72x, 512 at 7^2 0.91x, 128 at 10^2 0.88x, 32 at 28^2 0.95x; left direct: 64 at 14^2
-# 1.04x, 128 at 8^2 1.06x, 256 at 7^2 1.01x, 512 at 6^2 1.09x, 16 at 56^2 1.05x.
+# conv (channels in = out): 64 at 56^2 0.62x the time, 128 at 28^2 0.58x, 256 at 14^2
+# 0.70x, 512 at 7^2 0.90x, 32 at 28^2 0.88x; about even below the thresholds, so left
+# direct: 64 at 14^2 0.96x, 128 at 8^2 1.01x, 64 at 10^2 1.05x, 512 at 6^2 1.09x.
 WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_MIN_PIXELS = 49
 WINOGRAD_MIN_WORK = 12800  # output pixels x min(channels, filters)
