@@ -243,6 +243,17 @@ static int gemm_units(void *ctx, int64_t xi0, int64_t xi1)
     return LGK_OK;
 }
 
+/* Column k of A^T M for tile t: M's four rows combined (s0[k], s1[k]). m: position xi's
+ * row at m[xi * stride]. */
+static inline void rows_combined(const float *restrict m, int64_t stride, int64_t t, int k,
+                                 float *s0, float *s1)
+{
+    float m0 = m[k * stride + t], m1 = m[(4 + k) * stride + t], m2 = m[(8 + k) * stride + t],
+          m3 = m[(12 + k) * stride + t];
+    s0[k] = m0 + m1 + m2;
+    s1[k] = m1 - m2 - m3;
+}
+
 /* A^T M A + bias of the first `whole` tiles of one tile row of one filter, both of whose
  * output columns are in the map, into output rows y0 and y1 (y1 may be scratch where the
  * second row is past the map). m: position xi's row at m[xi * stride]. */
@@ -250,13 +261,9 @@ LGK_CLONES static void output_tiles(int64_t whole, const float *restrict m, int6
                                     float bias, float *restrict y0, float *restrict y1)
 {
     for (int64_t t = 0; t < whole; ++t) {
-        float s0[4], s1[4]; /* A^T M: the rows combined */
-        for (int k = 0; k < 4; ++k) {
-            float m0 = m[k * stride + t], m1 = m[(4 + k) * stride + t],
-                  m2 = m[(8 + k) * stride + t], m3 = m[(12 + k) * stride + t];
-            s0[k] = m0 + m1 + m2;
-            s1[k] = m1 - m2 - m3;
-        }
+        float s0[4], s1[4];
+        for (int k = 0; k < 4; ++k)
+            rows_combined(m, stride, t, k, s0, s1);
         y0[2 * t] = s0[0] + s0[1] + s0[2] + bias;
         y0[2 * t + 1] = s0[1] - s0[2] - s0[3] + bias;
         y1[2 * t] = s1[0] + s1[1] + s1[2] + bias;
@@ -269,12 +276,8 @@ static void output_last_column(int64_t t, const float *m, int64_t stride, float 
                                float *y0, float *y1)
 {
     float s0[3], s1[3];
-    for (int k = 0; k < 3; ++k) {
-        float m0 = m[k * stride + t], m1 = m[(4 + k) * stride + t],
-              m2 = m[(8 + k) * stride + t], m3 = m[(12 + k) * stride + t];
-        s0[k] = m0 + m1 + m2;
-        s1[k] = m1 - m2 - m3;
-    }
+    for (int k = 0; k < 3; ++k)
+        rows_combined(m, stride, t, k, s0, s1);
     y0[2 * t] = s0[0] + s0[1] + s0[2] + bias;
     y1[2 * t] = s1[0] + s1[1] + s1[2] + bias;
 }
