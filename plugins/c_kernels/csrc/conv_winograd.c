@@ -357,12 +357,10 @@ int lgk_conv2d_winograd(const lgk_conv2d_params *p, const float *x, int64_t x_le
     LGK_TRY(lgk_checked_count(2, vd, &vm));
     lgk_scratch s = {NULL, 0};
     LGK_TRY(lgk_scratch_acquire(vm, &s));
-    wino_job j = {p, oh, ow, tw, 0, 0, 0, (2 * tw + 2 + 15) / 16 * 16, NULL, NULL, s.data,
-                  NULL, packed_w, 0, bias, activation};
     wino_header h;
     memcpy(&h, packed_w, sizeof h);
-    j.slice = h.slice;
-    j.u = packed_w + LGK_PACKED_HEADER_FLOATS;
+    wino_job j = {p, oh, ow, tw, 0, 0, 0, (2 * tw + 2 + 15) / 16 * 16, NULL, NULL, s.data,
+                  NULL, packed_w + LGK_PACKED_HEADER_FLOATS, h.slice, bias, activation};
     int threads = threads_for(p, th * tw, nthreads);
     unsigned mode = lgk_flush_subnormals();
     int status = LGK_OK;
