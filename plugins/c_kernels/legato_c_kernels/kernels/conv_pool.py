@@ -20,7 +20,9 @@ class PackedConvWeight:
     the orientation that conv's output size calls for (both, if convs of both sizes
     share it): as the right operand W^T (C*kh*kw, O) where pixels are the GEMM's rows
     (small maps), or as the left operand W (O, C*kh*kw) where filters are (large
-    maps). ``weight`` is the source array."""
+    maps); for the direct conv, by blocks of channels and filters; for Winograd's F(2x2,
+    3x3) (3x3 stride-1 convs), as 16 transformed matrices. ``weight`` is the source
+    array."""
 
     __slots__ = ("weight", "_as_b", "_as_a", "_direct", "_winograd")
 
