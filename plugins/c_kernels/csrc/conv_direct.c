@@ -640,9 +640,6 @@ static int lanes_units(void *ctx, int64_t oy0, int64_t oy1)
 #endif
 }
 
-/* Threads below this much work per thread cost more than they save (see conv_pool.c). */
-#define DIRECT_MIN_FLOPS_PER_THREAD 0.5e6
-
 int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                       const float *packed_w, int64_t packed_len, const float *bias,
                       int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads)
@@ -685,9 +682,7 @@ int lgk_conv2d_direct(const lgk_conv2d_params *p, const float *x, int64_t x_len,
                     lane_len};
     double flops = 2.0 * (double)p->o * (double)oh * (double)ow * (double)p->c
                    * (double)(p->kh * p->kw);
-    double t = flops / DIRECT_MIN_FLOPS_PER_THREAD;
-    int cap = lgk_clamp_threads(nthreads);
-    int threads = lgk_conv_split_forced() ? cap : t < 2.0 ? 1 : (t >= cap ? cap : (int)t);
+    int threads = lgk_conv_threads_for(flops, lgk_clamp_threads(nthreads));
     unsigned mode = lgk_flush_subnormals();
     int status = LGK_OK;
     for (int64_t img = 0; img < p->n && status == LGK_OK; ++img) {

@@ -642,8 +642,7 @@ int lgk_conv_split_forced(void)
     return conv_split_forced;
 }
 
-/* Threads worth using for `flops` of work (at least 1, at most nthreads). */
-static int conv_threads_for(double flops, int nthreads)
+int lgk_conv_threads_for(double flops, int nthreads)
 {
     if (conv_split_forced)
         return nthreads;
@@ -905,7 +904,7 @@ static int conv_run(conv_job *j, int nthreads)
     double weights = (double)p->o * (double)j->kg;
     double flops = 2.0 * (double)p->n * (double)p->o * (double)j->oh * (double)j->ow
                    * (double)LGK_MAX(j->kg, (int64_t)1);
-    int threads = conv_threads_for(flops + CONV_FLOPS_PER_WEIGHT * weights,
+    int threads = lgk_conv_threads_for(flops + CONV_FLOPS_PER_WEIGHT * weights,
                                    lgk_clamp_threads(nthreads));
     int64_t units = p->n * p->groups;
     if (threads <= 1)

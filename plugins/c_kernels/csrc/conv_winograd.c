@@ -311,17 +311,6 @@ static int output_units(void *ctx, int64_t f0, int64_t f1)
     return LGK_OK;
 }
 
-/* Threads below this much work per thread cost more than they save (as the direct conv). */
-#define WINO_MIN_FLOPS_PER_THREAD 0.5e6
-
-static int threads_for(const lgk_conv2d_params *p, int64_t tiles, int nthreads)
-{
-    double flops = 2.0 * XI * (double)p->o * (double)p->c * (double)tiles;
-    double t = flops / WINO_MIN_FLOPS_PER_THREAD;
-    int cap = lgk_clamp_threads(nthreads);
-    return lgk_conv_split_forced() ? cap : t < 2.0 ? 1 : (t >= cap ? cap : (int)t);
-}
-
 static int run_band(wino_job *j, int threads)
 {
     const lgk_conv2d_params *p = j->p;
@@ -361,7 +350,8 @@ int lgk_conv2d_winograd(const lgk_conv2d_params *p, const float *x, int64_t x_le
     memcpy(&h, packed_w, sizeof h);
     wino_job j = {p, oh, ow, tw, 0, 0, 0, (2 * tw + 2 + 15) / 16 * 16, NULL, NULL, s.data,
                   NULL, packed_w + LGK_PACKED_HEADER_FLOATS, h.slice, bias, activation};
-    int threads = threads_for(p, th * tw, nthreads);
+    double flops = 2.0 * XI * (double)p->o * (double)p->c * (double)(th * tw);
+    int threads = lgk_conv_threads_for(flops, lgk_clamp_threads(nthreads));
     unsigned mode = lgk_flush_subnormals();
     int status = LGK_OK;
     for (int64_t img = 0; img < p->n && status == LGK_OK; ++img) {

@@ -427,6 +427,9 @@ void lgk_activate(int activation, float *x, int64_t n);
 
 /* 1 while lgk_conv_force_split(1) is in effect (tests): convs split however small. */
 int lgk_conv_split_forced(void);
+/* Threads worth using for `flops` of conv work: at least 1, at most nthreads (already
+ * clamped by the caller); all of them while lgk_conv_force_split(1) is in effect. */
+int lgk_conv_threads_for(double flops, int nthreads);
 
 /* Checks that every buffer of a conv holds its tensor (x (n, c, h, w), the weights o x kg
  * unless w_len < 0 (packed weights, checked by their header), y (n, o, oh, ow), a bias of
