@@ -90,6 +90,11 @@ void lgk_scratch_release(lgk_scratch *s);
 /* softmax (not log) in place along each of `rows` rows of n >= 1 floats, ld apart, as
  * lgk_softmax computes each row (norms.c): for a GEMM whose epilogue it is. */
 void lgk_softmax_rows_inplace(int64_t rows, int64_t n, float *x, int64_t ld);
+/* softmax (not log) along `rows` rows of n >= 1 floats, ldx and ldy apart (y may equal
+ * x), with AVX-512 (softmax_wide.c): 1 if done, 0 where the CPU lacks it and the
+ * portable rows must run. */
+int lgk_softmax_rows_wide(int64_t rows, int64_t n, const float *x, int64_t ldx, float *y,
+                          int64_t ldy);
 
 /* ---- threads ----------------------------------------------------------------
  * Runs fn(ctx, begin, end) over `nthreads` contiguous slices of [0, n) and

@@ -439,6 +439,8 @@ LGK_CLONES static void softmax_rows(int64_t rows, int64_t n, const float *x, flo
 
 void lgk_softmax_rows_inplace(int64_t rows, int64_t n, float *x, int64_t ld)
 {
+    if (lgk_softmax_rows_wide(rows, n, x, ld, x, ld))
+        return;
     if (ld == n) {
         softmax_rows(rows, n, x, x, 0);
         return;
@@ -468,7 +470,11 @@ typedef struct {
 static int softmax_row_range(void *ctx, int64_t begin, int64_t end)
 {
     const softmax_task *t = ctx;
-    softmax_rows(end - begin, t->n, t->x + begin * t->n, t->y + begin * t->n, t->log_domain);
+    const float *x = t->x + begin * t->n;
+    if (!t->log_domain && lgk_softmax_rows_wide(end - begin, t->n, x, t->n, t->y + begin * t->n,
+                                                t->n))
+        return LGK_OK;
+    softmax_rows(end - begin, t->n, x, t->y + begin * t->n, t->log_domain);
     return LGK_OK;
 }
 

@@ -3,6 +3,7 @@
  * its status without touching memory, and the kernels agree with naive loops.
  * Built and run under AddressSanitizer + UBSan by `make test-c`.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -25,7 +25,7 @@ from cffi import FFI
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
 SOURCES = ["common.c", "gemm.c", "conv_pool.c", "conv_direct.c", "conv_winograd.c", "depthwise.c", "elementwise.c",
-           "norms.c", "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
+           "norms.c", "softmax_wide.c", "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
            "qrescale.c", "qdwconv.c", "qconv_vnni.c", "qpool.c"]
 HEADER = "legato_kernels.h"
 
