@@ -22,7 +22,7 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
-#define WIDE __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define WIDE __attribute__((target("avx512f")))
 #define WIDE_INLINE static inline __attribute__((always_inline)) WIDE
 
 /* lgk_expf on 16 lanes: its clamps, its rounding of x log2(e) to n with the 1.5 * 2^23
