@@ -637,11 +637,6 @@ int lgk_conv_force_split(int on)
     return LGK_OK;
 }
 
-int lgk_conv_split_forced(void)
-{
-    return conv_split_forced;
-}
-
 int lgk_conv_threads_for(double flops, int nthreads)
 {
     if (conv_split_forced)

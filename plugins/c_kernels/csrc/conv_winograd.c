@@ -121,7 +121,10 @@ int lgk_conv2d_winograd_pack(int64_t o, int64_t c, const float *w, int64_t w_len
     return LGK_OK;
 }
 
-static int check_packed(const lgk_conv2d_params *p, const float *packed, int64_t packed_len)
+/* Checks a buffer of lgk_conv2d_winograd_pack for this conv; *slice: its positions'
+ * spacing. */
+static int check_packed(const lgk_conv2d_params *p, const float *packed, int64_t packed_len,
+                        int64_t *slice_out)
 {
     int64_t slice = 0, need = 0;
     LGK_TRY(packed_floats(p->o, p->c, &slice, &need));
@@ -136,6 +139,7 @@ static int check_packed(const lgk_conv2d_params *p, const float *packed, int64_t
     const float *first = packed + LGK_PACKED_HEADER_FLOATS;
     for (int xi = 0; xi < XI; ++xi)
         LGK_TRY(lgk_sgemm_check_packed_a(p->o, p->c, first + xi * slice, slice));
+    *slice_out = slice;
     return LGK_OK;
 }
 
@@ -323,14 +327,14 @@ int lgk_conv2d_winograd(const lgk_conv2d_params *p, const float *x, int64_t x_le
                         const float *packed_w, int64_t packed_len, const float *bias,
                         int64_t bias_len, float *y, int64_t y_len, int activation, int nthreads)
 {
-    int64_t oh, ow;
+    int64_t oh, ow, slice = 0;
     LGK_CHECK(p != NULL, LGK_ERR_NULL);
     LGK_TRY(lgk_conv2d_out_shape(p, &oh, &ow));
     LGK_CHECK(p->groups == 1 && p->kh == 3 && p->kw == 3 && p->stride_h == 1
                   && p->stride_w == 1 && p->dilation_h == 1 && p->dilation_w == 1,
               LGK_ERR_ARG);
     LGK_CHECK(activation >= LGK_ACT_NONE && activation <= LGK_ACT_LAST, LGK_ERR_ARG);
-    LGK_TRY(check_packed(p, packed_w, packed_len));
+    LGK_TRY(check_packed(p, packed_w, packed_len, &slice));
     LGK_TRY(lgk_conv2d_check_buffers(p, oh, ow, 0, x_len, -1, y_len, bias, bias_len, x, NULL,
                                      y));
     if (p->n == 0 || p->o == 0)
@@ -346,10 +350,8 @@ int lgk_conv2d_winograd(const lgk_conv2d_params *p, const float *x, int64_t x_le
     LGK_TRY(lgk_checked_count(2, vd, &vm));
     lgk_scratch s = {NULL, 0};
     LGK_TRY(lgk_scratch_acquire(vm, &s));
-    wino_header h;
-    memcpy(&h, packed_w, sizeof h);
     wino_job j = {p, oh, ow, tw, 0, 0, 0, (2 * tw + 2 + 15) / 16 * 16, NULL, NULL, s.data,
-                  NULL, packed_w + LGK_PACKED_HEADER_FLOATS, h.slice, bias, activation};
+                  NULL, packed_w + LGK_PACKED_HEADER_FLOATS, slice, bias, activation};
     double flops = 2.0 * XI * (double)p->o * (double)p->c * (double)(th * tw);
     int threads = lgk_conv_threads_for(flops, lgk_clamp_threads(nthreads));
     unsigned mode = lgk_flush_subnormals();

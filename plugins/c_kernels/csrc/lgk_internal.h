@@ -430,8 +430,6 @@ static inline float lgk_relu6f(float x) { return x <= 0.0f ? 0.0f : (x >= 6.0f ?
 /* In-place activation of n floats (shared by the GEMM epilogue and conv). */
 void lgk_activate(int activation, float *x, int64_t n);
 
-/* 1 while lgk_conv_force_split(1) is in effect (tests): convs split however small. */
-int lgk_conv_split_forced(void);
 /* Threads worth using for `flops` of conv work: at least 1, at most nthreads (already
  * clamped by the caller); all of them while lgk_conv_force_split(1) is in effect. */
 int lgk_conv_threads_for(double flops, int nthreads);

@@ -24,9 +24,9 @@ from cffi import FFI
 
 PROJECT = Path(__file__).resolve().parent.parent
 CSRC = "csrc"
-SOURCES = ["common.c", "gemm.c", "conv_pool.c", "conv_direct.c", "conv_winograd.c", "depthwise.c", "elementwise.c",
-           "norms.c", "softmax_wide.c", "movement.c", "qgemm.c", "qconv.c", "qelementwise.c",
-           "qrescale.c", "qdwconv.c", "qconv_vnni.c", "qpool.c"]
+SOURCES = ["common.c", "gemm.c", "conv_pool.c", "conv_direct.c", "conv_winograd.c", "depthwise.c",
+           "elementwise.c", "norms.c", "softmax_wide.c", "movement.c", "qgemm.c", "qconv.c",
+           "qelementwise.c", "qrescale.c", "qdwconv.c", "qconv_vnni.c", "qpool.c"]
 HEADER = "legato_kernels.h"
 
 # -ffp-contract=fast lets FMA-capable code paths fuse multiply-adds; -fno-math-errno

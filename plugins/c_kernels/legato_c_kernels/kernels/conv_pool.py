@@ -1,7 +1,7 @@
 """NCHW convolution and pooling kernels (csrc/conv_pool.c)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -12,6 +12,17 @@ from .._lib import ffi, lib
 from .common import (OUT, Array, CCall, Unbindable, bound, check_status, dense, detach, error,
                      f32, ints, num_threads, opt_f32, opt_ptr, out_array, ptr, run_call)
 from .gemm import PackedWeight, _activation, _aligned_empty, _packed_buffer, pack_weight
+
+
+def _packed_by_c(op: str, size: int, pack: Callable[[Any, int], int]) -> Array:
+    """A read-only, 64-byte aligned buffer of `size` floats (a C size function's result:
+    negative is -status) filled by pack(pointer, floats), a C packing call's status."""
+    if size < 0:
+        check_status(op, -size)
+    data = _aligned_empty(size)
+    check_status(op, pack(ptr(data), data.size))
+    data.flags.writeable = False
+    return data
 
 
 class PackedConvWeight:
@@ -51,14 +62,10 @@ class PackedConvWeight:
         isa = lib.lgk_gemm_isa()
         if self._as_a is None or self._as_a[0] != isa:
             flat = self._flat()
-            size = lib.lgk_sgemm_packed_a_size(*flat.shape)
-            if size < 0:
-                check_status(op, -size)
-            data = _aligned_empty(size)
-            check_status(op, lib.lgk_sgemm_pack_a(flat.shape[0], flat.shape[1], ptr(flat),
-                                                  flat.size, flat.shape[1], 1, ptr(data),
-                                                  data.size))
-            data.flags.writeable = False
+            data = _packed_by_c(op, lib.lgk_sgemm_packed_a_size(*flat.shape),
+                                lambda dst, n: lib.lgk_sgemm_pack_a(
+                                    flat.shape[0], flat.shape[1], ptr(flat), flat.size,
+                                    flat.shape[1], 1, dst, n))
             self._as_a = (isa, data)
         return self._as_a[1]
 
@@ -67,14 +74,10 @@ class PackedConvWeight:
         channels), once."""
         if self._direct is None:
             o, c, kh, kw = self.shape
-            size = lib.lgk_conv2d_direct_packed_size(o, c, kh, kw)
-            if size < 0:
-                check_status(op, -size)
-            data, w = _aligned_empty(size), np.ascontiguousarray(self.weight)
-            check_status(op, lib.lgk_conv2d_direct_pack(o, c, kh, kw, ptr(w), w.size, ptr(data),
-                                                        data.size))
-            data.flags.writeable = False
-            self._direct = data
+            w = np.ascontiguousarray(self.weight)
+            self._direct = _packed_by_c(op, lib.lgk_conv2d_direct_packed_size(o, c, kh, kw),
+                                        lambda dst, n: lib.lgk_conv2d_direct_pack(
+                                            o, c, kh, kw, ptr(w), w.size, dst, n))
         return self._direct
 
     def packed_winograd(self, op: str) -> Array:
@@ -83,13 +86,10 @@ class PackedConvWeight:
         isa = lib.lgk_gemm_isa()
         if self._winograd is None or self._winograd[0] != isa:
             o, c = self.shape[:2]
-            size = lib.lgk_conv2d_winograd_packed_size(o, c)
-            if size < 0:
-                check_status(op, -size)
-            data, w = _aligned_empty(size), np.ascontiguousarray(self.weight)
-            check_status(op, lib.lgk_conv2d_winograd_pack(o, c, ptr(w), w.size, ptr(data),
-                                                          data.size))
-            data.flags.writeable = False
+            w = np.ascontiguousarray(self.weight)
+            data = _packed_by_c(op, lib.lgk_conv2d_winograd_packed_size(o, c),
+                                lambda dst, n: lib.lgk_conv2d_winograd_pack(
+                                    o, c, ptr(w), w.size, dst, n))
             self._winograd = (isa, data)
         return self._winograd[1]
 
