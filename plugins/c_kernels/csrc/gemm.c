@@ -1910,6 +1910,17 @@ int lgk_sgemm_operands(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_opera
     return gemm_run(current_impl(), &p, gemm_threads_for(&p, nthreads));
 }
 
+int lgk_sgemm_split(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b, float *c,
+                    int64_t ldc, const float *bias, int bias_mode, int activation, int onto,
+                    int threads)
+{
+    if (M == 0 || N == 0)
+        return LGK_OK;
+    gemm_problem p = {M, N, K, a.data, a.rs, a.cs, b.data, b.rs, b.cs, c, ldc,
+                      {bias, bias_mode, activation, onto != 0}, b.panels, a.panels, 0};
+    return gemm_run(current_impl(), &p, LGK_MAX(threads, 1));
+}
+
 static int sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
                        float *c, int64_t ldc, epilogue ep, int64_t m0, int64_t m1, int64_t n0,
                        int64_t n1)

@@ -48,5 +48,11 @@ int lgk_sgemm_block(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand 
 int lgk_sgemm_block_onto(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b,
                          float *c, int64_t ldc, const float *bias, int bias_mode, int activation,
                          int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+/* All of lgk_sgemm_operands(M, N, K, ...) (onto: onto C's addend, as lgk_sgemm_block_onto)
+ * on `threads` threads, the caller's count, split as the GEMM splits itself
+ * (lgk_choose_grid). */
+int lgk_sgemm_split(int64_t M, int64_t N, int64_t K, lgk_operand a, lgk_operand b, float *c,
+                    int64_t ldc, const float *bias, int bias_mode, int activation, int onto,
+                    int threads);
 
 #endif /* LGK_PARALLEL_H */
