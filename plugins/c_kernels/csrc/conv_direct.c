@@ -435,16 +435,21 @@ static void prefetch_outputs(const float *y, int64_t n, int64_t nfilt, int64_t p
 #define LANE_F 4  /* filters per tile */
 #define LANE_NV 6 /* most vectors per tile: 24 accumulators, 4 weights and an input */
 
-/* relu / relu6 as lgk_reluf / lgk_relu6f (NaN stays NaN, -0 becomes 0). */
+/* relu / relu6 as lgk_reluf / lgk_relu6f (NaN stays NaN, -0 becomes 0), as the GEMM tiles
+ * apply them: max(0, x) keeps a NaN x and gives x for -0 (vmaxps returns its second operand
+ * then), min(6, x) keeps a NaN, and + 0 turns -0 into +0; three plain ops where compares
+ * into masks and masked moves took four (MobileNetV2's stem, 3 -> 32 channels at 224^2
+ * stride 2 with relu6, per step in the model at 1 thread: 296-306 -> 289-297 us). */
 __attribute__((target("avx512f"), always_inline))
 static inline __m512 lanes_clamp(__m512 v, int activation)
 {
-    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
-    if (activation == LGK_ACT_RELU || activation == LGK_ACT_RELU6)
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), zero);
+    if (activation != LGK_ACT_RELU && activation != LGK_ACT_RELU6)
+        return v;
+    const __m512 zero = _mm512_setzero_ps();
+    v = _mm512_max_ps(zero, v);
     if (activation == LGK_ACT_RELU6)
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GE_OQ), six);
-    return v;
+        v = _mm512_min_ps(_mm512_set1_ps(6.0f), v);
+    return _mm512_add_ps(v, zero);
 }
 
 /* One tile: x is the output row's first padded input row at the tile's first pixel, w the
